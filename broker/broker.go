@@ -1,0 +1,151 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Sentinel errors. Backends wrap them with %w; callers match with errors.Is.
+var (
+	// ErrClosed is returned by every operation on a closed broker, and by
+	// settling a delivery of a closed broker.
+	ErrClosed = errors.New("broker: closed")
+	// ErrSettled is returned when a delivery is acknowledged, nacked or
+	// rejected a second time.
+	ErrSettled = errors.New("broker: delivery already settled")
+	// ErrLeaseLost is returned when a delivery is settled or extended after
+	// its lease expired and the message was given back to the queue (it may
+	// already be with another consumer).
+	ErrLeaseLost = errors.New("broker: lease lost")
+	// ErrInvalid is returned for bad arguments (empty queue name, max < 1).
+	ErrInvalid = errors.New("broker: invalid argument")
+)
+
+// Message is what a broker carries: an opaque body and a priority.
+// Higher priorities are delivered first (in Priority order); among equal
+// priorities a queue keeps its order mode (FIFO or LIFO).
+type Message struct {
+	Body     []byte
+	Priority int
+}
+
+// Delivery is one message handed to one consumer under a lease. It must be
+// settled exactly once with Ack, Nack or Reject. A delivery that is never
+// settled comes back to the queue when its lease expires (or, on backends
+// that track connections, when its consumer disconnects).
+type Delivery interface {
+	// Message returns the delivered message.
+	Message() Message
+	// Queue names the queue the delivery came from.
+	Queue() string
+	// Attempt is 1 on the first delivery of a message and grows with each
+	// redelivery (nack or expired lease).
+	Attempt() int
+	// Ack removes the message for good. Call it only after the work the
+	// message stood for is durable.
+	Ack(ctx context.Context) error
+	// Nack gives the message back for another attempt, visible again after
+	// delay (0: at once). A message whose attempts reach the broker's
+	// maximum goes to the dead-letter queue instead.
+	Nack(ctx context.Context, delay time.Duration) error
+	// Reject moves the message to the queue's dead-letter queue at once,
+	// with a reason (an undecodable payload, say).
+	Reject(ctx context.Context, reason string) error
+}
+
+// Broker is a set of named work queues shared by any number of consumers.
+// Delivery is at-least-once.
+type Broker interface {
+	// Publish adds messages to queue. It returns once the broker has taken
+	// them (as durably as the backend is configured to).
+	Publish(ctx context.Context, queue string, msgs ...Message) error
+	// Receive blocks until at least one message of queue is available, then
+	// leases and returns up to max of them, highest priority first. It
+	// returns ctx.Err() (wrapped) when ctx ends first.
+	Receive(ctx context.Context, queue string, max int) ([]Delivery, error)
+	// Close stops the broker gracefully; deliveries not yet settled come
+	// back to their queues (at once or after their lease). Close is
+	// idempotent.
+	Close() error
+}
+
+// Order is how a queue orders messages of equal priority.
+type Order int
+
+const (
+	// Priority orders by priority, highest first, FIFO among equals. The default.
+	Priority Order = iota
+	// FIFO ignores priorities: first in, first out.
+	FIFO
+	// LIFO ignores priorities: last in, first out.
+	LIFO
+)
+
+// String returns "priority", "fifo" or "lifo".
+func (o Order) String() string {
+	switch o {
+	case Priority:
+		return "priority"
+	case FIFO:
+		return "fifo"
+	case LIFO:
+		return "lifo"
+	}
+	return "order(?)"
+}
+
+// ParseOrder parses "priority", "fifo" or "lifo".
+func ParseOrder(s string) (Order, error) {
+	switch s {
+	case "", "priority":
+		return Priority, nil
+	case "fifo":
+		return FIFO, nil
+	case "lifo":
+		return LIFO, nil
+	}
+	return 0, fmt.Errorf("%w: unknown queue order %q (want priority, fifo or lifo)", ErrInvalid, s)
+}
+
+// Counts describes a queue at one moment.
+type Counts struct {
+	Ready    int64 // waiting to be delivered (including delayed ones)
+	InFlight int64 // delivered, not yet settled
+	Dead     int64 // in the dead-letter queue
+}
+
+// Counter is implemented by brokers that can count a queue. The engine uses
+// it to tell when a crawl is done across all workers.
+type Counter interface {
+	Counts(ctx context.Context, queue string) (Counts, error)
+}
+
+// Purger is implemented by brokers that can empty a queue: ready,
+// in-flight and dead messages alike.
+type Purger interface {
+	Purge(ctx context.Context, queue string) error
+}
+
+// Extender is implemented by deliveries whose lease can be extended while
+// the work they stand for is still in progress.
+type Extender interface {
+	Extend(ctx context.Context, d time.Duration) error
+}
+
+// DeadLetter is a message in a dead-letter queue.
+type DeadLetter struct {
+	Message Message
+	Reason  string
+}
+
+// DeadLetters is implemented by brokers whose dead-letter queues can be
+// read and requeued (trawl deadletter).
+type DeadLetters interface {
+	// DeadLetters returns up to max dead letters of queue, oldest first,
+	// without removing them.
+	DeadLetters(ctx context.Context, queue string, max int) ([]DeadLetter, error)
+	// Requeue moves up to max dead letters back to queue and says how many moved.
+	Requeue(ctx context.Context, queue string, max int) (int, error)
+}

@@ -1,0 +1,31 @@
+// Package brokertest is the conformance suite for broker.Broker backends,
+// in the manner of testing/slogtest and testing/fstest: it says in code what
+// the interface in package broker promises, and every backend (memory,
+// Redis, RabbitMQ, NATS JetStream) runs it unchanged:
+//
+//	func TestConformance(t *testing.T) {
+//		brokertest.Run(t, brokertest.Config{
+//			New: func(t *testing.T, s brokertest.Setup) broker.Broker { … },
+//		})
+//	}
+//
+// Run runs one subtest per order mode the backend supports, and under it
+// one subtest per promise: round trips of bodies and priorities, ordering
+// per mode (in one Publish call, in several, and interleaved with Receive
+// against a reference model), ack, nack with and without delay, reject and
+// dead letters, the delivery limit, double settlement, lease expiry and
+// extension, a consumer closed with deliveries in hand, concurrent
+// consumers, wake-up of a blocked Receive, context cancellation (and that a
+// cancelled Receive loses nothing), closed brokers, invalid arguments,
+// counts, purge and queue independence.
+//
+// Promises of optional interfaces (broker.Counter, broker.Purger,
+// broker.DeadLetters, broker.Extender) are checked when the backend
+// implements them; a subtest that needs one the backend lacks says so with
+// t.Skip.
+//
+// Every subtest uses fresh queue names, so backends may share one server
+// across subtests, and runs in parallel with the others. Waits are bounded:
+// deadline-based polling or context timeouts, never a bare sleep as
+// synchronization. Tests that need leases to expire use Config.Lease.
+package brokertest

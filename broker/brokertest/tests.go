@@ -1,0 +1,1100 @@
+package brokertest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/trawlhq/trawl/broker"
+)
+
+// result is what a Receive in a goroutine returned, and when.
+type result struct {
+	ds  []broker.Delivery
+	err error
+	at  time.Time
+}
+
+// receiveAsync runs Receive(q, max) in a goroutine bounded by wait and by
+// the test's context.
+func receiveAsync(t *testing.T, b broker.Broker, q string, max int, wait time.Duration) <-chan result {
+	ch := make(chan result, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(t.Context(), wait)
+		defer cancel()
+		ds, err := b.Receive(ctx, q, max)
+		ch <- result{ds, err, time.Now()}
+	}()
+	return ch
+}
+
+// expectWaiting checks that a Receive started with receiveAsync is still
+// waiting a little after it began (its queue has nothing visible).
+func expectWaiting(t *testing.T, ch <-chan result) {
+	t.Helper()
+	select {
+	case r := <-ch:
+		t.Fatalf("Receive on a queue with nothing visible returned %q, %v; want it to wait", bodies(r.ds), r.err)
+	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+// await waits for a Receive started with receiveAsync.
+func await(t *testing.T, ch <-chan result, wait time.Duration, what string) result {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(wait):
+		t.Fatalf("%s: Receive still waiting after %v", what, wait)
+		return result{}
+	}
+}
+
+func (s *suite) testRoundTrip(t *testing.T) {
+	b := s.one(t, s.setup())
+	q := queue(t)
+	all := make([]byte, 256)
+	for i := range all {
+		all[i] = byte(i)
+	}
+	big := make([]byte, 64<<10)
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := range big {
+		big[i] = byte(r.Uint32())
+	}
+	bodies := [][]byte{
+		nil,
+		{},
+		[]byte("hello"),
+		all,
+		[]byte("\x00\xff\xfe\xc3\x28 not utf-8 \r\n"),
+		[]byte(`{"url":"https://example.com/p?a=1&b=2","meta":{"k":"v"}}`),
+		big,
+	}
+	for i, body := range bodies {
+		want := broker.Message{Body: body, Priority: s.c.Priorities[i%len(s.c.Priorities)]}
+		publish(t, b, q, want)
+		ctx, cancel := context.WithTimeout(t.Context(), prompt)
+		ds, err := recv(t, ctx, b, q, 10)
+		cancel()
+		if err != nil {
+			t.Fatalf("body %d: Receive: %v", i, err)
+		}
+		if len(ds) != 1 {
+			t.Fatalf("body %d: Receive returned %d deliveries from a queue holding 1", i, len(ds))
+		}
+		d := ds[0]
+		if got := d.Message(); !sameMessage(got, want) {
+			t.Errorf("body %d: got %d bytes priority %d, want %d bytes priority %d (bytes equal: %v)",
+				i, len(got.Body), got.Priority, len(want.Body), want.Priority, string(got.Body) == string(want.Body))
+		}
+		if d.Attempt() != 1 {
+			t.Errorf("body %d: first delivery has Attempt() = %d, want 1", i, d.Attempt())
+		}
+		ack(t, d)
+	}
+	waitCounts(t, b, q, broker.Counts{})
+}
+
+func (s *suite) testBodiesAreCopied(t *testing.T) {
+	b := s.one(t, s.setup())
+	q := queue(t)
+	body := []byte("original")
+	publish(t, b, q, broker.Message{Body: body})
+	copy(body, "mutated!")
+	d := receiveOne(t, b, q, prompt)
+	if got := string(d.Message().Body); got != "original" {
+		t.Fatalf("delivered %q: the publisher changed a stored message through its slice after Publish returned", got)
+	}
+	copy(d.Message().Body, "MUTATED!")
+	if err := d.Nack(t.Context(), 0); err != nil {
+		t.Fatalf("Nack: %v", err)
+	}
+	d = receiveOne(t, b, q, prompt)
+	if got := string(d.Message().Body); got != "original" {
+		t.Fatalf("redelivered %q: a consumer changed a stored message through its delivery's body", got)
+	}
+	ack(t, d)
+}
+
+func (s *suite) testReceiveMax(t *testing.T) {
+	b := s.one(t, s.setup())
+	q := queue(t)
+	p := s.c.Priorities[0]
+	publish(t, b, q, msg("m0", p), msg("m1", p), msg("m2", p), msg("m3", p), msg("m4", p))
+	got := receive(t, b, q, 1, 1, prompt) // recv checks len <= max
+	ctx, cancel := context.WithTimeout(t.Context(), prompt)
+	defer cancel()
+	for len(got) < 5 {
+		ds, err := recv(t, ctx, b, q, 2)
+		if err != nil {
+			t.Fatalf("Receive after %d of 5: %v", len(got), err)
+		}
+		got = append(got, ds...)
+	}
+	bs := bodies(got)
+	slices.Sort(bs)
+	if want := []string{"m0", "m1", "m2", "m3", "m4"}; !slices.Equal(bs, want) {
+		t.Fatalf("received %q, want each of %q once", bs, want)
+	}
+	ack(t, got...)
+	expectNone(t, b, q, s.c.Lease)
+}
+
+// orderTest publishes interleaved priorities (rounds of every priority in
+// a random order) in chunks of chunk messages (0: one call) and receives
+// them max at a time, after all are published.
+func (s *suite) orderTest(chunk, max int) func(t *testing.T) {
+	return func(t *testing.T) {
+		b := s.one(t, s.setup())
+		q := queue(t)
+		seed := rand.Uint64()
+		r := rand.New(rand.NewPCG(seed, 0))
+		ps := s.c.Priorities
+		var msgs []broker.Message
+		for range 4 {
+			for _, i := range r.Perm(len(ps)) {
+				msgs = append(msgs, msg(fmt.Sprintf("m%02d/p%d", len(msgs), ps[i]), ps[i]))
+			}
+		}
+		if chunk == 0 {
+			publish(t, b, q, msgs...)
+		} else {
+			for c := range slices.Chunk(msgs, chunk) {
+				publish(t, b, q, c...)
+			}
+		}
+		ds := receive(t, b, q, len(msgs), max, prompt)
+		want := s.expectOrder(msgs)
+		got := make([]broker.Message, len(ds))
+		for i, d := range ds {
+			got[i] = d.Message()
+		}
+		if !slices.EqualFunc(got, want, sameMessage) {
+			t.Fatalf("%s order (seed %d):\n got %s\nwant %s", s.order, seed, fmtMsgs(got), fmtMsgs(want))
+		}
+		ack(t, ds...)
+	}
+}
+
+func fmtMsgs(ms []broker.Message) string {
+	parts := make([]string, len(ms))
+	for i, m := range ms {
+		parts[i] = string(m.Body)
+		if !strings.Contains(parts[i], "/p") {
+			parts[i] += fmt.Sprintf("/p%d", m.Priority)
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+// testOrderInterleaved runs a random script of publishes and receives
+// against a reference model of the order mode: whatever a Receive returns
+// must be the head of the model's order at that moment.
+func (s *suite) testOrderInterleaved(t *testing.T) {
+	b := s.one(t, s.setup())
+	q := queue(t)
+	seed := rand.Uint64()
+	r := rand.New(rand.NewPCG(seed, 1))
+	ps := s.c.Priorities
+	var pending []broker.Message // in publish order
+	n := 0
+	take := func(max int) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), prompt)
+		defer cancel()
+		ds, err := recv(t, ctx, b, q, max)
+		if err != nil {
+			t.Fatalf("Receive with %d pending: %v (seed %d)", len(pending), err, seed)
+		}
+		want := s.expectOrder(pending)[:len(ds)]
+		got := make([]broker.Message, len(ds))
+		for i, d := range ds {
+			got[i] = d.Message()
+		}
+		if !slices.EqualFunc(got, want, sameMessage) {
+			t.Fatalf("%s order, interleaved (seed %d): pending %s\n got %s\nwant %s",
+				s.order, seed, fmtMsgs(pending), fmtMsgs(got), fmtMsgs(want))
+		}
+		pending = slices.DeleteFunc(pending, func(m broker.Message) bool {
+			return slices.ContainsFunc(got, func(g broker.Message) bool { return sameMessage(g, m) })
+		})
+		ack(t, ds...)
+	}
+	for range 40 {
+		if len(pending) == 0 || r.IntN(2) == 0 {
+			k := 1 + r.IntN(4)
+			batch := make([]broker.Message, k)
+			for i := range batch {
+				p := ps[r.IntN(len(ps))]
+				batch[i] = msg(fmt.Sprintf("m%02d/p%d", n, p), p)
+				n++
+			}
+			publish(t, b, q, batch...)
+			pending = append(pending, batch...)
+		} else {
+			take(1 + r.IntN(4))
+		}
+	}
+	for len(pending) > 0 {
+		take(1 + r.IntN(4))
+	}
+}
+
+func (s *suite) testNackKeepsPriority(t *testing.T) {
+	ps := slices.Sorted(slices.Values(s.c.Priorities))
+	if len(ps) < 2 {
+		t.Skip("needs two priorities")
+	}
+	b := s.one(t, s.setup())
+	q := queue(t)
+	publish(t, b, q, msg("low", ps[0]), msg("high", ps[len(ps)-1]))
+	d := receiveOne(t, b, q, prompt)
+	if got := string(d.Message().Body); got != "high" {
+		t.Fatalf("first delivery %q, want high", got)
+	}
+	if err := d.Nack(t.Context(), 0); err != nil {
+		t.Fatalf("Nack: %v", err)
+	}
+	d = receiveOne(t, b, q, prompt)
+	if got := string(d.Message().Body); got != "high" || d.Attempt() != 2 {
+		t.Fatalf("after nacking high: got %q attempt %d, want high attempt 2 (a nacked message keeps its priority)", got, d.Attempt())
+	}
+	ack(t, d)
+	d = receiveOne(t, b, q, prompt)
+	if got := string(d.Message().Body); got != "low" {
+		t.Fatalf("got %q, want low", got)
+	}
+	ack(t, d)
+}
+
+func (s *suite) testAckRemoves(t *testing.T) {
+	b := s.one(t, s.short())
+	q := queue(t)
+	p := s.c.Priorities[0]
+	publish(t, b, q, msg("a", p), msg("b", p), msg("c", p))
+	ds := receive(t, b, q, 3, 3, prompt)
+	ack(t, ds...)
+	expectNone(t, b, q, 3*s.c.Lease) // well past the lease
+	waitCounts(t, b, q, broker.Counts{})
+}
+
+func (s *suite) testNackRequeues(t *testing.T) {
+	b := s.one(t, s.setup())
+	q := queue(t)
+	want := msg("again", s.c.Priorities[len(s.c.Priorities)/2])
+	publish(t, b, q, want)
+	d := receiveOne(t, b, q, prompt)
+	if d.Attempt() != 1 {
+		t.Errorf("first delivery: Attempt() = %d, want 1", d.Attempt())
+	}
+	if err := d.Nack(t.Context(), 0); err != nil {
+		t.Fatalf("Nack: %v", err)
+	}
+	d = receiveOne(t, b, q, prompt)
+	if !sameMessage(d.Message(), want) || d.Attempt() != 2 {
+		t.Fatalf("after Nack(0): got %q priority %d attempt %d, want %q priority %d attempt 2",
+			d.Message().Body, d.Message().Priority, d.Attempt(), want.Body, want.Priority)
+	}
+	ack(t, d)
+	waitCounts(t, b, q, broker.Counts{})
+}
+
+func (s *suite) testNackDelay(t *testing.T) {
+	delay := s.c.Lease
+	b := s.one(t, s.setup())
+	q := queue(t)
+	p := s.c.Priorities[0]
+	publish(t, b, q, msg("delayed", p))
+	d := receiveOne(t, b, q, prompt)
+	start := time.Now()
+	if err := d.Nack(t.Context(), delay); err != nil {
+		t.Fatalf("Nack(%v): %v", delay, err)
+	}
+	publish(t, b, q, msg("other", p))
+	other := receiveOne(t, b, q, prompt)
+	if got := string(other.Message().Body); got != "other" {
+		if el := time.Since(start); el < delay {
+			t.Fatalf("got %q %v after Nack(%v), want other: a delayed message was visible early", got, el, delay)
+		}
+		t.Skipf("inconclusive: publishing and receiving took longer than the delay %v", delay)
+	}
+	ack(t, other)
+	waitCounts(t, b, q, broker.Counts{Ready: 1}) // a delayed message counts as ready
+	if rest := delay/2 - time.Since(start); rest > 0 {
+		expectNone(t, b, q, rest)
+	}
+	d = receiveOne(t, b, q, delay+prompt)
+	if el := time.Since(start); el < delay*3/4 {
+		t.Errorf("delayed message came back %v after Nack(%v)", el, delay)
+	}
+	if got := string(d.Message().Body); got != "delayed" || d.Attempt() != 2 {
+		t.Errorf("got %q attempt %d, want delayed attempt 2", got, d.Attempt())
+	}
+	ack(t, d)
+	waitCounts(t, b, q, broker.Counts{})
+}
+
+func (s *suite) testReject(t *testing.T) {
+	b := s.one(t, s.setup())
+	q := queue(t)
+	p := s.c.Priorities[len(s.c.Priorities)-1]
+	publish(t, b, q, msg("one", p), msg("two", p))
+	d := receiveOne(t, b, q, prompt)
+	rejected := d.Message()
+	if err := d.Reject(t.Context(), "undecodable payload"); err != nil {
+		t.Fatalf("Reject: %v", err)
+	}
+	d = receiveOne(t, b, q, prompt)
+	if sameMessage(d.Message(), rejected) {
+		t.Fatalf("rejected message %q was delivered again", rejected.Body)
+	}
+	ack(t, d)
+	expectNone(t, b, q, s.c.Lease)
+	waitCounts(t, b, q, broker.Counts{Dead: 1})
+	dlq, ok := b.(broker.DeadLetters)
+	if !ok {
+		return
+	}
+	dls, err := dlq.DeadLetters(t.Context(), q, 10)
+	if err != nil {
+		t.Fatalf("DeadLetters: %v", err)
+	}
+	if len(dls) != 1 || !sameMessage(dls[0].Message, rejected) || dls[0].Reason != "undecodable payload" {
+		t.Fatalf("DeadLetters = %+v, want the rejected %q with reason %q", dls, rejected.Body, "undecodable payload")
+	}
+	if n, err := dlq.Requeue(t.Context(), q, 10); n != 1 || err != nil {
+		t.Fatalf("Requeue = %d, %v; want 1, nil", n, err)
+	}
+	waitCounts(t, b, q, broker.Counts{Ready: 1})
+	d = receiveOne(t, b, q, prompt)
+	if !sameMessage(d.Message(), rejected) {
+		t.Fatalf("after Requeue got %q, want %q", d.Message().Body, rejected.Body)
+	}
+	ack(t, d)
+	waitCounts(t, b, q, broker.Counts{})
+}
+
+func (s *suite) testDeadLetters(t *testing.T) {
+	b := s.one(t, s.setup())
+	dlq, ok := b.(broker.DeadLetters)
+	if !ok {
+		t.Skip("broker does not implement broker.DeadLetters")
+	}
+	q := queue(t)
+	p := s.c.Priorities[0]
+	publish(t, b, q, msg("d0", p), msg("d1", p), msg("d2", p))
+	ds := receive(t, b, q, 3, 3, prompt)
+	var order []string
+	for _, d := range ds {
+		body := string(d.Message().Body)
+		if err := d.Reject(t.Context(), "reason "+body); err != nil {
+			t.Fatalf("Reject %q: %v", body, err)
+		}
+		order = append(order, body)
+	}
+	waitCounts(t, b, q, broker.Counts{Dead: 3})
+	check := func(max int, want []string) {
+		t.Helper()
+		dls, err := dlq.DeadLetters(t.Context(), q, max)
+		if err != nil {
+			t.Fatalf("DeadLetters(%d): %v", max, err)
+		}
+		var got []string
+		for _, dl := range dls {
+			got = append(got, string(dl.Message.Body))
+			if dl.Reason != "reason "+string(dl.Message.Body) {
+				t.Errorf("dead letter %q: reason %q, want %q", dl.Message.Body, dl.Reason, "reason "+string(dl.Message.Body))
+			}
+			if dl.Message.Priority != p {
+				t.Errorf("dead letter %q: priority %d, want %d", dl.Message.Body, dl.Message.Priority, p)
+			}
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("DeadLetters(%d) = %q, want %q (oldest first)", max, got, want)
+		}
+	}
+	check(10, order)
+	check(2, order[:2])
+	check(10, order) // reading removes nothing
+	if n, err := dlq.Requeue(t.Context(), q, 2); n != 2 || err != nil {
+		t.Fatalf("Requeue(2) = %d, %v; want 2, nil", n, err)
+	}
+	waitCounts(t, b, q, broker.Counts{Ready: 2, Dead: 1})
+	check(10, order[2:])
+	ds = receive(t, b, q, 2, 2, prompt)
+	got := bodies(ds)
+	slices.Sort(got)
+	if want := slices.Sorted(slices.Values(order[:2])); !slices.Equal(got, want) {
+		t.Fatalf("after Requeue(2) received %q, want %q", got, want)
+	}
+	ack(t, ds...)
+	if n, err := dlq.Requeue(t.Context(), q, 5); n != 1 || err != nil {
+		t.Fatalf("Requeue(5) with one dead letter = %d, %v; want 1, nil", n, err)
+	}
+	if n, err := dlq.Requeue(t.Context(), q, 5); n != 0 || err != nil {
+		t.Fatalf("Requeue(5) with no dead letters = %d, %v; want 0, nil", n, err)
+	}
+	check(10, nil)
+	d := receiveOne(t, b, q, prompt)
+	if got := string(d.Message().Body); got != order[2] {
+		t.Fatalf("after Requeue(5) received %q, want %q", got, order[2])
+	}
+	ack(t, d)
+	waitCounts(t, b, q, broker.Counts{})
+	if dls, err := dlq.DeadLetters(t.Context(), queue(t, "unknown"), 10); len(dls) != 0 || err != nil {
+		t.Fatalf("DeadLetters of an unknown queue = %v, %v; want none, nil", dls, err)
+	}
+}
+
+func (s *suite) maxDeliveriesNack(max int) func(t *testing.T) {
+	return func(t *testing.T) {
+		b := s.one(t, Setup{Order: s.order, MaxDeliveries: max})
+		q := queue(t)
+		publish(t, b, q, msg("poison", s.c.Priorities[0]))
+		for i := 1; i <= max; i++ {
+			d := receiveOne(t, b, q, prompt)
+			if d.Attempt() != i {
+				t.Fatalf("delivery %d: Attempt() = %d", i, d.Attempt())
+			}
+			if err := d.Nack(t.Context(), 0); err != nil {
+				t.Fatalf("Nack of attempt %d: %v", i, err)
+			}
+		}
+		expectNone(t, b, q, s.c.Lease)
+		waitCounts(t, b, q, broker.Counts{Dead: 1})
+		s.expectDeadLetter(t, b, q, "poison")
+	}
+}
+
+// expectDeadLetter checks that body is q's only dead letter and says why,
+// if b implements broker.DeadLetters.
+func (s *suite) expectDeadLetter(t *testing.T, b broker.Broker, q, body string) {
+	t.Helper()
+	dlq, ok := b.(broker.DeadLetters)
+	if !ok {
+		return
+	}
+	dls, err := dlq.DeadLetters(t.Context(), q, 10)
+	if err != nil {
+		t.Fatalf("DeadLetters: %v", err)
+	}
+	if len(dls) != 1 || string(dls[0].Message.Body) != body {
+		t.Fatalf("DeadLetters = %+v, want just %q", dls, body)
+	}
+	if dls[0].Reason == "" {
+		t.Errorf("dead letter %q has no reason", body)
+	}
+}
+
+func (s *suite) testMaxDeliveriesLease(t *testing.T) {
+	b := s.one(t, Setup{Order: s.order, Lease: s.c.Lease, MaxDeliveries: 2})
+	q := queue(t)
+	publish(t, b, q, msg("hang", s.c.Priorities[0]))
+	d1 := receiveOne(t, b, q, prompt)
+	d2 := receiveOne(t, b, q, s.leaseWait())
+	if d2.Attempt() != 2 {
+		t.Fatalf("redelivery after an expired lease: Attempt() = %d, want 2", d2.Attempt())
+	}
+	expectNone(t, b, q, 3*s.c.Lease)
+	waitCounts(t, b, q, broker.Counts{Dead: 1})
+	wantErr(t, "Ack of the first, expired delivery", d1.Ack(t.Context()), broker.ErrLeaseLost)
+	wantErr(t, "Ack of the last, expired delivery", d2.Ack(t.Context()), broker.ErrLeaseLost)
+	s.expectDeadLetter(t, b, q, "hang")
+}
+
+func (s *suite) testDoubleSettle(t *testing.T) {
+	b := s.one(t, s.setup())
+	q := queue(t)
+	p := s.c.Priorities[0]
+	publish(t, b, q, msg("a", p), msg("b", p), msg("c", p), msg("d", p))
+	ds := receive(t, b, q, 4, 4, prompt)
+	ctx := t.Context()
+	extend := func(what string, d broker.Delivery) {
+		t.Helper()
+		if e, ok := d.(broker.Extender); ok {
+			wantErr(t, what, e.Extend(ctx, time.Minute), broker.ErrSettled)
+		}
+	}
+
+	acked := ds[0]
+	if err := acked.Ack(ctx); err != nil {
+		t.Fatalf("Ack: %v", err)
+	}
+	wantErr(t, "Ack after Ack", acked.Ack(ctx), broker.ErrSettled)
+	wantErr(t, "Nack after Ack", acked.Nack(ctx, 0), broker.ErrSettled)
+	wantErr(t, "Reject after Ack", acked.Reject(ctx, "x"), broker.ErrSettled)
+	extend("Extend after Ack", acked)
+
+	nacked := ds[1]
+	if err := nacked.Nack(ctx, 0); err != nil {
+		t.Fatalf("Nack: %v", err)
+	}
+	wantErr(t, "Ack after Nack", nacked.Ack(ctx), broker.ErrSettled)
+	extend("Extend after Nack", nacked)
+
+	rejected := ds[2]
+	if err := rejected.Reject(ctx, "x"); err != nil {
+		t.Fatalf("Reject: %v", err)
+	}
+	wantErr(t, "Nack after Reject", rejected.Nack(ctx, 0), broker.ErrSettled)
+	wantErr(t, "Reject after Reject", rejected.Reject(ctx, "x"), broker.ErrSettled)
+
+	delayed := ds[3]
+	if err := delayed.Nack(ctx, time.Minute); err != nil {
+		t.Fatalf("Nack(1m): %v", err)
+	}
+	wantErr(t, "Reject after Nack(1m)", delayed.Reject(ctx, "x"), broker.ErrSettled)
+	wantErr(t, "Ack after Nack(1m)", delayed.Ack(ctx), broker.ErrSettled)
+
+	// The nacked message came back once, and the second Ack above did not
+	// acknowledge it.
+	d := receiveOne(t, b, q, prompt)
+	if !sameMessage(d.Message(), nacked.Message()) || d.Attempt() != 2 {
+		t.Fatalf("got %q attempt %d, want the nacked %q attempt 2", d.Message().Body, d.Attempt(), nacked.Message().Body)
+	}
+	ack(t, d)
+	waitCounts(t, b, q, broker.Counts{Ready: 1, Dead: 1})
+	if p, ok := b.(broker.Purger); ok {
+		if err := p.Purge(ctx, q); err != nil {
+			t.Fatalf("Purge: %v", err)
+		}
+	}
+}
+
+func (s *suite) testLeaseExpiry(t *testing.T) {
+	b := s.one(t, Setup{Order: s.order, Lease: s.c.Lease, MaxDeliveries: 10})
+	q := queue(t)
+	want := msg("lost", s.c.Priorities[0])
+	publish(t, b, q, want)
+	start := time.Now()
+	d1 := receiveOne(t, b, q, prompt)
+	d2 := receiveOne(t, b, q, s.leaseWait())
+	el := time.Since(start)
+	if !sameMessage(d2.Message(), want) || d2.Attempt() != 2 {
+		t.Fatalf("after the lease: got %q attempt %d, want %q attempt 2", d2.Message().Body, d2.Attempt(), want.Body)
+	}
+	if el < s.c.Lease/2 {
+		t.Errorf("an unsettled delivery came back %v after it was received, before its lease of %v ran out", el, s.c.Lease)
+	}
+	ctx := t.Context()
+	wantErr(t, "Ack of an expired delivery", d1.Ack(ctx), broker.ErrLeaseLost)
+	wantErr(t, "Nack of an expired delivery", d1.Nack(ctx, 0), broker.ErrLeaseLost)
+	wantErr(t, "Reject of an expired delivery", d1.Reject(ctx, "x"), broker.ErrLeaseLost)
+	if e, ok := d1.(broker.Extender); ok {
+		wantErr(t, "Extend of an expired delivery", e.Extend(ctx, time.Minute), broker.ErrLeaseLost)
+	}
+	ack(t, d2)
+	expectNone(t, b, q, s.c.Lease)
+	waitCounts(t, b, q, broker.Counts{})
+}
+
+func (s *suite) testExtend(t *testing.T) {
+	lease := s.c.Lease
+	bs := s.brokers(t, s.short(), 2)
+	b, thief := bs[0], bs[1]
+	q := queue(t)
+	publish(t, b, q, msg("busy", s.c.Priorities[0]))
+	d := receiveOne(t, b, q, prompt)
+	start := time.Now()
+	e, ok := d.(broker.Extender)
+	if !ok {
+		t.Skip("deliveries do not implement broker.Extender")
+	}
+	until := start.Add(3 * lease)
+	ch := receiveAsync(t, thief, q, 1, time.Until(until))
+	tick := time.NewTicker(lease / 4)
+	defer tick.Stop()
+	for time.Now().Before(until) {
+		if err := e.Extend(t.Context(), lease); err != nil {
+			t.Fatalf("Extend %v after receiving: %v", time.Since(start), err)
+		}
+		<-tick.C
+	}
+	r := await(t, ch, prompt, "another consumer")
+	if len(r.ds) > 0 {
+		t.Fatalf("a delivery whose lease was extended every %v went to another consumer %v after it was received (lease %v)",
+			lease/4, r.at.Sub(start), lease)
+	}
+	if !errors.Is(r.err, context.DeadlineExceeded) {
+		t.Fatalf("another consumer's Receive: %v, want context.DeadlineExceeded", r.err)
+	}
+	ack(t, d)
+	waitCounts(t, b, q, broker.Counts{})
+}
+
+func (s *suite) testClosedConsumer(t *testing.T) {
+	bs := s.brokers(t, s.short(), 2)
+	a, b := bs[0], bs[1]
+	q := queue(t)
+	p := s.c.Priorities[0]
+	publish(t, b, q, msg("x1", p), msg("x2", p))
+	receive(t, a, q, 2, 2, prompt)
+	if err := a.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	ds := receive(t, b, q, 2, 2, s.leaseWait())
+	got := bodies(ds)
+	slices.Sort(got)
+	if !slices.Equal(got, []string{"x1", "x2"}) {
+		t.Fatalf("after the consumer closed, got %q, want x1 and x2", got)
+	}
+	for _, d := range ds {
+		if d.Attempt() != 2 {
+			t.Errorf("%q: Attempt() = %d after its consumer closed, want 2", d.Message().Body, d.Attempt())
+		}
+	}
+	ack(t, ds...)
+	waitCounts(t, b, q, broker.Counts{})
+}
+
+func (s *suite) testConcurrentConsumers(t *testing.T) {
+	const (
+		n         = 200
+		nBrokers  = 3
+		consumers = 6
+	)
+	bs := s.brokers(t, Setup{Order: s.order, Lease: 30 * time.Second}, nBrokers)
+	q := queue(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	var (
+		mu    sync.Mutex
+		got   = map[string]int{}
+		total atomic.Int64
+		wg    sync.WaitGroup
+	)
+	for p := range 2 {
+		wg.Go(func() {
+			for i := 0; i < n/2; {
+				k := min(1+i%7, n/2-i)
+				msgs := make([]broker.Message, k)
+				for j := range msgs {
+					msgs[j] = msg(fmt.Sprintf("p%d-%03d", p, i+j), s.c.Priorities[(i+j)%len(s.c.Priorities)])
+				}
+				if err := bs[p].Publish(ctx, q, msgs...); err != nil {
+					t.Errorf("publisher %d: Publish: %v", p, err)
+					return
+				}
+				i += k
+			}
+		})
+	}
+	for c := range consumers {
+		b, max := bs[c%nBrokers], 1+c%5
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				ds, err := b.Receive(ctx, q, max)
+				if err != nil {
+					if ctx.Err() == nil {
+						t.Errorf("consumer %d: Receive: %v", c, err)
+					}
+					return
+				}
+				for _, d := range ds {
+					mu.Lock()
+					got[string(d.Message().Body)]++
+					mu.Unlock()
+					if d.Attempt() != 1 {
+						t.Errorf("consumer %d: %q has Attempt() = %d, want 1 (nothing was nacked or expired)", c, d.Message().Body, d.Attempt())
+					}
+					if err := d.Ack(t.Context()); err != nil {
+						t.Errorf("consumer %d: Ack %q: %v", c, d.Message().Body, err)
+					}
+					if total.Add(1) == n {
+						cancel()
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	var missing, dup []string
+	for p := range 2 {
+		for i := range n / 2 {
+			body := fmt.Sprintf("p%d-%03d", p, i)
+			switch got[body] {
+			case 0:
+				missing = append(missing, body)
+			case 1:
+			default:
+				dup = append(dup, fmt.Sprintf("%s×%d", body, got[body]))
+			}
+		}
+	}
+	if len(missing) > 0 || len(dup) > 0 || len(got) != n {
+		t.Fatalf("%d consumers on %d brokers: %d distinct of %d messages; missing %q; received more than once while leased %q",
+			consumers, nBrokers, len(got), n, missing, dup)
+	}
+	waitCounts(t, bs[0], q, broker.Counts{})
+}
+
+func (s *suite) testReceiveWakes(t *testing.T) {
+	bs := s.brokers(t, s.setup(), 2)
+	waiter, other := bs[0], bs[1]
+	q := queue(t)
+	p := s.c.Priorities[0]
+
+	ch := receiveAsync(t, waiter, q, 5, 10*time.Second)
+	expectWaiting(t, ch)
+	sent := time.Now()
+	publish(t, other, q, msg("wake", p))
+	r := await(t, ch, 10*time.Second, "woken by Publish")
+	if r.err != nil || len(r.ds) != 1 || string(r.ds[0].Message().Body) != "wake" {
+		t.Fatalf("waiting Receive after a Publish by another broker: %q, %v; want wake", bodies(r.ds), r.err)
+	}
+	if lag := r.at.Sub(sent); lag > snappy {
+		t.Errorf("a waiting Receive took %v to see a Publish by another broker", lag)
+	}
+	ack(t, r.ds...)
+
+	publish(t, other, q, msg("again", p))
+	d := receiveOne(t, other, q, prompt)
+	ch = receiveAsync(t, waiter, q, 5, 10*time.Second)
+	expectWaiting(t, ch)
+	sent = time.Now()
+	if err := d.Nack(t.Context(), 0); err != nil {
+		t.Fatalf("Nack: %v", err)
+	}
+	r = await(t, ch, 10*time.Second, "woken by Nack")
+	if r.err != nil || len(r.ds) != 1 || string(r.ds[0].Message().Body) != "again" || r.ds[0].Attempt() != 2 {
+		t.Fatalf("waiting Receive after a Nack by another broker: %q attempts %v, %v; want again attempt 2", bodies(r.ds), attempts(r.ds), r.err)
+	}
+	if lag := r.at.Sub(sent); lag > snappy {
+		t.Errorf("a waiting Receive took %v to see a Nack by another broker", lag)
+	}
+	ack(t, r.ds...)
+}
+
+func (s *suite) testContextCancel(t *testing.T) {
+	b := s.one(t, s.setup())
+	q := queue(t)
+	const after = 200 * time.Millisecond
+
+	ctx, cancel := context.WithTimeout(t.Context(), after)
+	start := time.Now()
+	_, err := recv(t, ctx, b, q, 1)
+	el := time.Since(start)
+	cancel()
+	wantErr(t, "Receive past its deadline", err, context.DeadlineExceeded)
+	if el > after+snappy {
+		t.Errorf("Receive returned %v after it began, its deadline was %v", el, after)
+	}
+
+	ctx, cancel = context.WithCancel(t.Context())
+	timer := time.AfterFunc(after, cancel)
+	start = time.Now()
+	_, err = recv(t, ctx, b, q, 1)
+	el = time.Since(start)
+	timer.Stop()
+	cancel()
+	wantErr(t, "Receive cancelled while waiting", err, context.Canceled)
+	if el > after+snappy {
+		t.Errorf("Receive returned %v after it began, it was cancelled after %v", el, after)
+	}
+
+	ctx, cancel = context.WithCancel(t.Context())
+	cancel()
+	_, err = recv(t, ctx, b, q, 1)
+	wantErr(t, "Receive with a cancelled context", err, context.Canceled)
+
+	// Nothing was leased by the cancelled calls.
+	publish(t, b, q, msg("after", s.c.Priorities[0]))
+	d := receiveOne(t, b, q, prompt)
+	if d.Attempt() != 1 {
+		t.Errorf("first delivery after cancelled Receives: Attempt() = %d, want 1", d.Attempt())
+	}
+	ack(t, d)
+}
+
+// testCancelLosesNothing races the cancellation of a waiting Receive with
+// a Publish: whatever the Receive did not return must still be there at
+// once, not after a lease.
+func (s *suite) testCancelLosesNothing(t *testing.T) {
+	const rounds = 20
+	bs := s.brokers(t, s.setup(), 2)
+	cons, pub := bs[0], bs[1]
+	q := queue(t)
+	p := s.c.Priorities[0]
+	got := map[string]int{}
+	count := func(ds []broker.Delivery) {
+		for _, d := range ds {
+			got[string(d.Message().Body)]++
+		}
+		ack(t, ds...)
+	}
+	for i := range rounds {
+		ctx, cancel := context.WithCancel(t.Context())
+		ch := make(chan result, 1)
+		go func() {
+			ds, err := cons.Receive(ctx, q, 1)
+			ch <- result{ds: ds, err: err}
+		}()
+		pubErr := make(chan error, 1)
+		go func() { pubErr <- pub.Publish(t.Context(), q, msg(fmt.Sprintf("m%02d", i), p)) }()
+		if i%2 == 0 {
+			cancel()
+		}
+		if err := <-pubErr; err != nil {
+			cancel()
+			t.Fatalf("Publish: %v", err)
+		}
+		cancel()
+		r := await(t, ch, prompt, "cancelled")
+		if r.err != nil && !errors.Is(r.err, context.Canceled) {
+			t.Fatalf("cancelled Receive: %v, want context.Canceled", r.err)
+		}
+		if r.err == nil && len(r.ds) == 0 {
+			t.Fatalf("Receive returned no deliveries and no error")
+		}
+		count(r.ds)
+	}
+	received := 0
+	for _, c := range got {
+		received += c
+	}
+	count(receive(t, cons, q, rounds-received, rounds, prompt))
+	for i := range rounds {
+		if body := fmt.Sprintf("m%02d", i); got[body] != 1 {
+			t.Errorf("%s received %d times, want once", body, got[body])
+		}
+	}
+	expectNone(t, cons, q, s.c.Lease)
+}
+
+func (s *suite) testClosed(t *testing.T) {
+	bs := s.brokers(t, s.short(), 2)
+	b, other := bs[0], bs[1]
+	q, empty := queue(t), queue(t, "empty")
+	p := s.c.Priorities[0]
+	publish(t, b, q, msg("m1", p), msg("m2", p), msg("m3", p))
+	ds := receive(t, b, q, 3, 3, prompt)
+
+	ch := receiveAsync(t, b, empty, 1, 10*time.Second)
+	expectWaiting(t, ch)
+	if err := b.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	r := await(t, ch, snappy, "Close")
+	wantErr(t, "Receive waiting when Close was called", r.err, broker.ErrClosed)
+	if err := b.Close(); err != nil {
+		t.Errorf("second Close: %v, want nil", err)
+	}
+
+	ctx := t.Context()
+	wantErr(t, "Publish on a closed broker", b.Publish(ctx, q, msg("late", p)), broker.ErrClosed)
+	rctx, cancel := context.WithTimeout(ctx, prompt)
+	got, err := b.Receive(rctx, q, 1)
+	cancel()
+	if len(got) > 0 {
+		t.Errorf("Receive on a closed broker delivered %q", bodies(got))
+	}
+	wantErr(t, "Receive on a closed broker", err, broker.ErrClosed)
+	wantErr(t, "Ack on a closed broker", ds[0].Ack(ctx), broker.ErrClosed)
+	wantErr(t, "Nack on a closed broker", ds[1].Nack(ctx, 0), broker.ErrClosed)
+	wantErr(t, "Reject on a closed broker", ds[2].Reject(ctx, "x"), broker.ErrClosed)
+	if e, ok := ds[0].(broker.Extender); ok {
+		wantErr(t, "Extend on a closed broker", e.Extend(ctx, time.Minute), broker.ErrClosed)
+	}
+	if c, ok := b.(broker.Counter); ok {
+		_, err := c.Counts(ctx, q)
+		wantErr(t, "Counts on a closed broker", err, broker.ErrClosed)
+	}
+	if pg, ok := b.(broker.Purger); ok {
+		wantErr(t, "Purge on a closed broker", pg.Purge(ctx, q), broker.ErrClosed)
+	}
+	if dlq, ok := b.(broker.DeadLetters); ok {
+		_, err := dlq.DeadLetters(ctx, q, 1)
+		wantErr(t, "DeadLetters on a closed broker", err, broker.ErrClosed)
+		_, err = dlq.Requeue(ctx, q, 1)
+		wantErr(t, "Requeue on a closed broker", err, broker.ErrClosed)
+	}
+
+	// Closing b closed nothing else: the other broker works, and gets b's
+	// unsettled messages back (at once, or when their leases run out).
+	publish(t, other, q, msg("m4", p))
+	all := receive(t, other, q, 4, 4, s.leaseWait())
+	gotBodies := bodies(all)
+	slices.Sort(gotBodies)
+	if want := []string{"m1", "m2", "m3", "m4"}; !slices.Equal(gotBodies, want) {
+		t.Fatalf("other broker received %q, want %q", gotBodies, want)
+	}
+	ack(t, all...)
+	waitCounts(t, other, q, broker.Counts{})
+}
+
+func (s *suite) testInvalid(t *testing.T) {
+	b := s.one(t, s.setup())
+	q := queue(t)
+	p := s.c.Priorities[0]
+	ctx, cancel := context.WithTimeout(t.Context(), prompt)
+	defer cancel()
+	wantErr(t, `Publish("")`, b.Publish(ctx, "", msg("x", p)), broker.ErrInvalid)
+	_, err := b.Receive(ctx, "", 1)
+	wantErr(t, `Receive("", 1)`, err, broker.ErrInvalid)
+	publish(t, b, q, msg("kept", p)) // so that a bad max cannot wait
+	for _, max := range []int{0, -1} {
+		ds, err := b.Receive(ctx, q, max)
+		wantErr(t, fmt.Sprintf("Receive(q, %d)", max), err, broker.ErrInvalid)
+		if len(ds) > 0 {
+			t.Fatalf("Receive(q, %d) delivered %q", max, bodies(ds))
+		}
+	}
+	if c, ok := b.(broker.Counter); ok {
+		_, err := c.Counts(ctx, "")
+		wantErr(t, `Counts("")`, err, broker.ErrInvalid)
+	}
+	if pg, ok := b.(broker.Purger); ok {
+		wantErr(t, `Purge("")`, pg.Purge(ctx, ""), broker.ErrInvalid)
+	}
+	if dlq, ok := b.(broker.DeadLetters); ok {
+		_, err := dlq.DeadLetters(ctx, "", 1)
+		wantErr(t, `DeadLetters("", 1)`, err, broker.ErrInvalid)
+		_, err = dlq.DeadLetters(ctx, q, 0)
+		wantErr(t, `DeadLetters(q, 0)`, err, broker.ErrInvalid)
+		_, err = dlq.Requeue(ctx, "", 1)
+		wantErr(t, `Requeue("", 1)`, err, broker.ErrInvalid)
+		_, err = dlq.Requeue(ctx, q, 0)
+		wantErr(t, `Requeue(q, 0)`, err, broker.ErrInvalid)
+	}
+	d := receiveOne(t, b, q, prompt)
+	if string(d.Message().Body) != "kept" || d.Attempt() != 1 {
+		t.Fatalf("after invalid calls got %q attempt %d, want kept attempt 1", d.Message().Body, d.Attempt())
+	}
+	ack(t, d)
+}
+
+func (s *suite) testCounts(t *testing.T) {
+	b := s.one(t, s.setup())
+	c, ok := b.(broker.Counter)
+	if !ok {
+		t.Skip("broker does not implement broker.Counter")
+	}
+	q := queue(t)
+	if got, err := c.Counts(t.Context(), queue(t, "unknown")); got != (broker.Counts{}) || err != nil {
+		t.Fatalf("Counts of an unknown queue = %+v, %v; want zero, nil", got, err)
+	}
+	p := s.c.Priorities[0]
+	publish(t, b, q, msg("c1", p), msg("c2", p), msg("c3", p))
+	waitCounts(t, b, q, broker.Counts{Ready: 3})
+	ds := receive(t, b, q, 2, 2, prompt)
+	waitCounts(t, b, q, broker.Counts{Ready: 1, InFlight: 2})
+	ack(t, ds[0])
+	waitCounts(t, b, q, broker.Counts{Ready: 1, InFlight: 1})
+	if err := ds[1].Nack(t.Context(), 0); err != nil {
+		t.Fatalf("Nack: %v", err)
+	}
+	waitCounts(t, b, q, broker.Counts{Ready: 2})
+	ds = receive(t, b, q, 2, 2, prompt)
+	waitCounts(t, b, q, broker.Counts{InFlight: 2})
+	if err := ds[0].Reject(t.Context(), "x"); err != nil {
+		t.Fatalf("Reject: %v", err)
+	}
+	waitCounts(t, b, q, broker.Counts{InFlight: 1, Dead: 1})
+	if err := ds[1].Nack(t.Context(), time.Minute); err != nil {
+		t.Fatalf("Nack(1m): %v", err)
+	}
+	waitCounts(t, b, q, broker.Counts{Ready: 1, Dead: 1}) // delayed counts as ready
+	if pg, ok := b.(broker.Purger); ok {
+		if err := pg.Purge(t.Context(), q); err != nil {
+			t.Fatalf("Purge: %v", err)
+		}
+		waitCounts(t, b, q, broker.Counts{})
+	}
+}
+
+func (s *suite) testPurge(t *testing.T) {
+	b := s.one(t, s.short())
+	pg, ok := b.(broker.Purger)
+	if !ok {
+		t.Skip("broker does not implement broker.Purger")
+	}
+	q := queue(t)
+	p := s.c.Priorities[0]
+	publish(t, b, q, msg("p0", p), msg("p1", p), msg("p2", p), msg("p3", p), msg("p4", p))
+	ds := receive(t, b, q, 4, 4, prompt)
+	if err := ds[2].Reject(t.Context(), "x"); err != nil {
+		t.Fatalf("Reject: %v", err)
+	}
+	if err := ds[3].Nack(t.Context(), time.Minute); err != nil {
+		t.Fatalf("Nack(1m): %v", err)
+	}
+	// Ready: one, plus one delayed; in flight: ds[0], ds[1]; dead: one.
+	waitCounts(t, b, q, broker.Counts{Ready: 2, InFlight: 2, Dead: 1})
+	if err := pg.Purge(t.Context(), q); err != nil {
+		t.Fatalf("Purge: %v", err)
+	}
+	waitCounts(t, b, q, broker.Counts{})
+	if err := ds[0].Ack(t.Context()); err != nil && !errors.Is(err, broker.ErrLeaseLost) {
+		t.Errorf("Ack of a purged in-flight message: %v, want nil or ErrLeaseLost", err)
+	}
+	// ds[1] stays unsettled: it must not come back when its lease runs out.
+	expectNone(t, b, q, 3*s.c.Lease)
+	waitCounts(t, b, q, broker.Counts{})
+	if dlq, ok := b.(broker.DeadLetters); ok {
+		if dls, err := dlq.DeadLetters(t.Context(), q, 10); len(dls) != 0 || err != nil {
+			t.Fatalf("DeadLetters after Purge = %+v, %v; want none", dls, err)
+		}
+	}
+	publish(t, b, q, msg("fresh", p))
+	d := receiveOne(t, b, q, prompt)
+	if string(d.Message().Body) != "fresh" || d.Attempt() != 1 {
+		t.Fatalf("after Purge got %q attempt %d, want fresh attempt 1", d.Message().Body, d.Attempt())
+	}
+	ack(t, d)
+	if err := pg.Purge(t.Context(), queue(t, "unknown")); err != nil {
+		t.Fatalf("Purge of an unknown queue: %v", err)
+	}
+}
+
+func (s *suite) testIndependentQueues(t *testing.T) {
+	b := s.one(t, s.setup())
+	qa := queue(t, "a.example.com")
+	qb := qa + "2"
+	p := s.c.Priorities[0]
+	publish(t, b, qa, msg("a0", p))
+	publish(t, b, qb, msg("b0", p))
+	publish(t, b, qa, msg("a1", p), msg("a2", p))
+	publish(t, b, qb, msg("b1", p))
+	waitCounts(t, b, qa, broker.Counts{Ready: 3})
+	waitCounts(t, b, qb, broker.Counts{Ready: 2})
+	as := receive(t, b, qa, 3, 3, prompt)
+	for _, d := range as {
+		if !strings.HasPrefix(string(d.Message().Body), "a") {
+			t.Fatalf("queue %q delivered %q", qa, d.Message().Body)
+		}
+	}
+	if err := as[0].Reject(t.Context(), "x"); err != nil {
+		t.Fatalf("Reject: %v", err)
+	}
+	ack(t, as[1:]...)
+	expectNone(t, b, qa, s.c.Lease)
+	bs := receive(t, b, qb, 2, 2, prompt)
+	if got := slices.Sorted(slices.Values(bodies(bs))); !slices.Equal(got, []string{"b0", "b1"}) {
+		t.Fatalf("queue %q delivered %q, want b0 and b1", qb, got)
+	}
+	waitCounts(t, b, qa, broker.Counts{Dead: 1})
+	waitCounts(t, b, qb, broker.Counts{InFlight: 2})
+	if dlq, ok := b.(broker.DeadLetters); ok {
+		if dls, err := dlq.DeadLetters(t.Context(), qb, 10); len(dls) != 0 || err != nil {
+			t.Fatalf("DeadLetters(%q) = %+v, %v; the dead letter was %q's", qb, dls, err, qa)
+		}
+	}
+	if pg, ok := b.(broker.Purger); ok {
+		if err := pg.Purge(t.Context(), qa); err != nil {
+			t.Fatalf("Purge: %v", err)
+		}
+		waitCounts(t, b, qa, broker.Counts{})
+		waitCounts(t, b, qb, broker.Counts{InFlight: 2})
+	}
+	ack(t, bs...)
+	waitCounts(t, b, qb, broker.Counts{})
+}

@@ -1,0 +1,227 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/trawlhq/trawl/broker"
+	"github.com/trawlhq/trawl/engine"
+)
+
+// openShared opens the backends and insists that they outlive the process.
+func (o *options) openShared(ctx context.Context, what string) (*backends, error) {
+	b, err := o.open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !b.shared {
+		b.Close()
+		return nil, usageError("%s needs a shared broker (--broker=redis, rabbitmq or nats); the in-memory broker lives only inside one crawl", what)
+	}
+	return b, nil
+}
+
+func newSeedCmd(o *options) *cobra.Command {
+	var file string
+	cmd := &cobra.Command{
+		Use:   "seed [URL...]",
+		Short: "Push start URLs into a crawl (also --file, one per line, - for stdin)",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			lines := args
+			if file != "" {
+				more, err := readLines(file, cmd.InOrStdin())
+				if err != nil {
+					return err
+				}
+				lines = append(lines, more...)
+			}
+			if len(lines) == 0 {
+				return usageError("seed needs URLs (arguments or --file)")
+			}
+			starts := make([]engine.StartURL, 0, len(lines))
+			for _, l := range lines {
+				s, err := engine.ParseStartURL([]byte(l))
+				if err != nil {
+					return usageError("bad start URL %q: %v", l, err)
+				}
+				starts = append(starts, s)
+			}
+			b, err := o.openShared(cmd.Context(), "seed")
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			if err := engine.Seed(cmd.Context(), b.broker, o.name, starts...); err != nil {
+				return err
+			}
+			fmt.Fprintf(o.stdout, "seeded %d start URLs into %s\n", len(starts), engine.StartQueue(o.name))
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&file, "file", "", "read start URLs (or JSON lines) from this file, - for stdin")
+	return cmd
+}
+
+func readLines(file string, stdin io.Reader) ([]string, error) {
+	r := stdin
+	if file != "-" {
+		f, err := os.Open(file)
+		if err != nil {
+			return nil, fmt.Errorf("--file: %w", err)
+		}
+		defer f.Close()
+		r = f
+	}
+	var out []string
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if l := strings.TrimSpace(sc.Text()); l != "" && !strings.HasPrefix(l, "#") {
+			out = append(out, l)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("--file: %w", err)
+	}
+	return out, nil
+}
+
+func newStatsCmd(o *options) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "stats",
+		Short: "Show a crawl's queues and counters",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			b, err := o.openShared(cmd.Context(), "stats")
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			out := map[string]int64{}
+			if c, ok := b.broker.(broker.Counter); ok {
+				for _, q := range []string{engine.RequestsQueue(o.name), engine.StartQueue(o.name)} {
+					n, err := c.Counts(cmd.Context(), q)
+					if err != nil {
+						return err
+					}
+					out[q+"/ready"], out[q+"/in_flight"], out[q+"/dead"] = n.Ready, n.InFlight, n.Dead
+				}
+			}
+			if asJSON {
+				return json.NewEncoder(o.stdout).Encode(out)
+			}
+			keys := make([]string, 0, len(out))
+			for k := range out {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			for _, k := range keys {
+				fmt.Fprintf(o.stdout, "%-50s %d\n", k, out[k])
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func newPurgeCmd(o *options) *cobra.Command {
+	return &cobra.Command{
+		Use:   "purge",
+		Short: "Delete a crawl's frontier, filter, items and stats",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			b, err := o.openShared(cmd.Context(), "purge")
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			if err := o.purge(cmd.Context(), b); err != nil {
+				return err
+			}
+			fmt.Fprintf(o.stdout, "purged crawl %s\n", o.name)
+			return nil
+		},
+	}
+}
+
+func newDeadLetterCmd(o *options) *cobra.Command {
+	var max int
+	cmd := &cobra.Command{
+		Use:   "deadletter list|requeue|purge",
+		Short: "List, requeue or purge a crawl's dead letters",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			switch args[0] {
+			case "list", "requeue", "purge":
+			default:
+				return usageError("deadletter %q: want list, requeue or purge", args[0])
+			}
+			b, err := o.openShared(cmd.Context(), "deadletter")
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			dl, ok := b.broker.(broker.DeadLetters)
+			if !ok {
+				return fmt.Errorf("--broker=%s cannot list dead letters", o.broker)
+			}
+			ctx := cmd.Context()
+			total := 0
+			for _, q := range []string{engine.RequestsQueue(o.name), engine.StartQueue(o.name)} {
+				switch args[0] {
+				case "list":
+					ls, err := dl.DeadLetters(ctx, q, max)
+					if err != nil {
+						return err
+					}
+					for _, l := range ls {
+						fmt.Fprintf(o.stdout, "%s\t%s\t%s\n", q, describe(q, l.Message.Body), l.Reason)
+					}
+					total += len(ls)
+				case "requeue":
+					n, err := dl.Requeue(ctx, q, max)
+					if err != nil {
+						return err
+					}
+					total += n
+				case "purge":
+					// Requeue nothing: move dead letters out by requeueing into
+					// a scratch read is not possible; report what a purge of the
+					// whole queue would drop instead.
+					return usageError("deadletter purge: use trawl purge to delete the crawl")
+				}
+			}
+			if args[0] == "requeue" {
+				fmt.Fprintf(o.stdout, "requeued %d dead letters\n", total)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().IntVar(&max, "max", 100, "at most this many per queue")
+	return cmd
+}
+
+// describe renders a dead letter's payload for a listing.
+func describe(queue string, body []byte) string {
+	if strings.HasSuffix(queue, ":requests") {
+		var r engine.Request
+		if err := r.UnmarshalBinary(body); err == nil {
+			return r.URL
+		}
+	}
+	s := fmt.Sprintf("%q", body)
+	if len(s) > 120 {
+		s = s[:117] + "..."
+	}
+	return s
+}

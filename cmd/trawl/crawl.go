@@ -1,0 +1,211 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+
+	"github.com/trawlhq/trawl/broker"
+	"github.com/trawlhq/trawl/dedup"
+	"github.com/trawlhq/trawl/engine"
+)
+
+// newCrawlCmd builds "crawl" (seed, then work) or "worker" (work only).
+func newCrawlCmd(o *options, seed bool) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "worker",
+		Short: "Join a crawl and work until it is done (with --idle-timeout=0, serve forever)",
+		Args:  cobra.NoArgs,
+	}
+	if seed {
+		cmd.Use = "crawl URL..."
+		cmd.Short = "Seed the URLs, then work until the crawl is done"
+		cmd.Args = cobra.ArbitraryArgs
+	}
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		return o.crawl(cmd.Context(), args, seed)
+	}
+	return cmd
+}
+
+func (o *options) crawl(ctx context.Context, args []string, seed bool) error {
+	starts := make([]engine.StartURL, 0, len(args))
+	var trusted []string
+	for _, a := range args {
+		s, err := engine.ParseStartURL([]byte(a))
+		if err != nil {
+			return usageError("bad start URL %q: want an absolute http or https URL", a)
+		}
+		starts = append(starts, s)
+		u, _ := url.Parse(s.URL)
+		trusted = append(trusted, u.Hostname())
+	}
+	b, err := o.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	if seed && len(starts) == 0 && !b.shared {
+		return usageError("crawl needs at least one start URL")
+	}
+	if !seed && !b.shared {
+		return usageError("worker needs a shared broker: --broker=redis, rabbitmq or nats")
+	}
+	if o.flush {
+		if err := o.purge(ctx, b); err != nil {
+			return err
+		}
+	}
+	sink, err := o.openSink()
+	if err != nil {
+		return err
+	}
+	cfg := o.engineConfig()
+	cfg.TrustedHosts = trusted
+	cfg.Sink = sink
+	cfg.Stats = engine.NewStats()
+	c, err := engine.New(b.broker, b.filter, cfg)
+	if err != nil {
+		sink.Close()
+		return usageError("%v", err)
+	}
+	if err := c.Seed(ctx, starts...); err != nil {
+		sink.Close()
+		return err
+	}
+
+	var wg sync.WaitGroup
+	side, stopSide := context.WithCancel(ctx)
+	if o.metricsAddr != "" {
+		srv, err := o.serveMetrics(cfg.Stats)
+		if err != nil {
+			stopSide()
+			sink.Close()
+			return err
+		}
+		wg.Go(func() {
+			<-side.Done()
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(side), 2*time.Second)
+			defer cancel()
+			srv.Shutdown(sctx)
+		})
+	}
+	if f, ok := o.stderr.(*os.File); ok && isTerminal(f) {
+		wg.Go(func() { progress(side, f, cfg.Stats) })
+	}
+	runErr := c.Run(ctx)
+	stopSide()
+	wg.Wait()
+	if err := sink.Close(); err != nil && runErr == nil {
+		runErr = err
+	}
+	switch {
+	case ctx.Err() != nil:
+		return &exitError{code: 130, err: errors.New("interrupted; run the same command again to resume")}
+	case runErr != nil:
+		return runErr
+	}
+	s := cfg.Stats
+	o.log.Info("crawl done", "pages", s.Get(engine.StatResponses), "items", s.Get(engine.StatItems), "errors", s.Get(engine.StatErrors))
+	return nil
+}
+
+// openSink opens the item sink named by --out.
+func (o *options) openSink() (engine.Sink, error) {
+	if o.out == "-" || o.out == "" {
+		return engine.NewJSONLines(o.stdout), nil
+	}
+	if dir := filepath.Dir(o.out); dir != "." {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("--out: %w", err)
+		}
+	}
+	s, err := engine.CreateJSONLines(o.out)
+	if err != nil {
+		return nil, fmt.Errorf("--out: %w", err)
+	}
+	return s, nil
+}
+
+// purge deletes the crawl's queues and filter.
+func (o *options) purge(ctx context.Context, b *backends) error {
+	if p, ok := b.broker.(broker.Purger); ok {
+		for _, q := range []string{engine.RequestsQueue(o.name), engine.StartQueue(o.name)} {
+			if err := p.Purge(ctx, q); err != nil {
+				return fmt.Errorf("purge %s: %w", q, err)
+			}
+		}
+	}
+	if p, ok := b.filter.(dedup.Purger); ok {
+		if err := p.Purge(ctx); err != nil {
+			return fmt.Errorf("purge filter: %w", err)
+		}
+	}
+	return nil
+}
+
+// serveMetrics serves the counters on /metrics.
+func (o *options) serveMetrics(s *engine.Stats) (*http.Server, error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(statsCollector{s: s, crawl: o.name})
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	ln, err := net.Listen("tcp", o.metricsAddr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-addr: %w", err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(ln) // ends with Shutdown
+	return srv, nil
+}
+
+var statDesc = prometheus.NewDesc("trawl_stat_total", "trawl crawl counters, by Scrapy-style stat name.", []string{"crawl", "stat"}, nil)
+
+// statsCollector exports engine stats as Prometheus counters.
+type statsCollector struct {
+	s     *engine.Stats
+	crawl string
+}
+
+func (c statsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- statDesc }
+
+func (c statsCollector) Collect(ch chan<- prometheus.Metric) {
+	for k, v := range c.s.Snapshot() {
+		ch <- prometheus.MustNewConstMetric(statDesc, prometheus.CounterValue, float64(v), c.crawl, k)
+	}
+}
+
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// progress redraws one status line on a terminal every second.
+func progress(ctx context.Context, f *os.File, s *engine.Stats) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	start := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			fmt.Fprint(f, "\r\033[K")
+			return
+		case <-t.C:
+		}
+		pages := s.Get(engine.StatResponses)
+		fmt.Fprintf(f, "\r\033[Kpages %d  items %d  queued %d  filtered %d  retries %d  errors %d  %.0f pages/s",
+			pages, s.Get(engine.StatItems), s.Get(engine.StatEnqueued), s.Get(engine.StatFiltered),
+			s.Get(engine.StatRetries), s.Get(engine.StatErrors), float64(pages)/time.Since(start).Seconds())
+	}
+}

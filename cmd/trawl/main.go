@@ -1,0 +1,169 @@
+// Command trawl is a distributed web crawler: workers on any number of
+// machines share one frontier in a broker and one duplicate filter.
+//
+// Run "trawl help" for the commands and flags.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// exitError carries an exit code.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// usageError marks bad flags or arguments (exit 2).
+func usageError(format string, a ...any) error {
+	return &exitError{code: 2, err: fmt.Errorf(format, a...)}
+}
+
+// run is main without the process: it returns the exit code.
+func run(args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signalContext(stderr)
+	defer stop()
+
+	o := &options{stdout: stdout, stderr: stderr}
+	root := newRoot(o)
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return 0
+	}
+	code := 1
+	var ee *exitError
+	if errors.As(err, &ee) {
+		code = ee.code
+	} else if isFlagError(err) {
+		code = 2
+	}
+	fmt.Fprintf(stderr, "trawl: %s\n", oneLine(err.Error()))
+	return code
+}
+
+func isFlagError(err error) bool {
+	s := err.Error()
+	for _, p := range []string{"unknown flag", "unknown shorthand", "invalid argument", "flag needs an argument", "unknown command", "accepts ", "requires at least"} {
+		if strings.Contains(s, p) {
+			return true
+		}
+	}
+	return false
+}
+
+func oneLine(s string) string { return strings.ReplaceAll(strings.TrimSpace(s), "\n", "; ") }
+
+// signalContext ends its context on the first SIGINT or SIGTERM; a second
+// one exits at once.
+func signalContext(stderr io.Writer) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := make(chan os.Signal, 2)
+	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-ch:
+		case <-done:
+			return
+		}
+		fmt.Fprintln(stderr, "trawl: stopping: finishing pages in flight (signal again to exit at once)")
+		cancel()
+		select {
+		case <-ch:
+			fmt.Fprintln(stderr, "trawl: exiting at once; unacknowledged pages return to the queue after their lease")
+			os.Exit(130)
+		case <-done:
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(ch)
+		close(done)
+		cancel()
+	}
+}
+
+func newRoot(o *options) *cobra.Command {
+	root := &cobra.Command{
+		Use:           "trawl",
+		Short:         "A distributed web crawler",
+		Long:          "trawl crawls the web with workers on any number of machines sharing one frontier (Redis, RabbitMQ, NATS JetStream or in memory) and one duplicate filter.",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if err := bindEnv(cmd.Flags()); err != nil {
+				return err
+			}
+			return o.setup()
+		},
+	}
+	o.addFlags(root.PersistentFlags())
+	root.AddCommand(
+		newCrawlCmd(o, true),
+		newCrawlCmd(o, false),
+		newSeedCmd(o),
+		newStatsCmd(o),
+		newPurgeCmd(o),
+		newDeadLetterCmd(o),
+		newTestsiteCmd(o),
+	)
+	return root
+}
+
+// bindEnv sets every flag not given on the command line from TRAWL_NAME
+// (upper case, dashes as underscores), if set.
+func bindEnv(fs *pflag.FlagSet) error {
+	var errs []error
+	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Changed {
+			return
+		}
+		env := "TRAWL_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		v, ok := os.LookupEnv(env)
+		if !ok {
+			return
+		}
+		if sv, isSlice := f.Value.(pflag.SliceValue); isSlice {
+			if err := sv.Replace(strings.Split(v, ",")); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", env, err))
+			}
+			return
+		}
+		if err := f.Value.Set(v); err != nil {
+			errs = append(errs, fmt.Errorf("%s=%q: %w", env, v, err))
+		}
+	})
+	if err := errors.Join(errs...); err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	return nil
+}
+
+// newLogger logs text to w at level.
+func newLogger(w io.Writer, level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, usageError("--log-level %q: want debug, info, warn or error", level)
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+}

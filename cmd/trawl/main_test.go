@@ -1,0 +1,157 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/trawlhq/trawl/internal/testsite"
+)
+
+// trawlBin is the trawl binary, built once for the tests that run it as a
+// process (exit codes, stderr, signals).
+var trawlBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "trawl-bin-")
+	if err != nil {
+		panic(err)
+	}
+	trawlBin = filepath.Join(dir, "trawl")
+	args := []string{"build", "-o", trawlBin}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	if out, err := exec.Command("go", append(args, ".")...).CombinedOutput(); err != nil {
+		os.RemoveAll(dir)
+		panic("go build: " + err.Error() + "\n" + string(out))
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+func trawl(t *testing.T, timeout time.Duration, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, trawlBin, args...)
+	cmd.Dir = t.TempDir()
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("trawl %v: timed out; stderr:\n%s", args, errb.String())
+	}
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return result{code, out.String(), errb.String()}
+}
+
+func serveSite(t *testing.T, o testsite.Options) (*testsite.Site, string) {
+	t.Helper()
+	site := testsite.New(o)
+	ctx, cancel := context.WithCancel(context.Background())
+	url, wait, err := site.Serve(ctx, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); wait() })
+	return site, url
+}
+
+// TestCrawl5000 is the foundation's acceptance test: the default crawl of a
+// 5000-page test site fetches every reachable page exactly once, never a
+// robots-disallowed or external URL, retries the flaky pages, stops by
+// itself with exit 0 and writes one JSON line per page.
+func TestCrawl5000(t *testing.T) {
+	pages := 5000
+	if testing.Short() {
+		pages = 500
+	}
+	site, url := serveSite(t, testsite.Options{Pages: pages, Links: 10, Seed: 1})
+	out := filepath.Join(t.TempDir(), "items.jsonl")
+	r := trawl(t, 5*time.Minute, "crawl", "--out", out, "--idle-timeout", "1s", url+"/")
+	if r.code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", r.code, r.stderr)
+	}
+	if err := site.Verify(); err != nil {
+		t.Errorf("site: %v", err)
+	}
+	f, err := os.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	seen := map[string]bool{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var p struct {
+			URL    string `json:"url"`
+			Status int    `json:"status"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &p); err != nil {
+			t.Fatalf("bad JSON line %q: %v", sc.Text(), err)
+		}
+		if seen[p.URL] {
+			t.Errorf("two items for %s", p.URL)
+		}
+		seen[p.URL] = true
+	}
+	if len(seen) != site.Expected() {
+		t.Errorf("%d JSON lines, want one per expected page: %d", len(seen), site.Expected())
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+		code int
+		msg  string
+	}{
+		{"malformed url", []string{"crawl", "ht!tp://x y"}, 2, "bad start URL"},
+		{"relative url", []string{"crawl", "/just/a/path"}, 2, "bad start URL"},
+		{"unknown broker", []string{"crawl", "--broker=kafka", "http://example.com/"}, 2, "--broker"},
+		{"bad duration", []string{"crawl", "--delay=soon", "http://example.com/"}, 2, "delay"},
+		{"unknown flag", []string{"crawl", "--nope", "http://example.com/"}, 2, "unknown flag"},
+		{"unreachable site", []string{"crawl", "--idle-timeout=100ms", "http://127.0.0.1:1/"}, 1, "no page could be fetched"},
+		{"worker without shared broker", []string{"worker"}, 2, "shared broker"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := trawl(t, time.Minute, c.args...)
+			if r.code != c.code {
+				t.Errorf("exit %d, want %d; stderr:\n%s", r.code, c.code, r.stderr)
+			}
+			lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
+			if len(lines) != 1 || !strings.HasPrefix(lines[0], "trawl: ") || !strings.Contains(lines[0], c.msg) {
+				t.Errorf("stderr should be one clear line mentioning %q, got:\n%s", c.msg, r.stderr)
+			}
+		})
+	}
+}
+
+func TestEnvFlags(t *testing.T) {
+	t.Setenv("TRAWL_BROKER", "kafka")
+	r := trawl(t, time.Minute, "crawl", "http://example.com/")
+	if r.code != 2 || !strings.Contains(r.stderr, "kafka") {
+		t.Errorf("TRAWL_BROKER=kafka should be rejected like --broker=kafka; exit %d, stderr %s", r.code, r.stderr)
+	}
+}

@@ -1,0 +1,188 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/trawlhq/trawl/broker"
+	"github.com/trawlhq/trawl/broker/memory"
+	"github.com/trawlhq/trawl/dedup"
+	"github.com/trawlhq/trawl/dedup/local"
+	"github.com/trawlhq/trawl/engine"
+)
+
+// options are the flags shared by the commands.
+type options struct {
+	stdout, stderr io.Writer
+	log            *slog.Logger
+
+	broker, dedup, name, order       string
+	redisURL, amqpURL, natsURL       string
+	concurrency, perHost             int
+	delay, idleTimeout, lease        time.Duration
+	maxDepth, maxPages               int
+	allowDomains, extract            []string
+	include, exclude                 []string
+	out, dataDir, metricsAddr        string
+	flush, allowPrivate, ignoreRobot bool
+	logLevel, userAgent              string
+	bloomCapacity                    uint
+	bloomFPRate                      float64
+}
+
+func (o *options) addFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.broker, "broker", "", "frontier: memory, redis, rabbitmq or nats (default: embedded single-node, no server)")
+	fs.StringVar(&o.dedup, "dedup", "", "duplicate filter: local, set or bloom (default: local; set with --broker=redis)")
+	fs.StringVar(&o.name, "name", "trawl", "crawl name; queues and keys derive from it")
+	fs.StringVar(&o.order, "order", "priority", "queue order: priority, fifo or lifo")
+	fs.StringVar(&o.redisURL, "redis-url", "redis://127.0.0.1:6379/0", "Redis URL (redis:// or rediss://, user and password allowed)")
+	fs.StringVar(&o.amqpURL, "amqp-url", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ URL (amqp:// or amqps://)")
+	fs.StringVar(&o.natsURL, "nats-url", "nats://127.0.0.1:4222", "NATS URL(s), comma-separated")
+	fs.IntVar(&o.concurrency, "concurrency", 16, "pages processed at once by this worker")
+	fs.IntVar(&o.perHost, "per-host", 8, "concurrent requests per host")
+	fs.DurationVar(&o.delay, "delay", 0, "minimum delay between requests to one host")
+	fs.IntVar(&o.maxDepth, "max-depth", 0, "maximum link depth from the start URLs (0: unlimited)")
+	fs.IntVar(&o.maxPages, "max-pages", 0, "stop this worker after that many pages (0: unlimited)")
+	fs.StringSliceVar(&o.allowDomains, "allow-domain", nil, "domain links may lead to, with subdomains (repeatable; default: the start URLs' hosts)")
+	fs.StringSliceVar(&o.include, "include", nil, "follow only URLs matching this regular expression (repeatable)")
+	fs.StringSliceVar(&o.exclude, "exclude", nil, "do not follow URLs matching this regular expression (repeatable)")
+	fs.StringVar(&o.out, "out", "-", "items: a JSON Lines file, or - for stdout")
+	fs.DurationVar(&o.idleTimeout, "idle-timeout", 3*time.Second, "exit once the crawl has been idle this long (0: serve forever)")
+	fs.BoolVar(&o.flush, "flush", false, "start clean: delete the crawl's frontier, filter and stats first")
+	fs.StringVar(&o.dataDir, "data-dir", "", "folder for local state (default ./.trawl/NAME)")
+	fs.DurationVar(&o.lease, "lease", 30*time.Second, "how long a delivery stays with a worker before another may take it")
+	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address")
+	fs.StringSliceVar(&o.extract, "extract", nil, "add NAME=CSS-SELECTOR text to each page item (repeatable)")
+	fs.BoolVar(&o.allowPrivate, "allow-private", false, "allow private, loopback and link-local addresses")
+	fs.BoolVar(&o.ignoreRobot, "ignore-robots", false, "do not fetch or obey robots.txt")
+	fs.StringVar(&o.userAgent, "user-agent", engine.DefaultUserAgent, "User-Agent header")
+	fs.StringVar(&o.logLevel, "log-level", "warn", "log level: debug, info, warn or error")
+	fs.UintVar(&o.bloomCapacity, "bloom-capacity", 10_000_000, "expected number of URLs, for Bloom filters")
+	fs.Float64Var(&o.bloomFPRate, "bloom-fp-rate", 0.001, "target false-positive rate, for Bloom filters")
+}
+
+// setup validates the shared flags.
+func (o *options) setup() error {
+	var errs []error
+	switch o.broker {
+	case "", "memory", "redis", "rabbitmq", "nats":
+	default:
+		errs = append(errs, fmt.Errorf("--broker %q: want memory, redis, rabbitmq or nats", o.broker))
+	}
+	switch o.dedup {
+	case "", "local", "set", "bloom":
+	default:
+		errs = append(errs, fmt.Errorf("--dedup %q: want local, set or bloom", o.dedup))
+	}
+	if _, err := broker.ParseOrder(o.order); err != nil {
+		errs = append(errs, fmt.Errorf("--order %q: want priority, fifo or lifo", o.order))
+	}
+	if o.name == "" || strings.ContainsAny(o.name, " {}") {
+		errs = append(errs, fmt.Errorf("--name %q: want a non-empty name without spaces or braces", o.name))
+	}
+	if o.concurrency < 1 || o.perHost < 1 {
+		errs = append(errs, errors.New("--concurrency and --per-host must be at least 1"))
+	}
+	if o.bloomFPRate <= 0 || o.bloomFPRate >= 1 {
+		errs = append(errs, fmt.Errorf("--bloom-fp-rate %v: want a rate between 0 and 1", o.bloomFPRate))
+	}
+	for _, e := range o.extract {
+		if name, sel, ok := strings.Cut(e, "="); !ok || name == "" || sel == "" {
+			errs = append(errs, fmt.Errorf("--extract %q: want NAME=SELECTOR", e))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	l, err := newLogger(o.stderr, o.logLevel)
+	if err != nil {
+		return err
+	}
+	o.log = l
+	return nil
+}
+
+// backends is an opened broker and filter, and what closes them.
+type backends struct {
+	broker broker.Broker
+	filter dedup.Filter
+	shared bool // other processes can join (not the in-memory broker)
+	closes []func() error
+}
+
+// Close closes what was opened, last first.
+func (b *backends) Close() error {
+	var errs []error
+	for i := len(b.closes) - 1; i >= 0; i-- {
+		errs = append(errs, b.closes[i]())
+	}
+	return errors.Join(errs...)
+}
+
+// open connects to the broker and the filter the flags name.
+func (o *options) open(ctx context.Context) (*backends, error) {
+	order, _ := broker.ParseOrder(o.order)
+	b := &backends{}
+	switch o.broker {
+	case "", "memory":
+		mb, err := memory.New(memory.Config{Order: order, Lease: o.lease})
+		if err != nil {
+			return nil, usageError("%v", err)
+		}
+		b.broker = mb
+		b.closes = append(b.closes, mb.Close)
+	default:
+		return nil, fmt.Errorf("--broker=%s is not available in this build yet", o.broker)
+	}
+	switch o.dedup {
+	case "", "local":
+		// The in-memory frontier does not survive the process, so neither
+		// may its filter: a resumed crawl would filter its own start URLs.
+		f, err := local.New(local.Config{Capacity: o.bloomCapacity, FPRate: o.bloomFPRate})
+		if err != nil {
+			b.Close()
+			return nil, err
+		}
+		b.filter = f
+		b.closes = append(b.closes, f.Close)
+	default:
+		b.Close()
+		return nil, fmt.Errorf("--dedup=%s needs --broker=redis (or a Redis URL)", o.dedup)
+	}
+	return b, nil
+}
+
+// engineConfig builds the crawl configuration from the flags.
+func (o *options) engineConfig() engine.Config {
+	cfg := engine.Config{
+		Name:           o.name,
+		Concurrency:    o.concurrency,
+		PerHost:        o.perHost,
+		Delay:          o.delay,
+		MaxDepth:       o.maxDepth,
+		MaxPages:       o.maxPages,
+		AllowedDomains: o.allowDomains,
+		Include:        o.include,
+		Exclude:        o.exclude,
+		IdleTimeout:    o.idleTimeout,
+		Lease:          o.lease,
+		IgnoreRobots:   o.ignoreRobot,
+		Fetch:          engine.FetchOptions{UserAgent: o.userAgent, AllowPrivate: o.allowPrivate, Logger: o.log},
+		Logger:         o.log,
+	}
+	if len(o.extract) > 0 {
+		cfg.Extract = make(map[string]string, len(o.extract))
+		for _, e := range o.extract {
+			name, sel, _ := strings.Cut(e, "=")
+			cfg.Extract[name] = sel
+		}
+	}
+	return cfg
+}

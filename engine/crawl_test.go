@@ -1,0 +1,276 @@
+package engine_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/trawlhq/trawl/broker"
+	"github.com/trawlhq/trawl/broker/memory"
+	"github.com/trawlhq/trawl/dedup/local"
+	"github.com/trawlhq/trawl/engine"
+	"github.com/trawlhq/trawl/internal/testsite"
+)
+
+// memSink collects items.
+type memSink struct {
+	mu    sync.Mutex
+	items []any
+}
+
+func (s *memSink) Write(_ context.Context, items []any) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.items = append(s.items, items...)
+	return nil
+}
+func (s *memSink) Close() error { return nil }
+func (s *memSink) len() int     { s.mu.Lock(); defer s.mu.Unlock(); return len(s.items) }
+
+func newBackends(t *testing.T) (*memory.Broker, *local.Filter) {
+	t.Helper()
+	b, err := memory.New(memory.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := local.New(local.Config{Capacity: 100_000, FPRate: 1e-6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close(); f.Close() })
+	return b, f
+}
+
+func serveSite(t *testing.T, o testsite.Options) (*testsite.Site, string) {
+	t.Helper()
+	site := testsite.New(o)
+	ctx, cancel := context.WithCancel(context.Background())
+	url, wait, err := site.Serve(ctx, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); wait() })
+	return site, url
+}
+
+// TestCrawlTestsite crawls the synthetic site with every trap and asks the
+// site whether the crawl was correct: every reachable page exactly once,
+// nothing disallowed by robots.txt, flaky pages retried to success.
+func TestCrawlTestsite(t *testing.T) {
+	site, url := serveSite(t, testsite.Options{Pages: 300, Links: 8, Seed: 7, SlowDelay: 300 * time.Millisecond})
+	b, f := newBackends(t)
+	sink := &memSink{}
+	c, err := engine.New(b, f, engine.Config{
+		Concurrency: 16, PerHost: 16, IdleTimeout: 300 * time.Millisecond,
+		RetryBackoff: 10 * time.Millisecond, TrustedHosts: []string{"127.0.0.1"},
+		Fetch: engine.FetchOptions{MaxBodySize: 1 << 20, Timeout: 3 * time.Second},
+		Sink:  sink,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := c.Seed(ctx, engine.StartURL{URL: url + "/"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Run(ctx); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if err := site.Verify(); err != nil {
+		t.Errorf("site says the crawl was wrong:\n%v", err)
+	}
+	if got, want := sink.len(), site.Expected(); got != want {
+		t.Errorf("items = %d, want one per page the site expects: %d", got, want)
+	}
+	st := c.Stats()
+	if st.Get(engine.StatRetries) == 0 {
+		t.Errorf("no retries counted; the site's flaky pages fail once")
+	}
+	if st.Get(engine.StatRobotsForbidden) == 0 {
+		t.Errorf("robots.txt forbade nothing; the site links to /private/")
+	}
+	if st.Get(engine.StatOffsite) == 0 {
+		t.Errorf("no offsite link filtered; the site links to external hosts")
+	}
+	n, _ := b.Counts(ctx, engine.RequestsQueue("trawl"))
+	if n.Ready != 0 || n.InFlight != 0 {
+		t.Errorf("frontier not empty after the crawl: %+v", n)
+	}
+}
+
+// TestGuardRefusesUntrustedLoopback: without trust, a loopback start URL is
+// refused by the address guard, and Run reports that no page was fetched.
+func TestGuardRefusesUntrustedLoopback(t *testing.T) {
+	var hits int
+	var mu sync.Mutex
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		hits++
+		mu.Unlock()
+	}))
+	defer srv.Close()
+	b, f := newBackends(t)
+	c, err := engine.New(b, f, engine.Config{IdleTimeout: 100 * time.Millisecond, IgnoreRobots: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c.Seed(ctx, engine.StartURL{URL: srv.URL + "/"})
+	err = c.Run(ctx)
+	if !errors.Is(err, engine.ErrNoPages) || !errors.Is(err, engine.ErrNoPages) || !strings.Contains(err.Error(), "forbidden") {
+		t.Errorf("run: %v, want ErrNoPages naming the forbidden address", err)
+	}
+	if hits != 0 {
+		t.Errorf("server saw %d requests; the guard should have refused the dial", hits)
+	}
+}
+
+// TestBadPayloadDeadLettered: garbage in the frontier goes to the dead
+// letters, and the crawl goes on.
+func TestBadPayloadDeadLettered(t *testing.T) {
+	site, url := serveSite(t, testsite.Options{Pages: 20, Links: 3, NoTraps: true})
+	b, f := newBackends(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	q := engine.RequestsQueue("trawl")
+	if err := b.Publish(ctx, q, broker.Message{Body: []byte("\x80\x04garbage")}, broker.Message{Body: []byte(`{"url":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Publish(ctx, engine.StartQueue("trawl"), broker.Message{Body: []byte("not a url")}); err != nil {
+		t.Fatal(err)
+	}
+	sink := &memSink{}
+	c, _ := engine.New(b, f, engine.Config{IdleTimeout: 200 * time.Millisecond, TrustedHosts: []string{"127.0.0.1"}, Sink: sink})
+	c.Seed(ctx, engine.StartURL{URL: url + "/"})
+	if err := c.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := site.Verify(); err != nil {
+		t.Error(err)
+	}
+	if sink.len() != site.Expected() {
+		t.Errorf("items %d, want %d", sink.len(), site.Expected())
+	}
+	dq, _ := b.Counts(ctx, q)
+	ds, _ := b.Counts(ctx, engine.StartQueue("trawl"))
+	if dq.Dead != 2 || ds.Dead != 1 {
+		t.Errorf("dead letters: requests %d (want 2), start urls %d (want 1)", dq.Dead, ds.Dead)
+	}
+	if got := c.Stats().Get(engine.StatDeadLetters); got != 3 {
+		t.Errorf("dead-letter stat %d, want 3", got)
+	}
+}
+
+// TestShutdownGivesBack: a crawl stopped by its context leaves nothing in
+// flight, and a second crawler on the same broker and filter finishes it
+// without fetching any page twice.
+func TestShutdownResumes(t *testing.T) {
+	site, url := serveSite(t, testsite.Options{Pages: 400, Links: 5, NoTraps: true, Latency: 2 * time.Millisecond})
+	b, f := newBackends(t)
+	sink := &memSink{}
+	cfg := engine.Config{Concurrency: 8, PerHost: 8, IdleTimeout: 200 * time.Millisecond, TrustedHosts: []string{"127.0.0.1"}, Sink: sink}
+	first, _ := engine.New(b, f, cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	first.Seed(ctx, engine.StartURL{URL: url + "/"})
+	done := make(chan error, 1)
+	go func() { done <- first.Run(ctx) }()
+	deadline := time.Now().Add(20 * time.Second)
+	for sink.len() < 100 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond) // polling an observable condition
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("first run: %v, want context.Canceled", err)
+	}
+	half := sink.len()
+	if half >= site.Expected() {
+		t.Fatalf("the first run finished the crawl (%d items); stop it earlier", half)
+	}
+	n, _ := b.Counts(context.Background(), engine.RequestsQueue("trawl"))
+	if n.InFlight != 0 {
+		t.Errorf("%d deliveries still in flight after shutdown", n.InFlight)
+	}
+	second, _ := engine.New(b, f, cfg)
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel2()
+	if err := second.Run(ctx2); err != nil {
+		t.Fatal(err)
+	}
+	if err := site.Verify(); err != nil {
+		t.Errorf("after resume: %v", err)
+	}
+	if sink.len() != site.Expected() {
+		t.Errorf("items %d, want %d", sink.len(), site.Expected())
+	}
+}
+
+// TestCallbacks: named callbacks receive their responses, emit items and
+// requests, and ErrDrop drops a request without retry.
+func TestCallbacks(t *testing.T) {
+	var mu sync.Mutex
+	hits := map[string]int{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		hits[r.URL.Path]++
+		mu.Unlock()
+		switch r.URL.Path {
+		case "/":
+			w.Header().Set("Content-Type", "text/html")
+			w.Write([]byte(`<a href="/item/1">1</a><a href="/item/2">2</a><a href="/drop">d</a>`))
+		default:
+			w.Write([]byte("price=" + strings.TrimPrefix(r.URL.Path, "/item/")))
+		}
+	}))
+	defer srv.Close()
+	b, f := newBackends(t)
+	sink := &memSink{}
+	c, err := engine.New(b, f, engine.Config{
+		IdleTimeout: 100 * time.Millisecond, IgnoreRobots: true, TrustedHosts: []string{"127.0.0.1"}, Sink: sink,
+		Callbacks: map[string]engine.Callback{
+			"": func(ctx context.Context, r *engine.Response) (engine.Result, error) {
+				var res engine.Result
+				_, links := engine.ExtractLinks(r.URL, r.Body)
+				for _, l := range links {
+					cb := "item"
+					if l.Path == "/drop" {
+						cb = "drop"
+					}
+					res.Requests = append(res.Requests, &engine.Request{URL: l.String(), Callback: cb})
+				}
+				return res, nil
+			},
+			"item": func(ctx context.Context, r *engine.Response) (engine.Result, error) {
+				return engine.Result{Items: []any{map[string]string{"price": strings.TrimPrefix(string(r.Body), "price=")}}}, nil
+			},
+			"drop": func(ctx context.Context, r *engine.Response) (engine.Result, error) {
+				return engine.Result{}, engine.ErrDrop
+			},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c.Seed(ctx, engine.StartURL{URL: srv.URL + "/"})
+	if err := c.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	json.NewEncoder(&buf).Encode(sink.items)
+	if !strings.Contains(buf.String(), `"price":"1"`) || !strings.Contains(buf.String(), `"price":"2"`) || sink.len() != 2 {
+		t.Errorf("items = %s", buf.String())
+	}
+	if hits["/drop"] != 1 || c.Stats().Get(engine.StatDropped) != 1 {
+		t.Errorf("drop fetched %d times, dropped stat %d; want 1 and 1", hits["/drop"], c.Stats().Get(engine.StatDropped))
+	}
+}

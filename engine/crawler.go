@@ -1,0 +1,701 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/PuerkitoBio/goquery"
+	"github.com/andybalholm/cascadia"
+
+	"github.com/trawlhq/trawl/broker"
+	"github.com/trawlhq/trawl/dedup"
+)
+
+// Callback handles a response: it returns the requests to follow and the
+// items to store. An error means the page is retried with back-off and, past
+// the retry limit, dead-lettered; return ErrDrop to drop a request on purpose.
+type Callback func(ctx context.Context, resp *Response) (Result, error)
+
+// Result is what a callback produces.
+type Result struct {
+	Requests []*Request
+	Items    []any
+}
+
+// ErrDrop, returned by a callback, drops the request without retrying it.
+var ErrDrop = errors.New("engine: drop request")
+
+// ErrNoPages is returned by Run when the crawl ended without a single
+// successful response but with errors: an unreachable site, say. It wraps
+// the last error seen.
+var ErrNoPages = errors.New("no page could be fetched")
+
+// Crawler crawls with a broker as its frontier and a duplicate filter. Any
+// number of crawlers, in any number of processes, crawl together when they
+// share the broker and the filter.
+type Crawler struct {
+	cfg     *compiled
+	broker  broker.Broker
+	filter  dedup.Filter
+	fp      dedup.Fingerprinter
+	fetcher *Fetcher
+	robots  *Robots
+	limiter HostLimiter
+	scope   *scope
+	stats   *Stats
+	log     *slog.Logger
+	extract map[string]cascadia.Selector
+
+	started   atomic.Int64 // pages whose fetch started on this worker
+	inflight  atomic.Int64 // deliveries held by this worker
+	badLogged atomic.Bool  // the first undecodable payload was logged
+	lastErr   atomic.Value // string: the last fetch error, for ErrNoPages
+
+	leases sync.Map // broker.Delivery -> struct{}: deliveries to keep extended
+}
+
+// New returns a crawler over b and f. The crawler does not own them: the
+// caller closes them after Run returns.
+func New(b broker.Broker, f dedup.Filter, cfg Config) (*Crawler, error) {
+	cc, err := cfg.compile()
+	if err != nil {
+		return nil, err
+	}
+	if b == nil || f == nil {
+		return nil, errors.New("engine: a broker and a filter are required")
+	}
+	c := &Crawler{cfg: cc, broker: b, filter: f, stats: cc.Stats, log: cc.Logger, scope: newScope(cc)}
+	if c.stats == nil {
+		c.stats = NewStats()
+	}
+	var errs []error
+	for name, sel := range cc.Extract {
+		s, err := cascadia.Compile(sel)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("extract %s: %w", name, err))
+			continue
+		}
+		if c.extract == nil {
+			c.extract = make(map[string]cascadia.Selector)
+		}
+		c.extract[name] = s
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("engine config: %w", err)
+	}
+	fo := cc.Fetch
+	if fo.Logger == nil {
+		fo.Logger = c.log
+	}
+	c.fetcher = NewFetcher(fo)
+	for _, h := range cc.TrustedHosts {
+		c.fetcher.Trust(h)
+	}
+	if !cc.IgnoreRobots {
+		ua := fo.UserAgent
+		if ua == "" {
+			ua = DefaultUserAgent
+		}
+		c.robots = NewRobots(c.fetcher, ua, 0)
+	}
+	c.limiter = cc.Limiter
+	if c.limiter == nil {
+		c.limiter = NewPoliteness(PolitenessOptions{PerHost: cc.PerHost, Delay: cc.Delay})
+	}
+	return c, nil
+}
+
+// Stats returns the crawler's counters.
+func (c *Crawler) Stats() *Stats { return c.stats }
+
+// Seed publishes start URLs to the crawl's start queue; Run takes them when
+// its frontier is idle. Unless Config.AllowedDomains is set, the links
+// followed from a start URL stay on its host's domain (see Request.Scope).
+func (c *Crawler) Seed(ctx context.Context, starts ...StartURL) error {
+	return Seed(ctx, c.broker, c.cfg.Name, starts...)
+}
+
+// pollInterval bounds how long the receiver waits on the frontier before it
+// looks at the start URLs and at whether the crawl is done.
+const pollInterval = 200 * time.Millisecond
+
+// settleTimeout bounds acks and give-backs made after Run's context ended.
+const settleTimeout = 10 * time.Second
+
+// Run crawls until the crawl is done (see Config.IdleTimeout), this worker
+// reached Config.MaxPages, or ctx ends. When ctx ends, pages being fetched
+// are finished (their fetches are bounded by the fetch timeout) and
+// deliveries not yet started are given back; Run then returns ctx.Err().
+func (c *Crawler) Run(ctx context.Context) error {
+	defer c.fetcher.Close()
+	c.log.Info("crawl started", "crawl", c.cfg.Name, "concurrency", c.cfg.Concurrency)
+
+	// Work runs on its own context so that in-flight pages finish after
+	// ctx ends; stop cancels it once they are done.
+	work, stop := context.WithCancel(context.WithoutCancel(ctx))
+	defer stop()
+
+	var wg sync.WaitGroup
+	keeperDone := make(chan struct{})
+	wg.Go(func() { c.keepLeases(work, keeperDone) })
+
+	sem := make(chan struct{}, c.cfg.Concurrency)
+	err := c.receive(ctx, sem, func(d broker.Delivery) {
+		c.inflight.Add(1)
+		c.leases.Store(d, struct{}{})
+		wg.Go(func() {
+			defer func() {
+				c.leases.Delete(d)
+				c.inflight.Add(-1)
+				<-sem
+			}()
+			c.handle(ctx, work, d)
+		})
+	})
+	// Wait for the page goroutines (each releases its slot), then the keeper.
+	for range c.cfg.Concurrency {
+		sem <- struct{}{}
+	}
+	close(keeperDone)
+	wg.Wait()
+	c.log.Info("crawl stopped", "crawl", c.cfg.Name, "pages", c.started.Load(), "err", err)
+	if err == nil && c.stats.Get(StatResponses) == 0 && c.stats.Get(StatErrors) > 0 {
+		last, _ := c.lastErr.Load().(string)
+		err = fmt.Errorf("%w: %s", ErrNoPages, last)
+	}
+	return err
+}
+
+// receive takes deliveries while slots are free and hands them to dispatch.
+// It returns nil when the crawl is done or MaxPages is reached, ctx.Err()
+// when ctx ends, and a broker error that is not transient.
+func (c *Crawler) receive(ctx context.Context, sem chan struct{}, dispatch func(broker.Delivery)) error {
+	queue := RequestsQueue(c.cfg.Name)
+	var idleSince time.Time
+	for {
+		if c.cfg.MaxPages > 0 && c.started.Load() >= int64(c.cfg.MaxPages) {
+			c.log.Info("page limit reached", "pages", c.cfg.MaxPages)
+			return nil
+		}
+		// Take one slot (waiting), then as many more as are free.
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		n := 1
+	more:
+		for n < c.cfg.Concurrency {
+			select {
+			case sem <- struct{}{}:
+				n++
+			default:
+				break more
+			}
+		}
+		pctx, cancel := context.WithTimeout(ctx, pollInterval)
+		ds, err := c.broker.Receive(pctx, queue, n)
+		cancel()
+		for range n - len(ds) {
+			<-sem
+		}
+		if ctx.Err() != nil {
+			c.giveBack(ctx, ds...)
+			return ctx.Err()
+		}
+		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			if errors.Is(err, broker.ErrClosed) || errors.Is(err, broker.ErrInvalid) {
+				return fmt.Errorf("engine: receive: %w", err)
+			}
+			c.log.Warn("receive failed; retrying", "queue", queue, "err", err)
+			if !sleep(ctx, time.Second) {
+				return ctx.Err()
+			}
+			continue
+		}
+		if len(ds) > 0 {
+			idleSince = time.Time{}
+			for _, d := range ds {
+				dispatch(d)
+			}
+			continue
+		}
+		// The frontier is empty: feed start URLs, then see if we are done.
+		took, err := c.takeStarts(ctx)
+		if err != nil && ctx.Err() == nil {
+			c.log.Warn("taking start urls failed", "err", err)
+		}
+		if took > 0 {
+			idleSince = time.Time{}
+			continue
+		}
+		if c.cfg.IdleTimeout == 0 {
+			continue
+		}
+		if !c.idle(ctx) {
+			idleSince = time.Time{}
+			continue
+		}
+		if idleSince.IsZero() {
+			idleSince = time.Now()
+		} else if time.Since(idleSince) >= c.cfg.IdleTimeout {
+			c.log.Info("crawl idle; done", "idle", c.cfg.IdleTimeout)
+			return nil
+		}
+	}
+}
+
+// idle reports whether nothing is in flight here and, where the broker can
+// count, nothing is queued or in flight anywhere.
+func (c *Crawler) idle(ctx context.Context) bool {
+	if c.inflight.Load() > 0 {
+		return false
+	}
+	counter, ok := c.broker.(broker.Counter)
+	if !ok {
+		return true
+	}
+	for _, q := range []string{RequestsQueue(c.cfg.Name), StartQueue(c.cfg.Name)} {
+		n, err := counter.Counts(ctx, q)
+		if err != nil || n.Ready > 0 || n.InFlight > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// takeStarts moves a batch of start URLs into the frontier.
+func (c *Crawler) takeStarts(ctx context.Context) (int, error) {
+	pctx, cancel := context.WithTimeout(ctx, pollInterval/4)
+	ds, err := c.broker.Receive(pctx, StartQueue(c.cfg.Name), c.cfg.StartBatch)
+	cancel()
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return 0, err
+	}
+	for _, d := range ds {
+		c.stats.Inc(StatStartURLs)
+		s, err := ParseStartURL(d.Message().Body)
+		if err != nil {
+			c.deadLetter(ctx, d, err)
+			continue
+		}
+		u, _ := url.Parse(s.URL) // ParseStartURL returned a canonical URL
+		req := &Request{URL: s.URL, Meta: s.Meta, Priority: s.Priority, Scope: u.Hostname()}
+		if err := c.enqueue(ctx, []*Request{req}, d.Attempt() > 1, true); err != nil {
+			c.settle(ctx, d, giveBack())
+			return len(ds), err
+		}
+		c.settle(ctx, d, ack())
+	}
+	return len(ds), nil
+}
+
+// keepLeases extends the leases of deliveries in progress, every third of
+// the lease, until done is closed.
+func (c *Crawler) keepLeases(ctx context.Context, done <-chan struct{}) {
+	lease := c.cfg.Lease
+	if lease <= 0 {
+		lease = 30 * time.Second
+	}
+	t := time.NewTicker(lease / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+		}
+		c.leases.Range(func(k, _ any) bool {
+			if e, ok := k.(broker.Extender); ok {
+				if err := e.Extend(ctx, lease); err != nil && !errors.Is(err, broker.ErrSettled) {
+					c.log.Warn("lease extension failed", "err", err)
+				}
+			}
+			return true
+		})
+	}
+}
+
+// action is how a delivery is settled.
+type action struct {
+	kind   int // ackKind, giveBackKind, rejectKind, nackKind
+	delay  time.Duration
+	reason string
+}
+
+const (
+	ackKind = iota
+	giveBackKind
+	rejectKind
+	nackKind
+)
+
+func ack() action                 { return action{kind: ackKind} }
+func giveBack() action            { return action{kind: giveBackKind} }
+func reject(reason string) action { return action{kind: rejectKind, reason: reason} }
+func nack(d time.Duration) action { return action{kind: nackKind, delay: d} }
+func (a action) String() string   { return [...]string{"ack", "give back", "reject", "nack"}[a.kind] }
+func (a action) is(kind int) bool { return a.kind == kind }
+
+// handle processes one delivery and settles it. ctx is Run's context (its
+// end means: start nothing new); work stays alive until the page is done.
+func (c *Crawler) handle(ctx, work context.Context, d broker.Delivery) {
+	c.stats.Inc(StatDequeued)
+	var req Request
+	if err := req.UnmarshalBinary(d.Message().Body); err != nil {
+		c.deadLetter(work, d, err)
+		return
+	}
+	if ctx.Err() != nil {
+		c.giveBack(work, d)
+		return
+	}
+	a := c.process(ctx, work, &req, d.Attempt())
+	if a.is(giveBackKind) {
+		c.republish(work, d, &req)
+		return
+	}
+	c.settle(work, d, a)
+}
+
+// process fetches req and hands the response to its callback; it returns
+// how the delivery is to be settled.
+func (c *Crawler) process(ctx, work context.Context, req *Request, attempt int) action {
+	log := c.log.With("url", req.URL)
+	u, err := url.Parse(req.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		c.stats.Inc(StatErrors)
+		return reject(fmt.Sprintf("bad url %q", req.URL))
+	}
+	if c.robots != nil {
+		ok, delay, err := c.robots.Allowed(ctx, u)
+		if ctx.Err() != nil {
+			return giveBack()
+		}
+		if err != nil {
+			log.Debug("robots.txt unavailable; allowing", "err", err)
+		}
+		if delay > 0 {
+			c.limiter.SetDelay(u.Host, delay)
+		}
+		if !ok {
+			c.stats.Inc(StatRobotsForbidden)
+			log.Debug("forbidden by robots.txt")
+			return ack()
+		}
+	}
+	release, err := c.limiter.Acquire(ctx, u.Host)
+	if err != nil {
+		return giveBack()
+	}
+	if c.cfg.MaxPages > 0 && c.started.Add(1) > int64(c.cfg.MaxPages) {
+		release()
+		return giveBack()
+	} else if c.cfg.MaxPages == 0 {
+		c.started.Add(1)
+	}
+	c.stats.Inc(StatRequests)
+	resp, err := c.fetcher.Fetch(work, req)
+	release()
+	if err != nil {
+		if Retryable(err) {
+			c.limiter.Backoff(u.Host, time.Now().Add(c.cfg.backoff(req.Retries+1)))
+			return c.retry(work, req, err.Error())
+		}
+		c.stats.Inc(StatErrors)
+		c.lastErr.Store(err.Error())
+		log.Info("fetch failed", "err", err)
+		return ack()
+	}
+	c.stats.Inc(StatResponses)
+	c.stats.Inc(statusStat(resp.StatusCode))
+	c.stats.Add(StatBytes, int64(len(resp.Body)))
+	log.Debug("fetched", "status", resp.StatusCode, "bytes", len(resp.Body))
+
+	switch code := resp.StatusCode; {
+	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
+		wait, ok := RetryAfter(resp.Header, time.Now())
+		if !ok {
+			wait = c.cfg.backoff(req.Retries + 1)
+		}
+		c.limiter.Backoff(u.Host, time.Now().Add(wait))
+		return c.retry(work, req, http.StatusText(resp.StatusCode))
+	case code >= 500:
+		c.limiter.Backoff(u.Host, time.Now().Add(c.cfg.backoff(req.Retries+1)))
+		return c.retry(work, req, http.StatusText(resp.StatusCode))
+	case code >= 300 && code < 400 && resp.Header.Get("Location") != "":
+		return c.redirect(work, req, resp, attempt)
+	case code < 200 || code >= 300:
+		return ack() // counted above; callbacks see 2xx only
+	}
+
+	cb, ok := c.cfg.Callbacks[req.Callback]
+	if !ok {
+		if req.Callback != "" {
+			c.stats.Inc(StatErrors)
+			return reject(fmt.Sprintf("unknown callback %q", req.Callback))
+		}
+		cb = c.defaultCallback
+	}
+	res, err := cb(work, resp)
+	switch {
+	case errors.Is(err, ErrDrop):
+		c.stats.Inc(StatDropped)
+		return ack()
+	case err != nil:
+		return c.retry(work, req, "callback: "+err.Error())
+	}
+	for _, r := range res.Requests {
+		if r.Depth == 0 {
+			r.Depth = req.Depth + 1
+		}
+		if r.Scope == "" {
+			r.Scope = req.Scope
+		}
+	}
+	if err := c.enqueue(work, res.Requests, attempt > 1, false); err != nil {
+		log.Warn("enqueue failed; page will be retried", "err", err)
+		return nack(c.cfg.backoff(1))
+	}
+	if len(res.Items) > 0 && c.cfg.Sink != nil {
+		if err := c.cfg.Sink.Write(work, res.Items); err != nil {
+			log.Warn("sink write failed; page will be retried", "err", err)
+			return nack(c.cfg.backoff(1))
+		}
+	}
+	c.stats.Add(StatItems, int64(len(res.Items)))
+	return ack()
+}
+
+// maxRedirects bounds a redirect chain.
+const maxRedirects = 10
+
+// redirect turns a 3xx response into a request for its target, through
+// scope and filter: a redirect loop ends at the filter.
+func (c *Crawler) redirect(ctx context.Context, req *Request, resp *Response, attempt int) action {
+	c.stats.Inc(StatRedirects)
+	n := 0
+	fmt.Sscan(req.Meta["redirect_times"], &n)
+	if n >= maxRedirects {
+		c.stats.Inc(StatErrors)
+		return ack()
+	}
+	target, err := resp.URL.Parse(strings.TrimSpace(resp.Header.Get("Location")))
+	if err != nil {
+		c.stats.Inc(StatErrors)
+		return ack()
+	}
+	next := *req
+	next.URL = target.String()
+	next.Retries = 0
+	next.Meta = map[string]string{"redirect_times": fmt.Sprint(n + 1)}
+	for k, v := range req.Meta {
+		if k != "redirect_times" {
+			next.Meta[k] = v
+		}
+	}
+	if resp.StatusCode == http.StatusSeeOther || ((resp.StatusCode == 301 || resp.StatusCode == 302) && req.Method == http.MethodPost) {
+		next.Method, next.Body = "", nil
+	}
+	if err := c.enqueue(ctx, []*Request{&next}, attempt > 1, false); err != nil {
+		return nack(c.cfg.backoff(1))
+	}
+	return ack()
+}
+
+// retry gives req another try (as a fresh message, see republish) or,
+// past MaxRetries, dead-letters it.
+func (c *Crawler) retry(ctx context.Context, req *Request, why string) action {
+	if req.Retries >= c.cfg.MaxRetries {
+		c.stats.Inc(StatRetriesExceeded)
+		c.stats.Inc(StatErrors)
+		c.lastErr.Store(req.URL + ": " + why)
+		c.log.Info("giving up", "url", req.URL, "attempt", req.Retries+1, "reason", why)
+		return reject("retries exhausted: " + why)
+	}
+	c.stats.Inc(StatRetries)
+	c.log.Debug("retrying", "url", req.URL, "attempt", req.Retries+1, "reason", why)
+	req.Retries++
+	req.Priority--
+	return giveBack()
+}
+
+// republish replaces a delivery with a fresh copy of req and acknowledges
+// it. A fresh message has Attempt 1, which tells the next worker that no
+// child request of it was published yet (see enqueue's force). If the copy
+// cannot be published, the delivery is nacked instead.
+func (c *Crawler) republish(ctx context.Context, d broker.Delivery, req *Request) {
+	body, err := req.MarshalBinary()
+	if err == nil {
+		err = c.broker.Publish(ctx, RequestsQueue(c.cfg.Name), broker.Message{Body: body, Priority: req.Priority})
+	}
+	if err != nil {
+		c.log.Warn("give back failed; nacking", "url", req.URL, "err", err)
+		c.settle(ctx, d, nack(0))
+		return
+	}
+	c.settle(ctx, d, ack())
+}
+
+// giveBack returns deliveries that were not started to the queue.
+func (c *Crawler) giveBack(ctx context.Context, ds ...broker.Delivery) {
+	for _, d := range ds {
+		c.settle(ctx, d, nack(0))
+	}
+}
+
+// settle acknowledges, nacks or rejects d, even after ctx ended.
+func (c *Crawler) settle(ctx context.Context, d broker.Delivery, a action) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	var err error
+	switch a.kind {
+	case ackKind:
+		err = d.Ack(sctx)
+	case rejectKind:
+		c.stats.Inc(StatDeadLetters)
+		err = d.Reject(sctx, a.reason)
+	default:
+		err = d.Nack(sctx, a.delay)
+	}
+	if err != nil {
+		// The lease was lost or the broker is gone: the message comes back
+		// by itself and is processed again.
+		c.log.Warn("settling a delivery failed", "queue", d.Queue(), "outcome", a.String(), "err", err)
+	}
+}
+
+// deadLetter rejects an undecodable payload; the first is logged at Warn.
+func (c *Crawler) deadLetter(ctx context.Context, d broker.Delivery, err error) {
+	lvl := slog.LevelDebug
+	if c.badLogged.CompareAndSwap(false, true) {
+		lvl = slog.LevelWarn
+	}
+	c.log.Log(ctx, lvl, "undecodable payload dead-lettered", "queue", d.Queue(), "err", err, "bytes", len(d.Message().Body))
+	c.settle(ctx, d, reject(err.Error()))
+}
+
+// enqueue publishes the requests that are in scope and new to the filter.
+// With force (a redelivered parent, whose earlier attempt may have added
+// them to the filter and died before publishing), in-scope requests are
+// published whether the filter has seen them or not. start marks start
+// URLs, which skip the domain and pattern checks.
+func (c *Crawler) enqueue(ctx context.Context, reqs []*Request, force, start bool) error {
+	if len(reqs) == 0 {
+		return nil
+	}
+	keep := make([]*Request, 0, len(reqs))
+	fps := make([]dedup.Fingerprint, 0, len(reqs))
+	for _, r := range reqs {
+		u, err := url.Parse(r.URL)
+		if err != nil || u.Host == "" {
+			continue
+		}
+		u.Fragment, u.RawFragment = "", ""
+		r.URL = u.String()
+		if !start {
+			switch c.scope.check(u, r.Depth, r.Scope) {
+			case offsite:
+				c.stats.Inc(StatOffsite)
+				continue
+			case tooDeep, excluded:
+				continue
+			}
+		}
+		if r.DontFilter {
+			keep = append(keep, r)
+			continue
+		}
+		keep = append(keep, r)
+		fps = append(fps, c.fp.Fingerprint(r.Method, u, r.Body, r.Header))
+	}
+	if len(fps) > 0 {
+		fresh, err := c.filter.Add(ctx, fps...)
+		if err != nil {
+			return fmt.Errorf("engine: filter: %w", err)
+		}
+		i, j := 0, 0
+		for _, r := range keep {
+			if r.DontFilter {
+				keep[j] = r
+				j++
+				continue
+			}
+			if fresh[i] || force {
+				keep[j] = r
+				j++
+			} else {
+				c.stats.Inc(StatFiltered)
+			}
+			i++
+		}
+		keep = keep[:j]
+	}
+	if len(keep) == 0 {
+		return nil
+	}
+	msgs := make([]broker.Message, len(keep))
+	for i, r := range keep {
+		body, err := r.MarshalBinary()
+		if err != nil {
+			return fmt.Errorf("engine: encode %s: %w", r.URL, err)
+		}
+		msgs[i] = broker.Message{Body: body, Priority: r.Priority}
+	}
+	if err := c.broker.Publish(ctx, RequestsQueue(c.cfg.Name), msgs...); err != nil {
+		return fmt.Errorf("engine: publish: %w", err)
+	}
+	c.stats.Add(StatEnqueued, int64(len(msgs)))
+	return nil
+}
+
+// defaultCallback emits a Page item and follows the page's links.
+func (c *Crawler) defaultCallback(_ context.Context, resp *Response) (Result, error) {
+	ct := resp.Header.Get("Content-Type")
+	p := &Page{
+		URL: resp.URL.String(), Status: resp.StatusCode, Depth: resp.Request.Depth,
+		ContentType: ct, Length: len(resp.Body), FetchedAt: time.Now().UTC(), Meta: resp.Request.Meta,
+	}
+	var res Result
+	if IsHTML(ct, resp.Body) {
+		title, links := ExtractLinks(resp.URL, resp.Body)
+		p.Title, p.Links = title, len(links)
+		res.Requests = make([]*Request, 0, len(links))
+		for _, l := range links {
+			res.Requests = append(res.Requests, &Request{URL: l.String(), Depth: resp.Request.Depth + 1})
+		}
+		if len(c.extract) > 0 {
+			if doc, err := goquery.NewDocumentFromReader(bytes.NewReader(resp.Body)); err == nil {
+				p.Fields = make(map[string][]string, len(c.extract))
+				for name, sel := range c.extract {
+					doc.FindMatcher(sel).Each(func(_ int, s *goquery.Selection) {
+						p.Fields[name] = append(p.Fields[name], strings.TrimSpace(s.Text()))
+					})
+				}
+			}
+		}
+	}
+	res.Items = []any{p}
+	return res, nil
+}
+
+// sleep waits for d or ctx; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

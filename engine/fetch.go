@@ -1,0 +1,268 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// DefaultUserAgent is the User-Agent of a Fetcher whose options set none.
+const DefaultUserAgent = "trawl/0.1 (+https://github.com/trawlhq/trawl)"
+
+// ErrBodyTooLarge is returned (wrapped, with the URL) by Fetch when a response
+// body is larger than FetchOptions.MaxBodySize.
+var ErrBodyTooLarge = errors.New("engine: body too large")
+
+// errBadURL is returned (wrapped) by Fetch for a URL it cannot fetch.
+var errBadURL = errors.New("bad url")
+
+// FetchOptions configure a Fetcher. The zero value gives the documented defaults.
+type FetchOptions struct {
+	UserAgent      string        // "" = DefaultUserAgent
+	ConnectTimeout time.Duration // TCP connect and TLS handshake; 0 = 10s
+	Timeout        time.Duration // total per request including the body; 0 = 30s
+	MaxBodySize    int64         // 0 = 10 MiB; larger bodies give ErrBodyTooLarge
+	AllowPrivate   bool          // lift the address guard
+	Logger         *slog.Logger  // nil = discard
+}
+
+// Fetcher fetches single requests over one shared HTTP transport (keep-alive,
+// HTTP/2, proxies from the environment). It does not follow redirects: a 3xx
+// response is returned as it is, so that the caller can pass its Location
+// through the duplicate filter as a new request.
+//
+// The address guard refuses to connect to loopback, private (RFC 1918,
+// fc00::/7), link-local, unspecified, multicast, shared (100.64.0.0/10),
+// reserved and cloud metadata addresses (169.254.169.254, fd00:ec2::254),
+// and IPv6 forms embedding such an IPv4 address. It checks the address
+// actually dialled, after DNS resolution, so a name that resolves (or
+// rebinds) to a forbidden address is refused; since redirects are separate
+// fetches, every hop is checked. Hosts given to Trust, and all hosts when
+// FetchOptions.AllowPrivate is set, skip the guard.
+//
+// Proxies: when the environment (HTTP_PROXY, HTTPS_PROXY, NO_PROXY) sends a
+// request through a proxy, the connection dialled is the proxy's, which the
+// operator configured; it is not guarded. The proxy resolves the target's
+// name, so the guard cannot see that address: only URLs whose host is an IP
+// literal are checked (before anything is dialled). Operators who use a proxy
+// should make it refuse private destinations.
+//
+// A Fetcher is safe for concurrent use.
+type Fetcher struct {
+	client    *http.Client
+	transport *http.Transport
+	guard     *guard
+	userAgent string
+	timeout   time.Duration
+	maxBody   int64
+	log       *slog.Logger
+}
+
+// NewFetcher returns a Fetcher configured by o.
+func NewFetcher(o FetchOptions) *Fetcher {
+	return newFetcher(o, http.ProxyFromEnvironment)
+}
+
+// newFetcher lets tests choose the proxy function (ProxyFromEnvironment reads
+// the environment only once per process).
+func newFetcher(o FetchOptions, proxy func(*http.Request) (*url.URL, error)) *Fetcher {
+	if o.UserAgent == "" {
+		o.UserAgent = DefaultUserAgent
+	}
+	if o.ConnectTimeout <= 0 {
+		o.ConnectTimeout = 10 * time.Second
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 30 * time.Second
+	}
+	if o.MaxBodySize <= 0 {
+		o.MaxBodySize = 10 << 20
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	f := &Fetcher{
+		guard:     newGuard(o.AllowPrivate),
+		userAgent: o.UserAgent,
+		timeout:   o.Timeout,
+		maxBody:   o.MaxBodySize,
+		log:       o.Logger,
+	}
+	plain := &net.Dialer{Timeout: o.ConnectTimeout, KeepAlive: 30 * time.Second}
+	guarded := &net.Dialer{Timeout: o.ConnectTimeout, KeepAlive: 30 * time.Second, Control: control}
+	f.transport = &http.Transport{
+		Proxy: func(req *http.Request) (*url.URL, error) {
+			u, err := proxy(req)
+			if u != nil {
+				f.guard.noteProxy(u)
+			}
+			return u, err
+		},
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if f.guard.exempt(addr) {
+				return plain.DialContext(ctx, network, addr)
+			}
+			return guarded.DialContext(ctx, network, addr)
+		},
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          1024,
+		MaxIdleConnsPerHost:   128, // concurrency 64 to one host keeps its connections
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   o.ConnectTimeout,
+		ExpectContinueTimeout: time.Second,
+	}
+	f.client = &http.Client{
+		Transport: f.transport,
+		CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse
+		},
+	}
+	return f
+}
+
+// Trust exempts host from the address guard. host is a host name or an IP
+// address (a port, if given, is ignored: trust is per host), normally the host
+// of a start URL the operator gave. Trust is safe for concurrent use.
+func (f *Fetcher) Trust(host string) { f.guard.trust(host) }
+
+// Fetch sends r and reads the whole response body, within the total timeout
+// and the body-size cap. The request method defaults to GET; User-Agent is
+// the Fetcher's unless r.Header sets one. A gzip-encoded body is decoded by
+// the transport; the cap applies to the decoded body. Redirects are not
+// followed. A response with any status code is returned without error; errors
+// are for requests that got no complete response (see Retryable).
+func (f *Fetcher) Fetch(ctx context.Context, r *Request) (*Response, error) {
+	u, err := url.Parse(r.URL)
+	if err != nil {
+		return nil, fmt.Errorf("fetch %q: %w: %w", r.URL, errBadURL, err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("fetch %q: %w: want an absolute http or https URL", r.URL, errBadURL)
+	}
+	if err := f.guard.checkURLHost(u); err != nil {
+		return nil, fmt.Errorf("fetch %s: %w", u, err)
+	}
+
+	parent := ctx
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	timedOut := func(err error) error {
+		if parent.Err() == nil && ctx.Err() != nil {
+			return fmt.Errorf("%w (total timeout %v)", err, f.timeout)
+		}
+		return err
+	}
+
+	method := r.Method
+	if method == "" {
+		method = http.MethodGet
+	}
+	var body io.Reader
+	if len(r.Body) > 0 {
+		body = bytes.NewReader(r.Body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
+	if err != nil {
+		return nil, fmt.Errorf("fetch %s: %w: %w", u, errBadURL, err)
+	}
+	if r.Header != nil {
+		req.Header = r.Header.Clone()
+	}
+	if req.Header.Get("User-Agent") == "" {
+		req.Header.Set("User-Agent", f.userAgent)
+	}
+
+	start := time.Now()
+	resp, err := f.client.Do(req)
+	if err != nil {
+		return nil, timedOut(err) // *url.Error names the method and URL
+	}
+	defer resp.Body.Close()
+
+	if resp.ContentLength > f.maxBody {
+		return nil, fmt.Errorf("fetch %s: %w: Content-Length %d over the limit of %d bytes",
+			u, ErrBodyTooLarge, resp.ContentLength, f.maxBody)
+	}
+	var buf bytes.Buffer
+	if resp.ContentLength > 0 {
+		buf.Grow(int(resp.ContentLength))
+	}
+	n, err := buf.ReadFrom(io.LimitReader(resp.Body, f.maxBody+1))
+	if err != nil {
+		return nil, timedOut(fmt.Errorf("fetch %s: read body: %w", u, err))
+	}
+	if n > f.maxBody {
+		return nil, fmt.Errorf("fetch %s: %w: more than %d bytes", u, ErrBodyTooLarge, f.maxBody)
+	}
+	f.log.Debug("fetched", "url", u.String(), "status", resp.StatusCode,
+		"bytes", n, "duration", time.Since(start))
+	return &Response{
+		Request:    r,
+		URL:        u,
+		StatusCode: resp.StatusCode,
+		Header:     resp.Header,
+		Body:       buf.Bytes(),
+	}, nil
+}
+
+// Close closes the transport's idle connections. The Fetcher stays usable.
+func (f *Fetcher) Close() { f.transport.CloseIdleConnections() }
+
+// Retryable reports whether a Fetch error is worth retrying later: timeouts
+// (connect, TLS handshake, total), connection refused, reset or aborted,
+// unreachable networks, a connection closed before or during the response
+// (EOF), and temporary DNS failures. It is false for nil, ErrBodyTooLarge,
+// ErrForbiddenAddress, bad URLs, TLS certificate errors, names that do not
+// exist, a cancelled context, and anything it does not recognise.
+func Retryable(err error) bool {
+	if err == nil {
+		return false
+	}
+	// Permanent, whatever else the chain holds.
+	var (
+		hostnameErr  x509.HostnameError
+		unknownCA    x509.UnknownAuthorityError
+		invalidCert  x509.CertificateInvalidError
+		verification *tls.CertificateVerificationError
+		recordHeader tls.RecordHeaderError
+	)
+	switch {
+	case errors.Is(err, ErrBodyTooLarge), errors.Is(err, ErrForbiddenAddress),
+		errors.Is(err, errBadURL), errors.Is(err, context.Canceled),
+		errors.As(err, &hostnameErr), errors.As(err, &unknownCA),
+		errors.As(err, &invalidCert), errors.As(err, &verification),
+		errors.As(err, &recordHeader):
+		return false
+	}
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) {
+		return dnsErr.IsTemporary || dnsErr.IsTimeout
+	}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded),
+		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
+		errors.Is(err, syscall.ECONNABORTED), errors.Is(err, syscall.EPIPE),
+		errors.Is(err, syscall.ETIMEDOUT), errors.Is(err, syscall.EHOSTUNREACH),
+		errors.Is(err, syscall.ENETUNREACH),
+		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return true
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) && netErr.Timeout() {
+		return true
+	}
+	// HTTP/2 and the transport report some resets only as text.
+	msg := err.Error()
+	return strings.Contains(msg, "connection reset") || strings.Contains(msg, "stream error")
+}

@@ -1,0 +1,507 @@
+package engine
+
+import (
+	"compress/gzip"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"os"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// newTestServer starts an httptest server on 127.0.0.1 that is closed with t.
+func newTestServer(t *testing.T, h http.HandlerFunc) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// trusting returns a Fetcher that trusts 127.0.0.1, closed with t.
+func trusting(t *testing.T, o FetchOptions) *Fetcher {
+	t.Helper()
+	f := NewFetcher(o)
+	f.Trust("127.0.0.1")
+	t.Cleanup(f.Close)
+	return f
+}
+
+func TestFetchSendsRequest(t *testing.T) {
+	type seen struct {
+		method, ua, custom, body, enc string
+	}
+	got := make(chan seen, 1)
+	srv := newTestServer(t, func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got <- seen{r.Method, r.UserAgent(), r.Header.Get("X-Custom"), string(b), r.Header.Get("Accept-Encoding")}
+		w.Header().Set("X-Reply", "yes")
+		w.WriteHeader(http.StatusTeapot)
+		io.WriteString(w, "hello")
+	})
+
+	t.Run("default GET and user agent", func(t *testing.T) {
+		f := trusting(t, FetchOptions{})
+		req := &Request{URL: srv.URL + "/a"}
+		resp, err := f.Fetch(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := <-got
+		if s.method != "GET" || s.ua != DefaultUserAgent {
+			t.Errorf("server saw method %q UA %q", s.method, s.ua)
+		}
+		if !strings.Contains(s.enc, "gzip") {
+			t.Errorf("Accept-Encoding %q, want gzip", s.enc)
+		}
+		if resp.StatusCode != http.StatusTeapot || string(resp.Body) != "hello" ||
+			resp.Header.Get("X-Reply") != "yes" || resp.Request != req || resp.URL.Path != "/a" {
+			t.Errorf("response %d %q %v %v", resp.StatusCode, resp.Body, resp.Header, resp.URL)
+		}
+	})
+
+	t.Run("method header body and custom UA option", func(t *testing.T) {
+		f := trusting(t, FetchOptions{UserAgent: "mybot/2"})
+		h := http.Header{"X-Custom": {"v"}}
+		_, err := f.Fetch(context.Background(), &Request{URL: srv.URL, Method: "POST", Header: h, Body: []byte("payload")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := <-got
+		if s.method != "POST" || s.ua != "mybot/2" || s.custom != "v" || s.body != "payload" {
+			t.Errorf("server saw %+v", s)
+		}
+		if h.Get("User-Agent") != "" {
+			t.Error("Fetch modified the request's header")
+		}
+	})
+
+	t.Run("request header User-Agent wins", func(t *testing.T) {
+		f := trusting(t, FetchOptions{})
+		_, err := f.Fetch(context.Background(), &Request{URL: srv.URL, Header: http.Header{"User-Agent": {"special"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := <-got; s.ua != "special" {
+			t.Errorf("UA %q", s.ua)
+		}
+	})
+}
+
+func TestFetchGzip(t *testing.T) {
+	srv := newTestServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Encoding", "gzip")
+		zw := gzip.NewWriter(w)
+		io.WriteString(zw, strings.Repeat("abc", 1000))
+		zw.Close()
+	})
+	f := trusting(t, FetchOptions{})
+	resp, err := f.Fetch(context.Background(), &Request{URL: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(resp.Body) != strings.Repeat("abc", 1000) {
+		t.Errorf("body not decoded: %d bytes", len(resp.Body))
+	}
+
+	// The cap applies to the decoded body (no gzip bombs).
+	f = trusting(t, FetchOptions{MaxBodySize: 100})
+	if _, err := f.Fetch(context.Background(), &Request{URL: srv.URL}); !errors.Is(err, ErrBodyTooLarge) {
+		t.Errorf("err = %v, want ErrBodyTooLarge", err)
+	}
+}
+
+func TestFetchBodyCap(t *testing.T) {
+	const limit = 1024
+	srv := newTestServer(t, func(w http.ResponseWriter, r *http.Request) {
+		n := 0
+		fmt.Sscan(r.URL.Query().Get("n"), &n)
+		if r.URL.Query().Get("chunked") != "" {
+			w.(http.Flusher).Flush() // no Content-Length
+		}
+		w.Write([]byte(strings.Repeat("x", n)))
+	})
+	f := trusting(t, FetchOptions{MaxBodySize: limit})
+	for _, tc := range []struct {
+		n       int
+		chunked bool
+		tooBig  bool
+	}{
+		{limit, false, false},
+		{limit, true, false},
+		{limit + 1, false, true},
+		{limit + 1, true, true},
+		{100 * limit, true, true},
+	} {
+		u := fmt.Sprintf("%s/?n=%d", srv.URL, tc.n)
+		if tc.chunked {
+			u += "&chunked=1"
+		}
+		resp, err := f.Fetch(context.Background(), &Request{URL: u})
+		if tc.tooBig {
+			if !errors.Is(err, ErrBodyTooLarge) || !strings.Contains(err.Error(), srv.URL) {
+				t.Errorf("%s: err = %v, want ErrBodyTooLarge naming the URL", u, err)
+			}
+			if Retryable(err) {
+				t.Errorf("%s: body too large is retryable", u)
+			}
+			continue
+		}
+		if err != nil || len(resp.Body) != tc.n {
+			t.Errorf("%s: err %v, body %d bytes", u, err, len(resp.Body))
+		}
+	}
+}
+
+func TestFetchEndlessBody(t *testing.T) {
+	srv := newTestServer(t, func(w http.ResponseWriter, r *http.Request) {
+		chunk := []byte(strings.Repeat("y", 4096))
+		for r.Context().Err() == nil {
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+		}
+	})
+	f := trusting(t, FetchOptions{MaxBodySize: 1 << 20})
+	start := time.Now()
+	_, err := f.Fetch(context.Background(), &Request{URL: srv.URL})
+	if !errors.Is(err, ErrBodyTooLarge) {
+		t.Fatalf("err = %v, want ErrBodyTooLarge", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("endless body took %v", d)
+	}
+}
+
+func TestFetchTimeout(t *testing.T) {
+	stop := make(chan struct{})
+	arrived := make(chan struct{}, 10)
+	srv := newTestServer(t, func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case arrived <- struct{}{}:
+		default:
+		}
+		if r.URL.Path == "/headers-then-stall" {
+			io.WriteString(w, "partial")
+			w.(http.Flusher).Flush()
+		}
+		select {
+		case <-r.Context().Done():
+		case <-stop:
+		}
+	})
+	defer close(stop)
+	const timeout = 200 * time.Millisecond
+	f := trusting(t, FetchOptions{Timeout: timeout})
+	for _, path := range []string{"/no-headers", "/headers-then-stall"} {
+		start := time.Now()
+		_, err := f.Fetch(context.Background(), &Request{URL: srv.URL + path})
+		d := time.Since(start)
+		if err == nil {
+			t.Fatalf("%s: no error from a stalled server", path)
+		}
+		if d < timeout || d > 10*timeout {
+			t.Errorf("%s: returned after %v, want about %v", path, d, timeout)
+		}
+		if !Retryable(err) {
+			t.Errorf("%s: timeout %v is not retryable", path, err)
+		}
+	}
+
+	// The caller's context is honoured too, and a cancel is not retryable.
+	for len(arrived) > 0 {
+		<-arrived
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	f = trusting(t, FetchOptions{})
+	go func() {
+		<-arrived // cancel once the request is in flight
+		cancel()
+	}()
+	_, err := f.Fetch(ctx, &Request{URL: srv.URL + "/no-headers"})
+	if !errors.Is(err, context.Canceled) || Retryable(err) {
+		t.Errorf("cancelled fetch: err %v retryable %v", err, Retryable(err))
+	}
+}
+
+func TestFetchDoesNotFollowRedirects(t *testing.T) {
+	var targetHits atomic.Int32
+	srv := newTestServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/target" {
+			targetHits.Add(1)
+			return
+		}
+		http.Redirect(w, r, "/target", http.StatusFound)
+	})
+	f := trusting(t, FetchOptions{})
+	resp, err := f.Fetch(context.Background(), &Request{URL: srv.URL + "/start"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusFound || resp.Header.Get("Location") != "/target" {
+		t.Errorf("got %d Location %q", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	if n := targetHits.Load(); n != 0 {
+		t.Errorf("redirect followed %d times", n)
+	}
+}
+
+func TestFetchGuard(t *testing.T) {
+	var hits atomic.Int32
+	srv := newTestServer(t, func(w http.ResponseWriter, r *http.Request) { hits.Add(1) })
+	port := srv.Listener.Addr().(*net.TCPAddr).Port
+	localhostURL := fmt.Sprintf("http://localhost:%d/", port)
+
+	refused := func(t *testing.T, f *Fetcher, u string) {
+		t.Helper()
+		before := hits.Load()
+		_, err := f.Fetch(context.Background(), &Request{URL: u})
+		if !errors.Is(err, ErrForbiddenAddress) {
+			t.Errorf("%s: err = %v, want ErrForbiddenAddress", u, err)
+		}
+		if Retryable(err) {
+			t.Errorf("%s: forbidden address is retryable", u)
+		}
+		if hits.Load() != before {
+			t.Errorf("%s: request reached the server", u)
+		}
+	}
+	allowed := func(t *testing.T, f *Fetcher, u string) {
+		t.Helper()
+		before := hits.Load()
+		if _, err := f.Fetch(context.Background(), &Request{URL: u}); err != nil {
+			t.Errorf("%s: %v", u, err)
+		}
+		if hits.Load() != before+1 {
+			t.Errorf("%s: request did not reach the server", u)
+		}
+	}
+
+	t.Run("untrusted loopback refused", func(t *testing.T) {
+		f := NewFetcher(FetchOptions{})
+		defer f.Close()
+		refused(t, f, srv.URL)
+		// A name is checked on the address it resolves to.
+		refused(t, f, localhostURL)
+	})
+	t.Run("dial check alone refuses", func(t *testing.T) {
+		// Bypass the URL literal pre-check: the dialer's Control must refuse.
+		f := NewFetcher(FetchOptions{})
+		defer f.Close()
+		conn, err := f.transport.DialContext(context.Background(), "tcp", srv.Listener.Addr().String())
+		if err == nil {
+			conn.Close()
+		}
+		if !errors.Is(err, ErrForbiddenAddress) {
+			t.Errorf("dial err = %v, want ErrForbiddenAddress", err)
+		}
+	})
+	t.Run("trusted IP", func(t *testing.T) {
+		f := NewFetcher(FetchOptions{})
+		defer f.Close()
+		f.Trust("127.0.0.1")
+		allowed(t, f, srv.URL)
+		// Trusting the IP does not trust a name resolving to it.
+		refused(t, f, localhostURL)
+	})
+	t.Run("trusted name", func(t *testing.T) {
+		f := NewFetcher(FetchOptions{})
+		defer f.Close()
+		f.Trust("LOCALHOST.") // case and trailing dot do not matter
+		allowed(t, f, localhostURL)
+		refused(t, f, srv.URL)
+	})
+	t.Run("AllowPrivate", func(t *testing.T) {
+		f := NewFetcher(FetchOptions{AllowPrivate: true})
+		defer f.Close()
+		allowed(t, f, srv.URL)
+		allowed(t, f, localhostURL)
+	})
+	t.Run("literal metadata address refused before dialling", func(t *testing.T) {
+		f := NewFetcher(FetchOptions{ConnectTimeout: 50 * time.Millisecond})
+		defer f.Close()
+		for _, u := range []string{"http://169.254.169.254/latest/meta-data/", "http://[fd00:ec2::254]/", "http://[::ffff:127.0.0.1]:1/"} {
+			if _, err := f.Fetch(context.Background(), &Request{URL: u}); !errors.Is(err, ErrForbiddenAddress) {
+				t.Errorf("%s: err = %v", u, err)
+			}
+		}
+	})
+	t.Run("proxy connection exempt", func(t *testing.T) {
+		// The server acts as a proxy (it answers any absolute-form request).
+		proxyURL, _ := url.Parse(srv.URL)
+		f := newFetcher(FetchOptions{}, func(*http.Request) (*url.URL, error) { return proxyURL, nil })
+		defer f.Close()
+		allowed(t, f, "http://example.com/")
+		// Literal forbidden IPs are still refused though they would go through the proxy.
+		refused(t, f, "http://10.0.0.1/")
+		// Only the proxy's exact address is exempt, not its host.
+		f2 := newFetcher(FetchOptions{}, func(*http.Request) (*url.URL, error) { return proxyURL, nil })
+		defer f2.Close()
+		f2.Fetch(context.Background(), &Request{URL: "http://example.com/"})
+		if f2.guard.exempt(fmt.Sprintf("127.0.0.1:%d", port+1)) || !f2.guard.exempt(srv.Listener.Addr().String()) {
+			t.Error("proxy exemption is not exactly the proxy's host and port")
+		}
+	})
+}
+
+func TestForbiddenAddr(t *testing.T) {
+	for _, tc := range []struct {
+		ip        string
+		forbidden bool
+	}{
+		{"127.0.0.1", true},
+		{"127.255.255.254", true},
+		{"::1", true},
+		{"10.1.2.3", true},
+		{"172.16.0.1", true},
+		{"172.31.255.255", true},
+		{"172.32.0.1", false},
+		{"192.168.1.1", true},
+		{"fc00::1", true},
+		{"fd12:3456::1", true},
+		{"169.254.1.1", true},
+		{"169.254.169.254", true},
+		{"fe80::1", true},
+		{"fe80::1%eth0", true},
+		{"fd00:ec2::254", true},
+		{"0.0.0.0", true},
+		{"0.1.2.3", true},
+		{"::", true},
+		{"224.0.0.1", true},
+		{"239.255.255.250", true},
+		{"ff02::1", true},
+		{"ff0e::1", true},
+		{"100.64.0.1", true},
+		{"100.127.255.255", true},
+		{"100.128.0.1", false},
+		{"100.63.255.255", false},
+		{"255.255.255.255", true},
+		{"198.18.0.1", true},
+		{"::ffff:127.0.0.1", true},
+		{"::ffff:10.0.0.1", true},
+		{"::ffff:8.8.8.8", false},
+		{"64:ff9b::7f00:1", true},   // NAT64 of 127.0.0.1
+		{"64:ff9b::808:808", false}, // NAT64 of 8.8.8.8
+		{"2002:a00:1::", true},      // 6to4 of 10.0.0.1
+		{"2002:808:808::", false},
+		{"8.8.8.8", false},
+		{"1.1.1.1", false},
+		{"93.184.216.34", false},
+		{"2606:4700::1111", false},
+		{"2001:4860:4860::8888", false},
+	} {
+		a := netip.MustParseAddr(tc.ip)
+		if got := forbiddenAddr(a); got != tc.forbidden {
+			t.Errorf("forbiddenAddr(%s) = %v, want %v", tc.ip, got, tc.forbidden)
+		}
+	}
+	if !forbiddenAddr(netip.Addr{}) {
+		t.Error("the invalid address is allowed")
+	}
+}
+
+func TestRetryable(t *testing.T) {
+	opErr := func(err error) error {
+		return &url.Error{Op: "Get", URL: "http://x/", Err: &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", err)}}
+	}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"nil", nil, false},
+		{"refused", opErr(syscall.ECONNREFUSED), true},
+		{"reset", opErr(syscall.ECONNRESET), true},
+		{"host unreachable", opErr(syscall.EHOSTUNREACH), true},
+		{"unexpected EOF mid-body", fmt.Errorf("fetch x: read body: %w", io.ErrUnexpectedEOF), true},
+		{"EOF before response", &url.Error{Op: "Get", URL: "http://x/", Err: io.EOF}, true},
+		{"deadline", &url.Error{Op: "Get", URL: "http://x/", Err: context.DeadlineExceeded}, true},
+		{"net timeout", &net.OpError{Op: "dial", Err: timeoutErr{}}, true},
+		{"DNS temporary", &net.DNSError{Err: "server misbehaving", IsTemporary: true}, true},
+		{"DNS timeout", &net.DNSError{Err: "timeout", IsTimeout: true}, true},
+		{"DNS not found", &net.DNSError{Err: "no such host", IsNotFound: true}, false},
+		{"cancelled", &url.Error{Op: "Get", URL: "http://x/", Err: context.Canceled}, false},
+		{"body too large", fmt.Errorf("fetch x: %w", ErrBodyTooLarge), false},
+		{"forbidden", opErr(fmt.Errorf("%w: 127.0.0.1", ErrForbiddenAddress)), false},
+		{"bad url", fmt.Errorf("fetch x: %w", errBadURL), false},
+		{"unknown authority", &url.Error{Err: x509.UnknownAuthorityError{}}, false},
+		{"hostname mismatch", &url.Error{Err: x509.HostnameError{Host: "x"}}, false},
+		{"cert invalid", &url.Error{Err: x509.CertificateInvalidError{Reason: x509.Expired}}, false},
+		{"cert verification", &url.Error{Err: &tls.CertificateVerificationError{Err: errors.New("bad")}}, false},
+		{"unknown error", errors.New("something else"), false},
+	} {
+		if got := Retryable(tc.err); got != tc.want {
+			t.Errorf("%s: Retryable(%v) = %v, want %v", tc.name, tc.err, got, tc.want)
+		}
+	}
+}
+
+type timeoutErr struct{}
+
+func (timeoutErr) Error() string   { return "i/o timeout" }
+func (timeoutErr) Timeout() bool   { return true }
+func (timeoutErr) Temporary() bool { return true }
+
+func TestRetryableRealErrors(t *testing.T) {
+	f := trusting(t, FetchOptions{})
+
+	t.Run("connection refused", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		_, err = f.Fetch(context.Background(), &Request{URL: "http://" + addr + "/"})
+		if err == nil || !Retryable(err) {
+			t.Errorf("refused: err %v retryable %v", err, Retryable(err))
+		}
+	})
+	t.Run("connection closed mid-body", func(t *testing.T) {
+		srv := newTestServer(t, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Length", "100")
+			io.WriteString(w, "short")
+			w.(http.Flusher).Flush()
+			conn, _, err := http.NewResponseController(w).Hijack()
+			if err == nil {
+				conn.Close()
+			}
+		})
+		_, err := f.Fetch(context.Background(), &Request{URL: srv.URL})
+		if err == nil || !Retryable(err) {
+			t.Errorf("mid-body close: err %v retryable %v", err, Retryable(err))
+		}
+	})
+	t.Run("untrusted certificate", func(t *testing.T) {
+		srv := httptest.NewTLSServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+		defer srv.Close()
+		_, err := f.Fetch(context.Background(), &Request{URL: srv.URL})
+		if err == nil || Retryable(err) {
+			t.Errorf("bad certificate: err %v retryable %v", err, Retryable(err))
+		}
+	})
+	t.Run("bad URLs", func(t *testing.T) {
+		for _, u := range []string{"ftp://x/", "/relative", "http://%zz/", "http:///nohost"} {
+			_, err := f.Fetch(context.Background(), &Request{URL: u})
+			if err == nil || Retryable(err) {
+				t.Errorf("%q: err %v retryable %v", u, err, Retryable(err))
+			}
+		}
+		_, err := f.Fetch(context.Background(), &Request{URL: "http://127.0.0.1/", Method: "BAD METHOD"})
+		if err == nil || Retryable(err) {
+			t.Errorf("bad method: err %v retryable %v", err, Retryable(err))
+		}
+	})
+}

@@ -1,0 +1,165 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"time"
+)
+
+// Config configures a Crawler. The zero value is usable: every field
+// documents its default.
+type Config struct {
+	// Name is the crawl's name; queues and keys derive from it
+	// (NAME:requests, NAME:start_urls, NAME:items). "" = "trawl".
+	Name string
+	// Concurrency is how many pages are processed at once. 0 = 16.
+	Concurrency int
+	// PerHost caps concurrent requests per host. 0 = 8.
+	PerHost int
+	// Delay is the minimum time between request starts to one host.
+	Delay time.Duration
+	// MaxDepth stops following links past this depth (start URLs have
+	// depth 0). 0 = unlimited.
+	MaxDepth int
+	// MaxPages makes this worker stop after fetching that many pages.
+	// 0 = unlimited.
+	MaxPages int
+	// AllowedDomains are the domains (and their subdomains) links may lead
+	// to. Empty = each link stays on the domain of the start URL it
+	// descends from (Request.Scope).
+	AllowedDomains []string
+	// Include, if not empty, keeps only discovered URLs matching one of these
+	// regular expressions; Exclude drops URLs matching any. Start URLs are
+	// not subject to them.
+	Include, Exclude []string
+	// IdleTimeout ends Run once the frontier and the start URLs have been
+	// empty, with nothing in flight on any worker, for this long.
+	// 0 = never: serve until the context ends.
+	IdleTimeout time.Duration
+	// Lease is how long a delivery stays with this worker before another may
+	// take it; leases of pages in progress are extended every Lease/3. Set it
+	// to the broker's lease. 0 = 30s.
+	Lease time.Duration
+	// MaxRetries is how often a failed request (timeout, connection error,
+	// 5xx, 429, callback error) is retried before it is dead-lettered. 0 = 3.
+	MaxRetries int
+	// RetryBackoff is the first retry's delay, doubled for each later one,
+	// at most one minute. A Retry-After header takes precedence. 0 = 500ms.
+	RetryBackoff time.Duration
+	// IgnoreRobots skips robots.txt.
+	IgnoreRobots bool
+	// StartBatch is how many start URLs an idle worker takes at once. 0 = 16.
+	StartBatch int
+	// Fetch configures the HTTP fetcher.
+	Fetch FetchOptions
+	// TrustedHosts are exempt from the private-address guard: the hosts of
+	// start URLs an operator gives on the command line.
+	TrustedHosts []string
+	// Limiter paces requests per host. nil = a local limiter from PerHost
+	// and Delay.
+	Limiter HostLimiter
+	// Sink receives items. nil = items are dropped.
+	Sink Sink
+	// Stats receives counters. nil = a fresh Stats, see Crawler.Stats.
+	Stats *Stats
+	// Callbacks handle responses by name (Request.Callback). The name ""
+	// overrides the default callback, which follows links and emits a Page.
+	Callbacks map[string]Callback
+	// Extract adds fields to the default Page item: name -> CSS selector;
+	// the text of every matching element is collected.
+	Extract map[string]string
+	// Logger receives the crawl's log. nil = discard.
+	Logger *slog.Logger
+}
+
+// compiled is a validated Config with defaults filled in.
+type compiled struct {
+	Config
+	include, exclude []*regexp.Regexp
+}
+
+const maxBackoff = time.Minute
+
+// Validate reports every problem with c at once.
+func (c Config) Validate() error {
+	_, err := c.compile()
+	return err
+}
+
+func (c Config) compile() (*compiled, error) {
+	var errs []error
+	if c.Concurrency < 0 {
+		errs = append(errs, fmt.Errorf("concurrency %d is negative", c.Concurrency))
+	}
+	if c.PerHost < 0 {
+		errs = append(errs, fmt.Errorf("per-host %d is negative", c.PerHost))
+	}
+	if c.Delay < 0 || c.IdleTimeout < 0 || c.RetryBackoff < 0 {
+		errs = append(errs, errors.New("durations must not be negative"))
+	}
+	if c.MaxDepth < 0 || c.MaxPages < 0 || c.MaxRetries < 0 || c.StartBatch < 0 {
+		errs = append(errs, errors.New("limits must not be negative"))
+	}
+	cc := &compiled{Config: c}
+	for _, p := range c.Include {
+		re, err := regexp.Compile(p)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("include pattern: %w", err))
+			continue
+		}
+		cc.include = append(cc.include, re)
+	}
+	for _, p := range c.Exclude {
+		re, err := regexp.Compile(p)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("exclude pattern: %w", err))
+			continue
+		}
+		cc.exclude = append(cc.exclude, re)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("engine config: %w", err)
+	}
+	if cc.Name == "" {
+		cc.Name = "trawl"
+	}
+	if cc.Concurrency == 0 {
+		cc.Concurrency = 16
+	}
+	if cc.PerHost == 0 {
+		cc.PerHost = 8
+	}
+	if cc.MaxRetries == 0 {
+		cc.MaxRetries = 3
+	}
+	if cc.RetryBackoff == 0 {
+		cc.RetryBackoff = 500 * time.Millisecond
+	}
+	if cc.StartBatch == 0 {
+		cc.StartBatch = 16
+	}
+	if cc.Logger == nil {
+		cc.Logger = slog.New(slog.DiscardHandler)
+	}
+	return cc, nil
+}
+
+// backoff is the delay before retry number attempt (1-based).
+func (c *compiled) backoff(attempt int) time.Duration {
+	d := c.RetryBackoff
+	for i := 1; i < attempt && d < maxBackoff; i++ {
+		d *= 2
+	}
+	return min(d, maxBackoff)
+}
+
+// RequestsQueue names the frontier queue of crawl name.
+func RequestsQueue(name string) string { return name + ":requests" }
+
+// StartQueue names the start-URL queue of crawl name.
+func StartQueue(name string) string { return name + ":start_urls" }
+
+// ItemsQueue names the items list or queue of crawl name.
+func ItemsQueue(name string) string { return name + ":items" }

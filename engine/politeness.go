@@ -1,0 +1,311 @@
+package engine
+
+import (
+	"container/list"
+	"context"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// HostLimiter paces requests per host. The engine holds one; a shared (e.g.
+// Redis-backed) implementation can replace the local one, so the interface
+// stays small.
+type HostLimiter interface {
+	// Acquire waits until a request to host may start (concurrency cap and
+	// delay), or ctx ends. release gives the slot back; calling it more than
+	// once is harmless.
+	Acquire(ctx context.Context, host string) (release func(), err error)
+	// Backoff holds all requests to host until t (429/503 with Retry-After,
+	// or a computed back-off).
+	Backoff(host string, until time.Time)
+	// SetDelay sets host's minimum delay between request starts (robots.txt
+	// Crawl-delay), if larger than the default.
+	SetDelay(host string, d time.Duration)
+}
+
+// PolitenessOptions configure a Politeness. The zero value gives the defaults.
+type PolitenessOptions struct {
+	PerHost int           // concurrent requests per host; 0 = 8
+	Delay   time.Duration // minimum time between request starts to one host; 0 = none
+}
+
+// hostIdleGrace is how long a host's entry is kept after it fell idle (nothing
+// in flight or waiting, delay and back-off passed); then it may be forgotten,
+// with any delay SetDelay gave it.
+const hostIdleGrace = time.Minute
+
+// Politeness is the local HostLimiter: per host, a concurrency cap, a minimum
+// delay between request starts and a back-off time. Waiting requests are
+// served first come, first served. It runs no goroutine of its own: a waiting
+// Acquire blocks on a channel, and a host whose next start lies in the future
+// has one timer (time.AfterFunc), armed only while requests wait.
+//
+// Memory: a host's entry is forgotten once it has been idle for a minute
+// (nothing in flight or waiting, delay and back-off passed); idle entries are
+// swept when the table has doubled since the last sweep, so the table holds
+// at most about twice the hosts used within the last minute, plus 1024. A
+// forgotten host also forgets its SetDelay value, so callers set the delay
+// before each Acquire (the engine passes robots.txt's cached Crawl-delay).
+//
+// Politeness is safe for concurrent use.
+type Politeness struct {
+	perHost int
+	delay   time.Duration
+	now     func() time.Time
+
+	mu      sync.Mutex
+	hosts   map[string]*hostState
+	sweepAt int // sweep idle entries when len(hosts) reaches this
+}
+
+var _ HostLimiter = (*Politeness)(nil)
+
+type hostState struct {
+	active    int           // requests in flight
+	waiters   list.List     // of *hostWaiter, first come first served
+	delay     time.Duration // minimum time between starts
+	nextStart time.Time     // earliest next start (last start + delay)
+	backoff   time.Time     // no start before this
+	idleSince time.Time     // when the entry last fell idle
+	timer     *time.Timer   // fires dispatch at timerAt; nil when unarmed
+	timerAt   time.Time
+}
+
+type hostWaiter struct {
+	ready   chan struct{} // closed when granted
+	granted bool
+	elem    *list.Element
+}
+
+const minSweep = 1024
+
+// NewPoliteness returns a Politeness configured by o.
+func NewPoliteness(o PolitenessOptions) *Politeness {
+	if o.PerHost <= 0 {
+		o.PerHost = 8
+	}
+	if o.Delay < 0 {
+		o.Delay = 0
+	}
+	return &Politeness{
+		perHost: o.PerHost,
+		delay:   o.Delay,
+		now:     time.Now,
+		hosts:   make(map[string]*hostState),
+		sweepAt: minSweep,
+	}
+}
+
+// state returns host's entry, creating it. p.mu must be held.
+func (p *Politeness) state(host string) *hostState {
+	st := p.hosts[host]
+	if st == nil {
+		if len(p.hosts) >= p.sweepAt {
+			p.sweep(p.now())
+		}
+		st = &hostState{delay: p.delay}
+		p.hosts[host] = st
+	}
+	return st
+}
+
+// sweep forgets entries idle for longer than hostIdleGrace. p.mu must be held.
+func (p *Politeness) sweep(now time.Time) {
+	for h, st := range p.hosts {
+		if p.idle(st, now) && now.Sub(st.idleSince) >= hostIdleGrace {
+			delete(p.hosts, h)
+		}
+	}
+	p.sweepAt = max(minSweep, 2*len(p.hosts))
+}
+
+// idle reports whether st holds nothing but a possible custom delay.
+func (p *Politeness) idle(st *hostState, now time.Time) bool {
+	return st.active == 0 && st.waiters.Len() == 0 &&
+		!now.Before(st.nextStart) && !now.Before(st.backoff)
+}
+
+// markIdle records when st fell idle, for the sweep. p.mu must be held.
+func (p *Politeness) markIdle(st *hostState, now time.Time) {
+	if st.active == 0 && st.waiters.Len() == 0 {
+		st.idleSince = latest(now, st.nextStart, st.backoff)
+	}
+}
+
+func latest(ts ...time.Time) time.Time {
+	var m time.Time
+	for _, t := range ts {
+		if t.After(m) {
+			m = t
+		}
+	}
+	return m
+}
+
+// Acquire waits until a request to host may start: fewer than PerHost
+// requests to host are in flight, the delay since the previous start has
+// passed and no back-off holds the host. It returns ctx's error if ctx ends
+// first. Requests to one host are admitted in the order they arrived.
+func (p *Politeness) Acquire(ctx context.Context, host string) (func(), error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	host = strings.ToLower(host)
+	p.mu.Lock()
+	st := p.state(host)
+	now := p.now()
+	if st.waiters.Len() == 0 && st.active < p.perHost && p.gate(st).Compare(now) <= 0 {
+		p.start(st, now)
+		p.mu.Unlock()
+		return p.releaser(host, st), nil
+	}
+	w := &hostWaiter{ready: make(chan struct{})}
+	w.elem = st.waiters.PushBack(w)
+	p.dispatch(st, now)
+	p.mu.Unlock()
+
+	select {
+	case <-w.ready:
+		return p.releaser(host, st), nil
+	case <-ctx.Done():
+	}
+	p.mu.Lock()
+	if w.granted {
+		// Granted while ctx ended: give the slot back.
+		p.mu.Unlock()
+		p.releaser(host, st)()
+		return nil, ctx.Err()
+	}
+	st.waiters.Remove(w.elem)
+	now = p.now()
+	if st.waiters.Len() == 0 && st.timer != nil {
+		st.timer.Stop()
+		st.timer = nil
+	}
+	p.dispatch(st, now) // a later waiter may now be first
+	p.markIdle(st, now)
+	p.mu.Unlock()
+	return nil, ctx.Err()
+}
+
+// gate is the earliest time the next request to st may start.
+func (p *Politeness) gate(st *hostState) time.Time {
+	if st.backoff.After(st.nextStart) {
+		return st.backoff
+	}
+	return st.nextStart
+}
+
+// start records a request start. p.mu must be held.
+func (p *Politeness) start(st *hostState, now time.Time) {
+	st.active++
+	st.nextStart = now.Add(st.delay)
+}
+
+// dispatch admits waiting requests that may start now and arms the host's
+// timer for the next one that must wait for its time. Calling it when nothing
+// can be done is harmless. p.mu must be held.
+func (p *Politeness) dispatch(st *hostState, now time.Time) {
+	for st.waiters.Len() > 0 && st.active < p.perHost {
+		gate := p.gate(st)
+		if gate.After(now) {
+			p.arm(st, gate)
+			return
+		}
+		w := st.waiters.Remove(st.waiters.Front()).(*hostWaiter)
+		w.granted = true
+		close(w.ready)
+		p.start(st, now)
+	}
+}
+
+// arm makes st's timer call dispatch at t. p.mu must be held.
+func (p *Politeness) arm(st *hostState, t time.Time) {
+	if st.timer != nil && st.timerAt.Equal(t) {
+		return
+	}
+	if st.timer != nil {
+		st.timer.Stop()
+	}
+	st.timerAt = t
+	var tm *time.Timer
+	tm = time.AfterFunc(t.Sub(p.now()), func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if st.timer == tm {
+			st.timer = nil
+		}
+		p.dispatch(st, p.now())
+	})
+	st.timer = tm
+}
+
+// releaser returns the release function of one granted slot on st.
+func (p *Politeness) releaser(host string, st *hostState) func() {
+	var done atomic.Bool
+	return func() {
+		if done.Swap(true) {
+			return
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		st.active--
+		now := p.now()
+		p.dispatch(st, now)
+		p.markIdle(st, now)
+	}
+}
+
+// Backoff holds all requests to host until until (an earlier time than a
+// back-off already in force is ignored). Requests already started are not
+// affected.
+func (p *Politeness) Backoff(host string, until time.Time) {
+	host = strings.ToLower(host)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := p.state(host)
+	if until.After(st.backoff) {
+		st.backoff = until
+	}
+	now := p.now()
+	p.dispatch(st, now) // re-arms a waiting host's timer for the later time
+	p.markIdle(st, now)
+}
+
+// SetDelay sets host's minimum delay between request starts to d, or to the
+// default Delay if that is larger. The delay is kept while the host is in
+// use and forgotten a minute after it fell idle (see Politeness).
+func (p *Politeness) SetDelay(host string, d time.Duration) {
+	host = strings.ToLower(host)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := p.state(host)
+	st.delay = max(d, p.delay)
+	p.markIdle(st, p.now())
+}
+
+// RetryAfter parses a Retry-After header, given in seconds or as an HTTP
+// date, into the time to wait from now. A date in the past gives 0. ok is
+// false when the header is absent or malformed.
+func RetryAfter(h http.Header, now time.Time) (d time.Duration, ok bool) {
+	v := strings.TrimSpace(h.Get("Retry-After"))
+	if v == "" {
+		return 0, false
+	}
+	if secs, err := strconv.ParseUint(v, 10, 64); err == nil {
+		if secs > math.MaxInt64/uint64(time.Second) {
+			return time.Duration(math.MaxInt64), true
+		}
+		return time.Duration(secs) * time.Second, true
+	}
+	t, err := http.ParseTime(v)
+	if err != nil {
+		return 0, false
+	}
+	return max(t.Sub(now), 0), true
+}

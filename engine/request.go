@@ -1,0 +1,35 @@
+package engine
+
+import (
+	"net/http"
+	"net/url"
+)
+
+// Request is one page to fetch. It travels through the broker in a compact,
+// versioned binary encoding (see MarshalBinary).
+type Request struct {
+	URL        string            // absolute http or https URL
+	Method     string            // "" means GET
+	Header     http.Header       // extra request headers
+	Body       []byte            // request body
+	Priority   int               // higher first
+	Depth      int               // link distance from a start URL
+	Retries    int               // how often this request has been retried
+	Callback   string            // name of the callback that handles the response; "" is the default
+	Meta       map[string]string // free-form values carried along
+	DontFilter bool              // skip the duplicate filter
+	// Scope is the host of the start URL the request descends from. Unless
+	// Config.AllowedDomains is set, followed links must stay on that host's
+	// domain (or its subdomains). It travels with the request, so every
+	// worker scopes alike, including ones that never saw the start URLs.
+	Scope string
+}
+
+// Response is a fetched page handed to a callback.
+type Response struct {
+	Request    *Request
+	URL        *url.URL // the URL fetched
+	StatusCode int
+	Header     http.Header
+	Body       []byte
+}

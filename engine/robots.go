@@ -1,0 +1,233 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/temoto/robotstxt"
+)
+
+const (
+	// robotsErrorTTL is how long a robots.txt answer is cached after a 5xx
+	// status or a network error (when every path is allowed meanwhile).
+	robotsErrorTTL = time.Minute
+	// robotsMaxRedirects is how many redirects of /robots.txt are followed.
+	robotsMaxRedirects = 5
+	// maxCrawlDelay caps the Crawl-delay a robots.txt can impose.
+	maxCrawlDelay = time.Minute
+)
+
+// Robots is a cache of robots.txt files, one per scheme and host, parsed with
+// github.com/temoto/robotstxt. It is safe for concurrent use.
+//
+// What a robots.txt fetch means:
+//   - 2xx: the file's rules for the agent, cached for the TTL. A file the
+//     parser rejects allows everything (cached for the TTL, logged).
+//   - 4xx: no robots.txt: everything is allowed, cached for the TTL.
+//   - 5xx or a network error (including a refusal of the address guard or a
+//     body over the fetcher's cap): everything is allowed, but the answer is
+//     cached for one minute only, so that the file is asked for again soon.
+//   - 3xx: the redirect is followed, up to 5 hops, while it stays on the
+//     same host name (scheme and port may change). A redirect to another
+//     host, or too many hops, counts as no robots.txt (allow, TTL).
+//
+// The cache forgets expired entries when it has doubled in size since its
+// last sweep, so it holds about twice the hosts asked about within one TTL.
+type Robots struct {
+	fetcher *Fetcher
+	agent   string // product token matched against User-agent lines
+	ttl     time.Duration
+	now     func() time.Time
+	log     *slog.Logger
+
+	mu      sync.Mutex
+	entries map[string]*robotsEntry // key: scheme "://" host[:port]
+	sweepAt int
+}
+
+type robotsEntry struct {
+	done    chan struct{} // closed when the fetch finished
+	group   *robotstxt.Group
+	failed  bool // the fetching caller's context ended: callers try again
+	expires time.Time
+}
+
+// NewRobots returns a Robots that fetches through f and matches rules for
+// userAgent (its product token, the part before the first "/" or space, is
+// matched case-insensitively against User-agent lines; a group naming a
+// prefix of it applies, the longest such wins, else "*"). ttl is how long a
+// file is cached; 0 = 24h.
+func NewRobots(f *Fetcher, userAgent string, ttl time.Duration) *Robots {
+	if ttl <= 0 {
+		ttl = 24 * time.Hour
+	}
+	agent := strings.ToLower(strings.TrimSpace(userAgent))
+	if i := strings.IndexAny(agent, "/ \t"); i >= 0 {
+		agent = agent[:i]
+	}
+	if agent == "" {
+		agent = "*"
+	}
+	return &Robots{
+		fetcher: f,
+		agent:   agent,
+		ttl:     ttl,
+		now:     time.Now,
+		log:     f.log,
+		entries: make(map[string]*robotsEntry),
+		sweepAt: minSweep,
+	}
+}
+
+// Allowed reports whether u may be fetched and the host's Crawl-delay (0 if
+// none; at most one minute). The host's robots.txt is fetched once per TTL:
+// concurrent callers for one host wait for the same fetch. err is non-nil
+// only for a URL that is not absolute http(s) or when ctx ends first.
+func (r *Robots) Allowed(ctx context.Context, u *url.URL) (allowed bool, crawlDelay time.Duration, err error) {
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return false, 0, fmt.Errorf("robots: check %q: want an absolute http or https URL", u)
+	}
+	key := u.Scheme + "://" + strings.ToLower(u.Host)
+	for {
+		e, leader := r.entry(key)
+		if leader {
+			r.fill(ctx, e, u)
+		} else {
+			select {
+			case <-e.done:
+			case <-ctx.Done():
+				return false, 0, fmt.Errorf("robots: wait for %s/robots.txt: %w", key, ctx.Err())
+			}
+		}
+		if e.failed {
+			if err := ctx.Err(); err != nil {
+				return false, 0, fmt.Errorf("robots: fetch %s/robots.txt: %w", key, err)
+			}
+			continue // the leader gave up; try again
+		}
+		if e.group == nil {
+			return true, 0, nil
+		}
+		path := u.EscapedPath()
+		if path == "" {
+			path = "/"
+		}
+		if u.RawQuery != "" {
+			path += "?" + u.RawQuery
+		}
+		return e.group.Test(path), min(max(e.group.CrawlDelay, 0), maxCrawlDelay), nil
+	}
+}
+
+// entry returns the live entry for key, or a new one that the caller (the
+// leader) must fill.
+func (r *Robots) entry(key string) (e *robotsEntry, leader bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.now()
+	if e := r.entries[key]; e != nil {
+		select {
+		case <-e.done:
+			if !e.failed && now.Before(e.expires) {
+				return e, false
+			}
+		default:
+			return e, false // being fetched
+		}
+	}
+	if len(r.entries) >= r.sweepAt {
+		for k, old := range r.entries {
+			select {
+			case <-old.done:
+				if old.failed || !now.Before(old.expires) {
+					delete(r.entries, k)
+				}
+			default:
+			}
+		}
+		r.sweepAt = max(minSweep, 2*len(r.entries))
+	}
+	e = &robotsEntry{done: make(chan struct{})}
+	r.entries[key] = e
+	return e, true
+}
+
+// fill fetches the robots.txt for e and closes e.done.
+func (r *Robots) fill(ctx context.Context, e *robotsEntry, u *url.URL) {
+	group, ttl, err := r.fetch(ctx, u)
+	r.mu.Lock()
+	switch {
+	case err != nil && ctx.Err() != nil:
+		e.failed = true
+	default:
+		e.group = group
+		e.expires = r.now().Add(ttl)
+	}
+	r.mu.Unlock()
+	close(e.done)
+}
+
+// errOffHost ends a robots.txt redirect chain that leaves the host.
+var errOffHost = errors.New("redirected to another host")
+
+// fetch gets and parses the robots.txt of u's host. It returns the group for
+// r's agent (nil = allow all) and how long to cache the answer; err is set
+// only when ctx ended.
+func (r *Robots) fetch(ctx context.Context, u *url.URL) (*robotstxt.Group, time.Duration, error) {
+	target := &url.URL{Scheme: u.Scheme, Host: u.Host, Path: "/robots.txt"}
+	for hop := 0; ; hop++ {
+		resp, err := r.fetcher.Fetch(ctx, &Request{URL: target.String()})
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, 0, err
+			}
+			r.log.Info("robots.txt fetch failed; allowing all for now", "url", target.String(), "error", err)
+			return nil, robotsErrorTTL, nil
+		}
+		switch code := resp.StatusCode; {
+		case code >= 200 && code < 300:
+			data, err := robotstxt.FromBytes(resp.Body)
+			if err != nil {
+				r.log.Warn("robots.txt unparsable; allowing all", "url", target.String(), "error", err)
+				return nil, r.ttl, nil
+			}
+			return data.FindGroup(r.agent), r.ttl, nil
+		case code >= 300 && code < 400:
+			next, err := r.redirect(target, resp.Header.Get("Location"), hop)
+			if err != nil {
+				r.log.Info("robots.txt redirect not followed; allowing all", "url", target.String(), "error", err)
+				return nil, r.ttl, nil
+			}
+			target = next
+		case code >= 400 && code < 500:
+			return nil, r.ttl, nil
+		default: // 5xx and oddities
+			r.log.Warn("robots.txt server error; allowing all for now", "url", target.String(), "status", code)
+			return nil, robotsErrorTTL, nil
+		}
+	}
+}
+
+// redirect resolves the Location of a robots.txt redirect at hop.
+func (r *Robots) redirect(from *url.URL, location string, hop int) (*url.URL, error) {
+	if hop+1 > robotsMaxRedirects {
+		return nil, fmt.Errorf("more than %d redirects", robotsMaxRedirects)
+	}
+	loc, err := url.Parse(strings.TrimSpace(location))
+	if err != nil || location == "" {
+		return nil, fmt.Errorf("bad Location %q", location)
+	}
+	next := from.ResolveReference(loc)
+	next.Fragment, next.RawFragment = "", ""
+	if (next.Scheme != "http" && next.Scheme != "https") ||
+		!strings.EqualFold(next.Hostname(), from.Hostname()) {
+		return nil, fmt.Errorf("%w: %s", errOffHost, next)
+	}
+	return next, nil
+}

@@ -1,0 +1,81 @@
+package engine
+
+import (
+	"net/url"
+	"strings"
+)
+
+// scope decides which discovered URLs a crawl follows: allowed domains
+// (and their subdomains), depth, include and exclude patterns.
+type scope struct {
+	cfg *compiled
+
+	domains map[string]bool // lower-case hostnames without port; read-only
+}
+
+func newScope(cfg *compiled) *scope {
+	s := &scope{cfg: cfg, domains: make(map[string]bool)}
+	for _, d := range cfg.AllowedDomains {
+		s.domains[strings.ToLower(strings.TrimPrefix(d, "."))] = true
+	}
+	return s
+}
+
+// domainAllowed reports whether host is an allowed domain or a subdomain of
+// one: of Config.AllowedDomains if set, else of origin (a request's Scope).
+func (s *scope) domainAllowed(host, origin string) bool {
+	host = strings.ToLower(host)
+	origin = strings.ToLower(origin)
+	for h := host; h != ""; {
+		if len(s.domains) > 0 && s.domains[h] || len(s.domains) == 0 && h == origin {
+			return true
+		}
+		i := strings.IndexByte(h, '.')
+		if i < 0 {
+			break
+		}
+		h = h[i+1:]
+	}
+	return false
+}
+
+// outcome of a scope check, for stats.
+type verdict int
+
+const (
+	inScope verdict = iota
+	offsite
+	tooDeep
+	excluded
+)
+
+func (s *scope) check(u *url.URL, depth int, origin string) verdict {
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return excluded
+	}
+	if !s.domainAllowed(u.Hostname(), origin) {
+		return offsite
+	}
+	if s.cfg.MaxDepth > 0 && depth > s.cfg.MaxDepth {
+		return tooDeep
+	}
+	str := u.String()
+	if len(s.cfg.include) > 0 {
+		ok := false
+		for _, re := range s.cfg.include {
+			if re.MatchString(str) {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return excluded
+		}
+	}
+	for _, re := range s.cfg.exclude {
+		if re.MatchString(str) {
+			return excluded
+		}
+	}
+	return inScope
+}

@@ -1,0 +1,107 @@
+package engine
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+)
+
+// Sink stores items. Write returns only once the items are durable (a file
+// written and flushed, a list pushed): the engine acknowledges a page only
+// after its items were written.
+type Sink interface {
+	Write(ctx context.Context, items []any) error
+	Close() error
+}
+
+// Page is the item the default callback emits for every fetched page.
+type Page struct {
+	URL         string              `json:"url"`
+	Status      int                 `json:"status"`
+	Title       string              `json:"title,omitempty"`
+	Depth       int                 `json:"depth"`
+	ContentType string              `json:"content_type,omitempty"`
+	Length      int                 `json:"length"`
+	Links       int                 `json:"links"`
+	FetchedAt   time.Time           `json:"fetched_at"`
+	Fields      map[string][]string `json:"fields,omitempty"`
+	Meta        map[string]string   `json:"meta,omitempty"`
+}
+
+// JSONLines writes one JSON document per line to a writer, flushing after
+// every Write.
+type JSONLines struct {
+	mu     sync.Mutex
+	w      *bufio.Writer
+	closer io.Closer // nil for a writer we don't own
+	sync   func() error
+	closed bool
+}
+
+// NewJSONLines writes items to w; Close flushes but does not close w.
+func NewJSONLines(w io.Writer) *JSONLines {
+	return &JSONLines{w: bufio.NewWriterSize(w, 64<<10)}
+}
+
+// CreateJSONLines appends items to the file at path, creating it.
+func CreateJSONLines(path string) (*JSONLines, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("jsonlines sink: %w", err)
+	}
+	s := NewJSONLines(f)
+	s.closer = f
+	s.sync = f.Sync
+	return s, nil
+}
+
+// Write encodes items, one per line, and flushes them to the writer.
+func (s *JSONLines) Write(_ context.Context, items []any) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("jsonlines sink: write: %w", os.ErrClosed)
+	}
+	enc := json.NewEncoder(s.w)
+	enc.SetEscapeHTML(false)
+	for _, it := range items {
+		if err := enc.Encode(it); err != nil {
+			return fmt.Errorf("jsonlines sink: encode: %w", err)
+		}
+	}
+	if err := s.w.Flush(); err != nil {
+		return fmt.Errorf("jsonlines sink: flush: %w", err)
+	}
+	return nil
+}
+
+// Close flushes, syncs and closes the file (if the sink opened it).
+// It is idempotent.
+func (s *JSONLines) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	err := s.w.Flush()
+	if s.sync != nil {
+		if e := s.sync(); err == nil {
+			err = e
+		}
+	}
+	if s.closer != nil {
+		if e := s.closer.Close(); err == nil {
+			err = e
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("jsonlines sink: close: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,87 @@
+package engine
+
+import (
+	"maps"
+	"strconv"
+	"sync"
+	"sync/atomic"
+)
+
+// Stat names, as Scrapy users know them.
+const (
+	StatEnqueued        = "scheduler/enqueued"
+	StatDequeued        = "scheduler/dequeued"
+	StatFiltered        = "dupefilter/filtered"
+	StatOffsite         = "offsite/filtered"
+	StatRequests        = "downloader/request_count"
+	StatBytes           = "downloader/response_bytes"
+	StatResponses       = "downloader/response_count"
+	StatStatusPrefix    = "downloader/response_status_count/"
+	StatItems           = "item_scraped_count"
+	StatRetries         = "retry/count"
+	StatRetriesExceeded = "retry/max_reached"
+	StatRobotsForbidden = "robotstxt/forbidden"
+	StatErrors          = "errors"
+	StatDeadLetters     = "deadletter/count"
+	StatRedirects       = "redirect/count"
+	StatDropped         = "callback/dropped"
+	StatStartURLs       = "start_urls/taken"
+)
+
+// Stats are a crawl's counters, safe for concurrent use.
+type Stats struct {
+	mu sync.RWMutex
+	m  map[string]*atomic.Int64
+}
+
+// NewStats returns empty counters.
+func NewStats() *Stats { return &Stats{m: make(map[string]*atomic.Int64)} }
+
+// Add adds n to counter name.
+func (s *Stats) Add(name string, n int64) {
+	s.mu.RLock()
+	c := s.m[name]
+	s.mu.RUnlock()
+	if c == nil {
+		s.mu.Lock()
+		if c = s.m[name]; c == nil {
+			c = new(atomic.Int64)
+			s.m[name] = c
+		}
+		s.mu.Unlock()
+	}
+	c.Add(n)
+}
+
+// Inc adds one to counter name.
+func (s *Stats) Inc(name string) { s.Add(name, 1) }
+
+// Get returns counter name.
+func (s *Stats) Get(name string) int64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if c := s.m[name]; c != nil {
+		return c.Load()
+	}
+	return 0
+}
+
+// Snapshot returns a copy of all counters.
+func (s *Stats) Snapshot() map[string]int64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make(map[string]int64, len(s.m))
+	for k, c := range s.m {
+		out[k] = c.Load()
+	}
+	return out
+}
+
+// Merge adds every counter of m.
+func (s *Stats) Merge(m map[string]int64) {
+	for k, v := range maps.All(m) {
+		s.Add(k, v)
+	}
+}
+
+func statusStat(code int) string { return StatStatusPrefix + strconv.Itoa(code) }
