@@ -181,6 +181,10 @@ func (c *Crawler) Run(ctx context.Context) error {
 func (c *Crawler) receive(ctx context.Context, sem chan struct{}, dispatch func(broker.Delivery)) error {
 	queue := RequestsQueue(c.cfg.Name)
 	var idleSince time.Time
+	// Start URLs first: a fresh crawl has nothing else.
+	if _, err := c.takeStarts(ctx); err != nil && ctx.Err() == nil {
+		c.log.Warn("taking start urls failed", "err", err)
+	}
 	for {
 		if c.cfg.MaxPages > 0 && c.started.Load() >= int64(c.cfg.MaxPages) {
 			c.log.Info("page limit reached", "pages", c.cfg.MaxPages)

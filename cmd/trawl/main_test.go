@@ -155,3 +155,47 @@ func TestEnvFlags(t *testing.T) {
 		t.Errorf("TRAWL_BROKER=kafka should be rejected like --broker=kafka; exit %d, stderr %s", r.code, r.stderr)
 	}
 }
+
+// TestInterrupt: SIGINT stops the crawl cleanly: exit 130, a hint to
+// resume, and every item line written whole.
+func TestInterrupt(t *testing.T) {
+	_, url := serveSite(t, testsite.Options{Pages: 2000, Links: 5, NoTraps: true, Latency: 5 * time.Millisecond})
+	out := filepath.Join(t.TempDir(), "items.jsonl")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, trawlBin, "crawl", "--concurrency", "4", "--out", out, url+"/")
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for lines(out) < 50 {
+		if ctx.Err() != nil {
+			t.Fatal("no progress")
+		}
+		time.Sleep(10 * time.Millisecond) // polling an observable condition
+	}
+	cmd.Process.Signal(os.Interrupt)
+	err := cmd.Wait()
+	ee, ok := err.(*exec.ExitError)
+	if !ok || ee.ExitCode() != 130 {
+		t.Fatalf("exit: %v, want 130; stderr:\n%s", err, errb.String())
+	}
+	if !strings.Contains(errb.String(), "resume") {
+		t.Errorf("stderr should say how to resume:\n%s", errb.String())
+	}
+	data, _ := os.ReadFile(out)
+	for _, l := range strings.Split(strings.TrimSuffix(string(data), "\n"), "\n") {
+		if !json.Valid([]byte(l)) {
+			t.Fatalf("torn item line %q", l)
+		}
+	}
+	if n := lines(out); n >= 2001 {
+		t.Errorf("the crawl finished (%d items) before the signal; nothing was tested", n)
+	}
+}
+
+func lines(path string) int {
+	data, _ := os.ReadFile(path)
+	return bytes.Count(data, []byte("\n"))
+}
