@@ -35,7 +35,7 @@ func Example() {
 	c, err := engine.New(b, f, engine.Config{
 		IdleTimeout:  100 * time.Millisecond,
 		IgnoreRobots: true,
-		Concurrency:  1, // one at a time, so the output order is fixed
+		Concurrency:  1,                     // one at a time, so the output order is fixed
 		TrustedHosts: []string{"127.0.0.1"}, // the test server is on loopback
 		Sink:         items,
 	})

@@ -174,7 +174,7 @@ func publish(t *testing.T, b broker.Broker, q string, msgs ...broker.Message) {
 // attempts from 1.
 func recv(t *testing.T, ctx context.Context, b broker.Broker, q string, max int) ([]broker.Delivery, error) {
 	t.Helper()
-	ds, err := b.Receive(ctx, q, max)
+	ds, err := bounded(t, ctx, b, q, max)
 	if err != nil {
 		if len(ds) != 0 {
 			t.Errorf("Receive(%q) returned %d deliveries with error %v", q, len(ds), err)
@@ -196,6 +196,33 @@ func recv(t *testing.T, ctx context.Context, b broker.Broker, q string, max int)
 		}
 	}
 	return ds, nil
+}
+
+// bounded calls Receive and fails the test if Receive does not return
+// within snappy of ctx's end, instead of hanging it.
+func bounded(t *testing.T, ctx context.Context, b broker.Broker, q string, max int) ([]broker.Delivery, error) {
+	t.Helper()
+	type res struct {
+		ds  []broker.Delivery
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		ds, err := b.Receive(ctx, q, max)
+		ch <- res{ds, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.ds, r.err
+	case <-ctx.Done():
+	}
+	select {
+	case r := <-ch:
+		return r.ds, r.err
+	case <-time.After(snappy):
+		t.Fatalf("Receive(%q) still running %v after its context ended (%v)", q, snappy, context.Cause(ctx))
+		return nil, nil
+	}
 }
 
 // receive collects exactly n deliveries of q, asking for at most max at a
@@ -225,7 +252,7 @@ func expectNone(t *testing.T, b broker.Broker, q string, window time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), window)
 	defer cancel()
-	ds, err := b.Receive(ctx, q, 100)
+	ds, err := bounded(t, ctx, b, q, 100)
 	if len(ds) > 0 {
 		t.Fatalf("Receive(%q) delivered %q (attempts %v), want nothing for %v", q, bodies(ds), attempts(ds), window)
 	}

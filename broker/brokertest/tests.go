@@ -772,6 +772,31 @@ func (s *suite) testReceiveWakes(t *testing.T) {
 		t.Errorf("a waiting Receive took %v to see a Nack by another broker", lag)
 	}
 	ack(t, r.ds...)
+
+	dlq, ok := other.(broker.DeadLetters)
+	if !ok {
+		return
+	}
+	publish(t, other, q, msg("dead", p))
+	d = receiveOne(t, other, q, prompt)
+	if err := d.Reject(t.Context(), "x"); err != nil {
+		t.Fatalf("Reject: %v", err)
+	}
+	waitCounts(t, other, q, broker.Counts{Dead: 1})
+	ch = receiveAsync(t, waiter, q, 5, 10*time.Second)
+	expectWaiting(t, ch)
+	sent = time.Now()
+	if n, err := dlq.Requeue(t.Context(), q, 1); n != 1 || err != nil {
+		t.Fatalf("Requeue = %d, %v; want 1, nil", n, err)
+	}
+	r = await(t, ch, 10*time.Second, "woken by Requeue")
+	if r.err != nil || len(r.ds) != 1 || string(r.ds[0].Message().Body) != "dead" {
+		t.Fatalf("waiting Receive after a Requeue by another broker: %q, %v; want dead", bodies(r.ds), r.err)
+	}
+	if lag := r.at.Sub(sent); lag > snappy {
+		t.Errorf("a waiting Receive took %v to see a Requeue by another broker", lag)
+	}
+	ack(t, r.ds...)
 }
 
 func (s *suite) testContextCancel(t *testing.T) {
@@ -892,7 +917,7 @@ func (s *suite) testClosed(t *testing.T) {
 	ctx := t.Context()
 	wantErr(t, "Publish on a closed broker", b.Publish(ctx, q, msg("late", p)), broker.ErrClosed)
 	rctx, cancel := context.WithTimeout(ctx, prompt)
-	got, err := b.Receive(rctx, q, 1)
+	got, err := bounded(t, rctx, b, q, 1)
 	cancel()
 	if len(got) > 0 {
 		t.Errorf("Receive on a closed broker delivered %q", bodies(got))
@@ -938,11 +963,11 @@ func (s *suite) testInvalid(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), prompt)
 	defer cancel()
 	wantErr(t, `Publish("")`, b.Publish(ctx, "", msg("x", p)), broker.ErrInvalid)
-	_, err := b.Receive(ctx, "", 1)
+	_, err := bounded(t, ctx, b, "", 1)
 	wantErr(t, `Receive("", 1)`, err, broker.ErrInvalid)
 	publish(t, b, q, msg("kept", p)) // so that a bad max cannot wait
 	for _, max := range []int{0, -1} {
-		ds, err := b.Receive(ctx, q, max)
+		ds, err := bounded(t, ctx, b, q, max)
 		wantErr(t, fmt.Sprintf("Receive(q, %d)", max), err, broker.ErrInvalid)
 		if len(ds) > 0 {
 			t.Fatalf("Receive(q, %d) delivered %q", max, bodies(ds))

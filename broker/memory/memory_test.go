@@ -1,6 +1,7 @@
 package memory_test
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"testing"
@@ -62,5 +63,123 @@ func TestConfigValidate(t *testing.T) {
 	}
 	if _, err := memory.New(memory.Config{Lease: -1}); !errors.Is(err, broker.ErrInvalid) {
 		t.Fatalf("New with a bad Config: %v, want ErrInvalid", err)
+	}
+}
+
+func mustNew(t testing.TB, cfg memory.Config) *memory.Store {
+	t.Helper()
+	s, err := memory.NewStore(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// Closing a handle gives its deliveries back at once, not after the lease,
+// counting the attempt; one that used up its deliveries is dead-lettered.
+func TestCloseGivesBackAtOnce(t *testing.T) {
+	t.Parallel()
+	st := mustNew(t, memory.Config{MaxDeliveries: 2}) // 30s leases
+	a, b := st.Connect(), st.Connect()
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	if err := a.Publish(ctx, "q", broker.Message{Body: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Receive(ctx, "q", 1); err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	ds, err := b.Receive(ctx, "q", 1) // well within the 30s lease
+	if err != nil || ds[0].Attempt() != 2 {
+		t.Fatalf("after a.Close: %v, %v; want the message at attempt 2", ds, err)
+	}
+	c := st.Connect()
+	c.Close() // a handle with no deliveries
+	b.Close()
+	d := st.Connect()
+	defer d.Close()
+	if got, _ := d.Counts(ctx, "q"); got != (broker.Counts{Dead: 1}) {
+		t.Fatalf("after closing the holder of the last attempt: %+v, want one dead letter", got)
+	}
+}
+
+// An expired delivery is lost from the moment its deadline passes, even
+// before anything has looked at the queue.
+func TestExpiredLeaseLostBeforeRedelivery(t *testing.T) {
+	t.Parallel()
+	const lease = 20 * time.Millisecond
+	b, _ := memory.New(memory.Config{Lease: lease})
+	defer b.Close()
+	ctx := t.Context()
+	if err := b.Publish(ctx, "q", broker.Message{Body: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := b.Receive(ctx, "q", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-time.After(2 * lease) // the behaviour under test is the clock's
+	if err := ds[0].Ack(ctx); !errors.Is(err, broker.ErrLeaseLost) {
+		t.Fatalf("Ack after the deadline: %v, want ErrLeaseLost", err)
+	}
+	if got, _ := b.Counts(ctx, "q"); got != (broker.Counts{Ready: 1}) {
+		t.Fatalf("Counts = %+v, want the message ready again", got)
+	}
+}
+
+// A requeued dead letter starts its deliveries afresh.
+func TestRequeueResetsAttempts(t *testing.T) {
+	t.Parallel()
+	b, _ := memory.New(memory.Config{MaxDeliveries: 1})
+	defer b.Close()
+	ctx := t.Context()
+	if err := b.Publish(ctx, "q", broker.Message{Body: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	for round := range 2 {
+		ds, err := b.Receive(ctx, "q", 1)
+		if err != nil || ds[0].Attempt() != 1 {
+			t.Fatalf("round %d: %v, %v; want attempt 1", round, ds, err)
+		}
+		if err := ds[0].Nack(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := b.Requeue(ctx, "q", 1); n != 1 || err != nil {
+			t.Fatalf("round %d: Requeue = %d, %v", round, n, err)
+		}
+	}
+}
+
+// A waiting Receive sleeps until the earliest lease deadline or delayed
+// nack of its queue, not a moment more.
+func TestReceiveWakesOnTimer(t *testing.T) {
+	t.Parallel()
+	b, _ := memory.New(memory.Config{Lease: time.Minute})
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	if err := b.Publish(ctx, "q", broker.Message{Body: []byte("x")}, broker.Message{Body: []byte("y")}); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := b.Receive(ctx, "q", 2)
+	if err != nil || len(ds) != 2 {
+		t.Fatal(ds, err)
+	}
+	start := time.Now()
+	if err := ds[0].Nack(ctx, 300*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if err := ds[1].(broker.Extender).Extend(ctx, 100*time.Millisecond); err != nil { // never shortens a lease
+		t.Fatal(err)
+	}
+	got, err := b.Receive(ctx, "q", 2)
+	el := time.Since(start)
+	if err != nil || len(got) != 1 || string(got[0].Message().Body) != "x" {
+		t.Fatalf("Receive: %v, %v; want x", got, err)
+	}
+	if el < 250*time.Millisecond || el > 2*time.Second {
+		t.Fatalf("delayed message arrived after %v, want about 300ms", el)
 	}
 }

@@ -159,7 +159,6 @@ func (d *delivery) hold(op string) (int64, error) {
 		return 0, fmt.Errorf("memory broker: %s %q: %w", op, d.q.name, broker.ErrSettled)
 	}
 	now := s.now()
-	d.q.expire(s, now)
 	if d.m.gen != d.gen || d.m.state != leased {
 		s.mu.Unlock()
 		return 0, fmt.Errorf("memory broker: %s %q attempt %d: %w", op, d.q.name, d.attempt, broker.ErrLeaseLost)
