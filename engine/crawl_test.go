@@ -274,3 +274,68 @@ func TestCallbacks(t *testing.T) {
 		t.Errorf("drop fetched %d times, dropped stat %d; want 1 and 1", hits["/drop"], c.Stats().Get(engine.StatDropped))
 	}
 }
+
+// sliceStarts is a StartSource over a slice.
+type sliceStarts struct {
+	mu sync.Mutex
+	ps [][]byte
+}
+
+func (s *sliceStarts) TakeStarts(_ context.Context, max int) ([][]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := min(max, len(s.ps))
+	out := s.ps[:n:n]
+	s.ps = s.ps[n:]
+	return out, nil
+}
+
+func (s *sliceStarts) AddStarts(_ context.Context, ps ...[]byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ps = append(s.ps, ps...)
+	return nil
+}
+
+func (s *sliceStarts) PendingStarts(context.Context) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return int64(len(s.ps)), nil
+}
+
+// TestExternalStarts: start URLs from a StartSource (plain and JSON
+// payloads; garbage is dropped with a count) seed the crawl.
+func TestExternalStarts(t *testing.T) {
+	site, url := serveSite(t, testsite.Options{Pages: 30, Links: 3, NoTraps: true})
+	b, f := newBackends(t)
+	starts := &sliceStarts{}
+	starts.AddStarts(context.Background(), []byte("\x00garbage"), []byte(`{"url": "`+url+`/page/5", "meta": {"k": "v"}}`))
+	sink := &memSink{}
+	c, _ := engine.New(b, f, engine.Config{IdleTimeout: 100 * time.Millisecond, TrustedHosts: []string{"127.0.0.1"}, Sink: sink, Starts: starts})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.Seed(ctx, engine.StartURL{URL: url + "/"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := site.Verify(); err != nil {
+		t.Error(err)
+	}
+	if sink.len() != site.Expected() {
+		t.Errorf("items %d, want %d", sink.len(), site.Expected())
+	}
+	if got := c.Stats().Get(engine.StatErrors); got != 1 {
+		t.Errorf("errors %d, want 1 (the garbage start url)", got)
+	}
+	found := false
+	for _, it := range sink.items {
+		if p := it.(*engine.Page); strings.HasSuffix(p.URL, "/page/5") && p.Meta["k"] == "v" {
+			found = true
+		}
+	}
+	if !found {
+		t.Error("the JSON start url's meta did not reach its page item")
+	}
+}

@@ -121,6 +121,9 @@ func (c *Crawler) Stats() *Stats { return c.stats }
 // its frontier is idle. Unless Config.AllowedDomains is set, the links
 // followed from a start URL stay on its host's domain (see Request.Scope).
 func (c *Crawler) Seed(ctx context.Context, starts ...StartURL) error {
+	if c.cfg.Starts != nil {
+		return SeedSource(ctx, c.cfg.Starts, starts...)
+	}
 	return Seed(ctx, c.broker, c.cfg.Name, starts...)
 }
 
@@ -268,7 +271,14 @@ func (c *Crawler) idle(ctx context.Context) bool {
 	if !ok {
 		return true
 	}
-	for _, q := range []string{RequestsQueue(c.cfg.Name), StartQueue(c.cfg.Name)} {
+	queues := []string{RequestsQueue(c.cfg.Name), StartQueue(c.cfg.Name)}
+	if c.cfg.Starts != nil {
+		queues = queues[:1]
+		if n, err := c.cfg.Starts.PendingStarts(ctx); err != nil || n > 0 {
+			return false
+		}
+	}
+	for _, q := range queues {
 		n, err := counter.Counts(ctx, q)
 		if err != nil || n.Ready > 0 || n.InFlight > 0 {
 			return false
@@ -279,6 +289,9 @@ func (c *Crawler) idle(ctx context.Context) bool {
 
 // takeStarts moves a batch of start URLs into the frontier.
 func (c *Crawler) takeStarts(ctx context.Context) (int, error) {
+	if c.cfg.Starts != nil {
+		return c.takeExternalStarts(ctx)
+	}
 	pctx, cancel := context.WithTimeout(ctx, pollInterval/4)
 	ds, err := c.broker.Receive(pctx, StartQueue(c.cfg.Name), c.cfg.StartBatch)
 	cancel()
@@ -287,20 +300,56 @@ func (c *Crawler) takeStarts(ctx context.Context) (int, error) {
 	}
 	for _, d := range ds {
 		c.stats.Inc(StatStartURLs)
-		s, err := ParseStartURL(d.Message().Body)
+		req, err := startRequest(d.Message().Body)
 		if err != nil {
 			c.deadLetter(ctx, d, err)
 			continue
 		}
-		u, _ := url.Parse(s.URL) // ParseStartURL returned a canonical URL
-		req := &Request{URL: s.URL, Meta: s.Meta, Priority: s.Priority, Scope: u.Hostname()}
 		if err := c.enqueue(ctx, []*Request{req}, d.Attempt() > 1, true); err != nil {
-			c.settle(ctx, d, giveBack())
+			c.settle(ctx, d, nack(0))
 			return len(ds), err
 		}
 		c.settle(ctx, d, ack())
 	}
 	return len(ds), nil
+}
+
+// takeExternalStarts takes start URLs from Config.Starts. An undecodable
+// payload there is logged and dropped: there is no delivery to dead-letter.
+func (c *Crawler) takeExternalStarts(ctx context.Context) (int, error) {
+	ps, err := c.cfg.Starts.TakeStarts(ctx, c.cfg.StartBatch)
+	if err != nil {
+		return 0, err
+	}
+	reqs := make([]*Request, 0, len(ps))
+	for _, p := range ps {
+		c.stats.Inc(StatStartURLs)
+		req, err := startRequest(p)
+		if err != nil {
+			c.stats.Inc(StatErrors)
+			c.log.Warn("start url rejected", "queue", StartQueue(c.cfg.Name), "err", err)
+			continue
+		}
+		reqs = append(reqs, req)
+	}
+	if err := c.enqueue(ctx, reqs, false, true); err != nil {
+		// Put them back, or they are lost.
+		if e := c.cfg.Starts.AddStarts(ctx, ps...); e != nil {
+			c.log.Error("start urls lost", "count", len(ps), "err", e)
+		}
+		return len(ps), err
+	}
+	return len(ps), nil
+}
+
+// startRequest turns a start-URL payload into a request scoped to its host.
+func startRequest(p []byte) (*Request, error) {
+	s, err := ParseStartURL(p)
+	if err != nil {
+		return nil, err
+	}
+	u, _ := url.Parse(s.URL) // ParseStartURL returned a canonical URL
+	return &Request{URL: s.URL, Meta: s.Meta, Priority: s.Priority, Scope: u.Hostname()}, nil
 }
 
 // keepLeases extends the leases of deliveries in progress, every third of

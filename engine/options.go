@@ -52,6 +52,9 @@ type Config struct {
 	IgnoreRobots bool
 	// StartBatch is how many start URLs an idle worker takes at once. 0 = 16.
 	StartBatch int
+	// Starts holds the start URLs when they are not kept in the broker's
+	// NAME:start_urls queue. nil = the broker's queue.
+	Starts StartSource
 	// Fetch configures the HTTP fetcher.
 	Fetch FetchOptions
 	// TrustedHosts are exempt from the private-address guard: the hosts of

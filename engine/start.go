@@ -70,3 +70,36 @@ func Seed(ctx context.Context, b broker.Broker, name string, starts ...StartURL)
 	}
 	return nil
 }
+
+// StartSource keeps a crawl's start URLs outside the broker (see
+// Config.Starts): Redis keeps them in a plain list, as scrapy-redis does,
+// so that "redis-cli lpush NAME:start_urls URL" feeds a running crawl.
+type StartSource interface {
+	// TakeStarts removes and returns up to max payloads without blocking.
+	TakeStarts(ctx context.Context, max int) ([][]byte, error)
+	// AddStarts appends payloads.
+	AddStarts(ctx context.Context, payloads ...[]byte) error
+	// PendingStarts counts the payloads waiting.
+	PendingStarts(ctx context.Context) (int64, error)
+}
+
+// SeedSource validates start URLs and adds them to src. Nothing is added
+// unless every URL is valid.
+func SeedSource(ctx context.Context, src StartSource, starts ...StartURL) error {
+	ps := make([][]byte, 0, len(starts))
+	for _, s := range starts {
+		p, err := ParseStartURL(s.Marshal())
+		if err != nil {
+			return err
+		}
+		s.URL = p.URL
+		ps = append(ps, s.Marshal())
+	}
+	if len(ps) == 0 {
+		return nil
+	}
+	if err := src.AddStarts(ctx, ps...); err != nil {
+		return fmt.Errorf("seed: %w", err)
+	}
+	return nil
+}
