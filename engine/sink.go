@@ -9,6 +9,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/trawlhq/trawl/broker"
 )
 
 // Sink stores items. Write returns only once the items are durable (a file
@@ -105,3 +107,35 @@ func (s *JSONLines) Close() error {
 	}
 	return nil
 }
+
+// Publisher is the part of a broker a QueueSink needs.
+type Publisher interface {
+	Publish(ctx context.Context, queue string, msgs ...broker.Message) error
+}
+
+// QueueSink publishes items as JSON messages to a broker queue (for
+// example ItemsQueue(name)), where a downstream consumer takes them. Write
+// returns once the broker has taken them.
+type QueueSink struct {
+	Broker Publisher
+	Queue  string
+}
+
+// Write publishes items, one message each, in one call.
+func (s QueueSink) Write(ctx context.Context, items []any) error {
+	msgs := make([]broker.Message, len(items))
+	for i, it := range items {
+		b, err := json.Marshal(it)
+		if err != nil {
+			return fmt.Errorf("queue sink: encode: %w", err)
+		}
+		msgs[i] = broker.Message{Body: b}
+	}
+	if err := s.Broker.Publish(ctx, s.Queue, msgs...); err != nil {
+		return fmt.Errorf("queue sink: %w", err)
+	}
+	return nil
+}
+
+// Close does nothing; the broker is not closed.
+func (QueueSink) Close() error { return nil }
