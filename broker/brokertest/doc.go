@@ -28,4 +28,9 @@
 // across subtests, and runs in parallel with the others. Waits are bounded:
 // deadline-based polling or context timeouts, never a bare sleep as
 // synchronization. Tests that need leases to expire use Config.Lease.
+//
+// The subtests spend their time waiting for leases and delays, not
+// computing, so a generous -parallel (say 32) shortens a run several times
+// over on a machine with few cores; the suite runs in about 4 leases
+// (Config.Lease) plus overheads when nothing limits its parallelism.
 package brokertest

@@ -146,7 +146,6 @@ func (s *suite) testReceiveMax(t *testing.T) {
 		t.Fatalf("received %q, want each of %q once", bs, want)
 	}
 	ack(t, got...)
-	expectNone(t, b, q, s.c.Lease)
 }
 
 // orderTest publishes interleaved priorities (rounds of every priority in
@@ -716,7 +715,16 @@ func (s *suite) testConcurrentConsumers(t *testing.T) {
 			}
 		})
 	}
-	wg.Wait()
+	finished := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(finished)
+	}()
+	select {
+	case <-finished:
+	case <-time.After(time.Until(deadlineOf(ctx)) + snappy):
+		t.Fatalf("consumers still in Receive %v after their context ended", snappy)
+	}
 	var missing, dup []string
 	for p := range 2 {
 		for i := range n / 2 {
@@ -1122,4 +1130,9 @@ func (s *suite) testIndependentQueues(t *testing.T) {
 	}
 	ack(t, bs...)
 	waitCounts(t, b, qb, broker.Counts{})
+}
+
+func deadlineOf(ctx context.Context) time.Time {
+	d, _ := ctx.Deadline()
+	return d
 }

@@ -42,13 +42,13 @@ func (c Config) Validate() error {
 	switch c.Order {
 	case broker.Priority, broker.FIFO, broker.LIFO:
 	default:
-		errs = append(errs, fmt.Errorf("%w: memory broker: unknown order %d", broker.ErrInvalid, int(c.Order)))
+		errs = append(errs, fmt.Errorf("memory broker: config: unknown order %d: %w", int(c.Order), broker.ErrInvalid))
 	}
 	if c.Lease < 0 {
-		errs = append(errs, fmt.Errorf("%w: memory broker: negative lease %v", broker.ErrInvalid, c.Lease))
+		errs = append(errs, fmt.Errorf("memory broker: config: negative lease %v: %w", c.Lease, broker.ErrInvalid))
 	}
 	if c.MaxDeliveries < 0 {
-		errs = append(errs, fmt.Errorf("%w: memory broker: negative max deliveries %d", broker.ErrInvalid, c.MaxDeliveries))
+		errs = append(errs, fmt.Errorf("memory broker: config: negative max deliveries %d: %w", c.MaxDeliveries, broker.ErrInvalid))
 	}
 	return errors.Join(errs...)
 }

@@ -3,6 +3,8 @@ package memory_test
 import (
 	"context"
 	"errors"
+	"flag"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +13,19 @@ import (
 	"github.com/trawlhq/trawl/broker/brokertest"
 	"github.com/trawlhq/trawl/broker/memory"
 )
+
+// TestMain raises the default -test.parallel: the conformance subtests
+// spend their time waiting for leases and delays, not computing, and with
+// GOMAXPROCS of 2 the default would run them two at a time.
+func TestMain(m *testing.M) {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		_ = flag.Set("test.parallel", "32")
+	}
+	os.Exit(m.Run())
+}
 
 // testLease is the suite's shortest lease: short enough for a quick suite,
 // long enough not to expire under the race detector on a busy machine.

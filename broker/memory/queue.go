@@ -141,9 +141,14 @@ type delivery struct {
 	settled bool // guarded by Store.mu
 }
 
+// Message returns the delivered message; its body is the delivery's own copy.
 func (d *delivery) Message() broker.Message { return d.msg }
-func (d *delivery) Queue() string           { return d.q.name }
-func (d *delivery) Attempt() int            { return d.attempt }
+
+// Queue names the queue the delivery came from.
+func (d *delivery) Queue() string { return d.q.name }
+
+// Attempt is 1 on the first delivery and grows with each redelivery.
+func (d *delivery) Attempt() int { return d.attempt }
 
 // hold locks the store and checks that d may still be settled or extended.
 // On success the caller holds Store.mu and must unlock it.
@@ -159,6 +164,7 @@ func (d *delivery) hold(op string) (int64, error) {
 		return 0, fmt.Errorf("memory broker: %s %q: %w", op, d.q.name, broker.ErrSettled)
 	}
 	now := s.now()
+	d.q.expire(s, now)
 	if d.m.gen != d.gen || d.m.state != leased {
 		s.mu.Unlock()
 		return 0, fmt.Errorf("memory broker: %s %q attempt %d: %w", op, d.q.name, d.attempt, broker.ErrLeaseLost)
