@@ -217,6 +217,9 @@ func (c *Crawler) receive(ctx context.Context, sem chan struct{}, dispatch func(
 		}
 		if ctx.Err() != nil {
 			c.giveBack(ctx, ds...)
+			for range ds {
+				<-sem
+			}
 			return ctx.Err()
 		}
 		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
@@ -599,10 +602,20 @@ func (c *Crawler) republish(ctx context.Context, d broker.Delivery, req *Request
 	c.settle(ctx, d, ack())
 }
 
-// giveBack returns deliveries that were not started to the queue.
+// giveBack returns deliveries that were not started to the queue, as fresh
+// copies (see republish): a nack would raise their Attempt and make their
+// next worker republish their links past the filter.
 func (c *Crawler) giveBack(ctx context.Context, ds ...broker.Delivery) {
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
 	for _, d := range ds {
-		c.settle(ctx, d, nack(0))
+		m := d.Message()
+		if err := c.broker.Publish(pctx, d.Queue(), broker.Message{Body: m.Body, Priority: m.Priority}); err != nil {
+			c.log.Warn("give back failed; nacking", "queue", d.Queue(), "err", err)
+			c.settle(ctx, d, nack(0))
+			continue
+		}
+		c.settle(ctx, d, ack())
 	}
 }
 
