@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"golang.org/x/net/html"
@@ -26,119 +27,35 @@ const (
 // other non-http(s) links, empty and unparsable hrefs are skipped; whitespace around
 // hrefs (and tabs and newlines within, as browsers do) is dropped.
 //
-// It uses a streaming tokenizer, so broken HTML yields what a browser would
-// mostly find, and binary input yields little; it returns at most 10,000
-// links, and a title of at most 1,024 bytes with whitespace collapsed. Links
-// in scripts, styles and comments are not found; links in <noscript> are.
+// It tokenizes as HTML does (as golang.org/x/net/html's Tokenizer does), so
+// broken HTML yields what a browser would mostly find, and binary input
+// yields little; it returns at most 10,000 links, and a title of at most
+// 1,024 bytes with whitespace collapsed. Links in scripts, styles, comments
+// and other raw text are not found; links in <noscript> are. It does not
+// modify body.
 func ExtractLinks(base *url.URL, body []byte) (title string, links []*url.URL) {
-	z := html.NewTokenizer(bytes.NewReader(body))
-	var (
-		hrefs     []string
-		seenHref  = make(map[string]struct{})
-		docBase   string
-		haveBase  bool
-		inTitle   bool
-		haveTitle bool
-		titleBuf  []byte
-	)
-	add := func(h string) {
-		if len(hrefs) >= maxLinks {
-			return
-		}
-		if _, dup := seenHref[h]; dup {
-			return
-		}
-		seenHref[h] = struct{}{}
-		hrefs = append(hrefs, h)
-	}
-loop:
-	for {
-		switch z.Next() {
-		case html.ErrorToken:
-			break loop
-		case html.TextToken:
-			if inTitle && len(titleBuf) <= maxTitle*2 {
-				titleBuf = append(titleBuf, z.Text()...)
-			}
-		case html.EndTagToken:
-			if inTitle {
-				name, _ := z.TagName()
-				if string(name) == "title" {
-					inTitle, haveTitle = false, true
-				}
-			}
-		case html.StartTagToken, html.SelfClosingTagToken:
-			name, hasAttr := z.TagName()
-			switch string(name) {
-			case "noscript":
-				// A crawler runs no scripts: parse the contents as markup.
-				z.NextIsNotRawText()
-			case "title":
-				if !haveTitle && !inTitle {
-					inTitle = true
-				}
-			case "a", "area":
-				if h, ok := attr(z, hasAttr, "href", ""); ok {
-					add(h)
-				}
-			case "link":
-				if h, ok := attr(z, hasAttr, "href", "rel"); ok {
-					add(h)
-				}
-			case "base":
-				if !haveBase {
-					if h, ok := attr(z, hasAttr, "href", ""); ok {
-						docBase, haveBase = h, true
-					}
-				}
-			}
-		}
-	}
-	if inTitle || haveTitle {
-		title = cleanTitle(titleBuf)
+	var s linkScan
+	s.run(body)
+	if s.inTitle {
+		title = cleanTitle(titleText(s.title))
 	}
 
 	// The document's base URL applies to every link, even those before <base>.
-	if haveBase {
-		if b := resolve(base, docBase); b != nil {
+	if s.haveBase {
+		if b := resolve(base, s.docBase); b != nil {
 			base = b
 		}
 	}
-	seen := make(map[string]struct{}, len(hrefs))
-	for _, h := range hrefs {
-		u := resolve(base, h)
-		if u == nil {
-			continue
-		}
-		s := u.String()
-		if _, dup := seen[s]; dup {
-			continue
-		}
-		seen[s] = struct{}{}
-		links = append(links, u)
+	if len(s.hrefs) == 0 {
+		return title, nil
 	}
-	return title, links
-}
-
-// attr returns the cleaned value of attribute key of the current tag. If rel
-// is not "", the tag must also have a rel attribute listing "next".
-func attr(z *html.Tokenizer, more bool, key, rel string) (string, bool) {
-	var val string
-	var found, relOK bool
-	for more {
-		var k, v []byte
-		k, v, more = z.TagAttr()
-		switch {
-		case !found && string(k) == key:
-			val, found = cleanHref(v), true
-		case rel != "" && string(k) == rel:
-			relOK = hasToken(v, "next")
-		}
+	// s.hrefs may hold duplicates (see linkScan.add): they resolve to the
+	// same URL, which the resolver drops.
+	r := newResolver(base, &s)
+	for _, h := range s.hrefs {
+		r.add(s.href(h))
 	}
-	if rel != "" && !relOK {
-		return "", false
-	}
-	return val, found && val != ""
+	return title, r.links()
 }
 
 // hasToken reports whether the space-separated list v holds tok (ASCII
@@ -152,19 +69,17 @@ func hasToken(v []byte, tok string) bool {
 	return false
 }
 
-// cleanHref trims whitespace around an href and drops tabs and newlines in
-// it, as the URL standard does.
-func cleanHref(v []byte) string {
-	v = bytes.TrimSpace(v)
-	if bytes.ContainsAny(v, "\t\n\r") {
-		v = bytes.Map(func(r rune) rune {
-			if r == '\t' || r == '\n' || r == '\r' {
-				return -1
-			}
-			return r
-		}, v)
+// titleText decodes the raw text of a <title> as the tokenizer does: NUL
+// bytes become U+FFFD and character references are decoded.
+func titleText(raw []byte) string {
+	t := string(raw)
+	if strings.IndexByte(t, 0) >= 0 {
+		t = strings.ReplaceAll(t, "\x00", "\uFFFD")
 	}
-	return string(v)
+	if strings.IndexByte(t, '&') >= 0 {
+		t = html.UnescapeString(t)
+	}
+	return t
 }
 
 // resolve returns href resolved against base if the result is an absolute
@@ -192,17 +107,59 @@ func resolve(base *url.URL, href string) *url.URL {
 	return u
 }
 
-// cleanTitle collapses whitespace and caps the length at a rune boundary.
-func cleanTitle(b []byte) string {
-	t := strings.Join(strings.Fields(string(b)), " ")
-	if len(t) > maxTitle {
+// cleanTitle collapses whitespace (as strings.Fields sees it) and caps the
+// length at a rune boundary. It looks at no more of t than it needs.
+func cleanTitle(t string) string {
+	const enough = maxTitle + utf8.UTFMax + 1
+	var b []byte
+	for len(b) < enough {
+		i := 0
+		for i < len(t) && isUnicodeSpace(t, i) > 0 {
+			i += isUnicodeSpace(t, i)
+		}
+		t = t[i:]
+		if t == "" {
+			break
+		}
+		j := 0
+		for j < len(t) && isUnicodeSpace(t, j) == 0 {
+			if t[j] < utf8.RuneSelf {
+				j++
+			} else {
+				_, size := utf8.DecodeRuneInString(t[j:])
+				j += size
+			}
+		}
+		if len(b) > 0 {
+			b = append(b, ' ')
+		}
+		b = append(b, t[:min(j, enough)]...)
+		t = t[j:]
+	}
+	if len(b) > maxTitle {
 		i := maxTitle
-		for i > 0 && !utf8.RuneStart(t[i]) {
+		for i > 0 && !utf8.RuneStart(b[i]) {
 			i--
 		}
-		t = t[:i]
+		b = b[:i]
 	}
-	return t
+	return string(b)
+}
+
+// isUnicodeSpace returns the length of the rune at t[i] if it is white space
+// (unicode.IsSpace), else 0.
+func isUnicodeSpace(t string, i int) int {
+	if c := t[i]; c < utf8.RuneSelf {
+		if c == ' ' || '\t' <= c && c <= '\r' {
+			return 1
+		}
+		return 0
+	}
+	r, size := utf8.DecodeRuneInString(t[i:])
+	if unicode.IsSpace(r) {
+		return size
+	}
+	return 0
 }
 
 // IsHTML reports whether a response holds HTML: its content type is

@@ -2,10 +2,22 @@ package engine
 
 import (
 	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
+
+	"golang.org/x/net/html"
+
+	"github.com/trawlhq/trawl/internal/testsite"
 )
 
 func linkStrings(links []*url.URL) []string {
@@ -204,11 +216,339 @@ func BenchmarkExtractLinks(b *testing.B) {
 	b.SetBytes(int64(len(page)))
 	b.ReportAllocs()
 	var n int
+	cpu := processCPU()
 	for b.Loop() {
 		_, links := ExtractLinks(base, page)
 		n = len(links)
 	}
+	if cpu > 0 {
+		b.ReportMetric(float64(processCPU()-cpu)/float64(b.N), "cpu-ns/op")
+	}
 	b.ReportMetric(float64(len(page)), "page_bytes")
 	b.ReportMetric(float64(n), "links/page")
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pages/s")
+}
+
+// benchmarkExtract runs extract on the benchmark page and also reports the
+// process CPU time per page (garbage collection included), which a busy
+// machine disturbs less than the wall clock.
+func benchmarkExtract(b *testing.B, extract func(*url.URL, []byte) (string, []*url.URL)) {
+	page := benchPage()
+	base, _ := url.Parse("https://example.com/list/index.html")
+	b.SetBytes(int64(len(page)))
+	b.ReportAllocs()
+	cpu := processCPU()
+	for b.Loop() {
+		extract(base, page)
+	}
+	if cpu > 0 {
+		b.ReportMetric(float64(processCPU()-cpu)/float64(b.N), "cpu-ns/op")
+	}
+}
+
+// differentialSeeds returns documents that reach the tokenizer's corner
+// cases, the benchmark page and test-site pages, for seeding the
+// differential tests.
+func differentialSeeds(t testing.TB) [][]byte {
+	seeds := [][]byte{
+		benchPage(),
+		[]byte(`<a href="/one">one<a href=/two>two<p><a href='/three' <b>three</a><a href="/unterminated`),
+		[]byte(`<script>var s = '<a href="/js">';</script><!-- <a href="/comment"> --><style>a[href="/css"]{}</style><a href="/real">r</a>`),
+		[]byte(`<noscript><a href="/ns">n</a></noscript><NOSCRIPT><a href=/ns2></NOSCRIPT>`),
+		[]byte("<html><head><title>\n  Hello &amp;\n  World </title><title>Second</title></head><svg><title>svg</title></svg></html>"),
+		[]byte(`<title>a <b>bold</b> move</title><a href="/after">x</a>`),
+		[]byte(`<title>never closed <a href="/x">`),
+		[]byte(`<!--><a href="/after-empty-comment"><!---><a href=/b><!-- -- --!><a href=/c><!-- --!-><a href=/d> --><a href=/e>`),
+		[]byte(`<!doctype html><!DOCTYPE><!><!x><a href=/1><?xml x="<a href=/pi>"?><a href=/2></ a href=/bogus><a href=/3></><a href=/4>`),
+		[]byte(`<![CDATA[<a href="/cdata">]]><a href="/after-cdata">`),
+		[]byte(`<script><!--<a href=/s1><script><a href=/s2></script><a href=/s3></script>--></script><a href=/after-script>`),
+		[]byte(`<script><!-- x --></script><a href=/ok><SCRIPT>x</SCRIPT ><a href=/ok2><script>x</scripty><a href=/no></script/><a href=/ok3>`),
+		[]byte(`<textarea><a href=/ta></textarea><a href=/t><xmp><a href=/x></xmp><iframe><a href=/if></iframe><noembed><a href=/ne></noembed><noframes><a href=/nf></noframes><a href=/end>`),
+		[]byte(`<plaintext><a href=/never></plaintext><a href=/never2>`),
+		[]byte(`<a href="/1" href="/2"><a HREF=/3 href=/4><a =href=/5 href=/6><a href = "/7" ><a href= '/8'><a href=/9/><a/href=/10><a href>`),
+		[]byte(`<link rel=next href=/n1><link href=/n2 rel="prev next"><link rel="next" rel=prev href=/n3><link REL=NEXT HREF=/n4><link rel=&#110;ext href=/n5>`),
+		[]byte(`<a href="/a?x=1&amp;y=2&lt;&gt&quot;&apos;&nbsp&notit;&not;&notin;&amp=&amp;=&#65;&#x42;&#X43&#;&#x;&#128;&#0;&#xD800;&#99999999999;&fjlig;&semi;&ampx">`),
+		[]byte("<a href=\"\x00/nul\"><a h\x00ref=/k><title>\x00t&amp;\x00</title>"),
+		[]byte("<a href=\"\u00a0/nbsp\u00a0\"><a href=\"&nbsp;/ent&#32;\"><a href=\"\u2028/ls\">"),
+		[]byte(`<base target=_blank><base href=""><base href="/b/"><a href=x><base href="/c/">`),
+		[]byte(`<a href="http://a/b"><a href="HTTP://A/b"><a href="//x.example"><a href="http:opaque"><a href="mailto:x"><a href="  javascript:x">`),
+		[]byte(`<title></title><title>second</title>`),
+		[]byte(`<title>a</title`),
+		[]byte(`<title>a</title x="`),
+		[]byte(`<title/>x</title>`),
+		[]byte("<title>" + strings.Repeat("word ", 400) + "</title>"),
+		[]byte("<title>" + strings.Repeat("é", 2000) + "</title>"),
+		[]byte(`<a href=/x>` + "\xff\xfe<a href=/y>" + `<`),
+		[]byte(`<a href='/q' title=">"><a title='>' href=/r></a title=">"><a href=/s>`),
+	}
+	site := testsite.New(testsite.Options{Pages: 10})
+	for _, p := range []string{"/", "/page/3", "/page/9", "/broken", "/binary"} {
+		rec := httptest.NewRecorder()
+		site.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, p, nil))
+		if rec.Body.Len() == 0 {
+			t.Fatalf("test site served nothing for %s", p)
+		}
+		seeds = append(seeds, rec.Body.Bytes())
+	}
+	return seeds
+}
+
+// checkSame fails t if ExtractLinks and the reference disagree on body.
+func checkSame(t *testing.T, base *url.URL, body []byte) {
+	t.Helper()
+	orig := string(body)
+	title, links := ExtractLinks(base, body)
+	if string(body) != orig {
+		t.Fatalf("ExtractLinks modified its input")
+	}
+	rtitle, rlinks := refExtractLinks(base, body)
+	if title != rtitle {
+		t.Errorf("title %q, reference %q", title, rtitle)
+	}
+	got, want := linkStrings(links), linkStrings(rlinks)
+	if !slices.Equal(got, want) {
+		t.Errorf("links\n got %q\nwant %q", got, want)
+	}
+	if (links == nil) != (rlinks == nil) {
+		t.Errorf("links nil %v, reference nil %v", links == nil, rlinks == nil)
+	}
+}
+
+func TestExtractLinksMatchesReference(t *testing.T) {
+	base, _ := url.Parse("https://example.com/dir/page.html?q=1")
+	for i, seed := range differentialSeeds(t) {
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			checkSame(t, base, seed)
+			// Every prefix: the end of input can fall anywhere.
+			if len(seed) < 2000 {
+				for n := range len(seed) {
+					checkSame(t, base, seed[:n])
+				}
+			}
+		})
+	}
+}
+
+func FuzzExtractLinksDifferential(f *testing.F) {
+	for _, seed := range differentialSeeds(f) {
+		f.Add("https://example.com/dir/", seed)
+	}
+	f.Add("http://[::1]:8080/a/b", []byte(`<base href="../c/"><a href="../../x?y#z">`))
+	f.Fuzz(func(t *testing.T, baseStr string, body []byte) {
+		base, err := url.Parse(baseStr)
+		if err != nil {
+			base = nil
+		}
+		checkSame(t, base, body)
+	})
+}
+
+// tokenizerAttr returns the value the x/net/html Tokenizer gives attribute x
+// of <a x="raw">.
+func tokenizerAttr(raw string) string {
+	z := html.NewTokenizer(strings.NewReader(`<a x="` + raw + `">`))
+	z.Next()
+	_, v, _ := z.TagAttr()
+	return string(v)
+}
+
+// TestAttrValue checks character reference decoding in attribute values
+// against the tokenizer: every named reference x/net/html knows (read from
+// its source in the module cache), and every short string over an alphabet
+// that reaches the corner cases.
+func TestAttrValue(t *testing.T) {
+	check := func(raw string) {
+		t.Helper()
+		if got, want := string(attrValue(new([]byte), []byte(raw))), tokenizerAttr(raw); got != want {
+			t.Errorf("attrValue(%q) = %q, tokenizer %q", raw, got, want)
+		}
+	}
+	names := entityNames(t)
+	t.Logf("%d entity names", len(names))
+	for _, name := range names {
+		bare := strings.TrimSuffix(name, ";")
+		for _, raw := range []string{"&" + name, "&" + name + "=", "&" + name + "x", "&" + name + "1;", "a&" + name + "&" + name, "&" + bare, "&" + bare + "=", "&" + bare + ";=", "&" + bare + "z;", "&" + bare[:len(bare)-1] + ";"} {
+			check(raw)
+		}
+	}
+	const alphabet = "&#xX;=alt19F"
+	var gen func(prefix string, n int)
+	gen = func(prefix string, n int) {
+		check(prefix)
+		if n == 0 {
+			return
+		}
+		for i := range len(alphabet) {
+			gen(prefix+alphabet[i:i+1], n-1)
+		}
+	}
+	for _, prefix := range []string{"", "&"} {
+		gen(prefix, 4)
+	}
+	for _, prefix := range []string{"&#", "&#x", "&l", "&a"} {
+		gen(prefix, 3)
+	}
+	for _, raw := range []string{"&#1114111;", "&#1114112;", "&#x10FFFF", "&#x110000", "&#xFFFFFFFFFFFFF;", "&#00000000000065;", "&#x80;&#x9f;&#159;&#x81", "\x00&amp;\x00", "&#13;&#10;&#9;"} {
+		check(raw)
+	}
+}
+
+// entityNames returns the names x/net/html's entity table holds, read from
+// its source file next to the compiled package's, or nil if that is not
+// there (a build with -trimpath).
+func entityNames(t *testing.T) []string {
+	t.Helper()
+	pc := reflect.ValueOf(html.UnescapeString).Pointer()
+	file, _ := runtime.FuncForPC(reflect.ValueOf(html.UnescapeString).Pointer()).FileLine(pc)
+	src, err := os.ReadFile(filepath.Join(filepath.Dir(file), "entity.go"))
+	if err != nil {
+		t.Logf("x/net/html source not found, not checking every entity: %v", err)
+		return nil
+	}
+	var names []string
+	for _, m := range regexp.MustCompile(`(?m)^\t"([A-Za-z0-9]+;?)":`).FindAllSubmatch(src, -1) {
+		names = append(names, string(m[1]))
+	}
+	if len(names) < 2000 {
+		t.Fatalf("found only %d entity names in %s", len(names), file)
+	}
+	return names
+}
+
+func TestTitleText(t *testing.T) {
+	for _, raw := range []string{"a &amp; b", "&notit; &notin; &amp=x &ampx", "\x00&lt;\x00", "&#128;&#0;", "plain"} {
+		z := html.NewTokenizer(strings.NewReader("<title>" + raw + "</title>"))
+		z.Next()
+		z.Next()
+		if got, want := titleText([]byte(raw)), string(z.Text()); got != want {
+			t.Errorf("titleText(%q) = %q, tokenizer %q", raw, got, want)
+		}
+	}
+}
+
+// BenchmarkExtractLinksReference measures the x/net/html version, to
+// compare on the same machine at the same time.
+func BenchmarkExtractLinksReference(b *testing.B) {
+	benchmarkExtract(b, refExtractLinks)
+}
+
+// TestResolveMatchesReference checks the resolver's shortcuts against
+// resolve: every href of a list of awkward ones, against several bases, as
+// the only link of a document (and all of them in one, for duplicates).
+func TestResolveMatchesReference(t *testing.T) {
+	hrefs := []string{
+		"", "#", "#f", "#%zz", "#%41", "?", "??", "?a", "?a?", "?a#b", "?%zz", "? a", "?\u00e9",
+		"a", "a/", "a/b", "./a", "../a", "../../../a", "a/./b", "a/../b", "a/..", "a/.", ".", "..", "./", "../",
+		"/", "//", "///", "/a", "/a/", "/a//b", "/./a", "/../a", "/a/..", "/a/b/../../..", "/.a", "/a.", "/..a/b..",
+		"a:b", "./a:b", "/a:b", "a/b:c", "a%20b", "a b", "a(b)", "a'b", "a*", "*", "*?x", "a!b", "a~b", "a$b&c+d,e;f=g@h",
+		"//h", "//h/p", "//h:80/p?q", "//u@h/p", "//[::1]/p",
+		"http://h", "http://h/", "http://h?q", "http://h?", "http://h#f", "http://h/p?q#f", "http://h:8080/p", "http://h:/p",
+		"http://h:x/p", "http://:80/p", "http:///p", "http://u@h/p", "http://u:p@h/p", "http://H.Example/P", "http://h/a/../b",
+		"http://h/./b", "http://h/a/.", "http://h/a%2Fb", "http://h/a b", "http://h/a(b)", "http://h/%zz", "http://[::1]:80/p",
+		"http://h/p?q r", "http://h/p?%zz", "http://h/p#%zz", "http://h/p#%41", "http://h.example:99999/", "http://h:1:2/",
+		"https://h/p", "HTTP://h/p", "Https://h/p", "http:h/p", "http:/h/p", "https:", "ftp://h/p", "mailto:a@b", "javascript:x",
+		"data:,x", "tel:1", "x-y:z", "1a:b", ":a", "a:", "\u00e9", "/\u00e9", "http://\u00e9.example/", "http://h/\u00e9",
+	}
+	bases := []string{
+		"https://example.com/dir/page.html?q=1",
+		"https://example.com",
+		"https://example.com/",
+		"http://example.com:8080/a/b/",
+		"http://u:p@example.com/a",
+		"http://example.com/a/./b/../c",
+		"http://example.com/a%20b/c",
+		"http://example.com/a(b)/c",
+		"http://example.com/a:b/c",
+		"http://example.com/?",
+		"http://example.com#frag",
+		"http:opaque",
+		"ftp://example.com/a/",
+		"/relative/base",
+	}
+	var all strings.Builder
+	for _, h := range hrefs {
+		fmt.Fprintf(&all, "<a href=\"%s\">", html.EscapeString(h))
+	}
+	for _, b := range bases {
+		base, err := url.Parse(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range hrefs {
+			checkSame(t, base, []byte(`<a href="`+html.EscapeString(h)+`">`))
+		}
+		checkSame(t, base, []byte(all.String()+all.String()))
+		// The URLs themselves, not just their strings.
+		_, links := ExtractLinks(base, []byte(all.String()))
+		_, rlinks := refExtractLinks(base, []byte(all.String()))
+		for i := range links {
+			u, ru := *links[i], *rlinks[i]
+			if u.User.String() != ru.User.String() {
+				t.Errorf("base %s: link %d has user %v, reference %v", b, i, u.User, ru.User)
+			}
+			u.User, ru.User = nil, nil
+			if u != ru {
+				t.Errorf("base %s: link %d is %#v, reference %#v", b, i, u, ru)
+			}
+		}
+	}
+	checkSame(t, nil, []byte(all.String()))
+}
+
+// TestExtractLinksRandomDocs compares ExtractLinks with the reference on
+// documents strung together from fragments that matter to tokenizing: a
+// structured complement to the byte-level fuzz test, run every time.
+func TestExtractLinksRandomDocs(t *testing.T) {
+	frags := []string{
+		"<a href=", "<a href=\"/x", "<A HREF='", "<area href=", "<link rel=next href=", "<link rel='a next' href=", "<base href=",
+		"<a", " href", "=", "\"", "'", ">", "/>", "/", " ", "\n", "\t", "\f", "<", "</", "<!", "<?", "x", "a", "b",
+		"<script>", "</script>", "</script", "<SCRIPT>", "<!--", "-->", "--!>", "-", "--", "<script", "</scrip", "<title>", "</title>",
+		"</title", "</TITLE >", "<style>", "</style>", "<textarea>", "</textarea>", "<noscript>", "</noscript>", "<xmp>", "</xmp>",
+		"<iframe>", "</iframe>", "<noembed>", "</noembed>", "<noframes>", "</noframes>", "<plaintext>", "<!DOCTYPE html>", "<!doctype",
+		"<![CDATA[", "]]>", "&amp;", "&amp", "&", "&#", "&#x41;", "&lt", "&notin;", "&not", "=x", "\x00", "é", "&nbsp;", "\u00a0",
+		"javascript:", "mailto:", "http://h/", "https://H:8/p", "//h/", "../", "./", "?q", "?", "#f", "%", "%41", "/p.html",
+		"<title/>", "</>", "</ x>", "<a/", "<a =x ", "rel=\"next\"", "href=/y ", "href=\"/z\"", "href='/w'",
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	bases := []*url.URL{nil}
+	for _, b := range []string{"https://example.com/d/p?q", "http://example.com"} {
+		u, _ := url.Parse(b)
+		bases = append(bases, u)
+	}
+	for i := range 20000 {
+		var doc strings.Builder
+		for range 1 + rng.IntN(30) {
+			doc.WriteString(frags[rng.IntN(len(frags))])
+		}
+		checkSame(t, bases[i%len(bases)], []byte(doc.String()))
+		if t.Failed() {
+			t.Fatalf("document %q", doc.String())
+		}
+	}
+}
+
+// BenchmarkExtractLinksSitePage measures both versions on a page of the
+// test site the crawl benchmarks use.
+func BenchmarkExtractLinksSitePage(b *testing.B) {
+	site := testsite.New(testsite.Options{Pages: 3000, Links: 10, NoTraps: true, Seed: 3})
+	rec := httptest.NewRecorder()
+	site.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/page/42", nil))
+	page := rec.Body.Bytes()
+	base, _ := url.Parse("http://127.0.0.1:8080/page/42")
+	for _, v := range []struct {
+		name    string
+		extract func(*url.URL, []byte) (string, []*url.URL)
+	}{{"fast", ExtractLinks}, {"reference", refExtractLinks}} {
+		b.Run(v.name, func(b *testing.B) {
+			b.SetBytes(int64(len(page)))
+			b.ReportAllocs()
+			cpu := processCPU()
+			for b.Loop() {
+				v.extract(base, page)
+			}
+			if cpu > 0 {
+				b.ReportMetric(float64(processCPU()-cpu)/float64(b.N), "cpu-ns/op")
+			}
+		})
+	}
 }
