@@ -59,7 +59,12 @@ func newSeedCmd(o *options) *cobra.Command {
 				return err
 			}
 			defer b.Close()
-			if err := engine.Seed(cmd.Context(), b.broker, o.name, starts...); err != nil {
+			if b.starts != nil {
+				err = engine.SeedSource(cmd.Context(), b.starts, starts...)
+			} else {
+				err = engine.Seed(cmd.Context(), b.broker, o.name, starts...)
+			}
+			if err != nil {
 				return err
 			}
 			fmt.Fprintf(o.stdout, "seeded %d start URLs into %s\n", len(starts), engine.StartQueue(o.name))
@@ -107,8 +112,26 @@ func newStatsCmd(o *options) *cobra.Command {
 			}
 			defer b.Close()
 			out := map[string]int64{}
+			if b.stats != nil {
+				m, err := b.stats.Load(cmd.Context())
+				if err != nil {
+					return err
+				}
+				out = m
+			}
+			if b.starts != nil {
+				n, err := b.starts.PendingStarts(cmd.Context())
+				if err != nil {
+					return err
+				}
+				out[engine.StartQueue(o.name)+"/ready"] = n
+			}
 			if c, ok := b.broker.(broker.Counter); ok {
-				for _, q := range []string{engine.RequestsQueue(o.name), engine.StartQueue(o.name)} {
+				queues := []string{engine.RequestsQueue(o.name), engine.StartQueue(o.name)}
+				if b.starts != nil {
+					queues = queues[:1]
+				}
+				for _, q := range queues {
 					n, err := c.Counts(cmd.Context(), q)
 					if err != nil {
 						return err

@@ -67,7 +67,7 @@ func (o *options) crawl(ctx context.Context, args []string, seed bool) error {
 			return err
 		}
 	}
-	sink, err := o.openSink()
+	sink, err := o.openSink(b)
 	if err != nil {
 		return err
 	}
@@ -75,6 +75,8 @@ func (o *options) crawl(ctx context.Context, args []string, seed bool) error {
 	cfg.TrustedHosts = trusted
 	cfg.Sink = sink
 	cfg.Stats = engine.NewStats()
+	cfg.Starts = b.starts
+	cfg.Limiter = b.limit
 	c, err := engine.New(b.broker, b.filter, cfg)
 	if err != nil {
 		sink.Close()
@@ -104,9 +106,42 @@ func (o *options) crawl(ctx context.Context, args []string, seed bool) error {
 	if f, ok := o.stderr.(*os.File); ok && isTerminal(f) {
 		wg.Go(func() { progress(side, f, cfg.Stats) })
 	}
+	var flushed map[string]int64 // what the shared stats already have
+	flush := func(ctx context.Context) {
+		if b.stats == nil {
+			return
+		}
+		now := cfg.Stats.Snapshot()
+		deltas := make(map[string]int64, len(now))
+		for k, v := range now {
+			deltas[k] = v - flushed[k]
+		}
+		if err := b.stats.Add(ctx, deltas); err != nil {
+			o.log.Warn("sharing stats failed", "err", err)
+			return
+		}
+		flushed = now
+	}
+	if b.stats != nil {
+		wg.Go(func() {
+			t := time.NewTicker(time.Second)
+			defer t.Stop()
+			for {
+				select {
+				case <-side.Done():
+					return
+				case <-t.C:
+					flush(side)
+				}
+			}
+		})
+	}
 	runErr := c.Run(ctx)
 	stopSide()
 	wg.Wait()
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	flush(fctx)
+	cancel()
 	if err := sink.Close(); err != nil && runErr == nil {
 		runErr = err
 	}
@@ -121,10 +156,20 @@ func (o *options) crawl(ctx context.Context, args []string, seed bool) error {
 	return nil
 }
 
-// openSink opens the item sink named by --out.
-func (o *options) openSink() (engine.Sink, error) {
-	if o.out == "-" || o.out == "" {
+// openSink opens the item sink named by --out: a file, - for stdout,
+// "redis" for the Redis list {NAME}:items, "queue" for the broker queue
+// NAME:items.
+func (o *options) openSink(b *backends) (engine.Sink, error) {
+	switch o.out {
+	case "-", "":
 		return engine.NewJSONLines(o.stdout), nil
+	case "redis":
+		if b.items == nil {
+			return nil, usageError("--out=redis needs --broker=redis")
+		}
+		return b.items, nil
+	case "queue":
+		return engine.QueueSink{Broker: b.broker, Queue: engine.ItemsQueue(o.name)}, nil
 	}
 	if dir := filepath.Dir(o.out); dir != "." {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -150,6 +195,11 @@ func (o *options) purge(ctx context.Context, b *backends) error {
 	if p, ok := b.filter.(dedup.Purger); ok {
 		if err := p.Purge(ctx); err != nil {
 			return fmt.Errorf("purge filter: %w", err)
+		}
+	}
+	for _, purge := range b.purges {
+		if err := purge(ctx); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -15,13 +15,22 @@ import (
 	"strings"
 	"syscall"
 
+	goredis "github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
 
 func main() {
+	// go-redis logs connection failures through a global logger; the
+	// command reports them itself, in one line.
+	goredis.SetLogger(quietRedis{})
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
+
+// quietRedis discards go-redis's internal log.
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...any) {}
 
 // exitError carries an exit code.
 type exitError struct {

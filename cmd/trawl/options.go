@@ -32,6 +32,7 @@ type options struct {
 	include, exclude                 []string
 	out, dataDir, metricsAddr        string
 	flush, allowPrivate, ignoreRobot bool
+	startSet                         bool
 	logLevel, userAgent              string
 	bloomCapacity                    uint
 	bloomFPRate                      float64
@@ -64,7 +65,8 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.ignoreRobot, "ignore-robots", false, "do not fetch or obey robots.txt")
 	fs.StringVar(&o.userAgent, "user-agent", engine.DefaultUserAgent, "User-Agent header")
 	fs.StringVar(&o.logLevel, "log-level", "warn", "log level: debug, info, warn or error")
-	fs.UintVar(&o.bloomCapacity, "bloom-capacity", 10_000_000, "expected number of URLs, for Bloom filters")
+	fs.BoolVar(&o.startSet, "start-urls-set", false, "keep Redis start URLs in a set instead of a list")
+	fs.UintVar(&o.bloomCapacity, "bloom-capacity", 10_000_000, "expected number of URLs; sizes the duplicate filters")
 	fs.Float64Var(&o.bloomFPRate, "bloom-fp-rate", 0.001, "target false-positive rate, for Bloom filters")
 }
 
@@ -113,8 +115,19 @@ func (o *options) setup() error {
 type backends struct {
 	broker broker.Broker
 	filter dedup.Filter
-	shared bool // other processes can join (not the in-memory broker)
+	shared bool               // other processes can join (not the in-memory broker)
+	starts engine.StartSource // start URLs outside the broker, or nil
+	items  engine.Sink        // the deployment's item list (--out=redis), or nil
+	stats  sharedStats        // counters shared by the workers, or nil
+	limit  engine.HostLimiter // per-host limits shared by the workers, or nil
+	purges []func(context.Context) error
 	closes []func() error
+}
+
+// sharedStats are counters aggregated across workers.
+type sharedStats interface {
+	Add(ctx context.Context, deltas map[string]int64) error
+	Load(ctx context.Context) (map[string]int64, error)
 }
 
 // Close closes what was opened, last first.
@@ -138,8 +151,16 @@ func (o *options) open(ctx context.Context) (*backends, error) {
 		}
 		b.broker = mb
 		b.closes = append(b.closes, mb.Close)
+	case "redis":
+		if err := o.openRedis(ctx, b, order); err != nil {
+			b.Close()
+			return nil, err
+		}
 	default:
 		return nil, fmt.Errorf("--broker=%s is not available in this build yet", o.broker)
+	}
+	if b.filter != nil {
+		return b, nil
 	}
 	switch o.dedup {
 	case "", "local":

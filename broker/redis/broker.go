@@ -1,0 +1,714 @@
+package redis
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/trawlhq/trawl/broker"
+)
+
+// Interfaces a Broker and its deliveries implement.
+var (
+	_ broker.Broker      = (*Broker)(nil)
+	_ broker.Counter     = (*Broker)(nil)
+	_ broker.Purger      = (*Broker)(nil)
+	_ broker.DeadLetters = (*Broker)(nil)
+	_ broker.Delivery    = (*delivery)(nil)
+	_ broker.Extender    = (*delivery)(nil)
+)
+
+// publishChunk bounds the messages of one ZADD or LPUSH.
+const publishChunk = 1000
+
+// closeTimeout bounds giving back unsettled deliveries in Close, which has
+// no context of its own.
+const closeTimeout = 10 * time.Second
+
+// Broker is a broker.Broker on Redis. It is safe for concurrent use. Any
+// number of Brokers, in any number of processes, may share queues.
+type Broker struct {
+	cfg    Config
+	client goredis.UniversalClient
+	log    *slog.Logger
+	mode   string
+
+	mu      sync.Mutex
+	closed  bool
+	out     map[*delivery]struct{} // unsettled deliveries, given back by Close
+	waiting map[string]int         // notify key -> blocking waits on it
+	done    chan struct{}          // closed by Close
+	waits   sync.WaitGroup         // blocking waits in flight; Close waits for them
+}
+
+// New returns a Broker on cfg.Client after checking that the server
+// answers.
+func New(ctx context.Context, cfg Config) (*Broker, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.Client.Ping(ctx).Err(); err != nil {
+		return nil, fmt.Errorf("redis broker: connect: %w", err)
+	}
+	b := &Broker{
+		cfg:     cfg,
+		client:  cfg.Client,
+		log:     cfg.Logger.With("backend", "redis"),
+		mode:    cfg.mode(),
+		out:     map[*delivery]struct{}{},
+		waiting: map[string]int{},
+		done:    make(chan struct{}),
+	}
+	b.log.Info("broker ready", "order", cfg.Order.String(), "lease", cfg.Lease, "max_deliveries", cfg.MaxDeliveries)
+	return b, nil
+}
+
+func opErr(op, queue string, err error) error {
+	return fmt.Errorf("redis broker: %s %q: %w", op, queue, err)
+}
+
+// check validates queue and tells whether b is closed.
+func (b *Broker) check(op, queue string) error {
+	if queue == "" {
+		return opErr(op, queue, fmt.Errorf("%w: empty queue name", broker.ErrInvalid))
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return opErr(op, queue, broker.ErrClosed)
+	}
+	return nil
+}
+
+// memberHead is the length of a member's id and delivery count.
+const memberHead = 12
+
+// parseMember decodes an inflight member: id, attempt, message.
+func parseMember(m string) (attempt int, msg broker.Message, err error) {
+	if len(m) <= memberHead {
+		return 0, broker.Message{}, fmt.Errorf("malformed member of %d bytes", len(m))
+	}
+	attempt = int(binary.BigEndian.Uint32([]byte(m[8:memberHead]))) + 1
+	msg, err = parseRecord(m[memberHead:])
+	return attempt, msg, err
+}
+
+// parseRecord decodes a record.
+func parseRecord(rec string) (broker.Message, error) {
+	i := strings.IndexByte(rec[:min(len(rec), 24)], ':')
+	if i < 0 {
+		return broker.Message{}, fmt.Errorf("malformed record %.20q", rec)
+	}
+	p, err := strconv.Atoi(rec[:i])
+	if err != nil {
+		return broker.Message{}, fmt.Errorf("malformed record priority %q", rec[:i])
+	}
+	return broker.Message{Body: []byte(rec[i+1:]), Priority: p}, nil
+}
+
+// Publish adds msgs to queue, in order. Messages are stored when it
+// returns; a Publish of more than 1000 messages is stored in parts, each
+// atomically.
+func (b *Broker) Publish(ctx context.Context, queue string, msgs ...broker.Message) error {
+	if err := b.check("publish", queue); err != nil {
+		return err
+	}
+	k := keysFor(queue)
+	for len(msgs) > 0 {
+		part := msgs[:min(len(msgs), publishChunk)]
+		msgs = msgs[len(part):]
+		// Ids come from the server's counter, so that equal priorities
+		// keep the order of publishing across publishers.
+		last, err := b.client.IncrBy(ctx, k.seq, int64(len(part))).Result()
+		if err != nil {
+			return opErr("publish", queue, err)
+		}
+		first := uint64(last) - uint64(len(part)) + 1
+		_, err = b.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+			if b.mode == "p" {
+				zs := make([]goredis.Z, len(part))
+				for i, m := range part {
+					zs[i] = goredis.Z{Score: -float64(m.Priority), Member: newMember(first+uint64(i), m)}
+				}
+				p.ZAdd(ctx, k.ready, zs...)
+			} else {
+				vs := make([]any, len(part))
+				for i, m := range part {
+					vs[i] = newMember(first+uint64(i), m)
+				}
+				p.LPush(ctx, k.ready, vs...)
+			}
+			p.LPush(ctx, k.notify, "1")
+			p.LTrim(ctx, k.notify, 0, 0)
+			return nil
+		})
+		if err != nil {
+			return opErr("publish", queue, err)
+		}
+	}
+	return nil
+}
+
+// newMember encodes a message never delivered, with id: see scripts.go.
+func newMember(id uint64, m broker.Message) string {
+	b := make([]byte, memberHead, memberHead+len(m.Body)+8)
+	binary.BigEndian.PutUint64(b, id)
+	b = strconv.AppendInt(b, int64(m.Priority), 10)
+	b = append(b, ':')
+	b = append(b, m.Body...)
+	return string(b)
+}
+
+// Receive leases up to max messages of queue, waiting until there is at
+// least one. Before taking messages it gives back leases that ran out
+// (or dead-letters them after MaxDeliveries) and makes nacked messages
+// whose delay is over ready again, so expired work returns without any
+// background process.
+func (b *Broker) Receive(ctx context.Context, queue string, max int) ([]broker.Delivery, error) {
+	if err := b.check("receive", queue); err != nil {
+		return nil, err
+	}
+	if max < 1 {
+		return nil, opErr("receive", queue, fmt.Errorf("%w: max %d < 1", broker.ErrInvalid, max))
+	}
+	k := keysFor(queue)
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, opErr("receive", queue, err)
+		}
+		ds, next, err := b.lease(ctx, &k, max)
+		if err != nil || len(ds) > 0 {
+			return ds, err
+		}
+		wait := b.cfg.BlockTimeout
+		if next >= 0 && next+time.Millisecond < wait {
+			wait = next + time.Millisecond
+		}
+		if err := b.wait(ctx, &k, wait); err != nil {
+			return nil, opErr("receive", queue, err)
+		}
+	}
+}
+
+// lease runs the receive script once. next is how long until the earliest
+// lease or delay of the queue ends (-1: none).
+func (b *Broker) lease(ctx context.Context, k *keys, n int) ([]broker.Delivery, time.Duration, error) {
+	// The lease ends no sooner than this (the script runs after it).
+	deadline := time.Now().Add(b.cfg.Lease)
+	// Not ctx: once the script has run, its deliveries must reach the
+	// caller (or be given back), even if ctx ended meanwhile.
+	res, err := receiveScript.Run(context.WithoutCancel(ctx), b.client,
+		[]string{k.ready, k.inflight, k.delayed, k.dead, k.notify},
+		b.mode, n, b.cfg.Lease.Milliseconds(), b.cfg.MaxDeliveries).Slice()
+	if err != nil {
+		return nil, 0, opErr("receive", k.queue, err)
+	}
+	if len(res) < 3 {
+		return nil, 0, opErr("receive", k.queue, fmt.Errorf("unexpected script reply of %d values", len(res)))
+	}
+	expired, _ := res[0].(int64)
+	malformed, _ := res[1].(int64)
+	nextMS, _ := res[2].(int64)
+	if expired > 0 {
+		b.log.Warn("leases expired; messages given back or dead-lettered", "queue", k.queue, "count", expired)
+	}
+	if malformed > 0 {
+		b.log.Error("malformed queue entries moved to the dead letters", "queue", k.queue, "count", malformed)
+	}
+	next := time.Duration(-1)
+	if nextMS >= 0 {
+		next = time.Duration(nextMS) * time.Millisecond
+	}
+	ds := make([]*delivery, 0, len(res)-3)
+	var bad []error
+	for _, r := range res[3:] {
+		member, _ := r.(string)
+		attempt, m, err := parseMember(member)
+		if err != nil {
+			// Not written by Publish; deliver the raw bytes, so that the
+			// consumer rejects it.
+			bad = append(bad, err)
+			m = broker.Message{Body: []byte(member[min(len(member), memberHead):])}
+		}
+		ds = append(ds, &delivery{b: b, k: k, msg: m, member: member, attempt: max(attempt, 1), deadline: deadline})
+	}
+	if len(bad) > 0 {
+		b.log.Error("undecodable message records delivered as raw bodies", "queue", k.queue, "err", errors.Join(bad...))
+	}
+	if len(ds) == 0 {
+		return nil, next, nil
+	}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+		defer cancel()
+		if err := b.giveBack(gctx, ds); err != nil {
+			b.log.Error("give back deliveries taken while closing", "queue", k.queue, "err", err)
+		}
+		return nil, next, opErr("receive", k.queue, broker.ErrClosed)
+	}
+	out := make([]broker.Delivery, len(ds))
+	for i, d := range ds {
+		b.out[d] = struct{}{}
+		out[i] = d
+	}
+	b.mu.Unlock()
+	return out, next, nil
+}
+
+// wait blocks until a token arrives on k's notify list, d passes, ctx ends
+// or b closes. The blocking command runs in a goroutine owned by b, which
+// ends within d; a token it takes after wait returned only costs some
+// other waiter a wake-up (which then comes after its own timeout).
+func (b *Broker) wait(ctx context.Context, k *keys, d time.Duration) error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return broker.ErrClosed
+	}
+	b.waiting[k.notify]++
+	b.waits.Add(1)
+	b.mu.Unlock()
+
+	secs := strconv.FormatFloat(max(d, time.Millisecond).Seconds(), 'f', 3, 64)
+	done := make(chan error, 1)
+	go func() {
+		defer b.waits.Done()
+		err := b.client.Do(context.WithoutCancel(ctx), "blpop", k.notify, secs).Err()
+		b.mu.Lock()
+		if b.waiting[k.notify]--; b.waiting[k.notify] == 0 {
+			delete(b.waiting, k.notify)
+		}
+		b.mu.Unlock()
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		var ne net.Error
+		if err == nil || errors.Is(err, goredis.Nil) || (errors.As(err, &ne) && ne.Timeout()) {
+			return nil
+		}
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-b.done:
+		return broker.ErrClosed
+	}
+}
+
+// Close gives back the deliveries not yet settled at once (they count as
+// delivered: the next delivery has the next Attempt), ends waiting
+// Receives with broker.ErrClosed, and waits for its blocking commands to
+// end. It does not close the client.
+func (b *Broker) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	close(b.done)
+	ds := make([]*delivery, 0, len(b.out))
+	for d := range b.out {
+		ds = append(ds, d)
+	}
+	b.out = nil
+	var notify []string
+	for key := range b.waiting {
+		notify = append(notify, key)
+	}
+	b.mu.Unlock()
+
+	// Shutdown order: give back what this broker holds, wake its blocked
+	// commands (a token taken by another broker's waiter only wakes it
+	// once), then wait for them.
+	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+	defer cancel()
+	err := b.giveBack(ctx, ds)
+	for _, key := range notify {
+		_ = b.client.LPush(ctx, key, "1").Err()
+		_ = b.client.LTrim(ctx, key, 0, 0).Err()
+	}
+	b.waits.Wait()
+	b.log.Info("broker closed", "given_back", len(ds))
+	if err != nil {
+		return fmt.Errorf("redis broker: close: %w", err)
+	}
+	return nil
+}
+
+// giveBack requeues ds at once, without dead-lettering any.
+func (b *Broker) giveBack(ctx context.Context, ds []*delivery) error {
+	byQueue := map[string][]*delivery{}
+	for _, d := range ds {
+		byQueue[d.k.queue] = append(byQueue[d.k.queue], d)
+	}
+	var errs []error
+	for _, group := range byQueue {
+		k := group[0].k
+		args := []any{b.mode, 0, 0}
+		for _, d := range group {
+			args = append(args, d.member)
+		}
+		if err := nackScript.Run(ctx, b.client,
+			[]string{k.ready, k.inflight, k.delayed, k.dead, k.notify}, args...).Err(); err != nil {
+			errs = append(errs, opErr("give back", k.queue, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// untrack removes d from the deliveries Close gives back; false if b is
+// closed (Close has given d back).
+func (b *Broker) untrack(d *delivery) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return false
+	}
+	delete(b.out, d)
+	return true
+}
+
+// track adds d back after a settle failed in transit.
+func (b *Broker) track(d *delivery) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.closed {
+		b.out[d] = struct{}{}
+	}
+}
+
+// AckBatch acknowledges deliveries received from b, one round trip per
+// queue. Each delivery is settled as by its Ack; the errors of those that
+// could not be (broker.ErrSettled, broker.ErrLeaseLost, broker.ErrClosed,
+// broker.ErrInvalid for a delivery of another broker) are joined.
+func (b *Broker) AckBatch(ctx context.Context, ds ...broker.Delivery) error {
+	var errs []error
+	byQueue := map[string][]*delivery{}
+	for _, bd := range ds {
+		d, ok := bd.(*delivery)
+		if !ok || d.b != b {
+			errs = append(errs, fmt.Errorf("redis broker: ack: %w: delivery of another broker", broker.ErrInvalid))
+			continue
+		}
+		if err := d.begin("ack"); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		byQueue[d.k.queue] = append(byQueue[d.k.queue], d)
+	}
+	for _, all := range byQueue {
+		for group := range slices.Chunk(all, ackChunk) {
+			errs = append(errs, b.ackGroup(ctx, group)...)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ackChunk bounds the deliveries of one ack pipeline.
+const ackChunk = 1000
+
+// ackGroup acknowledges deliveries of one queue, begun with begin.
+func (b *Broker) ackGroup(ctx context.Context, group []*delivery) []error {
+	var errs []error
+	k := group[0].k
+
+	// Fast path: while every lease surely still runs (nothing but a Purge
+	// can have taken a member away), one ZREM for all, whose count checks
+	// that. Else one ZREM per delivery, to tell which leases were lost.
+	margin := max(b.cfg.Lease/10, 250*time.Millisecond)
+	safe := true
+	for _, d := range group {
+		d.mu.Lock()
+		safe = safe && time.Until(d.deadline) > margin
+		d.mu.Unlock()
+	}
+	if safe && len(group) > 1 {
+		members := make([]any, len(group))
+		for i, d := range group {
+			members[i] = d.member
+		}
+		n, err := b.client.ZRem(ctx, k.inflight, members...).Result()
+		for _, d := range group {
+			d.end(true, err)
+		}
+		switch {
+		case err != nil:
+			errs = append(errs, opErr("ack", k.queue, err))
+		case int(n) != len(group):
+			errs = append(errs, opErr("ack", k.queue, fmt.Errorf("%d of %d leases were gone (queue purged?): %w",
+				len(group)-int(n), len(group), broker.ErrLeaseLost)))
+		}
+		return errs
+	}
+
+	cmds := make([]*goredis.IntCmd, len(group))
+	_, err := b.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		for i, d := range group {
+			cmds[i] = p.ZRem(ctx, k.inflight, d.member)
+		}
+		return nil
+	})
+	for i, d := range group {
+		n, cerr := cmds[i].Result()
+		if cerr != nil {
+			d.end(false, cerr)
+			continue
+		}
+		d.end(n == 1, nil)
+		if n != 1 {
+			errs = append(errs, d.err("ack", broker.ErrLeaseLost))
+		}
+	}
+	if err != nil {
+		errs = append(errs, opErr("ack", k.queue, err))
+	}
+	return errs
+}
+
+// Counts counts queue: ready includes delayed messages; leases that ran
+// out but were not yet given back count as in flight.
+func (b *Broker) Counts(ctx context.Context, queue string) (broker.Counts, error) {
+	if err := b.check("count", queue); err != nil {
+		return broker.Counts{}, err
+	}
+	k := keysFor(queue)
+	res, err := countScript.Run(ctx, b.client, []string{k.ready, k.inflight, k.delayed, k.dead}, b.mode).Int64Slice()
+	if err == nil && len(res) != 3 {
+		err = fmt.Errorf("unexpected script reply of %d values", len(res))
+	}
+	if err != nil {
+		return broker.Counts{}, opErr("count", queue, err)
+	}
+	return broker.Counts{Ready: res[0], InFlight: res[1], Dead: res[2]}, nil
+}
+
+// Purge deletes queue's messages: ready, delayed, in flight and dead.
+// Deliveries of it still out fail to settle with broker.ErrLeaseLost.
+func (b *Broker) Purge(ctx context.Context, queue string) error {
+	if err := b.check("purge", queue); err != nil {
+		return err
+	}
+	k := keysFor(queue)
+	// seq stays, so that ids are never reused.
+	if err := b.client.Del(ctx, k.ready, k.inflight, k.delayed, k.dead, k.notify).Err(); err != nil {
+		return opErr("purge", queue, err)
+	}
+	return nil
+}
+
+// DeadLetters returns up to max of queue's dead letters, oldest first.
+func (b *Broker) DeadLetters(ctx context.Context, queue string, max int) ([]broker.DeadLetter, error) {
+	if err := b.check("read dead letters of", queue); err != nil {
+		return nil, err
+	}
+	if max < 1 {
+		return nil, opErr("read dead letters of", queue, fmt.Errorf("%w: max %d < 1", broker.ErrInvalid, max))
+	}
+	k := keysFor(queue)
+	es, err := b.client.LRange(ctx, k.dead, 0, int64(max)-1).Result()
+	if err != nil {
+		return nil, opErr("read dead letters of", queue, err)
+	}
+	out := make([]broker.DeadLetter, 0, len(es))
+	for _, e := range es {
+		out = append(out, parseDeadLetter(e))
+	}
+	return out, nil
+}
+
+// parseDeadLetter decodes len(reason) ":" reason record; what does not
+// parse is returned whole as the body.
+func parseDeadLetter(e string) broker.DeadLetter {
+	raw := broker.DeadLetter{Message: broker.Message{Body: []byte(e)}, Reason: "unparseable dead letter"}
+	i := strings.IndexByte(e[:min(len(e), 12)], ':')
+	if i < 0 {
+		return raw
+	}
+	n, err := strconv.Atoi(e[:i])
+	if err != nil || n < 0 || i+1+n > len(e) {
+		return raw
+	}
+	m, err := parseRecord(e[i+1+n:])
+	if err != nil {
+		return raw
+	}
+	return broker.DeadLetter{Message: m, Reason: e[i+1 : i+1+n]}
+}
+
+// Requeue moves up to max of queue's oldest dead letters back to it, as
+// new messages.
+func (b *Broker) Requeue(ctx context.Context, queue string, max int) (int, error) {
+	if err := b.check("requeue dead letters of", queue); err != nil {
+		return 0, err
+	}
+	if max < 1 {
+		return 0, opErr("requeue dead letters of", queue, fmt.Errorf("%w: max %d < 1", broker.ErrInvalid, max))
+	}
+	k := keysFor(queue)
+	n, err := requeueScript.Run(ctx, b.client, []string{k.dead, k.ready, k.seq, k.notify}, b.mode, max).Int()
+	if err != nil {
+		return 0, opErr("requeue dead letters of", queue, err)
+	}
+	return n, nil
+}
+
+// delivery is a broker.Delivery of a Broker.
+type delivery struct {
+	b       *Broker
+	k       *keys
+	msg     broker.Message
+	member  string // the inflight member: the lease token
+	attempt int
+
+	mu       sync.Mutex
+	deadline time.Time // the lease runs at least until then
+	busy     bool      // a settle is in progress
+	settled  bool
+	lost     bool // the lease expired and the message went back
+}
+
+func (d *delivery) Message() broker.Message { return d.msg }
+func (d *delivery) Queue() string           { return d.k.queue }
+func (d *delivery) Attempt() int            { return d.attempt }
+
+func (d *delivery) err(op string, err error) error {
+	return fmt.Errorf("redis broker: %s %q (attempt %d): %w", op, d.k.queue, d.attempt, err)
+}
+
+// begin starts settling d, or says why it cannot be.
+func (d *delivery) begin(op string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch {
+	case d.settled || d.busy:
+		return d.err(op, broker.ErrSettled)
+	case d.lost:
+		return d.err(op, broker.ErrLeaseLost)
+	case !d.b.untrack(d):
+		return d.err(op, broker.ErrClosed)
+	}
+	d.busy = true
+	return nil
+}
+
+// end finishes a settle begun by begin: held tells whether the lease was
+// still d's; a non-nil err leaves the outcome unknown and d unsettled.
+func (d *delivery) end(held bool, err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.busy = false
+	switch {
+	case err != nil:
+		d.b.track(d)
+	case held:
+		d.settled = true
+	default:
+		d.lost = true
+	}
+}
+
+// settle runs one settling script whose reply is 0 when the lease was lost.
+func (d *delivery) settle(ctx context.Context, op string, run func(context.Context) (int64, error)) (int64, error) {
+	if err := d.begin(op); err != nil {
+		return 0, err
+	}
+	r, err := run(ctx)
+	d.end(r != 0, err)
+	switch {
+	case err != nil:
+		return 0, d.err(op, err)
+	case r == 0:
+		return 0, d.err(op, broker.ErrLeaseLost)
+	}
+	return r, nil
+}
+
+// Ack removes the message for good.
+func (d *delivery) Ack(ctx context.Context) error {
+	_, err := d.settle(ctx, "ack", func(ctx context.Context) (int64, error) {
+		return d.b.client.ZRem(ctx, d.k.inflight, d.member).Result()
+	})
+	return err
+}
+
+// Nack gives the message back, visible again after delay, or moves it to
+// the dead letters if it was delivered MaxDeliveries times.
+func (d *delivery) Nack(ctx context.Context, delay time.Duration) error {
+	ms := int64(0)
+	if delay > 0 {
+		ms = max(1, delay.Milliseconds())
+	}
+	r, err := d.settle(ctx, "nack", func(ctx context.Context) (int64, error) {
+		k := d.k
+		res, err := nackScript.Run(ctx, d.b.client,
+			[]string{k.ready, k.inflight, k.delayed, k.dead, k.notify},
+			d.b.mode, d.b.cfg.MaxDeliveries, ms, d.member).Int64Slice()
+		if err == nil && len(res) != 1 {
+			err = fmt.Errorf("unexpected script reply of %d values", len(res))
+		}
+		if err != nil {
+			return 0, err
+		}
+		return res[0], nil
+	})
+	if r == 3 {
+		d.b.log.Warn("message dead-lettered after its last delivery", "queue", d.k.queue, "attempt", d.attempt)
+	}
+	return err
+}
+
+// Reject moves the message to the dead letters with reason.
+func (d *delivery) Reject(ctx context.Context, reason string) error {
+	_, err := d.settle(ctx, "reject", func(ctx context.Context) (int64, error) {
+		return rejectScript.Run(ctx, d.b.client, []string{d.k.inflight, d.k.dead}, d.member, reason).Int64()
+	})
+	return err
+}
+
+// Extend moves the lease's end to dur from now (server time).
+func (d *delivery) Extend(ctx context.Context, dur time.Duration) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch {
+	case d.settled || d.busy:
+		return d.err("extend", broker.ErrSettled)
+	case d.lost:
+		return d.err("extend", broker.ErrLeaseLost)
+	case dur < time.Millisecond:
+		return d.err("extend", fmt.Errorf("%w: duration %v < 1ms", broker.ErrInvalid, dur))
+	}
+	d.b.mu.Lock()
+	closed := d.b.closed
+	d.b.mu.Unlock()
+	if closed {
+		return d.err("extend", broker.ErrClosed)
+	}
+	deadline := time.Now().Add(dur)
+	r, err := extendScript.Run(ctx, d.b.client, []string{d.k.inflight}, d.member, dur.Milliseconds()).Int64()
+	if err != nil {
+		return d.err("extend", err)
+	}
+	if r == 1 {
+		d.deadline = deadline
+	}
+	if r == 0 {
+		d.lost = true
+		d.b.untrack(d)
+		return d.err("extend", broker.ErrLeaseLost)
+	}
+	return nil
+}

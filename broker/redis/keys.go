@@ -1,0 +1,42 @@
+package redis
+
+import "strings"
+
+// keys are the Redis keys of one queue. They are built here and nowhere
+// else.
+//
+// A queue name is split at its last ':' into a crawl name and a local
+// name; the crawl name becomes the Cluster hash tag, so that all keys of
+// a crawl (its requests, start URLs, dead letters, and the duplicate
+// filter's keys, which follow the same rule) live in one slot. The queue
+// "books:requests" has the keys
+//
+//	{books}:requests            ready messages
+//	{books}:requests:inflight   leased messages by lease deadline
+//	{books}:requests:delayed    nacked messages by the time they are due
+//	{books}:requests:dead       dead letters
+//	{books}:requests:notify     wake-up token for blocked consumers
+//	{books}:requests:seq        message id counter
+//
+// A name without ':' is its own tag: "jobs" has "{jobs}", "{jobs}:inflight"…
+type keys struct {
+	queue                                       string
+	ready, inflight, delayed, dead, notify, seq string
+}
+
+func keysFor(queue string) keys {
+	tag, local := queue, ""
+	if i := strings.LastIndexByte(queue, ':'); i >= 0 {
+		tag, local = queue[:i], queue[i:]
+	}
+	base := "{" + tag + "}" + local
+	return keys{
+		queue:    queue,
+		ready:    base,
+		inflight: base + ":inflight",
+		delayed:  base + ":delayed",
+		dead:     base + ":dead",
+		notify:   base + ":notify",
+		seq:      base + ":seq",
+	}
+}

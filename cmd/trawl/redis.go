@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/trawlhq/trawl/broker"
+	redisbroker "github.com/trawlhq/trawl/broker/redis"
+	"github.com/trawlhq/trawl/dedup"
+	dedupredis "github.com/trawlhq/trawl/dedup/redis"
+)
+
+// redisClient connects to --redis-url and checks that the server answers.
+func (o *options) redisClient(ctx context.Context) (goredis.UniversalClient, error) {
+	opt, err := goredis.ParseURL(o.redisURL)
+	if err != nil {
+		return nil, usageError("--redis-url: %v", err)
+	}
+	opt.PoolSize = max(opt.PoolSize, o.concurrency+8)
+	c := goredis.NewClient(opt)
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := c.Ping(pctx).Err(); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("redis at %s: %s", opt.Addr, redisReason(err))
+	}
+	return c, nil
+}
+
+// redisReason words a connection failure for one line.
+func redisReason(err error) string {
+	s := err.Error()
+	switch {
+	case strings.Contains(s, "WRONGPASS"), strings.Contains(s, "NOAUTH"), strings.Contains(s, "invalid password"):
+		return "authentication failed (check the user and password in --redis-url): " + s
+	case errors.Is(err, context.DeadlineExceeded):
+		return "no answer within 5s"
+	}
+	return "cannot connect: " + s
+}
+
+// openRedis opens the Redis broker, filter, start URLs, items and stats.
+func (o *options) openRedis(ctx context.Context, b *backends, order broker.Order) error {
+	client, err := o.redisClient(ctx)
+	if err != nil {
+		return err
+	}
+	b.closes = append(b.closes, client.Close)
+	rb, err := redisbroker.New(ctx, redisbroker.Config{Client: client, Order: order, Lease: o.lease, Logger: o.log})
+	if err != nil {
+		return err
+	}
+	b.broker, b.shared = rb, true
+	b.closes = append(b.closes, rb.Close)
+	starts := redisbroker.NewStartURLs(client, o.name, o.startSet)
+	items := redisbroker.NewItems(client, o.name)
+	stats := redisbroker.NewStats(client, o.name)
+	b.starts, b.items, b.stats = starts, items, stats
+	b.purges = append(b.purges, starts.Purge, items.Purge, stats.Purge)
+	limit, err := redisbroker.NewHostLimiter(redisbroker.LimiterConfig{
+		Client: client, Crawl: o.name, PerHost: o.perHost, Delay: o.delay, Logger: o.log,
+	})
+	if err != nil {
+		return err
+	}
+	b.limit = limit
+	f, err := o.redisFilter(ctx, client)
+	if err != nil {
+		return err
+	}
+	b.filter = f
+	b.closes = append(b.closes, f.Close)
+	return nil
+}
+
+// redisFilter opens the duplicate filter --dedup names for a Redis
+// deployment: the set (default) or the Bloom filter.
+func (o *options) redisFilter(ctx context.Context, client goredis.UniversalClient) (dedup.Filter, error) {
+	key := o.name + ":dupefilter"
+	switch o.dedup {
+	case "", "set":
+		return dedupredis.NewSet(ctx, dedupredis.SetConfig{Client: client, Key: key, Capacity: o.bloomCapacity, Logger: o.log})
+	case "bloom":
+		return dedupredis.NewBloom(ctx, dedupredis.BloomConfig{Client: client, Key: key, Capacity: o.bloomCapacity, FPRate: o.bloomFPRate, Logger: o.log})
+	}
+	return nil, usageError("--dedup=%s cannot be shared by the workers of a Redis crawl; use set or bloom", o.dedup)
+}

@@ -1,0 +1,50 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// base returns the key prefix of filter key: the part of key before its
+// last ':' (the crawl name) becomes the Cluster hash tag, as the broker's
+// queue keys do, so that all keys of a crawl share a slot:
+// "books:dupefilter" -> "{books}:dupefilter". A key without ':' is its own
+// tag. The filters' keys are built from it here:
+//
+//	{books}:dupefilter:meta      hash: the filter's layout ("layout" field)
+//	{books}:dupefilter:<shard>   Set: the set of one shard (hex number)
+//	{books}:dupefilter:bloom:<i> Bloom: bitmap part i
+func base(key string) string {
+	tag, local := key, ""
+	if i := strings.LastIndexByte(key, ':'); i >= 0 {
+		tag, local = key[:i], key[i:]
+	}
+	return "{" + tag + "}" + local
+}
+
+func metaKey(base string) string { return base + ":meta" }
+
+// ErrLayout is returned when a filter's key holds a filter of another kind
+// or shape than the one configured: two workers of one crawl configured
+// differently.
+var ErrLayout = errors.New("redis dedup: filter layout mismatch")
+
+// claimLayout stores layout as the filter's layout unless one is stored,
+// and returns the stored one.
+func claimLayout(ctx context.Context, c goredis.UniversalClient, base, layout string) (string, error) {
+	meta := metaKey(base)
+	var get *goredis.StringCmd
+	_, err := c.TxPipelined(ctx, func(p goredis.Pipeliner) error {
+		p.HSetNX(ctx, meta, "layout", layout)
+		get = p.HGet(ctx, meta, "layout")
+		return nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("read layout %q: %w", meta, err)
+	}
+	return get.Val(), nil
+}

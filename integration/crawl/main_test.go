@@ -1,0 +1,204 @@
+// Package crawl_test runs whole crawls with several trawl processes against
+// real brokers: work sharing, kill -9, resume after SIGINT, bad input.
+package crawl_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/trawlhq/trawl/dedup"
+	"github.com/trawlhq/trawl/integration"
+	"github.com/trawlhq/trawl/internal/testsite"
+)
+
+// trawlBin is the trawl binary the tests run as processes.
+var trawlBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "trawl-it-")
+	if err != nil {
+		panic(err)
+	}
+	trawlBin = filepath.Join(dir, "trawl")
+	if out, err := exec.Command("go", "build", "-o", trawlBin, "../../cmd/trawl").CombinedOutput(); err != nil {
+		panic("go build: " + err.Error() + "\n" + string(out))
+	}
+	defer os.RemoveAll(dir)
+	integration.Main(m)
+}
+
+func serveSite(t *testing.T, o testsite.Options) (*testsite.Site, string) {
+	t.Helper()
+	site := testsite.New(o)
+	ctx, cancel := context.WithCancel(context.Background())
+	url, wait, err := site.Serve(ctx, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); wait() })
+	return site, url + "/"
+}
+
+// proc is a trawl process.
+type proc struct {
+	cmd    *exec.Cmd
+	out    string // its items file
+	stderr *bytes.Buffer
+	done   chan error
+}
+
+// start runs trawl with args; its items go to a file of its own.
+func start(t *testing.T, args ...string) *proc {
+	t.Helper()
+	p := &proc{out: filepath.Join(t.TempDir(), "items.jsonl"), stderr: new(bytes.Buffer), done: make(chan error, 1)}
+	p.cmd = exec.Command(trawlBin, append(args, "--out", p.out)...)
+	p.cmd.Stderr = p.stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.done <- p.cmd.Wait() }()
+	t.Cleanup(func() {
+		p.cmd.Process.Kill()
+		<-p.done
+		if t.Failed() {
+			t.Logf("stderr of %v:\n%s", args, p.stderr.String())
+		}
+	})
+	return p
+}
+
+// wait waits for p to exit and returns its exit code.
+func (p *proc) wait(t *testing.T, timeout time.Duration) int {
+	t.Helper()
+	select {
+	case err := <-p.done:
+		p.done <- err // keep it for the cleanup
+		if ee, ok := err.(*exec.ExitError); ok {
+			return ee.ExitCode()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return 0
+	case <-time.After(timeout):
+		// A goroutine dump tells where it hangs.
+		p.cmd.Process.Signal(syscall.SIGQUIT)
+		select {
+		case err := <-p.done:
+			p.done <- err
+		case <-time.After(5 * time.Second):
+		}
+		t.Fatalf("%v did not exit within %v; stderr:\n%s", p.cmd.Args, timeout, p.stderr.String())
+		return -1
+	}
+}
+
+// items returns the URLs of the items p wrote.
+func (p *proc) items(t *testing.T) []string {
+	t.Helper()
+	f, err := os.Open(p.out)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var urls []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var it struct {
+			URL string `json:"url"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &it); err != nil {
+			continue // a line torn by kill -9
+		}
+		urls = append(urls, it.URL)
+	}
+	return urls
+}
+
+// waitItems waits until p wrote at least n items.
+func (p *proc) waitItems(t *testing.T, n int, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		data, _ := os.ReadFile(p.out)
+		if bytes.Count(data, []byte("\n")) >= n {
+			return
+		}
+		time.Sleep(20 * time.Millisecond) // polling an observable condition
+	}
+	t.Fatalf("%v wrote fewer than %d items in %v; stderr:\n%s", p.cmd.Args, n, timeout, p.stderr.String())
+}
+
+// union counts the distinct pages (canonical URLs) of the items of procs,
+// and the items of a page already seen.
+func union(t *testing.T, procs ...*proc) (distinct, dups int) {
+	seen := map[string]bool{}
+	for i, p := range procs {
+		for _, u := range p.items(t) {
+			c, err := dedup.CanonicalURL(u)
+			if err != nil {
+				t.Errorf("item url %q: %v", u, err)
+			}
+			if seen[c] {
+				dups++
+				t.Logf("proc %d: second item for %s", i, u)
+			}
+			seen[c] = true
+		}
+	}
+	return len(seen), dups
+}
+
+// run runs trawl to completion and returns its exit code and stderr.
+func run(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var errb bytes.Buffer
+	cmd := exec.CommandContext(ctx, trawlBin, args...)
+	cmd.Stderr = &errb
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode(), errb.String()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return 0, errb.String()
+}
+
+// pages is the size of the test site: the issue's 5000, fewer with -short.
+func pages() int {
+	if testing.Short() {
+		return 500
+	}
+	return 5000
+}
+
+// mustRun runs trawl to completion and fails t unless it exits 0.
+func mustRun(t *testing.T, args ...string) {
+	t.Helper()
+	if code, stderr := run(t, args...); code != 0 {
+		t.Fatalf("trawl %v: exit %d; stderr:\n%s", args, code, stderr)
+	}
+}
+
+func oneLine(t *testing.T, stderr, want string) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(stderr), "\n")
+	if len(lines) != 1 || !strings.Contains(lines[0], want) {
+		t.Errorf("want one line mentioning %q, got:\n%s", want, stderr)
+	}
+}

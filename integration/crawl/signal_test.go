@@ -1,0 +1,5 @@
+package crawl_test
+
+import "os"
+
+var interrupt = os.Interrupt

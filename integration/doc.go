@@ -1,0 +1,38 @@
+// Package integration starts the real servers trawl's backends are tested
+// against (Redis now; RabbitMQ and NATS later) with testcontainers-go, and
+// holds the end-to-end suite that runs several workers against them.
+//
+// It is a package for tests only. Backend tests import it; it imports no
+// backend, so there is no cycle.
+//
+// # Servers
+//
+// Redis returns the URL of a Redis server and RedisCluster the addresses of
+// a three-node Redis Cluster. Each is started at most once per test binary
+// and shared by all of its tests; tests keep apart by using their own names
+// (see Name). Where TRAWL_TEST_REDIS_URL (or TRAWL_TEST_REDIS_CLUSTER, a
+// comma-separated list of node addresses) is set, that server is used and
+// nothing is started. Images come from TRAWL_REDIS_IMAGE (default "redis:7").
+//
+// A server that cannot be started or reached fails the test with a message
+// saying why; it is never skipped in silence.
+//
+// # Cleanup
+//
+// Shared containers live until the test binary ends. A package that uses
+// the helpers must run its tests through Main, which removes them:
+//
+//	func TestMain(m *testing.M) { integration.Main(m) }
+//
+// The helpers fail a test whose binary does not do so, because with Ryuk
+// disabled (TESTCONTAINERS_RYUK_DISABLED=true, needed where Ryuk's image
+// cannot be pulled) nothing else would remove the containers.
+//
+// # Cluster networking
+//
+// The cluster's nodes announce their addresses on the Docker bridge network,
+// and cluster clients connect to the announced addresses, so the test
+// process must reach the containers' bridge IPs. It does on Linux hosts and
+// in Linux containers running their own Docker engine; it does not on
+// Docker Desktop, where RedisCluster fails with a message saying so.
+package integration

@@ -1,0 +1,170 @@
+package integration
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/testcontainers/testcontainers-go"
+)
+
+// servers holds the containers shared by the tests of one binary. It is the
+// package's only state; Main creates it and removes its containers.
+type servers struct {
+	mu      sync.Mutex
+	running bool // Main is running the tests
+	started []testcontainers.Container
+
+	redis    once[string]
+	cluster  once[[]string]
+	rabbitmq once[RabbitMQServer]
+	nats     once[string]
+}
+
+// once starts a shared server at most once and remembers the outcome,
+// including a failure, so that every test sees the same answer quickly.
+type once[T any] struct {
+	mu   sync.Mutex
+	done bool
+	val  T
+	err  error
+}
+
+// get returns the outcome of start, calling it on first use.
+func (o *once[T]) get(start func() (T, error)) (T, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.done {
+		o.val, o.err = start()
+		o.done = true
+	}
+	return o.val, o.err
+}
+
+var shared = &servers{}
+
+// Main runs the tests of a package that uses the helpers of this package
+// and then removes the containers they started. Call it from TestMain:
+//
+//	func TestMain(m *testing.M) { integration.Main(m) }
+func Main(m *testing.M) {
+	shared.mu.Lock()
+	shared.running = true
+	shared.mu.Unlock()
+
+	code := m.Run()
+
+	shared.mu.Lock()
+	ctrs := shared.started
+	shared.started = nil
+	shared.running = false
+	shared.mu.Unlock()
+	for _, c := range ctrs {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		if err := c.Terminate(ctx, testcontainers.StopTimeout(time.Second)); err != nil {
+			fmt.Fprintf(os.Stderr, "integration: remove container %s: %v\n", c.GetContainerID(), err)
+		}
+		cancel()
+	}
+	os.Exit(code)
+}
+
+// track registers a container for removal by Main.
+func (s *servers) track(c testcontainers.Container) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.started = append(s.started, c)
+}
+
+// requireMain fails t unless the binary runs its tests through Main.
+func (s *servers) requireMain(t testing.TB) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.running {
+		t.Fatal("integration: shared servers need the test binary to call integration.Main from TestMain " +
+			"(func TestMain(m *testing.M) { integration.Main(m) }), which removes them at the end")
+	}
+}
+
+// Name returns a name unique to this test and run, usable as a crawl name,
+// queue name or key prefix on a shared server: lower-case letters, digits
+// and '-', beginning with the test's name.
+func Name(t testing.TB) string {
+	t.Helper()
+	var b strings.Builder
+	for _, r := range strings.ToLower(t.Name()) {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9':
+			b.WriteRune(r)
+		default:
+			if s := b.String(); s != "" && !strings.HasSuffix(s, "-") {
+				b.WriteByte('-')
+			}
+		}
+		if b.Len() >= 40 {
+			break
+		}
+	}
+	var rnd [4]byte
+	if _, err := rand.Read(rnd[:]); err != nil {
+		t.Fatalf("integration: random name: %v", err)
+	}
+	return strings.TrimSuffix(b.String(), "-") + "-" + hex.EncodeToString(rnd[:])
+}
+
+// Endpoint returns an address (host:port) on which the test process reaches
+// port (like "6379/tcp") of ctr. It tries, in order, the host and mapped
+// port testcontainers reports, the container's bridge IP and the port
+// itself, and the loopback address with the mapped port, and returns the
+// first that accepts a TCP connection. The first alone is not enough: inside
+// a container running its own Docker engine, testcontainers reports the
+// outer default gateway, which does not forward the mapped ports.
+func Endpoint(ctx context.Context, ctr testcontainers.Container, port string) (string, error) {
+	var cands []string
+	var errs []error
+	mapped, err := ctr.MappedPort(ctx, port)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("mapped port: %w", err))
+	} else {
+		if h, err := ctr.Host(ctx); err == nil {
+			cands = append(cands, net.JoinHostPort(h, mapped.Port()))
+		} else {
+			errs = append(errs, fmt.Errorf("host: %w", err))
+		}
+	}
+	if ip, err := ctr.ContainerIP(ctx); err == nil && ip != "" {
+		num, _, _ := strings.Cut(port, "/")
+		cands = append(cands, net.JoinHostPort(ip, num))
+	}
+	if !mapped.IsZero() {
+		cands = append(cands, net.JoinHostPort("127.0.0.1", mapped.Port()))
+	}
+	d := net.Dialer{Timeout: 2 * time.Second}
+	for _, a := range cands {
+		c, err := d.DialContext(ctx, "tcp", a)
+		if err == nil {
+			_ = c.Close()
+			return a, nil
+		}
+		errs = append(errs, err)
+	}
+	return "", fmt.Errorf("container %s port %s reachable on none of %v: %w",
+		ctr.GetContainerID(), port, cands, errors.Join(errs...))
+}
+
+// image returns the image named by the environment variable env, or def.
+func image(env, def string) string {
+	if v := os.Getenv(env); v != "" {
+		return v
+	}
+	return def
+}

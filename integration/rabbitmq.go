@@ -1,0 +1,289 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/network"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/testcontainers/testcontainers-go"
+	"github.com/testcontainers/testcontainers-go/wait"
+)
+
+// Environment variables read by the RabbitMQ helpers.
+const (
+	// EnvAMQPURL names a RabbitMQ server (amqp://user:pass@host:port/vhost)
+	// to use instead of a container.
+	EnvAMQPURL = "TRAWL_TEST_AMQP_URL"
+	// EnvAMQPManagementURL names the management API of that server
+	// (http://user:pass@host:port); default: its host on port 15672 with
+	// the same credentials.
+	EnvAMQPManagementURL = "TRAWL_TEST_AMQP_MANAGEMENT_URL"
+	// EnvRabbitMQImage names the RabbitMQ image to start (default
+	// "rabbitmq:3-management"); it must include the management plugin.
+	EnvRabbitMQImage = "TRAWL_RABBITMQ_IMAGE"
+)
+
+// rabbitStatsInterval is the containers' collect_statistics_interval in
+// milliseconds: how stale the management API's counts may be (the server's
+// default, 5000, is longer than the conformance suite waits for a count).
+const rabbitStatsInterval = 100
+
+// RabbitMQServer is a RabbitMQ server for tests.
+type RabbitMQServer struct {
+	// URL is the AMQP URL: amqp://guest:guest@host:port/.
+	URL string
+	// ManagementURL is the management API's base URL, with credentials:
+	// http://guest:guest@host:port.
+	ManagementURL string
+
+	ctr testcontainers.Container // nil for a server named by EnvAMQPURL
+}
+
+// RabbitMQ returns the AMQP URL of a RabbitMQ server shared by the tests
+// of this binary: TRAWL_TEST_AMQP_URL if set, else a container started on
+// first use. It fails t if no server can be had. Tests share the server:
+// keep to queues named after Name(t).
+func RabbitMQ(t testing.TB) string {
+	t.Helper()
+	return sharedRabbitMQ(t).URL
+}
+
+// RabbitMQManagement returns the management API's base URL (with
+// credentials) of the server RabbitMQ returns.
+func RabbitMQManagement(t testing.TB) string {
+	t.Helper()
+	return sharedRabbitMQ(t).ManagementURL
+}
+
+func sharedRabbitMQ(t testing.TB) RabbitMQServer {
+	t.Helper()
+	if u := os.Getenv(EnvAMQPURL); u != "" {
+		m, err := externalManagement(u)
+		if err != nil {
+			t.Fatalf("integration: %s: %v", EnvAMQPURL, err)
+		}
+		return RabbitMQServer{URL: u, ManagementURL: m}
+	}
+	shared.requireMain(t)
+	s, err := shared.rabbitmq.get(func() (RabbitMQServer, error) {
+		s, err := startRabbitMQ(nil)
+		if s != nil && s.ctr != nil {
+			shared.track(s.ctr)
+		}
+		if err != nil {
+			return RabbitMQServer{}, err
+		}
+		return *s, nil
+	})
+	if err != nil {
+		t.Fatalf("integration: no RabbitMQ server (set %s, or make Docker and the image %q available): %v",
+			EnvAMQPURL, image(EnvRabbitMQImage, "rabbitmq:3-management"), err)
+	}
+	return s
+}
+
+// externalManagement returns the management URL of the server at amqpURL.
+func externalManagement(amqpURL string) (string, error) {
+	if m := os.Getenv(EnvAMQPManagementURL); m != "" {
+		return m, nil
+	}
+	uri, err := amqp.ParseURI(amqpURL)
+	if err != nil {
+		return "", err
+	}
+	u := url.URL{Scheme: "http", Host: net.JoinHostPort(uri.Host, "15672"), User: url.UserPassword(uri.Username, uri.Password)}
+	return u.String(), nil
+}
+
+// RabbitMQContainer starts a RabbitMQ container for t alone and removes
+// it when t ends. Its host ports are fixed when it starts, so its URLs
+// stay valid across Restart. It fails t if the container cannot be
+// started; it needs Docker even where TRAWL_TEST_AMQP_URL is set.
+func RabbitMQContainer(t testing.TB) *RabbitMQServer {
+	t.Helper()
+	ports := map[string]string{}
+	for _, p := range []string{"5672/tcp", "15672/tcp"} {
+		hp, err := freePort()
+		if err != nil {
+			t.Fatalf("integration: pick a host port: %v", err)
+		}
+		ports[p] = hp
+	}
+	s, err := startRabbitMQ(ports)
+	if s != nil && s.ctr != nil {
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := s.ctr.Terminate(ctx, testcontainers.StopTimeout(time.Second)); err != nil {
+				t.Logf("integration: remove container %s: %v", s.ctr.GetContainerID(), err)
+			}
+		})
+	}
+	if err != nil {
+		t.Fatalf("integration: start a RabbitMQ container (image %q): %v", image(EnvRabbitMQImage, "rabbitmq:3-management"), err)
+	}
+	return s
+}
+
+// freePort returns a TCP port that was free on the host a moment ago.
+func freePort() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port), nil
+}
+
+// startRabbitMQ starts a container, its ports bound to the given host
+// ports (nil: any free ones).
+func startRabbitMQ(ports map[string]string) (*RabbitMQServer, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	opts := []testcontainers.ContainerCustomizer{
+		testcontainers.WithExposedPorts("5672/tcp", "15672/tcp"),
+		testcontainers.WithEnv(map[string]string{
+			"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": fmt.Sprintf("-rabbit collect_statistics_interval %d", rabbitStatsInterval),
+		}),
+		testcontainers.WithWaitStrategy(wait.ForLog("Server startup complete").WithStartupTimeout(startTimeout)),
+	}
+	if ports != nil {
+		opts = append(opts, testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
+			hc.PortBindings = network.PortMap{}
+			for p, hp := range ports {
+				hc.PortBindings[network.MustParsePort(p)] = []network.PortBinding{{HostPort: hp}}
+			}
+		}))
+	}
+	ctr, err := testcontainers.Run(ctx, image(EnvRabbitMQImage, "rabbitmq:3-management"), opts...)
+	s := &RabbitMQServer{ctr: ctr}
+	if err != nil {
+		return s, fmt.Errorf("start rabbitmq container: %w", err)
+	}
+	amqpAddr, err := Endpoint(ctx, ctr, "5672/tcp")
+	if err != nil {
+		return s, err
+	}
+	mgmtAddr, err := Endpoint(ctx, ctr, "15672/tcp")
+	if err != nil {
+		return s, err
+	}
+	s.URL = "amqp://guest:guest@" + amqpAddr + "/"
+	s.ManagementURL = "http://guest:guest@" + mgmtAddr
+	return s, nil
+}
+
+// Restart stops the server (gracefully, within a second) and starts it
+// again, returning once it accepts AMQP connections on the same URL.
+// Durable queues and persistent messages survive it. Only servers from
+// RabbitMQContainer can be restarted.
+func (s *RabbitMQServer) Restart(ctx context.Context) error {
+	if s.ctr == nil {
+		return errors.New("integration: restart: not a container of RabbitMQContainer")
+	}
+	stop := time.Second
+	if err := s.ctr.Stop(ctx, &stop); err != nil {
+		return fmt.Errorf("integration: stop rabbitmq: %w", err)
+	}
+	// Start's wait strategy finds the first start's log line at once, so
+	// readiness is checked here.
+	if err := s.ctr.Start(ctx); err != nil {
+		return fmt.Errorf("integration: start rabbitmq: %w", err)
+	}
+	return WaitAMQP(ctx, s.URL)
+}
+
+// WaitAMQP waits until the server at url accepts an AMQP connection.
+func WaitAMQP(ctx context.Context, url string) error {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		c, err := amqp.DialConfig(url, amqp.Config{Dial: amqp.DefaultDial(2 * time.Second)})
+		if err == nil {
+			return c.Close()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("integration: rabbitmq at %s not accepting connections (last: %v): %w", redactURL(url), err, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
+}
+
+// CloseAMQPConnections closes, through the management API at
+// managementURL, every connection whose client-provided connection name
+// is name, the way an operator's `rabbitmqctl close_connection` or a
+// network cut ends them. It returns how many it closed.
+func CloseAMQPConnections(ctx context.Context, managementURL, name string) (int, error) {
+	base, err := url.Parse(managementURL)
+	if err != nil {
+		return 0, err
+	}
+	user := base.User
+	base.User = nil
+	do := func(method, path string) ([]byte, error) {
+		req, err := http.NewRequestWithContext(ctx, method, base.String()+path, nil)
+		if err != nil {
+			return nil, err
+		}
+		if user != nil {
+			pw, _ := user.Password()
+			req.SetBasicAuth(user.Username(), pw)
+		}
+		req.Header.Set("X-Reason", "closed by a trawl test")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if resp.StatusCode/100 != 2 && resp.StatusCode != http.StatusNotFound {
+			return nil, fmt.Errorf("%s %s: %s: %.200s", method, path, resp.Status, body)
+		}
+		return body, err
+	}
+	body, err := do(http.MethodGet, "/api/connections?columns=name,client_properties")
+	if err != nil {
+		return 0, fmt.Errorf("integration: list connections: %w", err)
+	}
+	var conns []struct {
+		Name  string `json:"name"`
+		Props struct {
+			ConnectionName string `json:"connection_name"`
+		} `json:"client_properties"`
+	}
+	if err := json.Unmarshal(body, &conns); err != nil {
+		return 0, fmt.Errorf("integration: list connections: %w", err)
+	}
+	n := 0
+	for _, c := range conns {
+		if c.Props.ConnectionName != name {
+			continue
+		}
+		if _, err := do(http.MethodDelete, "/api/connections/"+url.PathEscape(c.Name)); err != nil {
+			return n, fmt.Errorf("integration: close connection: %w", err)
+		}
+		n++
+	}
+	return n, nil
+}

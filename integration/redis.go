@@ -1,0 +1,209 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/testcontainers/testcontainers-go"
+	tcexec "github.com/testcontainers/testcontainers-go/exec"
+	"github.com/testcontainers/testcontainers-go/wait"
+)
+
+// Environment variables read by the Redis helpers.
+const (
+	// EnvRedisURL names a Redis server to use instead of a container.
+	EnvRedisURL = "TRAWL_TEST_REDIS_URL"
+	// EnvRedisCluster names Redis Cluster nodes (host:port, comma-separated)
+	// to use instead of containers.
+	EnvRedisCluster = "TRAWL_TEST_REDIS_CLUSTER"
+	// EnvRedisImage names the Redis image to start (default "redis:7").
+	EnvRedisImage = "TRAWL_REDIS_IMAGE"
+)
+
+// startTimeout bounds starting one shared server.
+const startTimeout = 2 * time.Minute
+
+// Redis returns the URL (redis://host:port) of a Redis server shared by the
+// tests of this binary: TRAWL_TEST_REDIS_URL if set, else a container
+// started on first use. It fails t if no server can be had.
+func Redis(t testing.TB) string {
+	t.Helper()
+	if u := os.Getenv(EnvRedisURL); u != "" {
+		return u
+	}
+	shared.requireMain(t)
+	u, err := shared.redis.get(startRedis)
+	if err != nil {
+		t.Fatalf("integration: no Redis server (set %s, or make Docker and the image %q available): %v",
+			EnvRedisURL, image(EnvRedisImage, "redis:7"), err)
+	}
+	return u
+}
+
+// RedisClient returns a client of the server Redis returns, closed when the
+// test ends. Tests share the server: keep to keys named after Name(t).
+func RedisClient(t testing.TB) *goredis.Client {
+	t.Helper()
+	opt, err := goredis.ParseURL(Redis(t))
+	if err != nil {
+		t.Fatalf("integration: parse Redis URL: %v", err)
+	}
+	c := goredis.NewClient(opt)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func startRedis() (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	// Not tcredis.Run: its readiness check dials the host testcontainers
+	// guesses, which is wrong on some machines (see Endpoint).
+	ctr, err := testcontainers.Run(ctx, image(EnvRedisImage, "redis:7"),
+		testcontainers.WithExposedPorts("6379/tcp"),
+		testcontainers.WithWaitStrategy(wait.ForLog("Ready to accept connections")),
+	)
+	if ctr != nil {
+		shared.track(ctr)
+	}
+	if err != nil {
+		return "", fmt.Errorf("start redis container: %w", err)
+	}
+	addr, err := Endpoint(ctx, ctr, "6379/tcp")
+	if err != nil {
+		return "", err
+	}
+	return "redis://" + addr, nil
+}
+
+// RedisCluster returns the addresses (host:port) of the nodes of a
+// three-node Redis Cluster shared by the tests of this binary, all slots
+// assigned and no replicas: TRAWL_TEST_REDIS_CLUSTER if set, else three
+// containers joined with redis-cli --cluster create on first use.
+func RedisCluster(t testing.TB) []string {
+	t.Helper()
+	if v := os.Getenv(EnvRedisCluster); v != "" {
+		return strings.Split(v, ",")
+	}
+	shared.requireMain(t)
+	addrs, err := shared.cluster.get(startCluster)
+	if err != nil {
+		t.Fatalf("integration: no Redis Cluster (set %s, or make Docker and the image %q available): %v",
+			EnvRedisCluster, image(EnvRedisImage, "redis:7"), err)
+	}
+	return addrs
+}
+
+// RedisClusterClient returns a cluster client of the nodes RedisCluster
+// returns, closed when the test ends.
+func RedisClusterClient(t testing.TB) *goredis.ClusterClient {
+	t.Helper()
+	c := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: RedisCluster(t)})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func startCluster() ([]string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+
+	const nodes = 3
+	type started struct {
+		ctr testcontainers.Container
+		err error
+	}
+	ch := make(chan started, nodes)
+	for range nodes {
+		go func() {
+			ctr, err := testcontainers.Run(ctx, image(EnvRedisImage, "redis:7"),
+				testcontainers.WithCmd("redis-server",
+					"--cluster-enabled", "yes",
+					"--cluster-config-file", "nodes.conf",
+					"--cluster-node-timeout", "5000",
+					"--save", "", "--appendonly", "no",
+					"--protected-mode", "no"),
+				testcontainers.WithExposedPorts("6379/tcp"),
+				testcontainers.WithWaitStrategy(wait.ForLog("Ready to accept connections")),
+			)
+			ch <- started{ctr, err}
+		}()
+	}
+	var errs []error
+	var ctrs []testcontainers.Container
+	for range nodes {
+		s := <-ch
+		if s.ctr != nil {
+			shared.track(s.ctr)
+			ctrs = append(ctrs, s.ctr)
+		}
+		if s.err != nil {
+			errs = append(errs, s.err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("start cluster nodes: %w", err)
+	}
+
+	// Nodes talk to each other, and clients to them, on the addresses they
+	// announce: their bridge IPs.
+	addrs := make([]string, len(ctrs))
+	for i, c := range ctrs {
+		ip, err := c.ContainerIP(ctx)
+		if err != nil || ip == "" {
+			return nil, fmt.Errorf("cluster node IP (%q): %w", ip, err)
+		}
+		addrs[i] = ip + ":6379"
+	}
+	for _, a := range addrs {
+		c := goredis.NewClient(&goredis.Options{Addr: a, DialTimeout: 2 * time.Second})
+		err := c.Ping(ctx).Err()
+		_ = c.Close()
+		if err != nil {
+			return nil, fmt.Errorf("cluster node %s is not reachable from the test process "+
+				"(its bridge IP must be routable, which it is not on Docker Desktop): %w", a, err)
+		}
+	}
+
+	cmd := append([]string{"redis-cli", "--cluster", "create"}, addrs...)
+	cmd = append(cmd, "--cluster-replicas", "0", "--cluster-yes")
+	code, out, err := ctrs[0].Exec(ctx, cmd, tcexec.Multiplexed())
+	if err != nil {
+		return nil, fmt.Errorf("redis-cli --cluster create: %w", err)
+	}
+	if code != 0 {
+		b, _ := io.ReadAll(out)
+		return nil, fmt.Errorf("redis-cli --cluster create: exit %d: %s", code, b)
+	}
+
+	// Wait until every node sees the cluster as complete.
+	for _, a := range addrs {
+		if err := waitClusterOK(ctx, a); err != nil {
+			return nil, err
+		}
+	}
+	return addrs, nil
+}
+
+func waitClusterOK(ctx context.Context, addr string) error {
+	c := goredis.NewClient(&goredis.Options{Addr: addr})
+	defer c.Close()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		info, err := c.ClusterInfo(ctx).Result()
+		if err == nil && strings.Contains(info, "cluster_state:ok") {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cluster node %s never reached cluster_state:ok (last: %v): %w", addr, err, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
