@@ -2,7 +2,7 @@
 GO        ?= go
 IMAGES    ?= ../shared/containers/build-images.sh
 PKGS      ?= ./...
-BENCHTIME ?= 1x
+BENCHTIME ?= 1s
 
 .PHONY: help build test unit bench demo lint vet images fuzz
 

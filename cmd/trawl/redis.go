@@ -17,17 +17,31 @@ import (
 
 // redisClient connects to --redis-url and checks that the server answers.
 func (o *options) redisClient(ctx context.Context) (goredis.UniversalClient, error) {
-	opt, err := goredis.ParseURL(o.redisURL)
-	if err != nil {
-		return nil, usageError("--redis-url: %v", err)
+	var (
+		c    goredis.UniversalClient
+		addr string
+	)
+	if strings.Contains(o.redisURL, "addr=") {
+		// redis://host1:port?addr=host2:port&addr=host3:port: a Cluster.
+		opt, err := goredis.ParseClusterURL(o.redisURL)
+		if err != nil {
+			return nil, usageError("--redis-url: %v", err)
+		}
+		opt.PoolSize = max(opt.PoolSize, o.concurrency+8)
+		c, addr = goredis.NewClusterClient(opt), strings.Join(opt.Addrs, ",")
+	} else {
+		opt, err := goredis.ParseURL(o.redisURL)
+		if err != nil {
+			return nil, usageError("--redis-url: %v", err)
+		}
+		opt.PoolSize = max(opt.PoolSize, o.concurrency+8)
+		c, addr = goredis.NewClient(opt), opt.Addr
 	}
-	opt.PoolSize = max(opt.PoolSize, o.concurrency+8)
-	c := goredis.NewClient(opt)
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := c.Ping(pctx).Err(); err != nil {
 		c.Close()
-		return nil, fmt.Errorf("redis at %s: %s", opt.Addr, redisReason(err))
+		return nil, fmt.Errorf("redis at %s: %s", addr, redisReason(err))
 	}
 	return c, nil
 }
