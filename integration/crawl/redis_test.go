@@ -17,14 +17,16 @@ func redisArgs(t *testing.T, name string, more ...string) []string {
 
 // TestRedisThreeWorkers: one seed and three workers crawl the site
 // together: every page exactly once across all of them, the work shared,
-// and all exit by themselves when it is done.
+// and all exit by themselves when it is done. The lease is 1s and the
+// site's slow page takes 2.5s: the lease is extended while the page is in
+// progress, so no second worker fetches it.
 func TestRedisThreeWorkers(t *testing.T) {
-	site, url := serveSite(t, testsite.Options{Pages: pages(), Links: 10, Seed: 11, SlowDelay: 500 * time.Millisecond})
+	site, url := serveSite(t, testsite.Options{Pages: pages(), Links: 10, Seed: 11, SlowDelay: 2500 * time.Millisecond})
 	name := integration.Name(t)
 	mustRun(t, append([]string{"seed"}, redisArgs(t, name, url)...)...)
 	var ws []*proc
 	for range 3 {
-		ws = append(ws, start(t, append([]string{"worker"}, redisArgs(t, name)...)...))
+		ws = append(ws, start(t, append([]string{"worker"}, redisArgs(t, name, "--lease=1s")...)...))
 	}
 	for i, w := range ws {
 		if code := w.wait(t, 5*time.Minute); code != 0 {
