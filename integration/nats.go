@@ -114,6 +114,14 @@ func startNATS(hostPort string) (*NATSServer, error) {
 	if err != nil {
 		return s, fmt.Errorf("start nats container: %w", err)
 	}
+	// A fixed host port is reached on the loopback address; that address,
+	// unlike the container's, survives a restart.
+	if hostPort != "" {
+		s.URL = "nats://127.0.0.1:" + hostPort
+		if err := pingJetStream(ctx, s.URL); err == nil {
+			return s, nil
+		}
+	}
 	addr, err := Endpoint(ctx, ctr, "4222/tcp")
 	if err != nil {
 		return s, err

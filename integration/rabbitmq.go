@@ -172,17 +172,48 @@ func startRabbitMQ(ports map[string]string) (*RabbitMQServer, error) {
 	if err != nil {
 		return s, fmt.Errorf("start rabbitmq container: %w", err)
 	}
-	amqpAddr, err := Endpoint(ctx, ctr, "5672/tcp")
+	addr := func(port string) (string, error) {
+		if hp, ok := ports[port]; ok {
+			// The fixed host port, which a restart keeps (the bridge IP
+			// Endpoint may settle on can change).
+			if a, err := fixedEndpoint(ctx, ctr, hp); err == nil {
+				return a, nil
+			}
+		}
+		return Endpoint(ctx, ctr, port)
+	}
+	amqpAddr, err := addr("5672/tcp")
 	if err != nil {
 		return s, err
 	}
-	mgmtAddr, err := Endpoint(ctx, ctr, "15672/tcp")
+	mgmtAddr, err := addr("15672/tcp")
 	if err != nil {
 		return s, err
 	}
 	s.URL = "amqp://guest:guest@" + amqpAddr + "/"
 	s.ManagementURL = "http://guest:guest@" + mgmtAddr
 	return s, nil
+}
+
+// fixedEndpoint returns the first of the Docker host and the loopback
+// address that accepts a connection on host port hp.
+func fixedEndpoint(ctx context.Context, ctr testcontainers.Container, hp string) (string, error) {
+	var cands []string
+	if h, err := ctr.Host(ctx); err == nil {
+		cands = append(cands, net.JoinHostPort(h, hp))
+	}
+	cands = append(cands, net.JoinHostPort("127.0.0.1", hp))
+	d := net.Dialer{Timeout: 2 * time.Second}
+	var errs []error
+	for _, a := range cands {
+		c, err := d.DialContext(ctx, "tcp", a)
+		if err == nil {
+			_ = c.Close()
+			return a, nil
+		}
+		errs = append(errs, err)
+	}
+	return "", errors.Join(errs...)
 }
 
 // Restart stops the server (gracefully, within a second) and starts it

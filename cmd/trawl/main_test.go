@@ -199,3 +199,53 @@ func lines(path string) int {
 	data, _ := os.ReadFile(path)
 	return bytes.Count(data, []byte("\n"))
 }
+
+// TestResumeDefault: the default crawl (embedded broker, local filter in
+// ./.trawl) stopped with SIGINT at about half and run again with the same
+// command fetches every page exactly once in total.
+func TestResumeDefault(t *testing.T) {
+	pages := 5000
+	if testing.Short() {
+		pages = 500
+	}
+	site, url := serveSite(t, testsite.Options{Pages: pages, Links: 10, Seed: 5, NoTraps: true, Latency: time.Millisecond})
+	dir := t.TempDir()
+	out := filepath.Join(dir, "items.jsonl")
+	args := []string{"crawl", "--out", out, "--idle-timeout", "1s", url + "/"}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	first := exec.CommandContext(ctx, trawlBin, args...)
+	first.Dir = dir
+	var errb bytes.Buffer
+	first.Stderr = &errb
+	if err := first.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for lines(out) < site.Expected()/2 {
+		if ctx.Err() != nil {
+			t.Fatalf("no progress: %s", errb.String())
+		}
+		time.Sleep(10 * time.Millisecond) // polling an observable condition
+	}
+	first.Process.Signal(os.Interrupt)
+	if err := first.Wait(); err == nil || first.ProcessState.ExitCode() != 130 {
+		t.Fatalf("first run: %v, want exit 130; stderr:\n%s", err, errb.String())
+	}
+	half := lines(out)
+	if half >= site.Expected() {
+		t.Fatalf("the first run finished (%d items); nothing was tested", half)
+	}
+	second := exec.CommandContext(ctx, trawlBin, args...)
+	second.Dir = dir
+	errb.Reset()
+	second.Stderr = &errb
+	if err := second.Run(); err != nil {
+		t.Fatalf("second run: %v; stderr:\n%s", err, errb.String())
+	}
+	if err := site.Verify(); err != nil {
+		t.Errorf("site, over both runs: %v", err)
+	}
+	if n := lines(out); n != site.Expected() {
+		t.Errorf("%d items over both runs (%d in the first), want %d", n, half, site.Expected())
+	}
+}

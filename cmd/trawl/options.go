@@ -30,7 +30,9 @@ type options struct {
 	maxDepth, maxPages               int
 	allowDomains, extract            []string
 	include, exclude                 []string
-	out, dataDir, metricsAddr        string
+	out, dataDirFlag, metricsAddr    string
+	amqpDurable, amqpRecreate        bool
+	prefetch                         int
 	flush, allowPrivate, ignoreRobot bool
 	startSet                         bool
 	logLevel, userAgent              string
@@ -57,7 +59,7 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.out, "out", "-", "items: a JSON Lines file, or - for stdout")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", 3*time.Second, "exit once the crawl has been idle this long (0: serve forever)")
 	fs.BoolVar(&o.flush, "flush", false, "start clean: delete the crawl's frontier, filter and stats first")
-	fs.StringVar(&o.dataDir, "data-dir", "", "folder for local state (default ./.trawl/NAME)")
+	fs.StringVar(&o.dataDirFlag, "data-dir", "", "folder for local state (default ./.trawl/NAME)")
 	fs.DurationVar(&o.lease, "lease", 30*time.Second, "how long a delivery stays with a worker before another may take it")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address")
 	fs.StringSliceVar(&o.extract, "extract", nil, "add NAME=CSS-SELECTOR text to each page item (repeatable)")
@@ -65,6 +67,9 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.ignoreRobot, "ignore-robots", false, "do not fetch or obey robots.txt")
 	fs.StringVar(&o.userAgent, "user-agent", engine.DefaultUserAgent, "User-Agent header")
 	fs.StringVar(&o.logLevel, "log-level", "warn", "log level: debug, info, warn or error")
+	fs.BoolVar(&o.amqpDurable, "amqp-durable", true, "RabbitMQ: durable queues and persistent messages")
+	fs.BoolVar(&o.amqpRecreate, "amqp-recreate", false, "RabbitMQ: delete and redeclare a queue that exists with other arguments (loses its messages)")
+	fs.IntVar(&o.prefetch, "prefetch", 0, "RabbitMQ: prefetch count (0: sized from --concurrency)")
 	fs.BoolVar(&o.startSet, "start-urls-set", false, "keep Redis start URLs in a set instead of a list")
 	fs.UintVar(&o.bloomCapacity, "bloom-capacity", 10_000_000, "expected number of URLs; sizes the duplicate filters")
 	fs.Float64Var(&o.bloomFPRate, "bloom-fp-rate", 0.001, "target false-positive rate, for Bloom filters")
@@ -144,7 +149,22 @@ func (o *options) open(ctx context.Context) (*backends, error) {
 	order, _ := broker.ParseOrder(o.order)
 	b := &backends{}
 	switch o.broker {
-	case "", "memory":
+	case "":
+		if err := o.openEmbedded(ctx, b, order); err != nil {
+			b.Close()
+			return nil, err
+		}
+	case "nats":
+		if err := o.openNATS(ctx, b, order); err != nil {
+			b.Close()
+			return nil, err
+		}
+	case "rabbitmq":
+		if err := o.openRabbitMQ(ctx, b, order); err != nil {
+			b.Close()
+			return nil, err
+		}
+	case "memory":
 		mb, err := memory.New(memory.Config{Order: order, Lease: o.lease})
 		if err != nil {
 			return nil, usageError("%v", err)
@@ -156,8 +176,6 @@ func (o *options) open(ctx context.Context) (*backends, error) {
 			b.Close()
 			return nil, err
 		}
-	default:
-		return nil, fmt.Errorf("--broker=%s is not available in this build yet", o.broker)
 	}
 	if b.filter != nil {
 		return b, nil

@@ -71,11 +71,22 @@ func (o *options) openRedis(ctx context.Context, b *backends, order broker.Order
 	}
 	b.broker, b.shared = rb, true
 	b.closes = append(b.closes, rb.Close)
-	starts := redisbroker.NewStartURLs(client, o.name, o.startSet)
+	return o.redisExtras(ctx, b, client, true)
+}
+
+// redisExtras opens what a deployment keeps in Redis besides the broker:
+// the duplicate filter, shared stats, per-host limits, the item list and,
+// with starts, the start URLs.
+func (o *options) redisExtras(ctx context.Context, b *backends, client goredis.UniversalClient, starts bool) error {
+	if starts {
+		s := redisbroker.NewStartURLs(client, o.name, o.startSet)
+		b.starts = s
+		b.purges = append(b.purges, s.Purge)
+	}
 	items := redisbroker.NewItems(client, o.name)
 	stats := redisbroker.NewStats(client, o.name)
-	b.starts, b.items, b.stats = starts, items, stats
-	b.purges = append(b.purges, starts.Purge, items.Purge, stats.Purge)
+	b.items, b.stats = items, stats
+	b.purges = append(b.purges, items.Purge, stats.Purge)
 	limit, err := redisbroker.NewHostLimiter(redisbroker.LimiterConfig{
 		Client: client, Crawl: o.name, PerHost: o.perHost, Delay: o.delay, Logger: o.log,
 	})

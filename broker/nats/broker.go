@@ -1,0 +1,858 @@
+package nats
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/trawlhq/trawl/broker"
+)
+
+// closeTimeout bounds giving back a closing broker's deliveries.
+const closeTimeout = 10 * time.Second
+
+// Broker is a JetStream-backed broker.Broker; it also implements
+// broker.Counter, broker.Purger and broker.DeadLetters, and its deliveries
+// implement broker.Extender. A Broker stands for one consumer (a worker):
+// closing it gives back its own unsettled deliveries. It is safe for
+// concurrent use.
+type Broker struct {
+	cfg Config
+	nc  *natsgo.Conn
+	js  jetstream.JetStream
+	log *slog.Logger
+
+	life   context.Context // ends when Close begins
+	stop   context.CancelFunc
+	status chan natsgo.Status // reconnections, read by watch
+	watchs sync.WaitGroup
+
+	opening sync.Mutex // serializes opening queues
+
+	mu     sync.Mutex
+	closed bool
+	epoch  context.Context // ends on Close and on every reconnection
+	bump   context.CancelFunc
+	queues map[string]*queue
+	held   map[*delivery]struct{} // handed out, not settled
+	active sync.WaitGroup         // Publish and Receive calls in progress
+}
+
+var (
+	_ broker.Broker      = (*Broker)(nil)
+	_ broker.Counter     = (*Broker)(nil)
+	_ broker.Purger      = (*Broker)(nil)
+	_ broker.DeadLetters = (*Broker)(nil)
+	_ broker.Extender    = (*delivery)(nil)
+)
+
+// queue is a queue this broker has opened: its streams and consumers
+// exist, and the handles on them are here. It does not change once made.
+type queue struct {
+	names
+	stream jetstream.Stream     // the work stream
+	cons   []jetstream.Consumer // as names.consumers
+}
+
+// New returns a broker on cfg.Conn. It checks that the server has
+// JetStream enabled; queues are created on first use.
+func New(ctx context.Context, cfg Config) (*Broker, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	js, err := jetstream.New(cfg.Conn,
+		jetstream.WithDefaultTimeout(cfg.Timeout),
+		jetstream.WithPublishAsyncTimeout(cfg.Timeout))
+	if err != nil {
+		return nil, fmt.Errorf("nats broker: connect: %w", err)
+	}
+	if _, err := js.AccountInfo(ctx); err != nil {
+		return nil, fmt.Errorf("nats broker: connect: jetstream account info: %w", err)
+	}
+	b := &Broker{
+		cfg:    cfg,
+		nc:     cfg.Conn,
+		js:     js,
+		log:    cfg.Logger.With("backend", "nats"),
+		queues: map[string]*queue{},
+		held:   map[*delivery]struct{}{},
+	}
+	b.life, b.stop = context.WithCancel(context.WithoutCancel(ctx))
+	b.epoch, b.bump = context.WithCancel(b.life)
+	b.status = b.nc.StatusChanged(natsgo.CONNECTED)
+	b.watchs.Add(1)
+	go b.watch()
+	b.log.Info("broker ready", "order", cfg.Order.String(), "bands", cfg.Bands,
+		"lease", cfg.Lease, "max_deliveries", cfg.MaxDeliveries)
+	return b, nil
+}
+
+// watch renews the epoch on every reconnection, so that waiting Receives
+// send their pull requests again (the server forgot them). It ends when
+// Close removes the status listener.
+func (b *Broker) watch() {
+	defer b.watchs.Done()
+	for s := range b.status {
+		if s != natsgo.CONNECTED {
+			continue
+		}
+		b.mu.Lock()
+		b.bump()
+		b.epoch, b.bump = context.WithCancel(b.life)
+		b.mu.Unlock()
+		b.log.Warn("reconnected; renewing pull requests")
+	}
+}
+
+func opErr(op, queue string, err error) error {
+	return fmt.Errorf("nats broker: %s %q: %w", op, queue, err)
+}
+
+func invalid(op, queue, what string) error {
+	return opErr(op, queue, fmt.Errorf("%w: %s", broker.ErrInvalid, what))
+}
+
+// check validates queue and tells whether b is closed.
+func (b *Broker) check(op, queue string) error {
+	if queue == "" {
+		return invalid(op, queue, "empty queue name")
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return opErr(op, queue, broker.ErrClosed)
+	}
+	return nil
+}
+
+// enter is check for calls that Close waits for; the caller calls
+// b.active.Done when it returns.
+func (b *Broker) enter(op, queue string) error {
+	if queue == "" {
+		return invalid(op, queue, "empty queue name")
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return opErr(op, queue, broker.ErrClosed)
+	}
+	b.active.Add(1)
+	return nil
+}
+
+// bound returns ctx bounded by the broker's Timeout.
+func (b *Broker) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < b.cfg.Timeout {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, b.cfg.Timeout)
+}
+
+// detached returns a context for work that must finish even when the
+// caller's context or the broker's life has ended (giving messages back),
+// bounded by Timeout.
+func (b *Broker) detached() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(b.life), b.cfg.Timeout)
+}
+
+func (b *Broker) isClosed() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.closed
+}
+
+func (b *Broker) currentEpoch() context.Context {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.epoch
+}
+
+// leaseEnd is when a lease that began at start counts as lost. It ends a
+// little before the server's AckWait, which started when the server sent
+// the message, a moment before start.
+func (b *Broker) leaseEnd(start time.Time) time.Time {
+	return start.Add(b.cfg.Lease - min(b.cfg.Lease/10, time.Second))
+}
+
+// queue returns the named queue, creating its streams and consumers on
+// first use.
+func (b *Broker) queue(ctx context.Context, name string) (*queue, error) {
+	b.mu.Lock()
+	q := b.queues[name]
+	b.mu.Unlock()
+	if q != nil {
+		return q, nil
+	}
+	b.opening.Lock()
+	defer b.opening.Unlock()
+	b.mu.Lock()
+	q = b.queues[name]
+	b.mu.Unlock()
+	if q != nil {
+		return q, nil
+	}
+	q = &queue{names: namesFor(name, b.cfg.Bands)}
+	octx, cancel := context.WithTimeout(ctx, 2*b.cfg.Timeout)
+	defer cancel()
+	if err := b.open(octx, q); err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	b.queues[name] = q
+	b.mu.Unlock()
+	return q, nil
+}
+
+// forget makes the next use of q's name open it again (after the server
+// said its stream or consumers were missing).
+func (b *Broker) forget(q *queue) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.queues[q.queue] == q {
+		delete(b.queues, q.queue)
+	}
+}
+
+// open creates q's streams and consumers, or checks the ones that exist.
+func (b *Broker) open(ctx context.Context, q *queue) error {
+	storage := jetstream.FileStorage
+	if b.cfg.Storage == MemoryStorage {
+		storage = jetstream.MemoryStorage
+	}
+	work := jetstream.StreamConfig{
+		Name:        q.work,
+		Description: "trawl queue " + q.queue,
+		Subjects:    q.subjects(),
+		Retention:   jetstream.WorkQueuePolicy,
+		Storage:     storage,
+		Replicas:    b.cfg.Replicas,
+	}
+	s, err := b.js.CreateStream(ctx, work)
+	if err != nil {
+		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return fmt.Errorf("create stream %s: %w", q.work, err)
+		}
+		if s, err = b.js.Stream(ctx, q.work); err != nil {
+			return fmt.Errorf("stream %s: %w", q.work, err)
+		}
+		have := slices.Sorted(slices.Values(s.CachedInfo().Config.Subjects))
+		want := slices.Sorted(slices.Values(work.Subjects))
+		if !slices.Equal(have, want) {
+			return fmt.Errorf("%w: stream %s has subjects %v, but this broker (%s order, %d bands) uses %v: "+
+				"all brokers of a queue must agree on Order and Bands", broker.ErrInvalid, q.work, have, b.cfg.Order, b.cfg.Bands, want)
+		}
+	}
+	q.stream = s
+	dead := jetstream.StreamConfig{
+		Name:        q.dead,
+		Description: "trawl dead letters of " + q.queue,
+		Subjects:    []string{q.grave},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     storage,
+		Replicas:    b.cfg.Replicas,
+	}
+	if _, err := b.js.CreateStream(ctx, dead); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		return fmt.Errorf("create stream %s: %w", q.dead, err)
+	}
+	for i, name := range q.consumers {
+		filter := q.delay
+		if i < len(q.bands) {
+			filter = q.bands[i]
+		}
+		c, err := b.js.CreateOrUpdateConsumer(ctx, q.work, jetstream.ConsumerConfig{
+			Durable:       name,
+			Description:   "trawl consumer of " + q.queue,
+			FilterSubject: filter,
+			DeliverPolicy: jetstream.DeliverAllPolicy,
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       b.cfg.Lease,
+			MaxDeliver:    -1, // attempts are counted by the broker (see doc.go)
+			MaxAckPending: -1,
+		})
+		if err != nil {
+			return fmt.Errorf("create consumer %s > %s: %w", q.work, name, err)
+		}
+		q.cons = append(q.cons, c)
+	}
+	return nil
+}
+
+// message builds a message for subject with trawl's headers.
+func message(subject string, body []byte, prio, attempts int) *natsgo.Msg {
+	m := natsgo.NewMsg(subject)
+	m.Data = body
+	if prio != 0 {
+		m.Header.Set(hdrPriority, strconv.Itoa(prio))
+	}
+	if attempts > 0 {
+		m.Header.Set(hdrAttempts, strconv.Itoa(attempts))
+	}
+	return m
+}
+
+// headerInt reads an int header; absent or malformed: 0.
+func headerInt(h natsgo.Header, key string) int {
+	n, _ := strconv.Atoi(h.Get(key))
+	return n
+}
+
+// Publish adds msgs to queue, each to the band of its priority, and
+// returns once JetStream has stored them all. Bodies are copied. A batch
+// is published asynchronously and its acknowledgements awaited together.
+func (b *Broker) Publish(ctx context.Context, queue string, msgs ...broker.Message) error {
+	const op = "publish"
+	if err := b.enter(op, queue); err != nil {
+		return err
+	}
+	defer b.active.Done()
+	if len(msgs) == 0 {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return opErr(op, queue, err)
+	}
+	for retry := 0; ; retry++ {
+		q, err := b.queue(ctx, queue)
+		if err != nil {
+			return opErr(op, queue, err)
+		}
+		out := make([]*natsgo.Msg, len(msgs))
+		for i, m := range msgs {
+			out[i] = message(q.bands[bandOf(m.Priority, b.cfg.Bands)], bytes.Clone(m.Body), m.Priority, 0)
+		}
+		err = b.publish(ctx, q, out...)
+		if errors.Is(err, jetstream.ErrNoStreamResponse) && retry == 0 {
+			b.forget(q) // the stream was deleted under us
+			continue
+		}
+		if err != nil {
+			return opErr(op, queue, err)
+		}
+		return nil
+	}
+}
+
+// publish publishes msgs to q's work stream (or dead stream, for dead
+// letters) and waits for their acknowledgements.
+func (b *Broker) publish(ctx context.Context, q *queue, msgs ...*natsgo.Msg) error {
+	stream := q.work
+	if msgs[0].Subject == q.grave {
+		stream = q.dead
+	}
+	if len(msgs) == 1 {
+		ctx, cancel := b.bound(ctx)
+		defer cancel()
+		_, err := b.js.PublishMsg(ctx, msgs[0], jetstream.WithExpectStream(stream))
+		return err
+	}
+	futs := make([]jetstream.PubAckFuture, 0, len(msgs))
+	for _, m := range msgs {
+		f, err := b.js.PublishMsgAsync(m, jetstream.WithExpectStream(stream))
+		if err != nil {
+			return err
+		}
+		futs = append(futs, f)
+	}
+	for _, f := range futs {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-b.life.Done():
+			return broker.ErrClosed
+		}
+	}
+	return nil
+}
+
+// Receive waits until queue has a message, then leases and returns up to
+// max of them: from the highest band that has any, then lower bands, in
+// stream order within a band. It waits with pull requests held by the
+// server on every band, so a Publish, a Nack, a Requeue, a delay that runs
+// out or a lease that expires wakes it at once, without polling.
+func (b *Broker) Receive(ctx context.Context, queue string, limit int) ([]broker.Delivery, error) {
+	const op = "receive"
+	if queue != "" && limit < 1 {
+		return nil, invalid(op, queue, fmt.Sprintf("max %d < 1", limit))
+	}
+	if err := b.enter(op, queue); err != nil {
+		return nil, err
+	}
+	defer b.active.Done()
+	if err := ctx.Err(); err != nil {
+		return nil, opErr(op, queue, err)
+	}
+	q, err := b.queue(ctx, queue)
+	if err != nil {
+		return nil, opErr(op, queue, err)
+	}
+	p := &puller{b: b, q: q}
+	defer func() { p.close() }()
+	missing, pause := false, time.Duration(0)
+	for {
+		ds, err := p.take(ctx, limit, true)
+		if err == nil && len(ds) == 0 {
+			ds, err = p.wait(ctx, limit)
+		}
+		if len(ds) > 0 {
+			return b.hand(op, queue, ds)
+		}
+		switch {
+		case err == nil:
+			pause = 0
+			continue
+		case errors.Is(err, broker.ErrClosed):
+			return nil, opErr(op, queue, err)
+		case ctx.Err() != nil:
+			return nil, opErr(op, queue, ctx.Err())
+		case errors.Is(err, errNoConsumer) && !missing:
+			// The consumers were deleted under us: open the queue again, once.
+			missing = true
+			b.forget(q)
+			if q, err = b.queue(ctx, queue); err != nil {
+				return nil, opErr(op, queue, err)
+			}
+			p.close()
+			p = &puller{b: b, q: q}
+			continue
+		default:
+			// The server turned a pull request down (too many waiting,
+			// leadership change), or did not answer (a restart, a network
+			// cut: the connection reconnects by itself): try again after
+			// a pause, until ctx ends.
+			if pause == 0 {
+				b.log.Warn("receive failed; retrying", "queue", queue, "error", err)
+			}
+			pause = min(max(2*pause, 50*time.Millisecond), time.Second)
+			t := time.NewTimer(pause)
+			select {
+			case <-t.C:
+				continue
+			case <-ctx.Done():
+				t.Stop()
+				return nil, opErr(op, queue, ctx.Err())
+			case <-b.life.Done():
+				t.Stop()
+				return nil, opErr(op, queue, broker.ErrClosed)
+			}
+		}
+	}
+}
+
+// hand registers ds as held by b and returns them; if b was closed
+// meanwhile it gives them back instead.
+func (b *Broker) hand(op, queue string, ds []*delivery) ([]broker.Delivery, error) {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		b.unclaim(ds)
+		return nil, opErr(op, queue, broker.ErrClosed)
+	}
+	out := make([]broker.Delivery, len(ds))
+	for i, d := range ds {
+		b.held[d] = struct{}{}
+		out[i] = d
+	}
+	b.mu.Unlock()
+	return out, nil
+}
+
+// admit turns a message pulled from band consumer cons into a delivery,
+// or dead-letters it if it has been delivered more than MaxDeliveries
+// times (its last lease expired) and returns nil.
+func (b *Broker) admit(q *queue, cons int, m *natsgo.Msg) *delivery {
+	now := time.Now()
+	meta, err := m.Metadata()
+	if err != nil {
+		b.log.Error("not a jetstream message; ignored", "queue", q.queue, "subject", m.Subject, "error", err)
+		return nil
+	}
+	// JetStream counts a delivery that never reached a client (sent to a
+	// pull request whose subscriber had just left) as one. A message
+	// cannot have been redelivered after an expired lease more often than
+	// leases fit in its age (plus a slack: a restarted server restores
+	// delivery times rounded down).
+	delivered := int(meta.NumDelivered)
+	if delivered > 1 {
+		age := max(now.Sub(meta.Timestamp), 0) + min(b.cfg.Lease/2, time.Second)
+		delivered = 1 + min(delivered-1, int(age/b.cfg.Lease))
+	}
+	d := &delivery{
+		b:        b,
+		q:        q,
+		m:        m,
+		prio:     headerInt(m.Header, hdrPriority),
+		band:     cons,
+		attempt:  headerInt(m.Header, hdrAttempts) + delivered,
+		seq:      meta.Sequence.Stream,
+		deadline: b.leaseEnd(now),
+	}
+	if d.attempt > b.cfg.MaxDeliveries {
+		ctx, cancel := b.detached()
+		defer cancel()
+		reason := fmt.Sprintf("lease expired after %d deliveries (max %d)", d.attempt-1, b.cfg.MaxDeliveries)
+		if err := b.bury(ctx, d, reason); err != nil {
+			b.log.Warn("dead-letter failed; the message comes back after its lease",
+				"queue", q.queue, "attempt", d.attempt, "error", err)
+		}
+		return nil
+	}
+	return d
+}
+
+// delayed handles a message of the delay consumer: one whose delay has run
+// out goes back to its band; one still waiting is nacked for the rest of
+// its delay, measured from when it was stored (by the server's clock, read
+// with this machine's: a skew only shortens or lengthens the delay within
+// its length).
+func (b *Broker) delayed(q *queue, m *natsgo.Msg) {
+	ctx, cancel := b.detached()
+	defer cancel()
+	meta, err := m.Metadata()
+	if err != nil {
+		b.log.Error("not a jetstream message; ignored", "queue", q.queue, "subject", m.Subject, "error", err)
+		return
+	}
+	delay := time.Duration(headerInt(m.Header, hdrDelay))
+	rest := min(delay-time.Since(meta.Timestamp), delay)
+	if meta.NumDelivered < 2 && rest > 0 {
+		body := fmt.Appendf(nil, `-NAK {"delay":%d}`, int64(rest))
+		if err := b.ackReq(ctx, m, body); err != nil {
+			b.log.Warn("delay nack failed", "queue", q.queue, "error", err)
+		}
+		return
+	}
+	prio := headerInt(m.Header, hdrPriority)
+	copy := message(q.bands[bandOf(prio, b.cfg.Bands)], m.Data, prio, headerInt(m.Header, hdrAttempts))
+	if err := b.publish(ctx, q, copy); err != nil {
+		b.log.Warn("moving a delayed message back failed; tried again later", "queue", q.queue, "error", err)
+		return
+	}
+	if err := b.ackReq(ctx, m, []byte("+ACK")); err != nil {
+		b.log.Warn("delayed message moved back but not acknowledged; it may be delivered twice",
+			"queue", q.queue, "error", err)
+	}
+}
+
+// ackReq sends an acknowledgement (+ACK, -NAK, +WPI) for m and waits for
+// the server to confirm it.
+func (b *Broker) ackReq(ctx context.Context, m *natsgo.Msg, body []byte) error {
+	ctx, cancel := b.bound(ctx)
+	defer cancel()
+	_, err := b.nc.RequestWithContext(ctx, m.Reply, body)
+	if errors.Is(err, natsgo.ErrNoResponders) {
+		// The consumer (or its stream) is gone, and the message with it.
+		return fmt.Errorf("%w: %w", broker.ErrLeaseLost, err)
+	}
+	return err
+}
+
+// requeue publishes a copy of d's message to its band, counting attempts
+// deliveries so far, and acknowledges d: the message is ready again.
+func (b *Broker) requeue(ctx context.Context, d *delivery, attempts int) error {
+	if err := b.publish(ctx, d.q, message(d.q.bands[d.band], d.m.Data, d.prio, attempts)); err != nil {
+		return err
+	}
+	return b.ackReq(ctx, d.m, []byte("+ACK"))
+}
+
+// postpone publishes a copy of d's message to the delay subject and
+// acknowledges d.
+func (b *Broker) postpone(ctx context.Context, d *delivery, delay time.Duration) error {
+	m := message(d.q.delay, d.m.Data, d.prio, d.attempt)
+	m.Header.Set(hdrDelay, strconv.FormatInt(int64(delay), 10))
+	if err := b.publish(ctx, d.q, m); err != nil {
+		return err
+	}
+	return b.ackReq(ctx, d.m, []byte("+ACK"))
+}
+
+// bury publishes d's message to the dead letters with reason and
+// acknowledges d.
+func (b *Broker) bury(ctx context.Context, d *delivery, reason string) error {
+	m := message(d.q.grave, d.m.Data, d.prio, 0)
+	m.Header.Set(hdrReason, oneLine(reason))
+	var id [12]byte
+	_, _ = rand.Read(id[:])
+	m.Header.Set(hdrDeadID, hex.EncodeToString(id[:]))
+	if err := b.publish(ctx, d.q, m); err != nil {
+		return err
+	}
+	b.log.Debug("dead-lettered", "queue", d.q.queue, "attempt", d.attempt, "reason", reason)
+	return b.ackReq(ctx, d.m, []byte("+ACK"))
+}
+
+// oneLine makes s fit a header value.
+func oneLine(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '\r' || r == '\n' {
+			return ' '
+		}
+		return r
+	}, s)
+}
+
+// unclaim gives back deliveries that were pulled but never handed to the
+// caller, without counting the delivery: the next one has the same attempt.
+func (b *Broker) unclaim(ds []*delivery) {
+	ctx, cancel := b.detached()
+	defer cancel()
+	for _, d := range ds {
+		if err := b.requeue(ctx, d, d.attempt-1); err != nil {
+			b.log.Warn("giving back an unclaimed message failed; it comes back after its lease",
+				"queue", d.q.queue, "error", err)
+		}
+	}
+}
+
+// Close closes the broker: waiting Receives return broker.ErrClosed, the
+// deliveries it handed out and that are still unsettled go back to their
+// queues at once (counted as a delivery; to the dead letters if that was
+// their last), and every later call returns broker.ErrClosed. The
+// connection stays open. Close is idempotent; it returns nil.
+func (b *Broker) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	var ds []*delivery
+	now := time.Now()
+	for d := range b.held {
+		if now.Before(d.deadline) {
+			ds = append(ds, d)
+		}
+		d.state = closedOut
+	}
+	b.held = nil
+	b.mu.Unlock()
+
+	// Shutdown order: end the life (wakes waiting Receives and Publishes),
+	// wait for them (they give back what they pulled), give back what
+	// the caller holds, stop watching the connection.
+	b.stop()
+	b.active.Wait()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(b.life), closeTimeout)
+	defer cancel()
+	for _, d := range ds {
+		var err error
+		if d.attempt >= b.cfg.MaxDeliveries {
+			err = b.bury(ctx, d, fmt.Sprintf("unsettled at close after %d deliveries (max %d)", d.attempt, b.cfg.MaxDeliveries))
+		} else {
+			err = b.requeue(ctx, d, d.attempt)
+		}
+		if err != nil {
+			b.log.Warn("giving back a delivery at close failed; it comes back after its lease",
+				"queue", d.q.queue, "error", err)
+		}
+	}
+	b.nc.RemoveStatusListener(b.status)
+	b.watchs.Wait()
+	b.log.Info("broker closed", "given_back", len(ds))
+	return nil
+}
+
+// Counts counts queue: Ready is the band consumers' pending messages plus
+// the delayed ones, InFlight their delivered and unacknowledged ones (a
+// lease that expired counts until the message is delivered again), Dead the
+// messages of the dead-letter stream. It creates nothing: an unknown queue
+// counts zero.
+func (b *Broker) Counts(ctx context.Context, queue string) (broker.Counts, error) {
+	const op = "counts"
+	if err := b.check(op, queue); err != nil {
+		return broker.Counts{}, err
+	}
+	n := namesFor(queue, b.cfg.Bands)
+	var c broker.Counts
+	for i, name := range n.consumers {
+		cons, err := b.js.Consumer(ctx, n.work, name)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			break
+		}
+		if errors.Is(err, jetstream.ErrConsumerNotFound) {
+			continue
+		}
+		if err != nil {
+			return broker.Counts{}, opErr(op, queue, err)
+		}
+		info := cons.CachedInfo()
+		if i == n.delayIdx() {
+			c.Ready += int64(info.NumPending) + int64(info.NumAckPending)
+		} else {
+			c.Ready += int64(info.NumPending)
+			c.InFlight += int64(info.NumAckPending)
+		}
+	}
+	s, err := b.js.Stream(ctx, n.dead)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+	case err != nil:
+		return broker.Counts{}, opErr(op, queue, err)
+	default:
+		c.Dead = int64(s.CachedInfo().State.Msgs)
+	}
+	return c, nil
+}
+
+// Purge deletes every message of queue: ready, delayed, in flight and
+// dead. Deliveries of purged messages that are still held are
+// acknowledged as no-ops; they never come back.
+func (b *Broker) Purge(ctx context.Context, queue string) error {
+	const op = "purge"
+	if err := b.check(op, queue); err != nil {
+		return err
+	}
+	n := namesFor(queue, b.cfg.Bands)
+	for _, name := range []string{n.work, n.dead} {
+		s, err := b.js.Stream(ctx, name)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			continue
+		}
+		if err == nil {
+			err = s.Purge(ctx)
+		}
+		if err != nil {
+			return opErr(op, queue, err)
+		}
+	}
+	return nil
+}
+
+// deadStream returns the dead-letter stream of queue, or nil if it does
+// not exist.
+func (b *Broker) deadStream(ctx context.Context, n names) (jetstream.Stream, error) {
+	s, err := b.js.Stream(ctx, n.dead)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, nil
+	}
+	return s, err
+}
+
+// eachDead calls fn with up to max dead letters of n, oldest first,
+// until fn returns false.
+func eachDead(ctx context.Context, s jetstream.Stream, n names, max int, fn func(*jetstream.RawStreamMsg) error) error {
+	seq := s.CachedInfo().State.FirstSeq
+	for range max {
+		raw, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(n.grave))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := fn(raw); err != nil {
+			return err
+		}
+		seq = raw.Sequence + 1
+	}
+	return nil
+}
+
+func deadLetter(raw *jetstream.RawStreamMsg) broker.DeadLetter {
+	return broker.DeadLetter{
+		Message: broker.Message{Body: raw.Data, Priority: headerInt(natsgo.Header(raw.Header), hdrPriority)},
+		Reason:  raw.Header.Get(hdrReason),
+	}
+}
+
+// DeadLetters returns up to max dead letters of queue, oldest first,
+// without removing them.
+func (b *Broker) DeadLetters(ctx context.Context, queue string, max int) ([]broker.DeadLetter, error) {
+	const op = "dead letters"
+	if err := b.check(op, queue); err != nil {
+		return nil, err
+	}
+	if max < 1 {
+		return nil, invalid(op, queue, fmt.Sprintf("max %d < 1", max))
+	}
+	n := namesFor(queue, b.cfg.Bands)
+	s, err := b.deadStream(ctx, n)
+	if err != nil || s == nil {
+		return nil, wrapNil(op, queue, err)
+	}
+	var out []broker.DeadLetter
+	err = eachDead(ctx, s, n, max, func(raw *jetstream.RawStreamMsg) error {
+		out = append(out, deadLetter(raw))
+		return nil
+	})
+	if err != nil {
+		return nil, opErr(op, queue, err)
+	}
+	return out, nil
+}
+
+// Requeue moves up to max dead letters of queue, oldest first, back to its
+// bands as new messages (attempts start again from 1). Each is published
+// before it is deleted from the dead letters, with its dead-letter id as
+// JetStream message id, so that two Requeues racing over one dead letter
+// publish it once (within the stream's two-minute duplicate window).
+func (b *Broker) Requeue(ctx context.Context, queue string, max int) (int, error) {
+	const op = "requeue"
+	if err := b.enter(op, queue); err != nil {
+		return 0, err
+	}
+	defer b.active.Done()
+	if max < 1 {
+		return 0, invalid(op, queue, fmt.Sprintf("max %d < 1", max))
+	}
+	n := namesFor(queue, b.cfg.Bands)
+	s, err := b.deadStream(ctx, n)
+	if err != nil || s == nil {
+		return 0, wrapNil(op, queue, err)
+	}
+	q, err := b.queue(ctx, queue)
+	if err != nil {
+		return 0, opErr(op, queue, err)
+	}
+	moved := 0
+	err = eachDead(ctx, s, n, max, func(raw *jetstream.RawStreamMsg) error {
+		dl := deadLetter(raw)
+		m := message(q.bands[bandOf(dl.Message.Priority, b.cfg.Bands)], dl.Message.Body, dl.Message.Priority, 0)
+		id := raw.Header.Get(hdrDeadID)
+		if id == "" {
+			id = fmt.Sprintf("%s-%d", q.dead, raw.Sequence)
+		}
+		pctx, cancel := b.bound(ctx)
+		_, err := b.js.PublishMsg(pctx, m, jetstream.WithExpectStream(q.work), jetstream.WithMsgID(id))
+		cancel()
+		if err != nil {
+			return err
+		}
+		switch err := s.DeleteMsg(ctx, raw.Sequence); {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			// Another Requeue took it; our publish was a duplicate.
+		case err != nil:
+			return err
+		default:
+			moved++
+		}
+		return nil
+	})
+	if err != nil {
+		return moved, opErr(op, queue, err)
+	}
+	return moved, nil
+}
+
+func wrapNil(op, queue string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return opErr(op, queue, err)
+}

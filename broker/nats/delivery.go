@@ -1,0 +1,159 @@
+package nats
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+
+	"github.com/trawlhq/trawl/broker"
+)
+
+// dstate is where a delivery stands; guarded by its broker's mu.
+type dstate int
+
+const (
+	leased    dstate = iota // handed out, unsettled
+	settled                 // Ack, Nack or Reject was called
+	lost                    // the lease ran out
+	closedOut               // its broker closed and gave it back
+)
+
+// delivery is one message pulled from a band consumer.
+type delivery struct {
+	b       *Broker
+	q       *queue
+	m       *natsgo.Msg // as pulled; its reply subject acknowledges it
+	prio    int
+	band    int
+	attempt int
+	seq     uint64 // stream sequence
+
+	deadline time.Time // guarded by b.mu
+	state    dstate    // guarded by b.mu
+}
+
+// Message returns a copy of the delivered message.
+func (d *delivery) Message() broker.Message {
+	return broker.Message{Body: bytes.Clone(d.m.Data), Priority: d.prio}
+}
+
+// Queue names the queue the delivery came from.
+func (d *delivery) Queue() string { return d.q.queue }
+
+// Attempt is 1 on the first delivery and grows with every Nack, expired
+// lease and Close that gave the message back.
+func (d *delivery) Attempt() int { return d.attempt }
+
+// claim checks that d may still be settled, by an operation op, and if
+// so marks it settled.
+func (d *delivery) claim(op string) error {
+	b := d.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := d.usable(op); err != nil {
+		return err
+	}
+	d.state = settled
+	delete(b.held, d)
+	return nil
+}
+
+// usable checks that d is leased and its lease has not run out; b.mu held.
+func (d *delivery) usable(op string) error {
+	b := d.b
+	if b.closed {
+		return opErr(op, d.q.queue, broker.ErrClosed)
+	}
+	switch d.state {
+	case settled:
+		return opErr(op, d.q.queue, broker.ErrSettled)
+	case lost:
+		return opErr(op, d.q.queue, broker.ErrLeaseLost)
+	}
+	if !time.Now().Before(d.deadline) {
+		d.state = lost
+		delete(b.held, d)
+		return opErr(op, d.q.queue, broker.ErrLeaseLost)
+	}
+	return nil
+}
+
+// Ack acknowledges the message, and waits for the server to confirm it.
+func (d *delivery) Ack(ctx context.Context) error {
+	const op = "ack"
+	if err := d.claim(op); err != nil {
+		return err
+	}
+	if err := d.b.ackReq(ctx, d.m, []byte("+ACK")); err != nil {
+		return opErr(op, d.q.queue, err)
+	}
+	return nil
+}
+
+// Nack gives the message back: at once to the end of its band, or after
+// delay through the queue's delay subject; to the dead letters instead if
+// this was its last allowed delivery.
+func (d *delivery) Nack(ctx context.Context, delay time.Duration) error {
+	const op = "nack"
+	if err := d.claim(op); err != nil {
+		return err
+	}
+	b := d.b
+	var err error
+	switch {
+	case d.attempt >= b.cfg.MaxDeliveries:
+		err = b.bury(ctx, d, fmt.Sprintf("nacked after %d deliveries (max %d)", d.attempt, b.cfg.MaxDeliveries))
+	case delay <= 0:
+		err = b.requeue(ctx, d, d.attempt)
+	default:
+		err = b.postpone(ctx, d, delay)
+	}
+	if err != nil {
+		return opErr(op, d.q.queue, err)
+	}
+	return nil
+}
+
+// Reject moves the message to the dead letters with reason (line breaks
+// become spaces).
+func (d *delivery) Reject(ctx context.Context, reason string) error {
+	const op = "reject"
+	if err := d.claim(op); err != nil {
+		return err
+	}
+	if err := d.b.bury(ctx, d, reason); err != nil {
+		return opErr(op, d.q.queue, err)
+	}
+	return nil
+}
+
+// Extend tells the server the work is still in progress (JetStream's
+// +WPI), which restarts the lease: it runs for Config.Lease from now,
+// whatever dur (JetStream has no per-message deadline), so call it more
+// often than every Lease.
+func (d *delivery) Extend(ctx context.Context, dur time.Duration) error {
+	const op = "extend"
+	if dur <= 0 {
+		return invalid(op, d.q.queue, fmt.Sprintf("duration %v", dur))
+	}
+	b := d.b
+	b.mu.Lock()
+	err := d.usable(op)
+	b.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	sent := time.Now()
+	if err := b.ackReq(ctx, d.m, []byte("+WPI")); err != nil {
+		return opErr(op, d.q.queue, err)
+	}
+	b.mu.Lock()
+	if d.state == leased {
+		d.deadline = b.leaseEnd(sent)
+	}
+	b.mu.Unlock()
+	return nil
+}

@@ -1,0 +1,112 @@
+// Package nats is trawl's NATS JetStream broker, and the embedded NATS
+// server behind the default, serverless crawl. It passes broker/brokertest
+// in Priority and FIFO order against nats-server 2.15 (embedded and
+// external); LIFO is not supported.
+//
+// # Layout
+//
+// Each queue is a work-queue stream with one subject per priority band and
+// a delay subject, a durable pull consumer per subject (shared by every
+// worker), and a dead-letter stream; names are built in names.go. A queue
+// name is escaped into the stream and subject token: lower-case letters,
+// digits and '-' stay, any other byte becomes '_' and two hex digits
+// ("books:requests" → stream TRAWL_Q_books_3arequests, subjects
+// trawl.books_3arequests.b0 … .b4 and .delay; dead letters in
+// TRAWL_D_books_3arequests on trawl.books_3arequests.dead). Streams and
+// consumers are created on a queue's first use, with file storage by
+// default.
+//
+// # Priorities
+//
+// JetStream has no message priority. Priority order uses Config.Bands
+// bands (default 5), centred on 0: band k holds priority lo+k where
+// lo = -(Bands-1)/2, and the outer bands hold everything beyond (five
+// bands: ≤-2, -1, 0, 1, ≥2). Receive takes from the highest band that has
+// messages, then lower ones, in stream (publish) order within a band. So
+// priorities are exact inside [lo, hi] and FIFO among all priorities that
+// share an outer band; every message keeps its own priority value (a
+// header). The engine's default priority 0 is the middle band, and a
+// retry's priority-1 the one below. FIFO order has one band.
+//
+// # Delivery
+//
+// Delivery is at-least-once. A delivery is leased for Config.Lease, the
+// consumers' AckWait; Extend sends JetStream's "in progress" (+WPI), which
+// restarts the lease at a full Lease. Ack, and every other settlement,
+// waits for the server's confirmation. A lease is counted as lost slightly
+// before the server's AckWait ends (by a tenth of Lease, at most a
+// second): settling after that returns broker.ErrLeaseLost and sends
+// nothing, since JetStream would apply a late ack or nak to the message's
+// next delivery.
+//
+// Nack and Close give a message back by publishing a copy (to the end of
+// its band, or to the delay subject) and then acknowledging the delivery,
+// rather than with JetStream's nak: a nacked message then counts as ready
+// (JetStream counts a nakked one as pending acknowledgement until it is
+// redelivered), and a delay runs out through the delay consumer, whose
+// messages wait with a nak delay and are moved back to their band when
+// due. A nacked message therefore goes to the end of its band. The number
+// of earlier deliveries travels in a header; Attempt adds JetStream's
+// delivery count. A crash between the copy and the acknowledgement
+// delivers the message twice, never zero times.
+//
+// # Dead letters
+//
+// JetStream does not move a message that reached MaxDeliver (it only
+// publishes an advisory), so the broker does it: the consumers have no
+// MaxDeliver, a Nack of a message on its last allowed attempt publishes it
+// to the dead-letter stream, and a delivery that arrives with more than
+// Config.MaxDeliveries attempts (its last lease expired) is dead-lettered
+// by the Receive that gets it instead of being returned. Reject publishes
+// with the reason in a header. Each dead letter is then acknowledged. Dead
+// letters are read by sequence, oldest first; Requeue publishes them back
+// (with their dead-letter id as message id, so racing Requeues publish
+// once) and deletes them.
+//
+// # Waiting
+//
+// Receive first asks for what is there now: one stream info request tells
+// which bands hold messages, then a "no wait" pull request per non-empty
+// band, highest first. If there is nothing, it sends a pull request that
+// the server holds to every band and the delay consumer and waits for the
+// first message: a Publish, Nack, Requeue, expiring delay or lease wakes it
+// at once, with no polling. It then drains the subscription (the server
+// forgets the open requests when the inbox loses its subscriber, and what
+// it sent before is still read), tops the result up to max, and gives back
+// (uncounted) what is beyond max. A cancelled Receive gives back what its
+// requests brought in the same way, at once. After a reconnection, waiting
+// Receives send their requests again; errors while the server is away are
+// retried with back-off until the caller's context ends.
+//
+// # Deviations
+//
+//   - Priorities are banded (above). LIFO is not supported.
+//   - Counts: a delivery whose lease expired counts as InFlight until it is
+//     delivered again (the server keeps it pending).
+//   - Extend restarts the lease at Config.Lease whatever duration it is
+//     given.
+//   - A message published a moment before is not yet known to the
+//     consumer's count (JetStream tells consumers asynchronously); Receive
+//     compensates (see take in pull.go), Counts may lag (callers poll).
+//   - JetStream counts a delivery sent to a pull request whose subscriber
+//     had just drained as a delivery. Attempt discounts redeliveries that
+//     the message's age shows cannot come from expired leases; the
+//     discount can also hide a real redelivery right after a server
+//     restart (the server restores delivery times rounded down), so a
+//     message in flight across a restart may get one attempt more than
+//     MaxDeliveries.
+//   - Delays are measured from the nack by the server's timestamp and the
+//     clock of the worker that next handles the delayed message; clock
+//     skew shortens or lengthens a delay within its length.
+//   - All brokers of a queue must agree on Order and Bands (a mismatch is
+//     refused with broker.ErrInvalid) and should agree on Lease and
+//     MaxDeliveries (the last broker to open a queue sets AckWait).
+//
+// # Embedded server
+//
+// StartEmbedded runs nats-server in-process with JetStream file storage in
+// a directory (locked against a second server), reachable through an
+// in-process connection and, if asked, a loopback TCP port. Streams,
+// messages, consumers and their acknowledgements survive a restart on the
+// same directory.
+package nats

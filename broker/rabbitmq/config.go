@@ -1,0 +1,187 @@
+package rabbitmq
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/trawlhq/trawl/broker"
+)
+
+// Defaults of Config's zero values.
+const (
+	DefaultMaxPriority   = 10
+	DefaultLease         = 30 * time.Second
+	DefaultMaxDeliveries = 5
+	DefaultName          = "trawl"
+	// maxPrefetch is the largest prefetch count AMQP can express.
+	maxPrefetch = 1<<16 - 1
+)
+
+// Config configures a Broker. The zero value of each field but URL is its
+// documented default.
+type Config struct {
+	// URL is the server: amqp://user:password@host:port/vhost, or amqps://
+	// for TLS. Required.
+	URL string
+	// TLS configures amqps:// connections (nil: the system roots, the
+	// URL's host name).
+	TLS *tls.Config
+	// ManagementURL is the base URL of the server's management HTTP API
+	// (http://user:password@host:15672), which Counts needs to count
+	// messages in flight across all consumers. Empty: the URL's host on
+	// port 15672 (15671 over https for amqps), with the URL's credentials.
+	ManagementURL string
+	// Name names the broker's connection in the management UI
+	// (default "trawl").
+	Name string
+	// Order is how queues order messages: broker.Priority (the default,
+	// an x-max-priority queue) or broker.FIFO (a plain queue). broker.LIFO
+	// is not supported: an AMQP queue delivers from its head only.
+	Order broker.Order
+	// MaxPriority is the queues' x-max-priority (0: DefaultMaxPriority;
+	// at most 255, RabbitMQ advises 10 or less). Unused in FIFO mode.
+	MaxPriority uint8
+	// PriorityOffset is added to a message's priority before it is
+	// clamped to 0..MaxPriority: with offset 5 and MaxPriority 10,
+	// priorities -5..5 keep their order and anything beyond falls on 0 or
+	// 10. The message's own priority travels in a header and comes back
+	// unchanged.
+	PriorityOffset int
+	// NonDurable declares transient queues and publishes transient
+	// messages: faster, but a server restart loses them. Default: durable
+	// queues and persistent messages.
+	NonDurable bool
+	// Prefetch bounds how many messages one Receive asks the server for
+	// (its AMQP prefetch count): Receive(ctx, q, max) takes at most
+	// min(max, Prefetch). 0: max alone (at most 65535).
+	Prefetch int
+	// Lease is how long a delivery stays with its consumer before the
+	// broker gives it back to the queue (0: DefaultLease). Deliveries
+	// implement broker.Extender. It is kept by this process (AMQP has no
+	// lease): RabbitMQ's own consumer_timeout (30 minutes by default)
+	// still bounds a delivery, however often it is extended.
+	Lease time.Duration
+	// MaxDeliveries is how many times a message is delivered before it
+	// goes to the dead-letter queue (0: DefaultMaxDeliveries).
+	MaxDeliveries int
+	// Recreate deletes a queue that exists with other arguments than this
+	// configuration declares (another x-max-priority, durability, dead
+	// letter settings) and declares it anew, losing its messages. Without
+	// it such a queue is an error (ErrQueueMismatch).
+	Recreate bool
+	// Logger receives lifecycle and warning logs (default: discarded).
+	Logger *slog.Logger
+}
+
+// Validate reports every problem of c at once.
+func (c Config) Validate() error {
+	var errs []error
+	if c.URL == "" {
+		errs = append(errs, errors.New("URL is empty"))
+	} else if _, err := amqp.ParseURI(c.URL); err != nil {
+		errs = append(errs, fmt.Errorf("URL: %w", err))
+	}
+	if c.ManagementURL != "" {
+		if u, err := url.Parse(c.ManagementURL); err != nil {
+			errs = append(errs, fmt.Errorf("ManagementURL: %w", err))
+		} else if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+			errs = append(errs, fmt.Errorf("ManagementURL %q: want http://host:port or https://host:port", redact(u)))
+		}
+	}
+	switch c.Order {
+	case broker.Priority, broker.FIFO:
+	case broker.LIFO:
+		errs = append(errs, errors.New("Order lifo is not supported: an AMQP queue delivers from its head only"))
+	default:
+		errs = append(errs, fmt.Errorf("unknown Order %d", c.Order))
+	}
+	if c.Prefetch < 0 || c.Prefetch > maxPrefetch {
+		errs = append(errs, fmt.Errorf("Prefetch %d: want 0 (default) to %d", c.Prefetch, maxPrefetch))
+	}
+	if c.Lease < 0 || (c.Lease > 0 && c.Lease < 10*time.Millisecond) {
+		errs = append(errs, fmt.Errorf("Lease %v: want 0 (default) or at least 10ms", c.Lease))
+	}
+	if c.MaxDeliveries < 0 {
+		errs = append(errs, fmt.Errorf("MaxDeliveries %d: want 0 (default) or more", c.MaxDeliveries))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("%w: rabbitmq broker config: %w", broker.ErrInvalid, err)
+	}
+	return nil
+}
+
+// withDefaults returns c with its zero values replaced by the defaults.
+func (c Config) withDefaults() Config {
+	if c.MaxPriority == 0 {
+		c.MaxPriority = DefaultMaxPriority
+	}
+	if c.Lease == 0 {
+		c.Lease = DefaultLease
+	}
+	if c.MaxDeliveries == 0 {
+		c.MaxDeliveries = DefaultMaxDeliveries
+	}
+	if c.Name == "" {
+		c.Name = DefaultName
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// amqpPriority maps a message priority into the queue's range:
+// p+PriorityOffset clamped to 0..MaxPriority. The mapping never reverses
+// two priorities; those beyond the range share its ends.
+func (c Config) amqpPriority(p int) uint8 {
+	if c.Order != broker.Priority {
+		return 0
+	}
+	v := int64(p) + int64(c.PriorityOffset)
+	return uint8(min(max(v, 0), int64(c.MaxPriority)))
+}
+
+// prefetch is the prefetch count of a Receive asking for max messages.
+func (c Config) prefetch(max int) int {
+	n := min(max, maxPrefetch)
+	if c.Prefetch > 0 {
+		n = min(n, c.Prefetch)
+	}
+	return n
+}
+
+// managementURL returns the management API's base URL, derived from the
+// AMQP URL if not configured.
+func (c Config) managementURL() (*url.URL, error) {
+	if c.ManagementURL != "" {
+		return url.Parse(strings.TrimSuffix(c.ManagementURL, "/"))
+	}
+	uri, err := amqp.ParseURI(c.URL)
+	if err != nil {
+		return nil, err
+	}
+	u := &url.URL{Scheme: "http", Host: fmt.Sprintf("%s:15672", uri.Host)}
+	if uri.Scheme == "amqps" {
+		u.Scheme, u.Host = "https", fmt.Sprintf("%s:15671", uri.Host)
+	}
+	if strings.Contains(uri.Host, ":") { // IPv6 literal
+		u.Host = "[" + uri.Host + "]" + u.Host[len(uri.Host):]
+	}
+	u.User = url.UserPassword(uri.Username, uri.Password)
+	return u, nil
+}
+
+// redact returns u as a string without its password.
+func redact(u *url.URL) string {
+	if u == nil {
+		return ""
+	}
+	return u.Redacted()
+}

@@ -1,0 +1,192 @@
+package rabbitmq
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/trawlhq/trawl/broker"
+)
+
+// state is where a delivery stands. Guarded by Broker.mu.
+type state int
+
+const (
+	held     state = iota // leased to its consumer
+	settling              // a Nack or Reject is publishing its copy
+	settled               // acknowledged, nacked or rejected
+	lost                  // lease expired, purged, connection or broker gone
+)
+
+// delivery is one message received on a channel of a session.
+type delivery struct {
+	b     *Broker
+	s     *session
+	ch    *amqp.Channel
+	tag   uint64
+	queue string
+	w     wireMessage
+
+	// Guarded by b.mu.
+	state    state
+	deadline time.Time
+}
+
+// Message returns a copy of the delivered message.
+func (d *delivery) Message() broker.Message {
+	return broker.Message{Body: bytes.Clone(d.w.msg.Body), Priority: d.w.msg.Priority}
+}
+
+// Queue names the queue the delivery came from.
+func (d *delivery) Queue() string { return d.queue }
+
+// Attempt is 1 on the first delivery and one more on each redelivery.
+func (d *delivery) Attempt() int { return d.w.attempt }
+
+func (d *delivery) err(op string, err error) error {
+	return opErr(op, d.queue, err)
+}
+
+// begin moves d from held to settling, or says why it cannot be settled.
+func (d *delivery) begin(op string) error {
+	b := d.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case b.closed:
+		return d.err(op, broker.ErrClosed)
+	case d.state == settling || d.state == settled:
+		return d.err(op, broker.ErrSettled)
+	case d.state == lost:
+		return d.err(op, broker.ErrLeaseLost)
+	case d.ch.IsClosed():
+		d.state = lost
+		delete(b.out, d)
+		return d.err(op, fmt.Errorf("%w: its channel closed", broker.ErrLeaseLost))
+	}
+	d.state = settling
+	return nil
+}
+
+// end leaves the settling state for s.
+func (d *delivery) end(s state) {
+	b := d.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if d.state != settling {
+		return // Close or a dropped connection overtook it
+	}
+	d.state = s
+	if s != held {
+		delete(b.out, d)
+	}
+}
+
+// ack acknowledges d on its channel.
+func (d *delivery) ack(op string) error {
+	if err := d.ch.Ack(d.tag, false); err != nil {
+		d.end(lost)
+		if d.b.isClosed() {
+			return d.err(op, broker.ErrClosed)
+		}
+		return d.err(op, fmt.Errorf("%w: %v", broker.ErrLeaseLost, err))
+	}
+	d.end(settled)
+	return nil
+}
+
+// Ack removes the message for good.
+func (d *delivery) Ack(ctx context.Context) error {
+	if err := d.begin("ack"); err != nil {
+		return err
+	}
+	return d.ack("ack")
+}
+
+// Nack publishes the message again with the next attempt number (into the
+// delay queue for delay, which hands it back when the delay is over) and
+// acknowledges this delivery; on the last attempt it dead-letters the
+// message instead.
+func (d *delivery) Nack(ctx context.Context, delay time.Duration) error {
+	if err := d.begin("nack"); err != nil {
+		return err
+	}
+	w := d.w
+	key := d.queue
+	switch {
+	case w.attempt >= d.b.cfg.MaxDeliveries:
+		key = deadQueue(d.queue)
+		w.reason = fmt.Sprintf("nacked on delivery %d of %d", w.attempt, d.b.cfg.MaxDeliveries)
+	case delay > 0:
+		w.attempt++
+		delay = roundDelay(delay)
+		if err := d.s.ensureDelay(d.queue, delay); err != nil {
+			return d.failed("nack", err)
+		}
+		key = delayQueue(d.queue, delay)
+	default:
+		w.attempt++
+	}
+	return d.republish(ctx, "nack", key, w)
+}
+
+// Reject moves the message to the dead-letter queue with reason.
+func (d *delivery) Reject(ctx context.Context, reason string) error {
+	if err := d.begin("reject"); err != nil {
+		return err
+	}
+	w := d.w
+	w.reason = reason
+	if w.reason == "" {
+		w.reason = "rejected"
+	}
+	return d.republish(ctx, "reject", deadQueue(d.queue), w)
+}
+
+// republish publishes w to queue key, waits for the confirm, then
+// acknowledges d: the message is never in neither place.
+func (d *delivery) republish(ctx context.Context, op, key string, w wireMessage) error {
+	if _, err := d.s.send(ctx, []outgoing{{queue: key, pub: d.b.publishing(w)}}); err != nil {
+		return d.failed(op, err)
+	}
+	return d.ack(op)
+}
+
+// failed ends a settlement whose copy could not be published: the
+// delivery stays held unless its connection or the broker is gone.
+func (d *delivery) failed(op string, err error) error {
+	switch {
+	case d.b.isClosed():
+		d.end(lost)
+		return d.err(op, broker.ErrClosed)
+	case d.s.broken() || d.ch.IsClosed():
+		d.end(lost)
+		return d.err(op, fmt.Errorf("%w: connection lost: %v", broker.ErrLeaseLost, err))
+	}
+	d.end(held)
+	return d.err(op, err)
+}
+
+// Extend moves the lease's end to dur from now.
+func (d *delivery) Extend(ctx context.Context, dur time.Duration) error {
+	b := d.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case b.closed:
+		return d.err("extend", broker.ErrClosed)
+	case d.state == settling || d.state == settled:
+		return d.err("extend", broker.ErrSettled)
+	case d.state == lost:
+		return d.err("extend", broker.ErrLeaseLost)
+	case d.ch.IsClosed():
+		d.state = lost
+		delete(b.out, d)
+		return d.err("extend", fmt.Errorf("%w: its channel closed", broker.ErrLeaseLost))
+	}
+	d.deadline = time.Now().Add(dur)
+	return nil
+}

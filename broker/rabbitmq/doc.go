@@ -1,0 +1,117 @@
+// Package rabbitmq is trawl's RabbitMQ broker: work queues in RabbitMQ
+// (3.8 or later, with the management plugin for Counts), shared by any
+// number of workers on any number of machines, through
+// github.com/rabbitmq/amqp091-go. It passes broker/brokertest in Priority
+// and FIFO order.
+//
+// # Topology
+//
+// A broker queue Q is the AMQP queue Q, reached through the default
+// exchange, declared on first use: durable (Config.NonDurable: transient),
+// with x-max-priority (Config.MaxPriority, default 10) in Priority order,
+// and with a dead-letter exchange that routes to Q+":dead", an ordinary
+// queue holding Q's dead letters. A nack with a delay publishes into
+// Q+":delay:<ms>", a queue whose x-message-ttl is the delay and whose
+// dead-letter exchange routes expired messages back to Q; it deletes
+// itself a minute after its last use (x-expires). Delays are rounded up to
+// 100ms (to the second above 10s) to keep those queues few.
+//
+// A queue that exists with other arguments (another x-max-priority, other
+// durability, a missing dead-letter route) is never used as it is: the
+// declaration fails with ErrQueueMismatch, which quotes the server's
+// explanation and names Config.Recreate (--amqp-recreate), which deletes
+// the queue, losing its messages, and declares it anew.
+//
+// # Priorities
+//
+// A message's priority p is published as the AMQP priority
+// clamp(p+Config.PriorityOffset, 0, MaxPriority). The mapping is
+// monotonic: priorities inside the range keep their order exactly;
+// priorities beyond it share the range's ends (and among themselves come
+// FIFO) without disturbing the others. The priority itself travels in the
+// header x-trawl-priority, so Message().Priority is what was published.
+//
+// Ordering is exact, also for consumers that have been taking from a
+// backlog, because nothing is prefetched between Receives: a Receive
+// registers a consumer with prefetch min(max, Config.Prefetch), takes
+// what the server pushes (the head of the queue at that moment, highest
+// priority first), and cancels the consumer before it returns. Messages
+// it did not ask for stay in the queue for other consumers, and a
+// high-priority message published after a Receive got its batch is the
+// first of the next batch. The cost is two round trips per Receive
+// (consume, cancel) on top of the deliveries.
+//
+// # Delivery, attempts and leases
+//
+// Publish uses publisher confirms: it returns once the server has taken
+// every message (for persistent messages, written them to disk). When the
+// connection drops meanwhile, the unconfirmed messages are published again
+// on the new connection, so a message may be stored twice (at-least-once).
+// If ctx ends after the messages were sent, Publish still waits up to 5s
+// for their confirms.
+//
+// Deliveries are acknowledged manually. RabbitMQ does not count
+// deliveries of classic queues (quorum queues do, but support priorities
+// only from RabbitMQ 4.0), so the attempt number travels in the header
+// x-trawl-attempt, and a message is never requeued with a stale count:
+//
+//   - Nack publishes a copy with the next attempt (into the delay queue
+//     for a delay), waits for its confirm, then acknowledges the delivery.
+//     The copy joins the end of its priority level. Nack of the
+//     MaxDeliveries-th attempt dead-letters instead; Reject dead-letters at
+//     once, with the reason in the header x-trawl-reason.
+//   - A delivery the server redelivers (its consumer's channel closed with
+//     it unacknowledged: a crash, Close, a lost connection, an expired
+//     lease) is re-stamped by the consumer that gets it: published again
+//     with the next attempt, or dead-lettered once past MaxDeliveries, and
+//     the redelivery acknowledged. A worker that crashes on a message every
+//     time therefore sends it to the dead letters, not into a loop.
+//
+// AMQP has no lease: the server keeps a delivery with its channel until it
+// is settled or the channel closes (or RabbitMQ's consumer_timeout, 30
+// minutes by default, closes the channel). This broker keeps a lease of
+// Config.Lease per delivery in the process: when it runs out, the
+// delivery is nacked with requeue (so any consumer may get it, re-stamped
+// as above) and settling it returns broker.ErrLeaseLost. Deliveries
+// implement broker.Extender; extending beyond consumer_timeout does not
+// help. A worker that hangs without its process dying keeps its
+// deliveries only for the lease; a worker whose process dies loses its
+// connection, and the server gives its deliveries back at once.
+//
+// # Connection loss
+//
+// The broker reconnects by itself when its connection drops (server
+// restart, network cut, forced close), with back-off from 100ms to 5s,
+// logging at Warn. Queues are declared again on first use on the new
+// connection. Deliveries of the old connection are void (settling them
+// returns broker.ErrLeaseLost); the server redelivers their messages.
+// Publish and Receive calls in progress wait for the new connection and
+// carry on; they fail only when their context ends or Close is called.
+//
+// # Counts, purge, dead letters
+//
+// Counts asks the management HTTP API (Config.ManagementURL, by default
+// the AMQP host on port 15672 with the AMQP credentials) for queue totals,
+// which include the messages every consumer holds: Ready is Q's ready
+// messages plus those in its delay queues, InFlight Q's unacknowledged
+// ones, Dead all of Q+":dead". The server refreshes those totals every
+// collect_statistics_interval (5s by default): an engine deciding that a
+// crawl is done should wait longer than that (its idle timeout).
+//
+// Purge empties Q, its dead-letter queue and its delay queues, and
+// acknowledges the deliveries of Q this broker holds so that they do not
+// come back. Deliveries held by other processes at that moment come back
+// when those processes die or let their leases run out: purge a crawl
+// whose workers are stopped.
+//
+// DeadLetters reads dead letters with basic.get and gives them back in
+// their places; Requeue publishes them to Q as new messages (attempt 1),
+// then acknowledges them in the dead-letter queue.
+//
+// # Deviations
+//
+// LIFO order is not supported: an AMQP queue delivers from its head.
+// Bodies are carried as they are; the broker adds three headers. A message
+// published to Q by another client, without those headers, counts as
+// attempt 1 with the priority of its AMQP priority less the offset.
+package rabbitmq

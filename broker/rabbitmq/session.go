@@ -1,0 +1,451 @@
+package rabbitmq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/trawlhq/trawl/broker"
+)
+
+// Connection timing.
+const (
+	dialTimeout  = 10 * time.Second // TCP, TLS and AMQP handshake
+	heartbeat    = 10 * time.Second
+	minBackoff   = 100 * time.Millisecond
+	maxBackoff   = 5 * time.Second
+	resendLimit  = 5 // publish rounds on one live session before giving up
+	sideTimeout  = 30 * time.Second
+	declareLimit = 3 // declare rounds on one live session before giving up
+	// brokenWait is how long a failed operation waits to see whether its
+	// connection is going down (amqp091 notices a failed write or read a
+	// moment later).
+	brokenWait = time.Second
+	// confirmGrace is how long a publish whose context ended waits for
+	// the confirms of messages already sent.
+	confirmGrace = 5 * time.Second
+)
+
+// session is one AMQP connection and the channels opened on it. A broker
+// has one live session at a time; when its connection drops the
+// supervisor replaces it, and everything opened on the old one is void.
+type session struct {
+	b    *Broker
+	conn *amqp.Connection
+	dead chan struct{} // closed by the supervisor when conn has closed
+
+	mu       sync.Mutex
+	pub      *amqp.Channel   // confirm-mode channel all publishes share; nil: open on next use
+	idle     []*rchan        // receive channels no Receive is using
+	declared map[string]bool // queues declared on this connection
+}
+
+// rchan is a channel that Receives consume on, one Receive at a time.
+// Deliveries are acknowledged on the channel they came from.
+type rchan struct {
+	ch  *amqp.Channel
+	qos int // prefetch count set on ch
+}
+
+// dial opens a session. closed reports the end of its connection.
+func (b *Broker) dial(ctx context.Context) (*session, <-chan *amqp.Error, error) {
+	props := amqp.NewConnectionProperties()
+	props.SetClientConnectionName(b.cfg.Name)
+	conn, err := amqp.DialConfig(b.cfg.URL, amqp.Config{
+		Heartbeat:       heartbeat,
+		Locale:          "en_US",
+		TLSClientConfig: b.cfg.TLS,
+		Properties:      props,
+		Dial: func(network, addr string) (net.Conn, error) {
+			d := net.Dialer{Timeout: dialTimeout}
+			c, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			// Bounds the handshakes; amqp091 clears it once open.
+			if err := c.SetDeadline(time.Now().Add(dialTimeout)); err != nil {
+				_ = c.Close()
+				return nil, err
+			}
+			return c, nil
+		},
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
+	return &session{b: b, conn: conn, dead: make(chan struct{}), declared: map[string]bool{}}, closed, nil
+}
+
+// broken tells whether s's connection is gone.
+func (s *session) broken() bool { return s.conn.IsClosed() }
+
+// supervise replaces the session when its connection drops, with
+// back-off, until the broker closes.
+func (b *Broker) supervise(s *session, closed <-chan *amqp.Error) {
+	defer b.wg.Done()
+	for {
+		var cause *amqp.Error
+		select {
+		case <-b.done:
+			return
+		case cause = <-closed:
+			close(s.dead)
+		}
+		if !b.drop(s) {
+			return // closed by Close
+		}
+		b.log.Warn("connection lost; reconnecting", "err", errText(cause))
+		backoff := minBackoff
+		for {
+			ns, nclosed, err := b.dial(b.ctx)
+			if err == nil {
+				if !b.install(ns) {
+					_ = ns.conn.Close()
+					return
+				}
+				s, closed = ns, nclosed
+				b.log.Warn("reconnected")
+				break
+			}
+			b.log.Warn("reconnect failed", "err", err, "retry_in", backoff)
+			t := time.NewTimer(backoff)
+			select {
+			case <-b.done:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			backoff = min(2*backoff, maxBackoff)
+		}
+	}
+}
+
+func errText(e *amqp.Error) string {
+	if e == nil {
+		return "closed"
+	}
+	return e.Error()
+}
+
+// drop retires s after its connection dropped: its deliveries are lost
+// (RabbitMQ gives their messages back). It reports false if the broker is
+// closed.
+func (b *Broker) drop(s *session) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return false
+	}
+	if b.cur == s {
+		b.cur = nil
+		b.notify()
+	}
+	for d := range b.out {
+		if d.s == s {
+			d.state = lost
+			delete(b.out, d)
+		}
+	}
+	return true
+}
+
+// install makes s the live session. It reports false if the broker is
+// closed.
+func (b *Broker) install(s *session) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return false
+	}
+	b.cur = s
+	b.notify()
+	return true
+}
+
+// notify wakes the callers waiting for a session. b.mu is held.
+func (b *Broker) notify() {
+	close(b.changed)
+	b.changed = make(chan struct{})
+}
+
+// session returns the live session, waiting while the broker reconnects.
+func (b *Broker) session(ctx context.Context) (*session, error) {
+	for {
+		b.mu.Lock()
+		if b.closed {
+			b.mu.Unlock()
+			return nil, broker.ErrClosed
+		}
+		s, changed := b.cur, b.changed
+		b.mu.Unlock()
+		if s != nil && !s.broken() {
+			return s, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for the connection: %w", ctx.Err())
+		case <-b.done:
+		case <-changed:
+		}
+	}
+}
+
+// pubChannel returns the publishing channel, opening it if needed.
+func (s *session) pubChannel() (*amqp.Channel, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pub != nil && !s.pub.IsClosed() {
+		return s.pub, nil
+	}
+	ch, err := s.conn.Channel()
+	if err != nil {
+		return nil, fmt.Errorf("open channel: %w", err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		_ = ch.Close()
+		return nil, fmt.Errorf("enable publisher confirms: %w", err)
+	}
+	s.pub = ch
+	return ch, nil
+}
+
+// takeR returns a receive channel for one Receive's exclusive use.
+func (s *session) takeR() (*rchan, error) {
+	s.mu.Lock()
+	for len(s.idle) > 0 {
+		rc := s.idle[len(s.idle)-1]
+		s.idle = s.idle[:len(s.idle)-1]
+		if !rc.ch.IsClosed() {
+			s.mu.Unlock()
+			return rc, nil
+		}
+	}
+	s.mu.Unlock()
+	ch, err := s.conn.Channel()
+	if err != nil {
+		return nil, fmt.Errorf("open channel: %w", err)
+	}
+	return &rchan{ch: ch}, nil
+}
+
+// putR gives a receive channel back for other Receives.
+func (s *session) putR(rc *rchan) {
+	if rc.ch.IsClosed() {
+		return
+	}
+	s.mu.Lock()
+	s.idle = append(s.idle, rc)
+	s.mu.Unlock()
+}
+
+// side runs f on a fresh channel, closed afterwards: for operations the
+// server may answer by closing the channel (a declare with other
+// arguments, a queue that does not exist).
+func (s *session) side(f func(ch *amqp.Channel) error) error {
+	ch, err := s.conn.Channel()
+	if err != nil {
+		return fmt.Errorf("open channel: %w", err)
+	}
+	defer func() { _ = ch.Close() }()
+	return f(ch)
+}
+
+// outgoing is a message to publish and the queue it goes to.
+type outgoing struct {
+	queue string
+	pub   amqp.Publishing
+}
+
+// send publishes msgs on s and waits until the server has confirmed
+// them. It returns the indices of the messages not confirmed (all of them
+// when the channel closed before they were sent) with the reason.
+func (s *session) send(ctx context.Context, msgs []outgoing) ([]int, error) {
+	all := func() []int {
+		idx := make([]int, len(msgs))
+		for i := range idx {
+			idx[i] = i
+		}
+		return idx
+	}
+	ch, err := s.pubChannel()
+	if err != nil {
+		return all(), err
+	}
+	dcs := make([]*amqp.DeferredConfirmation, len(msgs))
+	var sendErr error
+	for i, m := range msgs {
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", m.queue, false, false, m.pub)
+		if err != nil {
+			sendErr = fmt.Errorf("send: %w", err)
+			break
+		}
+		dcs[i] = dc
+	}
+	var left []int
+	nacked := 0
+	var grace <-chan time.Time // runs once ctx has ended
+	for i, dc := range dcs {
+		if dc == nil {
+			left = append(left, i)
+			continue
+		}
+	wait:
+		for {
+			select {
+			case <-dc.Done():
+				break wait
+			case <-ctx.Done():
+				if grace == nil {
+					// The messages are on their way: wait a little
+					// for the server to say whether it took them.
+					t := time.NewTimer(confirmGrace)
+					defer t.Stop()
+					grace = t.C
+				}
+				ctx = context.WithoutCancel(ctx)
+			case <-grace:
+				// What is not confirmed yet counts as not sent.
+				for j := i; j < len(dcs); j++ {
+					if dcs[j] == nil || !dcs[j].Acked() {
+						left = append(left, j)
+					}
+				}
+				return left, fmt.Errorf("waiting for confirms: %w", context.DeadlineExceeded)
+			}
+		}
+		if !dc.Acked() {
+			nacked++
+			left = append(left, i)
+		}
+	}
+	switch {
+	case sendErr != nil:
+		return left, sendErr
+	case nacked > 0 && ch.IsClosed():
+		return left, errors.New("channel closed before the server confirmed every message")
+	case nacked > 0:
+		return left, fmt.Errorf("server refused %d of %d messages (basic.nack)", nacked, len(msgs))
+	}
+	return nil, nil
+}
+
+// pick returns the messages of msgs at the indices idx.
+func pick(msgs []outgoing, idx []int) []outgoing {
+	out := make([]outgoing, len(idx))
+	for i, j := range idx {
+		out[i] = msgs[j]
+	}
+	return out
+}
+
+// ensure declares queue q and its dead-letter queue once per connection.
+func (s *session) ensure(q string) error {
+	s.mu.Lock()
+	ok := s.declared[q]
+	s.mu.Unlock()
+	if ok {
+		return nil
+	}
+	b := s.b
+	mainArgs := amqp.Table{
+		"x-dead-letter-exchange":    "",
+		"x-dead-letter-routing-key": deadQueue(q),
+	}
+	if b.cfg.Order == broker.Priority {
+		mainArgs["x-max-priority"] = int32(b.cfg.MaxPriority)
+	}
+	if err := s.declare(q, mainArgs); err != nil {
+		return err
+	}
+	if err := s.declare(deadQueue(q), nil); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.declared[q] = true
+	s.mu.Unlock()
+	return nil
+}
+
+// ensureDelay declares the delay queue of q for delay d. Declaring it
+// again each time restarts its expiry clock.
+func (s *session) ensureDelay(q string, d time.Duration) error {
+	ms := d.Milliseconds()
+	return s.declare(delayQueue(q, d), amqp.Table{
+		"x-message-ttl":             int32(ms),
+		"x-expires":                 int32(ms + delayExpiry.Milliseconds()),
+		"x-dead-letter-exchange":    "",
+		"x-dead-letter-routing-key": q,
+	})
+}
+
+// declare declares queue name with args, recreating it when it exists
+// with other arguments and Config.Recreate is set.
+func (s *session) declare(name string, args amqp.Table) error {
+	b := s.b
+	durable := !b.cfg.NonDurable
+	decl := func(ch *amqp.Channel) error {
+		_, err := ch.QueueDeclare(name, durable, false, false, false, args)
+		return err
+	}
+	err := s.side(decl)
+	var ae *amqp.Error
+	if err == nil || !errors.As(err, &ae) || ae.Code != amqp.PreconditionFailed {
+		if err != nil {
+			return fmt.Errorf("declare queue %q: %w", name, err)
+		}
+		return nil
+	}
+	if !b.cfg.Recreate {
+		return fmt.Errorf("%w: queue %q: the server says %q; set Recreate (--amqp-recreate) to delete it and declare it anew, losing its messages",
+			ErrQueueMismatch, name, ae.Reason)
+	}
+	b.log.Warn("queue exists with other arguments; deleting and declaring it anew", "queue", name, "reason", ae.Reason)
+	err = s.side(func(ch *amqp.Channel) error {
+		if _, err := ch.QueueDelete(name, false, false, false); err != nil {
+			return fmt.Errorf("delete queue %q: %w", name, err)
+		}
+		return decl(ch)
+	})
+	if err != nil {
+		return fmt.Errorf("recreate queue %q: %w", name, err)
+	}
+	return nil
+}
+
+// forget makes s declare q again on next use (after the server said it
+// does not exist).
+func (s *session) forget(q string) {
+	s.mu.Lock()
+	delete(s.declared, q)
+	s.mu.Unlock()
+}
+
+// isSoft tells whether err is a channel exception (the channel is
+// closed, the connection lives) or one of the broker's own.
+func isSoft(err error) bool {
+	if errors.Is(err, ErrQueueMismatch) {
+		return true
+	}
+	var ae *amqp.Error
+	if !errors.As(err, &ae) {
+		return false
+	}
+	switch ae.Code {
+	case amqp.ContentTooLarge, amqp.NoRoute, amqp.NoConsumers, amqp.AccessRefused,
+		amqp.NotFound, amqp.ResourceLocked, amqp.PreconditionFailed:
+		return true
+	}
+	return false
+}
+
+// isNotFound tells whether err is the server's 404 NOT_FOUND.
+func isNotFound(err error) bool {
+	var ae *amqp.Error
+	return errors.As(err, &ae) && ae.Code == amqp.NotFound
+}

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+
+	"github.com/trawlhq/trawl/broker"
+	natsbroker "github.com/trawlhq/trawl/broker/nats"
+	"github.com/trawlhq/trawl/broker/rabbitmq"
+	"github.com/trawlhq/trawl/dedup/local"
+)
+
+// dataDir is --data-dir, by default ./.trawl/NAME.
+func (o *options) dataDir() string {
+	if o.dataDirFlag != "" {
+		return o.dataDirFlag
+	}
+	return filepath.Join(".trawl", o.name)
+}
+
+// openEmbedded starts the default single-node setup: an embedded NATS
+// server with JetStream file storage and the local Bloom filter, both in
+// the data directory, so that running the same command again resumes.
+func (o *options) openEmbedded(ctx context.Context, b *backends, order broker.Order) error {
+	dir := o.dataDir()
+	e, err := natsbroker.StartEmbedded(ctx, natsbroker.EmbeddedConfig{Dir: filepath.Join(dir, "nats"), Logger: o.log})
+	if err != nil {
+		return fmt.Errorf("embedded broker in %s: %w", dir, err)
+	}
+	b.closes = append(b.closes, func() error { e.Shutdown(); return nil })
+	nb, err := natsbroker.New(ctx, natsbroker.Config{Conn: e.Conn(), Order: order, Lease: o.lease, Logger: o.log})
+	if err != nil {
+		return err
+	}
+	b.broker = nb
+	b.closes = append(b.closes, nb.Close)
+	if o.dedup != "" && o.dedup != "local" {
+		return o.sharedFilter(ctx, b)
+	}
+	f, err := local.New(local.Config{Capacity: o.bloomCapacity, FPRate: o.bloomFPRate, Path: filepath.Join(dir, "dupefilter.bloom"), Logger: o.log})
+	if err != nil {
+		return fmt.Errorf("duplicate filter in %s: %w", dir, err)
+	}
+	b.filter = f
+	b.closes = append(b.closes, f.Close)
+	return nil
+}
+
+// openNATS connects to --nats-url.
+func (o *options) openNATS(ctx context.Context, b *backends, order broker.Order) error {
+	nc, err := natsbroker.Connect(ctx, o.natsURL, natsbroker.ConnectOptions{Name: "trawl " + o.name, Logger: o.log})
+	if err != nil {
+		return fmt.Errorf("nats at %s: %w", o.natsURL, err)
+	}
+	b.closes = append(b.closes, func() error { nc.Close(); return nil })
+	nb, err := natsbroker.New(ctx, natsbroker.Config{Conn: nc, Order: order, Lease: o.lease, Logger: o.log})
+	if err != nil {
+		return err
+	}
+	b.broker, b.shared = nb, true
+	b.closes = append(b.closes, nb.Close)
+	return o.sharedFilter(ctx, b)
+}
+
+// openRabbitMQ connects to --amqp-url.
+func (o *options) openRabbitMQ(ctx context.Context, b *backends, order broker.Order) error {
+	rb, err := rabbitmq.New(ctx, rabbitmq.Config{
+		URL: o.amqpURL, Name: "trawl " + o.name, Order: order, Lease: o.lease,
+		NonDurable: !o.amqpDurable, Recreate: o.amqpRecreate, Prefetch: o.prefetch, Logger: o.log,
+	})
+	if err != nil {
+		return err
+	}
+	b.broker, b.shared = rb, true
+	b.closes = append(b.closes, rb.Close)
+	return o.sharedFilter(ctx, b)
+}
+
+// sharedFilter opens the duplicate filter of a deployment whose broker is
+// not Redis: set or bloom in Redis (--redis-url; the default is set), which
+// also shares stats and per-host limits, or local, for one worker only,
+// kept in the data directory.
+func (o *options) sharedFilter(ctx context.Context, b *backends) error {
+	if o.dedup == "local" {
+		f, err := local.New(local.Config{Capacity: o.bloomCapacity, FPRate: o.bloomFPRate, Path: filepath.Join(o.dataDir(), "dupefilter.bloom"), Logger: o.log})
+		if err != nil {
+			return err
+		}
+		b.filter = f
+		b.closes = append(b.closes, f.Close)
+		return nil
+	}
+	client, err := o.redisClient(ctx)
+	if err != nil {
+		return fmt.Errorf("--dedup=%s keeps the filter in Redis: %w", o.dedupOrSet(), err)
+	}
+	b.closes = append(b.closes, client.Close)
+	return o.redisExtras(ctx, b, client, false)
+}
+
+func (o *options) dedupOrSet() string {
+	if o.dedup == "" {
+		return "set"
+	}
+	return o.dedup
+}
