@@ -66,7 +66,7 @@ func (o *options) openNATS(ctx context.Context, b *backends, order broker.Order)
 // openRabbitMQ connects to --amqp-url.
 func (o *options) openRabbitMQ(ctx context.Context, b *backends, order broker.Order) error {
 	rb, err := rabbitmq.New(ctx, rabbitmq.Config{
-		URL: o.amqpURL, Name: "trawl " + o.name, Order: order, Lease: o.lease,
+		URL: o.amqpURL, ManagementURL: o.amqpManagementURL, Name: "trawl " + o.name, Order: order, Lease: o.lease,
 		NonDurable: !o.amqpDurable, Recreate: o.amqpRecreate, Prefetch: o.prefetch, Logger: o.log,
 	})
 	if err != nil {

@@ -32,6 +32,7 @@ type options struct {
 	include, exclude                 []string
 	out, dataDirFlag, metricsAddr    string
 	amqpDurable, amqpRecreate        bool
+	amqpManagementURL                string
 	prefetch                         int
 	flush, allowPrivate, ignoreRobot bool
 	startSet                         bool
@@ -67,6 +68,7 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.ignoreRobot, "ignore-robots", false, "do not fetch or obey robots.txt")
 	fs.StringVar(&o.userAgent, "user-agent", engine.DefaultUserAgent, "User-Agent header")
 	fs.StringVar(&o.logLevel, "log-level", "warn", "log level: debug, info, warn or error")
+	fs.StringVar(&o.amqpManagementURL, "amqp-management-url", "", "RabbitMQ management API, for queue counts (default: the AMQP host on port 15672)")
 	fs.BoolVar(&o.amqpDurable, "amqp-durable", true, "RabbitMQ: durable queues and persistent messages")
 	fs.BoolVar(&o.amqpRecreate, "amqp-recreate", false, "RabbitMQ: delete and redeclare a queue that exists with other arguments (loses its messages)")
 	fs.IntVar(&o.prefetch, "prefetch", 0, "RabbitMQ: prefetch count (0: sized from --concurrency)")

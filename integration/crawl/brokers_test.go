@@ -1,0 +1,125 @@
+package crawl_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/trawlhq/trawl/integration"
+	"github.com/trawlhq/trawl/internal/testsite"
+)
+
+// Crawls on RabbitMQ and NATS JetStream, with the duplicate filter in
+// Redis (the default --dedup=set): several workers, kill -9, and a broker
+// restarted mid-crawl.
+
+func rabbitArgs(t *testing.T, srv *integration.RabbitMQServer) func(name string, more ...string) []string {
+	redis := integration.Redis(t)
+	return func(name string, more ...string) []string {
+		return append([]string{"--broker=rabbitmq", "--amqp-url", srv.URL, "--amqp-management-url", srv.ManagementURL,
+			"--redis-url", redis, "--name", name, "--allow-private", "--idle-timeout=2s", "--concurrency=16", "--per-host=16"}, more...)
+	}
+}
+
+func natsArgs(t *testing.T, url string) func(name string, more ...string) []string {
+	redis := integration.Redis(t)
+	return func(name string, more ...string) []string {
+		return append([]string{"--broker=nats", "--nats-url", url, "--redis-url", redis, "--name", name,
+			"--allow-private", "--idle-timeout=2s", "--concurrency=16", "--per-host=16"}, more...)
+	}
+}
+
+func sharedRabbit(t *testing.T) *integration.RabbitMQServer {
+	return &integration.RabbitMQServer{URL: integration.RabbitMQ(t), ManagementURL: integration.RabbitMQManagement(t)}
+}
+
+func TestRabbitMQThreeWorkers(t *testing.T) { threeWorkers(t, rabbitArgs(t, sharedRabbit(t))) }
+func TestNATSThreeWorkers(t *testing.T)     { threeWorkers(t, natsArgs(t, integration.NATS(t))) }
+func TestRabbitMQKill9(t *testing.T)        { kill9(t, rabbitArgs(t, sharedRabbit(t))) }
+func TestNATSKill9(t *testing.T)            { kill9(t, natsArgs(t, integration.NATS(t))) }
+
+func TestRabbitMQRestart(t *testing.T) {
+	srv := integration.RabbitMQContainer(t)
+	restartMidCrawl(t, rabbitArgs(t, srv), srv.Restart)
+}
+
+func TestNATSRestart(t *testing.T) {
+	srv := integration.NATSContainer(t)
+	restartMidCrawl(t, natsArgs(t, srv.URL), srv.Restart)
+}
+
+// threeWorkers: a seed and three workers; every page exactly once across
+// them, the work shared, all exit by themselves.
+func threeWorkers(t *testing.T, args func(string, ...string) []string) {
+	site, url := serveSite(t, testsite.Options{Pages: pages(), Links: 10, Seed: 21, SlowDelay: 500 * time.Millisecond})
+	name := integration.Name(t)
+	mustRun(t, append([]string{"seed"}, args(name, url)...)...)
+	var ws []*proc
+	for range 3 {
+		ws = append(ws, start(t, append([]string{"worker"}, args(name)...)...))
+	}
+	for i, w := range ws {
+		if code := w.wait(t, 5*time.Minute); code != 0 {
+			t.Fatalf("worker %d exit %d:\n%s", i, code, w.stderr.String())
+		}
+	}
+	if err := site.Verify(); err != nil {
+		t.Errorf("site: %v", err)
+	}
+	distinct, dups := union(t, ws...)
+	if distinct != site.Expected() || dups != 0 {
+		t.Errorf("items: %d distinct (want %d), %d duplicates (want 0)", distinct, site.Expected(), dups)
+	}
+	for i, w := range ws {
+		if n := len(w.items(t)); n < site.Expected()/10 {
+			t.Errorf("worker %d wrote %d of %d items: the work was not shared", i, n, site.Expected())
+		}
+	}
+}
+
+// kill9: one of two workers killed mid-crawl; the survivor finishes and
+// every page's item is in the sinks.
+func kill9(t *testing.T, args func(string, ...string) []string) {
+	site, url := serveSite(t, testsite.Options{Pages: pages(), Links: 10, Seed: 22, NoTraps: true, Latency: time.Millisecond})
+	name := integration.Name(t)
+	mustRun(t, append([]string{"seed"}, args(name, url)...)...)
+	victim := start(t, append([]string{"worker"}, args(name, "--lease=2s")...)...)
+	survivor := start(t, append([]string{"worker"}, args(name, "--lease=2s")...)...)
+	victim.waitItems(t, site.Expected()/5, 2*time.Minute)
+	victim.cmd.Process.Kill()
+	victim.wait(t, 10*time.Second)
+	if code := survivor.wait(t, 5*time.Minute); code != 0 {
+		t.Fatalf("survivor exit %d:\n%s", code, survivor.stderr.String())
+	}
+	distinct, dups := union(t, victim, survivor)
+	if distinct != site.Expected() {
+		t.Errorf("items of %d distinct pages, want all %d", distinct, site.Expected())
+	}
+	t.Logf("pages fetched again after the kill: %d", dups)
+}
+
+// restartMidCrawl: the broker restarts while two workers crawl; they
+// reconnect and the crawl completes with every page fetched.
+func restartMidCrawl(t *testing.T, args func(string, ...string) []string, restart func(context.Context) error) {
+	site, url := serveSite(t, testsite.Options{Pages: pages(), Links: 10, Seed: 23, NoTraps: true, Latency: 2 * time.Millisecond})
+	name := integration.Name(t)
+	mustRun(t, append([]string{"seed"}, args(name, url)...)...)
+	a := start(t, append([]string{"worker"}, args(name, "--lease=5s")...)...)
+	b := start(t, append([]string{"worker"}, args(name, "--lease=5s")...)...)
+	a.waitItems(t, site.Expected()/10, 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := restart(ctx); err != nil {
+		t.Fatalf("restart: %v", err)
+	}
+	for _, p := range []*proc{a, b} {
+		if code := p.wait(t, 5*time.Minute); code != 0 {
+			t.Fatalf("worker exit %d:\n%s", code, p.stderr.String())
+		}
+	}
+	distinct, dups := union(t, a, b)
+	if distinct != site.Expected() {
+		t.Errorf("items of %d distinct pages, want all %d", distinct, site.Expected())
+	}
+	t.Logf("pages fetched again across the restart: %d", dups)
+}
