@@ -41,10 +41,11 @@ fuzz: ## run each fuzz target for 30s
 	$(GO) test -run '^$$' -fuzz FuzzUnmarshalRequest -fuzztime 30s ./engine/
 
 demo: build ## serve the test site and crawl it (no server needed)
-	@set -e; bin/trawl testsite --pages 500 > /tmp/trawl-demo-url & pid=$$!; \
+	@set -e; rm -f demo.jsonl /tmp/trawl-demo-url; \
+	  bin/trawl testsite --pages 500 > /tmp/trawl-demo-url & pid=$$!; \
 	  trap "kill $$pid" EXIT; \
 	  for i in $$(seq 50); do [ -s /tmp/trawl-demo-url ] && break; sleep 0.1; done; \
 	  url=$$(cat /tmp/trawl-demo-url); \
-	  bin/trawl crawl --out demo.jsonl --idle-timeout 2s "$$url"; \
+	  bin/trawl crawl --flush --out demo.jsonl --idle-timeout 2s "$$url"; \
 	  echo "pages written: $$(wc -l < demo.jsonl) (demo.jsonl)"; \
-	  curl -s "$${url}_testsite/verify"; echo
+	  if command -v curl >/dev/null; then echo "the site says: $$(curl -s "$${url}_testsite/verify")"; fi
