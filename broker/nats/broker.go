@@ -397,17 +397,32 @@ func (b *Broker) Receive(ctx context.Context, queue string, limit int) ([]broker
 	if err := ctx.Err(); err != nil {
 		return nil, opErr(op, queue, err)
 	}
-	q, err := b.queue(ctx, queue)
-	if err != nil {
-		return nil, opErr(op, queue, err)
-	}
-	p := &puller{b: b, q: q}
-	defer func() { p.close() }()
+	var p *puller
+	defer func() {
+		if p != nil {
+			p.close()
+		}
+	}()
 	missing, pause := false, time.Duration(0)
 	for {
-		ds, err := p.take(ctx, limit, true)
-		if err == nil && len(ds) == 0 {
-			ds, err = p.wait(ctx, limit)
+		var ds []*delivery
+		var err error
+		if p == nil {
+			q, oerr := b.queue(ctx, queue)
+			switch {
+			case oerr == nil:
+				p = &puller{b: b, q: q}
+			case errors.Is(oerr, broker.ErrInvalid):
+				return nil, opErr(op, queue, oerr)
+			default:
+				err = oerr
+			}
+		}
+		if p != nil {
+			ds, err = p.take(ctx, limit, true)
+			if err == nil && len(ds) == 0 {
+				ds, err = p.wait(ctx, limit)
+			}
 		}
 		if len(ds) > 0 {
 			return b.hand(op, queue, ds)
@@ -421,35 +436,31 @@ func (b *Broker) Receive(ctx context.Context, queue string, limit int) ([]broker
 		case ctx.Err() != nil:
 			return nil, opErr(op, queue, ctx.Err())
 		case errors.Is(err, errNoConsumer) && !missing:
-			// The consumers were deleted under us: open the queue again, once.
+			// The stream or consumers were deleted under us: open the
+			// queue again, once.
 			missing = true
-			b.forget(q)
-			if q, err = b.queue(ctx, queue); err != nil {
-				return nil, opErr(op, queue, err)
-			}
+			b.forget(p.q)
 			p.close()
-			p = &puller{b: b, q: q}
+			p = nil
 			continue
-		default:
-			// The server turned a pull request down (too many waiting,
-			// leadership change), or did not answer (a restart, a network
-			// cut: the connection reconnects by itself): try again after
-			// a pause, until ctx ends.
-			if pause == 0 {
-				b.log.Warn("receive failed; retrying", "queue", queue, "error", err)
-			}
-			pause = min(max(2*pause, 50*time.Millisecond), time.Second)
-			t := time.NewTimer(pause)
-			select {
-			case <-t.C:
-				continue
-			case <-ctx.Done():
-				t.Stop()
-				return nil, opErr(op, queue, ctx.Err())
-			case <-b.life.Done():
-				t.Stop()
-				return nil, opErr(op, queue, broker.ErrClosed)
-			}
+		}
+		// The server turned a pull request down (too many waiting,
+		// leadership change), or did not answer (a restart, a network
+		// cut: the connection reconnects by itself): try again after a
+		// pause, until ctx ends.
+		if pause == 0 {
+			b.log.Warn("receive failed; retrying", "queue", queue, "error", err)
+		}
+		pause = min(max(2*pause, 50*time.Millisecond), time.Second)
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, opErr(op, queue, ctx.Err())
+		case <-b.life.Done():
+			t.Stop()
+			return nil, opErr(op, queue, broker.ErrClosed)
 		}
 	}
 }
