@@ -35,7 +35,7 @@ func BenchmarkCrawlVsFetchLimit(b *testing.B) {
 		site.Reset()
 
 		mb, _ := memory.New(memory.Config{})
-		f, _ := local.New(local.Config{Capacity: 1_000_000, FPRate: 1e-6})
+		f, _ := local.New(local.Config{}) // the defaults of trawl crawl
 		sink := &timedSink{Sink: engine.NewJSONLines(io.Discard)}
 		c, err := engine.New(mb, f, engine.Config{
 			Concurrency: conc, PerHost: conc, IdleTimeout: 50 * time.Millisecond,

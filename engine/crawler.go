@@ -662,12 +662,18 @@ func (c *Crawler) enqueue(ctx context.Context, reqs []*Request, force, start boo
 	keep := make([]*Request, 0, len(reqs))
 	fps := make([]dedup.Fingerprint, 0, len(reqs))
 	for _, r := range reqs {
-		u, err := url.Parse(r.URL)
-		if err != nil || u.Host == "" {
+		u := r.parsed
+		if u == nil || u.Fragment != "" {
+			var err error
+			if u, err = url.Parse(r.URL); err != nil {
+				continue
+			}
+			u.Fragment, u.RawFragment = "", ""
+			r.URL = u.String()
+		}
+		if u.Host == "" {
 			continue
 		}
-		u.Fragment, u.RawFragment = "", ""
-		r.URL = u.String()
 		if !start {
 			switch c.scope.check(u, r.Depth, r.Scope) {
 			case offsite:
@@ -737,7 +743,7 @@ func (c *Crawler) defaultCallback(_ context.Context, resp *Response) (Result, er
 		p.Title, p.Links = title, len(links)
 		res.Requests = make([]*Request, 0, len(links))
 		for _, l := range links {
-			res.Requests = append(res.Requests, &Request{URL: l.String(), Depth: resp.Request.Depth + 1})
+			res.Requests = append(res.Requests, &Request{URL: l.String(), Depth: resp.Request.Depth + 1, parsed: l})
 		}
 		if len(c.extract) > 0 {
 			if doc, err := goquery.NewDocumentFromReader(bytes.NewReader(resp.Body)); err == nil {

@@ -23,6 +23,10 @@ type Request struct {
 	// domain (or its subdomains). It travels with the request, so every
 	// worker scopes alike, including ones that never saw the start URLs.
 	Scope string
+
+	// parsed is URL already parsed, when the engine made the request from
+	// a parsed link; it spares parsing it again.
+	parsed *url.URL
 }
 
 // Response is a fetched page handed to a callback.
