@@ -49,14 +49,16 @@ func TestNATSRestart(t *testing.T) {
 }
 
 // threeWorkers: a seed and three workers; every page exactly once across
-// them, the work shared, all exit by themselves.
+// them, the work shared, all exit by themselves. The lease is 1s and the
+// site's slow page takes 2.5s: the lease is extended while the page is in
+// progress, so no second worker fetches it.
 func threeWorkers(t *testing.T, args func(string, ...string) []string) {
-	site, url := serveSite(t, testsite.Options{Pages: pages(), Links: 10, Seed: 21, SlowDelay: 500 * time.Millisecond})
+	site, url := serveSite(t, testsite.Options{Pages: pages(), Links: 10, Seed: 21, SlowDelay: 2500 * time.Millisecond})
 	name := integration.Name(t)
 	mustRun(t, append([]string{"seed"}, args(name, url)...)...)
 	var ws []*proc
 	for range 3 {
-		ws = append(ws, start(t, append([]string{"worker"}, args(name)...)...))
+		ws = append(ws, start(t, append([]string{"worker"}, args(name, "--lease=1s")...)...))
 	}
 	for i, w := range ws {
 		if code := w.wait(t, 5*time.Minute); code != 0 {

@@ -15,63 +15,13 @@ func redisArgs(t *testing.T, name string, more ...string) []string {
 		"--allow-private", "--idle-timeout=2s", "--concurrency=16", "--per-host=16"}, more...)
 }
 
-// TestRedisThreeWorkers: one seed and three workers crawl the site
-// together: every page exactly once across all of them, the work shared,
-// and all exit by themselves when it is done. The lease is 1s and the
-// site's slow page takes 2.5s: the lease is extended while the page is in
-// progress, so no second worker fetches it.
-func TestRedisThreeWorkers(t *testing.T) {
-	site, url := serveSite(t, testsite.Options{Pages: pages(), Links: 10, Seed: 11, SlowDelay: 2500 * time.Millisecond})
-	name := integration.Name(t)
-	mustRun(t, append([]string{"seed"}, redisArgs(t, name, url)...)...)
-	var ws []*proc
-	for range 3 {
-		ws = append(ws, start(t, append([]string{"worker"}, redisArgs(t, name, "--lease=1s")...)...))
-	}
-	for i, w := range ws {
-		if code := w.wait(t, 5*time.Minute); code != 0 {
-			t.Fatalf("worker %d exit %d:\n%s", i, code, w.stderr.String())
-		}
-	}
-	if err := site.Verify(); err != nil {
-		t.Errorf("site: %v", err)
-	}
-	distinct, dups := union(t, ws...)
-	if distinct != site.Expected() || dups != 0 {
-		t.Errorf("items: %d distinct (want %d), %d duplicates (want 0)", distinct, site.Expected(), dups)
-	}
-	for i, w := range ws {
-		if n := len(w.items(t)); n < site.Expected()/10 {
-			t.Errorf("worker %d wrote %d of %d items: the work was not shared", i, n, site.Expected())
-		}
-	}
-	if code, stderr := run(t, append([]string{"stats"}, redisArgs(t, name)...)...); code != 0 {
-		t.Errorf("stats: exit %d: %s", code, stderr)
-	}
+// redisDeployment is redisArgs in the shape threeWorkers and kill9 take.
+func redisDeployment(t *testing.T) func(name string, more ...string) []string {
+	return func(name string, more ...string) []string { return redisArgs(t, name, more...) }
 }
 
-// TestRedisKill9: one of two workers is killed with kill -9 mid-crawl; the
-// survivor finishes, and every page's item is in the sinks: the lease
-// brings the dead worker's deliveries back.
-func TestRedisKill9(t *testing.T) {
-	site, url := serveSite(t, testsite.Options{Pages: pages(), Links: 10, Seed: 12, NoTraps: true, Latency: time.Millisecond})
-	name := integration.Name(t)
-	mustRun(t, append([]string{"seed"}, redisArgs(t, name, url)...)...)
-	args := append([]string{"worker"}, redisArgs(t, name, "--lease=2s")...)
-	victim := start(t, args...)
-	survivor := start(t, args...)
-	victim.waitItems(t, site.Expected()/5, 2*time.Minute)
-	victim.cmd.Process.Kill() // SIGKILL
-	victim.wait(t, 10*time.Second)
-	if code := survivor.wait(t, 5*time.Minute); code != 0 {
-		t.Fatalf("survivor exit %d:\n%s", code, survivor.stderr.String())
-	}
-	distinct, dups := union(t, victim, survivor)
-	if distinct != site.Expected() {
-		t.Errorf("items of %d distinct pages, want all %d", distinct, site.Expected())
-	}
-	t.Logf("pages fetched again after the kill: %d", dups)
-}
+func TestRedisThreeWorkers(t *testing.T) { threeWorkers(t, redisDeployment(t)) }
+func TestRedisKill9(t *testing.T)        { kill9(t, redisDeployment(t)) }
 
 // TestRedisResume: every worker stopped with SIGINT halfway; a worker
 // started later finishes the crawl without fetching anything twice.
