@@ -1,6 +1,7 @@
 // Package integration starts the real servers trawl's backends are tested
-// against (Redis now; RabbitMQ and NATS later) with testcontainers-go, and
-// holds the end-to-end suite that runs several workers against them.
+// against (Redis, RabbitMQ, NATS) with testcontainers-go. Its subpackage
+// integration/crawl runs whole crawls with several trawl processes against
+// them: work sharing, kill -9, resume after SIGINT, broker restarts.
 //
 // It is a package for tests only. Backend tests import it; it imports no
 // backend, so there is no cycle.
@@ -13,6 +14,13 @@
 // (see Name). Where TRAWL_TEST_REDIS_URL (or TRAWL_TEST_REDIS_CLUSTER, a
 // comma-separated list of node addresses) is set, that server is used and
 // nothing is started. Images come from TRAWL_REDIS_IMAGE (default "redis:7").
+//
+// RabbitMQ (and RabbitMQManagement) and NATS work alike, with
+// TRAWL_TEST_AMQP_URL (and TRAWL_TEST_AMQP_MANAGEMENT_URL) and
+// TRAWL_TEST_NATS_URL, images from TRAWL_RABBITMQ_IMAGE and
+// TRAWL_NATS_IMAGE. RabbitMQContainer and NATSContainer start a server for
+// one test alone, on a fixed host port, with a Restart method for the tests
+// of a broker that restarts.
 //
 // A server that cannot be started or reached fails the test with a message
 // saying why; it is never skipped in silence.
