@@ -136,7 +136,7 @@ func (o *options) crawl(ctx context.Context, args []string, seed bool) error {
 			}
 		})
 	}
-	if saver, ok := b.filter.(interface{ Save() error }); ok {
+	if saver, ok := b.filter.(interface{ Save() error }); ok && o.broker != "memory" { // memory: nothing persists
 		// A local filter is saved on Close; saving it now and then too
 		// bounds what a kill -9 makes the next run fetch again.
 		wg.Go(func() {
