@@ -180,14 +180,14 @@ func newPurgeCmd(o *options) *cobra.Command {
 func newDeadLetterCmd(o *options) *cobra.Command {
 	var max int
 	cmd := &cobra.Command{
-		Use:   "deadletter list|requeue|purge",
-		Short: "List, requeue or purge a crawl's dead letters",
+		Use:   "deadletter list|requeue",
+		Short: "List or requeue a crawl's dead letters (trawl purge deletes them with the crawl)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch args[0] {
-			case "list", "requeue", "purge":
+			case "list", "requeue":
 			default:
-				return usageError("deadletter %q: want list, requeue or purge", args[0])
+				return usageError("deadletter %q: want list or requeue", args[0])
 			}
 			b, err := o.openShared(cmd.Context(), "deadletter")
 			if err != nil {
@@ -217,11 +217,6 @@ func newDeadLetterCmd(o *options) *cobra.Command {
 						return err
 					}
 					total += n
-				case "purge":
-					// Requeue nothing: move dead letters out by requeueing into
-					// a scratch read is not possible; report what a purge of the
-					// whole queue would drop instead.
-					return usageError("deadletter purge: use trawl purge to delete the crawl")
 				}
 			}
 			if args[0] == "requeue" {
