@@ -683,12 +683,10 @@ func (c *Crawler) enqueue(ctx context.Context, reqs []*Request, force, start boo
 				continue
 			}
 		}
-		if r.DontFilter {
-			keep = append(keep, r)
-			continue
-		}
 		keep = append(keep, r)
-		fps = append(fps, c.fp.Fingerprint(r.Method, u, r.Body, r.Header))
+		if !r.DontFilter {
+			fps = append(fps, c.fp.Fingerprint(r.Method, u, r.Body, r.Header))
+		}
 	}
 	if len(fps) > 0 {
 		fresh, err := c.filter.Add(ctx, fps...)

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"maps"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -75,13 +74,6 @@ func (s *Stats) Snapshot() map[string]int64 {
 		out[k] = c.Load()
 	}
 	return out
-}
-
-// Merge adds every counter of m.
-func (s *Stats) Merge(m map[string]int64) {
-	for k, v := range maps.All(m) {
-		s.Add(k, v)
-	}
 }
 
 func statusStat(code int) string { return StatStatusPrefix + strconv.Itoa(code) }
