@@ -309,6 +309,35 @@ func headerInt(h natsgo.Header, key string) int {
 	return n
 }
 
+// maxAttemptsHeader bounds the Trawl-Attempts header: far above any
+// MaxDeliveries, far below an overflow when deliveries are added to it.
+const maxAttemptsHeader = 1 << 20
+
+// checkHeaders validates the trawl headers of a message read from the
+// server: each, when present, must be a decimal integer within its bounds
+// (priorities are clamped to the bands anyway, attempts and delays are
+// not). It returns why a message fails, for its dead letter.
+func checkHeaders(h natsgo.Header) error {
+	for _, c := range []struct {
+		key     string
+		min, hi int64
+	}{
+		{hdrPriority, -1 << 31, 1<<31 - 1},
+		{hdrAttempts, 0, maxAttemptsHeader},
+		{hdrDelay, 0, int64(MaxDelay)},
+	} {
+		v := h.Get(c.key)
+		if v == "" {
+			continue
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < c.min || n > c.hi {
+			return fmt.Errorf("invalid %s header %.40q: want an integer from %d to %d", c.key, v, c.min, c.hi)
+		}
+	}
+	return nil
+}
+
 // Publish adds msgs to queue, each to the band of its priority, and
 // returns once JetStream has stored them all. Bodies are copied. A batch
 // is published asynchronously and its acknowledgements awaited together.
@@ -503,6 +532,10 @@ func (b *Broker) admit(q *queue, cons int, m *natsgo.Msg) *delivery {
 		age := max(now.Sub(meta.Timestamp), 0) + min(b.cfg.Lease/2, time.Second)
 		delivered = 1 + min(delivered-1, int(age/b.cfg.Lease))
 	}
+	if err := checkHeaders(m.Header); err != nil {
+		b.buryForeign(q, m, err)
+		return nil
+	}
 	d := &delivery{
 		b:        b,
 		q:        q,
@@ -539,7 +572,11 @@ func (b *Broker) delayed(q *queue, m *natsgo.Msg) {
 		b.log.Error("not a jetstream message; ignored", "queue", q.queue, "subject", m.Subject, "error", err)
 		return
 	}
-	delay := time.Duration(headerInt(m.Header, hdrDelay))
+	if err := checkHeaders(m.Header); err != nil {
+		b.buryForeign(q, m, err)
+		return
+	}
+	delay := time.Duration(headerInt(m.Header, hdrDelay)) // within 0..MaxDelay
 	rest := min(delay-time.Since(meta.Timestamp), delay)
 	if meta.NumDelivered < 2 && rest > 0 {
 		body := fmt.Appendf(nil, `-NAK {"delay":%d}`, int64(rest))
@@ -557,6 +594,20 @@ func (b *Broker) delayed(q *queue, m *natsgo.Msg) {
 	if err := b.ackReq(ctx, m, []byte("+ACK")); err != nil {
 		b.log.Warn("delayed message moved back but not acknowledged; it may be delivered twice",
 			"queue", q.queue, "error", err)
+	}
+}
+
+// buryForeign dead-letters m, a message of q whose headers fail
+// checkHeaders (written by something other than trawl), with why as the
+// reason, and logs it at Warn: the message is not handed out and not
+// held, so that it cannot stall the crawl.
+func (b *Broker) buryForeign(q *queue, m *natsgo.Msg, why error) {
+	ctx, cancel := b.detached()
+	defer cancel()
+	b.log.Warn("message with invalid headers dead-lettered", "queue", q.queue, "subject", m.Subject, "reason", why)
+	d := &delivery{b: b, q: q, m: m, prio: min(max(headerInt(m.Header, hdrPriority), -1<<31), 1<<31-1)}
+	if err := b.bury(ctx, d, why.Error()); err != nil {
+		b.log.Warn("dead-letter failed; the message comes back after its lease", "queue", q.queue, "error", err)
 	}
 }
 
@@ -585,6 +636,7 @@ func (b *Broker) requeue(ctx context.Context, d *delivery, attempts int) error {
 // postpone publishes a copy of d's message to the delay subject and
 // acknowledges d.
 func (b *Broker) postpone(ctx context.Context, d *delivery, delay time.Duration) error {
+	delay = min(delay, MaxDelay)
 	m := message(d.q.delay, d.m.Data, d.prio, d.attempt)
 	m.Header.Set(hdrDelay, strconv.FormatInt(int64(delay), 10))
 	if err := b.publish(ctx, d.q, m); err != nil {

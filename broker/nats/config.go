@@ -24,6 +24,11 @@ const (
 	MaxBands = 16
 	// MinLease is the shortest lease.
 	MinLease = 10 * time.Millisecond
+	// MaxDelay is the longest delay a Nack takes; longer delays are cut to
+	// it. A delayed message whose Trawl-Delay header is above it (or is not
+	// a non-negative number) was not written by trawl: it is dead-lettered
+	// with the reason instead of being held for that long.
+	MaxDelay = 24 * time.Hour
 )
 
 // Storage is where JetStream keeps a queue's streams.

@@ -94,8 +94,8 @@ func (d *delivery) Ack(ctx context.Context) error {
 }
 
 // Nack gives the message back: at once to the end of its band, or after
-// delay through the queue's delay subject; to the dead letters instead if
-// this was its last allowed delivery.
+// delay (at most MaxDelay) through the queue's delay subject; to the dead
+// letters instead if this was its last allowed delivery.
 func (d *delivery) Nack(ctx context.Context, delay time.Duration) error {
 	const op = "nack"
 	if err := d.claim(op); err != nil {

@@ -97,7 +97,11 @@
 //     MaxDeliveries.
 //   - Delays are measured from the nack by the server's timestamp and the
 //     clock of the worker that next handles the delayed message; clock
-//     skew shortens or lengthens a delay within its length.
+//     skew shortens or lengthens a delay within its length. A Nack
+//     delay is cut to MaxDelay; a message read from the server whose
+//     trawl headers (Trawl-Delay, Trawl-Attempts, Trawl-Priority) are not
+//     numbers within bounds was not written by trawl and is dead-lettered
+//     with the reason instead of being held or handed out.
 //   - All brokers of a queue must agree on Order and Bands (a mismatch is
 //     refused with broker.ErrInvalid) and should agree on Lease and
 //     MaxDeliveries (the last broker to open a queue sets AckWait).
