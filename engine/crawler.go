@@ -55,10 +55,10 @@ type Crawler struct {
 	log     *slog.Logger
 	extract map[string]cascadia.Selector
 
-	started   atomic.Int64 // pages whose fetch started on this worker
-	inflight  atomic.Int64 // deliveries held by this worker
-	badLogged atomic.Bool  // the first undecodable payload was logged
-	lastErr   atomic.Value // string: the last fetch error, for ErrNoPages
+	started   atomic.Int64          // pages whose fetch started on this worker
+	inflight  atomic.Int64          // deliveries held by this worker
+	badLogged atomic.Bool           // the first undecodable payload was logged
+	lastErr   atomic.Pointer[error] // the last error that lost a page, for ErrNoPages
 
 	leases sync.Map // broker.Delivery -> struct{}: deliveries to keep extended
 }
@@ -170,10 +170,15 @@ func (c *Crawler) Run(ctx context.Context) error {
 	}
 	close(keeperDone)
 	wg.Wait()
-	c.log.Info("crawl stopped", "crawl", c.cfg.Name, "pages", c.started.Load(), "err", err)
+	// The counters are the one source of truth for what the crawl did.
+	c.log.Info("crawl stopped", "crawl", c.cfg.Name, "pages", c.stats.Get(StatResponses),
+		"items", c.stats.Get(StatItems), "errors", c.stats.Get(StatErrors), "err", err)
 	if err == nil && c.stats.Get(StatResponses) == 0 && c.stats.Get(StatErrors) > 0 {
-		last, _ := c.lastErr.Load().(string)
-		err = fmt.Errorf("%w: %s", ErrNoPages, last)
+		if last := c.lastErr.Load(); last != nil {
+			err = fmt.Errorf("%w: %w", ErrNoPages, *last)
+		} else {
+			err = ErrNoPages
+		}
 	}
 	return err
 }
@@ -329,7 +334,7 @@ func (c *Crawler) takeExternalStarts(ctx context.Context) (int, error) {
 		c.stats.Inc(StatStartURLs)
 		req, err := startRequest(p)
 		if err != nil {
-			c.stats.Inc(StatErrors)
+			c.fail(ErrorBadURL, nil)
 			c.log.Warn("start url rejected", "queue", StartQueue(c.cfg.Name), "err", err)
 			continue
 		}
@@ -426,11 +431,11 @@ func (c *Crawler) handle(ctx, work context.Context, d broker.Delivery) {
 // process fetches req and hands the response to its callback; it returns
 // how the delivery is to be settled.
 func (c *Crawler) process(ctx, work context.Context, req *Request, attempt int) action {
-	log := c.log.With("url", req.URL)
+	log := c.log.With("url", Redact(req.URL))
 	u, err := url.Parse(req.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		c.stats.Inc(StatErrors)
-		return reject(fmt.Sprintf("bad url %q", req.URL))
+		c.fail(ErrorBadURL, nil)
+		return reject(fmt.Sprintf("bad url %q", Redact(req.URL)))
 	}
 	if c.robots != nil {
 		ok, delay, err := c.robots.Allowed(ctx, u)
@@ -467,8 +472,8 @@ func (c *Crawler) process(ctx, work context.Context, req *Request, attempt int) 
 			c.limiter.Backoff(u.Host, time.Now().Add(c.cfg.backoff(req.Retries+1)))
 			return c.retry(work, req, err.Error())
 		}
-		c.stats.Inc(StatErrors)
-		c.lastErr.Store(err.Error())
+		err = redactErr(err)
+		c.fail(fetchErrorKind(err), err)
 		log.Info("fetch failed", "err", err)
 		return ack()
 	}
@@ -497,7 +502,7 @@ func (c *Crawler) process(ctx, work context.Context, req *Request, attempt int) 
 	cb, ok := c.cfg.Callbacks[req.Callback]
 	if !ok {
 		if req.Callback != "" {
-			c.stats.Inc(StatErrors)
+			c.fail(ErrorCallback, nil)
 			return reject(fmt.Sprintf("unknown callback %q", req.Callback))
 		}
 		cb = c.defaultCallback
@@ -542,12 +547,12 @@ func (c *Crawler) redirect(ctx context.Context, req *Request, resp *Response, at
 	n := 0
 	fmt.Sscan(req.Meta["redirect_times"], &n)
 	if n >= maxRedirects {
-		c.stats.Inc(StatErrors)
+		c.fail(ErrorRedirect, nil)
 		return ack()
 	}
 	target, err := resp.URL.Parse(strings.TrimSpace(resp.Header.Get("Location")))
 	if err != nil {
-		c.stats.Inc(StatErrors)
+		c.fail(ErrorRedirect, nil)
 		return ack()
 	}
 	next := *req
@@ -573,13 +578,12 @@ func (c *Crawler) redirect(ctx context.Context, req *Request, resp *Response, at
 func (c *Crawler) retry(ctx context.Context, req *Request, why string) action {
 	if req.Retries >= c.cfg.MaxRetries {
 		c.stats.Inc(StatRetriesExceeded)
-		c.stats.Inc(StatErrors)
-		c.lastErr.Store(req.URL + ": " + why)
-		c.log.Info("giving up", "url", req.URL, "attempt", req.Retries+1, "reason", why)
+		c.fail(ErrorRetries, fmt.Errorf("%s: %s", Redact(req.URL), why))
+		c.log.Info("giving up", "url", Redact(req.URL), "attempt", req.Retries+1, "reason", why)
 		return reject("retries exhausted: " + why)
 	}
 	c.stats.Inc(StatRetries)
-	c.log.Debug("retrying", "url", req.URL, "attempt", req.Retries+1, "reason", why)
+	c.log.Debug("retrying", "url", Redact(req.URL), "attempt", req.Retries+1, "reason", why)
 	req.Retries++
 	req.Priority--
 	return giveBack()
@@ -595,7 +599,7 @@ func (c *Crawler) republish(ctx context.Context, d broker.Delivery, req *Request
 		err = c.broker.Publish(ctx, RequestsQueue(c.cfg.Name), broker.Message{Body: body, Priority: req.Priority})
 	}
 	if err != nil {
-		c.log.Warn("give back failed; nacking", "url", req.URL, "err", err)
+		c.log.Warn("give back failed; nacking", "url", Redact(req.URL), "err", err)
 		c.settle(ctx, d, nack(0))
 		return
 	}
@@ -732,7 +736,7 @@ func (c *Crawler) enqueue(ctx context.Context, reqs []*Request, force, start boo
 func (c *Crawler) defaultCallback(_ context.Context, resp *Response) (Result, error) {
 	ct := resp.Header.Get("Content-Type")
 	p := &Page{
-		URL: resp.URL.String(), Status: resp.StatusCode, Depth: resp.Request.Depth,
+		URL: StripCredentials(resp.URL), Status: resp.StatusCode, Depth: resp.Request.Depth,
 		ContentType: ct, Length: len(resp.Body), FetchedAt: time.Now().UTC(), Meta: resp.Request.Meta,
 	}
 	var res Result
@@ -756,6 +760,27 @@ func (c *Crawler) defaultCallback(_ context.Context, resp *Response) (Result, er
 	}
 	res.Items = []any{p}
 	return res, nil
+}
+
+// fail counts an error of kind; err, if not nil, is remembered for
+// ErrNoPages.
+func (c *Crawler) fail(kind string, err error) {
+	c.stats.Inc(StatErrors)
+	c.stats.Inc(StatErrorKindPrefix + kind)
+	if err != nil {
+		c.lastErr.Store(&err)
+	}
+}
+
+// fetchErrorKind classifies a fetch error that is not retried.
+func fetchErrorKind(err error) string {
+	switch {
+	case errors.Is(err, ErrForbiddenAddress):
+		return ErrorForbiddenAddress
+	case errors.Is(err, ErrBodyTooLarge):
+		return ErrorBodyTooLarge
+	}
+	return ErrorFetch
 }
 
 // sleep waits for d or ctx; it reports whether d passed.

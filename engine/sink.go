@@ -52,13 +52,27 @@ func NewJSONLines(w io.Writer) *JSONLines {
 
 // CreateJSONLines appends items to the file at path, creating it.
 func CreateJSONLines(path string) (*JSONLines, error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	return openJSONLines(path, os.O_APPEND)
+}
+
+// TruncateJSONLines writes items to the file at path, creating it or
+// emptying it first.
+func TruncateJSONLines(path string) (*JSONLines, error) {
+	return openJSONLines(path, os.O_TRUNC)
+}
+
+func openJSONLines(path string, mode int) (*JSONLines, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|mode, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("jsonlines sink: %w", err)
 	}
 	s := NewJSONLines(f)
 	s.closer = f
-	s.sync = f.Sync
+	// Only a regular file can be synced: /dev/null, a pipe or a terminal
+	// answer fsync with EINVAL.
+	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
+		s.sync = f.Sync
+	}
 	return s, nil
 }
 

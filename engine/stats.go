@@ -77,3 +77,18 @@ func (s *Stats) Snapshot() map[string]int64 {
 }
 
 func statusStat(code int) string { return StatStatusPrefix + strconv.Itoa(code) }
+
+// StatErrorKindPrefix prefixes the counters of errors by kind: every error
+// counted in StatErrors is also counted in exactly one of them.
+const StatErrorKindPrefix = "errors/"
+
+// Error kinds, the suffixes of StatErrorKindPrefix.
+const (
+	ErrorFetch            = "fetch"             // a fetch failed for good (not retried)
+	ErrorForbiddenAddress = "forbidden_address" // refused by the address guard
+	ErrorBodyTooLarge     = "body_too_large"    // response body over the cap
+	ErrorRetries          = "retries_exhausted" // timeouts, 5xx, 429 past the retry limit
+	ErrorBadURL           = "bad_url"           // a request or start URL that cannot be fetched
+	ErrorRedirect         = "redirect"          // too many redirects, or a bad Location
+	ErrorCallback         = "callback"          // unknown callback
+)

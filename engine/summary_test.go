@@ -1,0 +1,94 @@
+package engine_test
+
+import (
+	"net/url"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/trawlhq/trawl/engine"
+)
+
+func TestSummary(t *testing.T) {
+	s := engine.Summarize(map[string]int64{
+		engine.StatResponses: 10, engine.StatItems: 9, engine.StatErrors: 3,
+		engine.StatErrorKindPrefix + engine.ErrorFetch: 1, engine.StatErrorKindPrefix + engine.ErrorRetries: 2,
+		engine.StatDeadLetters: 2, engine.StatFiltered: 40, engine.StatStatusPrefix + "200": 9, engine.StatStatusPrefix + "404": 1,
+	}, 2*time.Second)
+	want := "10 pages fetched, 9 items written, 3 errors (fetch 1, retries_exhausted 2), 2 dead letters, 40 duplicates filtered, 2s, 5.0 pages/s"
+	if got := s.String(); got != want {
+		t.Errorf("summary\n got %q\nwant %q", got, want)
+	}
+	if s.Empty() != "" {
+		t.Errorf("a crawl with items is not empty: %q", s.Empty())
+	}
+	for _, c := range []struct {
+		stats map[string]int64
+		want  string
+	}{
+		{map[string]int64{engine.StatStartURLs: 1, engine.StatFiltered: 1}, "already crawled: nothing to do (use --flush to start again)"},
+		{map[string]int64{engine.StatStartURLs: 1, engine.StatRequests: 1, engine.StatResponses: 1, engine.StatStatusPrefix + "404": 1}, "the start URL answered 404 Not Found"},
+		{map[string]int64{engine.StatStartURLs: 1, engine.StatRobotsForbidden: 1}, "the start URL is disallowed by robots.txt"},
+		{map[string]int64{}, "nothing to do: no start URL and an empty frontier"},
+	} {
+		if got := engine.Summarize(c.stats, time.Second).Empty(); got != c.want {
+			t.Errorf("Empty(%v) = %q, want %q", c.stats, got, c.want)
+		}
+	}
+}
+
+func TestRedact(t *testing.T) {
+	for in, want := range map[string]string{
+		`parse "redis://u:s3cret@host:x/0": invalid port`: `parse "redis://u:xxxxx@host:x/0": invalid port`,
+		"nats://a:b@h1:4222,nats://c:d%zz@h2:4222":        "nats://a:xxxxx@h1:4222,nats://c:xxxxx@h2:4222",
+		"http://user@host/ and http://:p@ss@host/x":       "http://user@host/ and http://:xxxxx@host/x",
+		"no url here: a@b":                                "no url here: a@b",
+	} {
+		if got := engine.Redact(in); got != want {
+			t.Errorf("Redact(%q)\n got %q\nwant %q", in, got, want)
+		}
+	}
+	u, _ := url.Parse("http://u:pw@example.com/a?b=1")
+	if got := engine.StripCredentials(u); got != "http://example.com/a?b=1" {
+		t.Errorf("StripCredentials = %q", got)
+	}
+}
+
+// TestJSONLinesDevNull: a sink on /dev/null closes cleanly (fsync there
+// fails with EINVAL).
+func TestJSONLinesDevNull(t *testing.T) {
+	if _, err := os.Stat(os.DevNull); err != nil {
+		t.Skip(err)
+	}
+	s, err := engine.CreateJSONLines(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Write(t.Context(), []any{map[string]int{"a": 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+}
+
+func TestTruncateJSONLines(t *testing.T) {
+	p := t.TempDir() + "/items.jsonl"
+	if err := os.WriteFile(p, []byte("{\"old\":1}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := engine.TruncateJSONLines(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Write(t.Context(), []any{map[string]int{"new": 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	data, _ := os.ReadFile(p)
+	if string(data) != "{\"new\":1}\n" {
+		t.Errorf("file %q, want only the new item", data)
+	}
+}
