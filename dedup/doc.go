@@ -32,7 +32,21 @@
 // fingerprint as seen; a probabilistic one (a Bloom filter) may, at a rate
 // it documents, but never reports a fingerprint added before as new. Close
 // is idempotent, and Add after Close fails with an error wrapping ErrClosed.
-// Filters that can forget everything implement Purger.
+// Filters that can forget everything implement Purger; filters that can
+// answer without adding implement Checker.
+//
+// # Marks
+//
+// Beside request fingerprints the engine keeps two kinds of marks in the
+// same filter, derived from a request's fingerprint so that every worker
+// and tool agrees on them: PublishedMark ("this request was published to
+// the frontier") and ExpandedMark ("this page's links were claimed"). They
+// are the durable record of what a page published: a page processed again
+// after a crash republishes exactly the links that were claimed and never
+// published, and nothing else. Marks count as items when a filter is sized:
+// a crawl of N pages stores up to 3N fingerprints (N requests, up to N
+// published marks, up to N expanded marks), so size a Bloom filter's
+// capacity for three times the pages expected.
 //
 // Package dedup/deduptest is the conformance suite every Filter passes;
 // dedup/local is the single-node Bloom filter.

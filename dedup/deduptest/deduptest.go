@@ -56,6 +56,9 @@ func Run(t *testing.T, c Config) {
 		{"Close", s.testClose},
 		{"CancelledContext", s.testCancelledContext},
 		{"Purge", s.testPurge},
+		{"ContainsChangesNothing", s.testContainsChangesNothing},
+		{"ContainsAfterAdd", s.testContainsAfterAdd},
+		{"ContainsClosed", s.testContainsClosed},
 	} {
 		t.Run(tc.name, tc.fn)
 	}
@@ -447,5 +450,137 @@ func (s *suite) bounded(t *testing.T, what string, fn func() error) error {
 	case <-time.After(s.Timeout):
 		t.Fatalf("%s did not return within %v", what, s.Timeout)
 		return nil
+	}
+}
+
+// checker returns f as a dedup.Checker, or skips t.
+func checker(t *testing.T, f dedup.Filter) dedup.Checker {
+	t.Helper()
+	c, ok := f.(dedup.Checker)
+	if !ok {
+		t.Skipf("%T does not implement dedup.Checker", f)
+	}
+	return c
+}
+
+// contains calls c.Contains with a bounded context and fails t on error or
+// on a result of the wrong length.
+func (s *suite) contains(t *testing.T, c dedup.Checker, fps ...dedup.Fingerprint) []bool {
+	t.Helper()
+	var in []bool
+	err := s.bounded(t, "Contains", func() (err error) {
+		ctx, cancel := context.WithTimeout(context.Background(), s.Timeout)
+		defer cancel()
+		in, err = c.Contains(ctx, fps...)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("Contains(%d fingerprints): %v", len(fps), err)
+	}
+	if len(in) != len(fps) {
+		t.Fatalf("Contains(%d fingerprints) returned %d results", len(fps), len(in))
+	}
+	return in
+}
+
+// Contains of fingerprints never added reports them absent (allowing false
+// positives) and adds nothing: Add then still hears them new, and Contains
+// repeated says the same.
+func (s *suite) testContainsChangesNothing(t *testing.T) {
+	f := s.New(t)
+	c := checker(t, f)
+	fps := fingerprints(s.rng(t), 500)
+	if got := s.contains(t, c); len(got) != 0 {
+		t.Errorf("Contains() = %v, want no results", got)
+	}
+	first := s.contains(t, c, fps...)
+	present := 0
+	for _, in := range first {
+		if in {
+			present++
+		}
+	}
+	if max := s.allowedFalsePositives(len(fps)); present > max {
+		t.Errorf("Contains reported %d of %d never-added fingerprints present, at most %d allowed", present, len(fps), max)
+	}
+	again := s.contains(t, c, fps...)
+	for i := range fps {
+		if again[i] != first[i] {
+			t.Fatalf("fingerprint %d: Contains said %v, then %v: Contains changed the filter", i, first[i], again[i])
+		}
+	}
+	fresh := 0
+	for i, isNew := range s.add(t, f, fps...) {
+		if isNew {
+			fresh++
+		} else if !first[i] && s.FalsePositiveRate == 0 {
+			t.Fatalf("fingerprint %d: only Contains saw it, yet Add reported it seen: Contains added it", i)
+		}
+	}
+	if fresh < len(fps)-s.allowedFalsePositives(len(fps))-present {
+		t.Errorf("after Contains, Add reported only %d of %d never-added fingerprints new: Contains added them", fresh, len(fps))
+	}
+}
+
+// After Add, Contains reports every fingerprint present, through any
+// handle, in input order, mixed with absent ones.
+func (s *suite) testContainsAfterAdd(t *testing.T) {
+	f1, f2 := s.New(t), s.New(t)
+	c1, c2 := checker(t, f1), checker(t, f2)
+	r := s.rng(t)
+	fps := fingerprints(r, 400)
+	var added []dedup.Fingerprint
+	wasAdded := map[dedup.Fingerprint]bool{}
+	for i := 0; i < len(fps); i += 2 {
+		added = append(added, fps[i])
+		wasAdded[fps[i]] = true
+	}
+	s.add(t, f1, added...)
+	r.Shuffle(len(fps), func(i, j int) { fps[i], fps[j] = fps[j], fps[i] })
+	for h, c := range []dedup.Checker{c1, c2} {
+		falsePositives := 0
+		for i, in := range s.contains(t, c, fps...) {
+			switch {
+			case wasAdded[fps[i]] && !in:
+				t.Fatalf("handle %d: result %d: an added fingerprint reported absent (results out of input order?)", h+1, i)
+			case !wasAdded[fps[i]] && in:
+				falsePositives++
+			}
+		}
+		if max := s.allowedFalsePositives(len(fps) - len(added)); falsePositives > max {
+			t.Errorf("handle %d: %d never-added fingerprints reported present, at most %d allowed", h+1, falsePositives, max)
+		}
+	}
+}
+
+// Contains after Close fails with an error wrapping dedup.ErrClosed; with
+// a cancelled context it returns promptly, and its error, if any, wraps
+// context.Canceled.
+func (s *suite) testContainsClosed(t *testing.T) {
+	f := s.New(t)
+	c := checker(t, f)
+	fps := fingerprints(s.rng(t), 10)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var in []bool
+	err := s.bounded(t, "Contains with a cancelled context", func() (err error) {
+		in, err = c.Contains(ctx, fps...)
+		return err
+	})
+	switch {
+	case err != nil && !errors.Is(err, context.Canceled):
+		t.Errorf("Contains with a cancelled context: %v; want an error wrapping context.Canceled", err)
+	case err == nil && len(in) != len(fps):
+		t.Errorf("Contains with a cancelled context succeeded with %d results for %d fingerprints", len(in), len(fps))
+	}
+	if err := s.bounded(t, "Close", f.Close); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	err = s.bounded(t, "Contains after Close", func() (err error) {
+		in, err = c.Contains(context.Background(), fps...)
+		return err
+	})
+	if !errors.Is(err, dedup.ErrClosed) {
+		t.Errorf("Contains after Close = %v, %v; want an error wrapping dedup.ErrClosed", in, err)
 	}
 }

@@ -38,6 +38,8 @@ type flaws struct {
 	purgeForgetsNot    bool
 	hangsWhenCancelled bool
 	wrongCancelError   bool
+	containsAdds       bool // Contains is a test-and-set
+	containsNothing    bool // Contains always reports absent
 }
 
 func (f *mapFilter) Add(ctx context.Context, fps ...dedup.Fingerprint) ([]bool, error) {
@@ -79,6 +81,29 @@ func (f *mapFilter) Add(ctx context.Context, fps ...dedup.Fingerprint) ([]bool, 
 		}
 	}
 	return isNew, nil
+}
+
+func (f *mapFilter) Contains(ctx context.Context, fps ...dedup.Fingerprint) ([]bool, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	closed := f.closed && !f.flaws.openAfterClose
+	f.mu.Unlock()
+	if closed {
+		return nil, dedup.ErrClosed
+	}
+	in := make([]bool, len(fps))
+	s := f.set
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, fp := range fps {
+		in[i] = s.seen[fp] && !f.flaws.containsNothing
+		if f.flaws.containsAdds {
+			s.seen[fp] = true
+		}
+	}
+	return in, nil
 }
 
 func (f *mapFilter) Close() error {
@@ -142,6 +167,8 @@ var brokenFilters = map[string]struct {
 	"purgeForgetsNot":     {flaws: flaws{purgeForgetsNot: true}, caughtBy: "Purge"},
 	"hangsWhenCancelled":  {flaws: flaws{hangsWhenCancelled: true}, caughtBy: "CancelledContext"},
 	"wrongCancelError":    {flaws: flaws{wrongCancelError: true}, caughtBy: "CancelledContext"},
+	"containsAdds":        {flaws: flaws{containsAdds: true}, caughtBy: "ContainsChangesNothing"},
+	"containsNothing":     {flaws: flaws{containsNothing: true}, caughtBy: "ContainsAfterAdd"},
 }
 
 // TestBrokenFilter runs the suite over one broken filter when the test

@@ -26,6 +26,13 @@
 //     if it fails, its error wraps context.Canceled; the filter still works.
 //   - Purge: for filters that implement dedup.Purger (skipped otherwise),
 //     Purge forgets every fingerprint.
+//   - ContainsChangesNothing, ContainsAfterAdd, ContainsClosed: for filters
+//     that implement dedup.Checker (skipped otherwise), Contains never
+//     changes the filter (Add still hears never-added fingerprints new),
+//     reports every added fingerprint present through any handle, in input
+//     order, reports never-added ones absent (an exact filter always, a
+//     probabilistic one allowing its rate), and fails after Close with
+//     dedup.ErrClosed.
 //
 // Each subtest has its own fresh namespace. Fingerprints
 // are random (the seed is logged), so a backend that failed to give a

@@ -73,7 +73,7 @@ func (c Config) Validate() error {
 }
 
 // Filter is a Bloom filter of fingerprints held in memory. It implements
-// dedup.Filter and dedup.Purger; it is safe for concurrent use.
+// dedup.Filter, dedup.Checker and dedup.Purger; it is safe for concurrent use.
 type Filter struct {
 	cfg  Config // with defaults
 	m, k uint64 // bits, hash functions
@@ -143,6 +143,41 @@ func (f *Filter) Add(ctx context.Context, fps ...dedup.Fingerprint) ([]bool, err
 			"capacity", f.cfg.Capacity, "fp_rate", f.cfg.FPRate)
 	}
 	return isNew, nil
+}
+
+// Contains reports, for each fingerprint, whether all its bits are set,
+// without setting any: true for every fingerprint added before, and for a
+// never-added one at the filter's false-positive rate. It implements
+// dedup.Checker. It fails if ctx is already done, or with an error wrapping
+// dedup.ErrClosed after Close.
+func (f *Filter) Contains(ctx context.Context, fps ...dedup.Fingerprint) ([]bool, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("local filter: contains: %w", err)
+	}
+	in := make([]bool, len(fps))
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return nil, fmt.Errorf("local filter: contains: %w", dedup.ErrClosed)
+	}
+	for i := range fps {
+		in[i] = f.test(&fps[i])
+	}
+	return in, nil
+}
+
+// test reports whether the k bits of fp are all set (see testAndSet).
+func (f *Filter) test(fp *dedup.Fingerprint) bool {
+	h1, h2 := baseHashes(fp)
+	for i := uint64(0); i < f.k; i++ {
+		loc, _ := bits.Mul64(h1, f.m)
+		if f.words[loc>>6]&(uint64(1)<<(loc&63)) == 0 {
+			return false
+		}
+		h1 += h2
+		h2 += i
+	}
+	return true
 }
 
 // testAndSet sets the k bits of fp and reports whether any was clear.
@@ -312,6 +347,7 @@ func wordsFor(m uint64) uint64 { return (m + 63) / 64 }
 
 var _ interface {
 	dedup.Filter
+	dedup.Checker
 	dedup.Purger
 	io.Closer
 } = (*Filter)(nil)

@@ -83,8 +83,9 @@ type Bloom struct {
 }
 
 var (
-	_ dedup.Filter = (*Bloom)(nil)
-	_ dedup.Purger = (*Bloom)(nil)
+	_ dedup.Filter  = (*Bloom)(nil)
+	_ dedup.Checker = (*Bloom)(nil)
+	_ dedup.Purger  = (*Bloom)(nil)
 )
 
 func bloomLayout(m uint64, k int) string {
@@ -239,12 +240,20 @@ func (f *Bloom) Add(ctx context.Context, fps ...dedup.Fingerprint) ([]bool, erro
 
 // Contains reports, for each fingerprint, whether it is probably in the
 // filter (all its bits are set), without adding it: false positives at
-// the filter's rate, no false negatives.
+// the filter's rate, no false negatives. It reads the bits with
+// BITFIELD_RO, pipelined: one round trip, nothing written, so it also
+// works on replicas. It implements dedup.Checker.
 func (f *Bloom) Contains(ctx context.Context, fps ...dedup.Fingerprint) ([]bool, error) {
 	if f.closed.Load() {
 		return nil, fmt.Errorf("redis bloom filter %q: contains: %w", f.key, dedup.ErrClosed)
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("redis bloom filter %q: contains: %w", f.key, err)
+	}
 	out := make([]bool, len(fps))
+	if len(fps) == 0 {
+		return out, nil
+	}
 	pos := make([]position, 0, f.k*len(fps))
 	for i := range fps {
 		out[i] = true
