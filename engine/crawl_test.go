@@ -5,10 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -126,12 +129,107 @@ func TestGuardRefusesUntrustedLoopback(t *testing.T) {
 	defer cancel()
 	c.Seed(ctx, engine.StartURL{URL: srv.URL + "/"})
 	err = c.Run(ctx)
-	if !errors.Is(err, engine.ErrNoPages) || !errors.Is(err, engine.ErrNoPages) || !strings.Contains(err.Error(), "forbidden") {
-		t.Errorf("run: %v, want ErrNoPages naming the forbidden address", err)
+	if !errors.Is(err, engine.ErrNoPages) || !errors.Is(err, engine.ErrForbiddenAddress) || !strings.Contains(err.Error(), "forbidden") {
+		t.Errorf("run: %v, want ErrNoPages wrapping ErrForbiddenAddress", err)
 	}
 	if hits != 0 {
 		t.Errorf("server saw %d requests; the guard should have refused the dial", hits)
 	}
+}
+
+// TestNoPagesWrapsRetriedError: when every fetch failed after its retries
+// (connection refused), Run's ErrNoPages wraps that error, so errors.Is
+// finds the cause.
+func TestNoPagesWrapsRetriedError(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now: connection refused
+	b, f := newBackends(t)
+	c, err := engine.New(b, f, engine.Config{
+		IdleTimeout: 100 * time.Millisecond, IgnoreRobots: true, RetryBackoff: time.Millisecond,
+		TrustedHosts: []string{"127.0.0.1"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := c.Seed(ctx, engine.StartURL{URL: "http://" + addr + "/"}); err != nil {
+		t.Fatal(err)
+	}
+	err = c.Run(ctx)
+	if !errors.Is(err, engine.ErrNoPages) || !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("run: %v, want ErrNoPages wrapping ECONNREFUSED", err)
+	}
+	if got := c.Stats().Get(engine.StatRetriesExceeded); got != 1 {
+		t.Errorf("retries exceeded %d, want 1", got)
+	}
+}
+
+// TestUnknownCallbackDeadLettered: a request naming a callback the worker
+// does not have is dead-lettered, unfetched, with a reason naming the
+// callback, and logged at Warn once per name.
+func TestUnknownCallbackDeadLettered(t *testing.T) {
+	site, url := serveSite(t, testsite.Options{Pages: 5, Links: 2, NoTraps: true})
+	b, f := newBackends(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	q := engine.RequestsQueue("trawl")
+	for _, p := range []string{"/page/1", "/page/2"} {
+		body, _ := (&engine.Request{URL: url + p, Callback: "parse_product"}).MarshalBinary()
+		if err := b.Publish(ctx, q, broker.Message{Body: body}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var logBuf bytes.Buffer
+	var logMu sync.Mutex
+	log := slog.New(slog.NewTextHandler(&lockedWriter{w: &logBuf, mu: &logMu}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	c, err := engine.New(b, f, engine.Config{
+		IdleTimeout: 100 * time.Millisecond, TrustedHosts: []string{"127.0.0.1"}, Logger: log,
+		Callbacks: map[string]engine.Callback{"parse_listing": func(context.Context, *engine.Response) (engine.Result, error) {
+			return engine.Result{}, nil
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No page was fetched, and Run says why.
+	if err := c.Run(ctx); !errors.Is(err, engine.ErrNoPages) || !strings.Contains(err.Error(), "parse_product") {
+		t.Fatalf("run: %v, want ErrNoPages naming the unknown callback", err)
+	}
+	dl, err := b.DeadLetters(ctx, q, 10)
+	if err != nil || len(dl) != 2 {
+		t.Fatalf("dead letters %d (%v), want 2", len(dl), err)
+	}
+	for _, d := range dl {
+		if !strings.Contains(d.Reason, `unknown callback "parse_product"`) || !strings.Contains(d.Reason, `"parse_listing"`) {
+			t.Errorf("dead-letter reason %q; want it to name the unknown callback and the known ones", d.Reason)
+		}
+	}
+	if n := site.Summary().Requests; n != 0 {
+		t.Errorf("the site served %d requests; a request for an unknown callback must not be fetched", n)
+	}
+	logMu.Lock()
+	out := logBuf.String()
+	logMu.Unlock()
+	if strings.Count(out, "level=WARN") != 1 || !strings.Contains(out, "callback=parse_product") {
+		t.Errorf("log %q; want one Warn record naming callback=parse_product", out)
+	}
+}
+
+// lockedWriter serializes writes to w.
+type lockedWriter struct {
+	w  *bytes.Buffer
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // TestBadPayloadDeadLettered: garbage in the frontier goes to the dead

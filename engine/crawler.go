@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -59,6 +61,7 @@ type Crawler struct {
 	inflight  atomic.Int64          // deliveries held by this worker
 	badLogged atomic.Bool           // the first undecodable payload was logged
 	lastErr   atomic.Pointer[error] // the last error that lost a page, for ErrNoPages
+	unknownCB sync.Map              // callback names already logged as unknown at Warn
 
 	leases sync.Map // broker.Delivery -> struct{}: deliveries to keep extended
 }
@@ -437,6 +440,17 @@ func (c *Crawler) process(ctx, work context.Context, req *Request, attempt int) 
 		c.fail(ErrorBadURL, nil)
 		return reject(fmt.Sprintf("bad url %q", Redact(req.URL)))
 	}
+	// The callback is looked up before the fetch: a request for a callback
+	// this worker does not have is not fetched for nothing.
+	cb, ok := c.cfg.Callbacks[req.Callback]
+	if !ok {
+		if req.Callback != "" {
+			reason := c.unknownCallback(ctx, req)
+			c.fail(ErrorCallback, errors.New(reason))
+			return reject(reason)
+		}
+		cb = c.defaultCallback
+	}
 	if c.robots != nil {
 		ok, delay, err := c.robots.Allowed(ctx, u)
 		if ctx.Err() != nil {
@@ -470,7 +484,7 @@ func (c *Crawler) process(ctx, work context.Context, req *Request, attempt int) 
 	if err != nil {
 		if Retryable(err) {
 			c.limiter.Backoff(u.Host, time.Now().Add(c.cfg.backoff(req.Retries+1)))
-			return c.retry(work, req, err.Error())
+			return c.retry(work, req, err)
 		}
 		err = redactErr(err)
 		c.fail(fetchErrorKind(err), err)
@@ -489,31 +503,23 @@ func (c *Crawler) process(ctx, work context.Context, req *Request, attempt int) 
 			wait = c.cfg.backoff(req.Retries + 1)
 		}
 		c.limiter.Backoff(u.Host, time.Now().Add(wait))
-		return c.retry(work, req, http.StatusText(resp.StatusCode))
+		return c.retry(work, req, errors.New(http.StatusText(resp.StatusCode)))
 	case code >= 500:
 		c.limiter.Backoff(u.Host, time.Now().Add(c.cfg.backoff(req.Retries+1)))
-		return c.retry(work, req, http.StatusText(resp.StatusCode))
+		return c.retry(work, req, errors.New(http.StatusText(resp.StatusCode)))
 	case code >= 300 && code < 400 && resp.Header.Get("Location") != "":
 		return c.redirect(work, req, resp, attempt)
 	case code < 200 || code >= 300:
 		return ack() // counted above; callbacks see 2xx only
 	}
 
-	cb, ok := c.cfg.Callbacks[req.Callback]
-	if !ok {
-		if req.Callback != "" {
-			c.fail(ErrorCallback, nil)
-			return reject(fmt.Sprintf("unknown callback %q", req.Callback))
-		}
-		cb = c.defaultCallback
-	}
 	res, err := cb(work, resp)
 	switch {
 	case errors.Is(err, ErrDrop):
 		c.stats.Inc(StatDropped)
 		return ack()
 	case err != nil:
-		return c.retry(work, req, "callback: "+err.Error())
+		return c.retry(work, req, fmt.Errorf("callback: %w", err))
 	}
 	for _, r := range res.Requests {
 		if r.Depth == 0 {
@@ -575,12 +581,12 @@ func (c *Crawler) redirect(ctx context.Context, req *Request, resp *Response, at
 
 // retry gives req another try (as a fresh message, see republish) or,
 // past MaxRetries, dead-letters it.
-func (c *Crawler) retry(ctx context.Context, req *Request, why string) action {
+func (c *Crawler) retry(ctx context.Context, req *Request, why error) action {
 	if req.Retries >= c.cfg.MaxRetries {
 		c.stats.Inc(StatRetriesExceeded)
-		c.fail(ErrorRetries, fmt.Errorf("%s: %s", Redact(req.URL), why))
+		c.fail(ErrorRetries, fmt.Errorf("%s: %w", Redact(req.URL), why))
 		c.log.Info("giving up", "url", Redact(req.URL), "attempt", req.Retries+1, "reason", why)
-		return reject("retries exhausted: " + why)
+		return reject("retries exhausted: " + why.Error())
 	}
 	c.stats.Inc(StatRetries)
 	c.log.Debug("retrying", "url", Redact(req.URL), "attempt", req.Retries+1, "reason", why)
@@ -642,6 +648,29 @@ func (c *Crawler) settle(ctx context.Context, d broker.Delivery, a action) {
 		// by itself and is processed again.
 		c.log.Warn("settling a delivery failed", "queue", d.Queue(), "outcome", a.String(), "err", err)
 	}
+}
+
+// unknownCallback logs a request naming a callback this worker does not
+// have (at Warn the first time for each name, at Debug after) and returns
+// the dead-letter reason. It happens when workers of one crawl run
+// different code: each worker must register the same callbacks.
+func (c *Crawler) unknownCallback(ctx context.Context, req *Request) string {
+	known := make([]string, 0, len(c.cfg.Callbacks))
+	for name := range c.cfg.Callbacks {
+		known = append(known, strconv.Quote(name))
+	}
+	slices.Sort(known)
+	reason := fmt.Sprintf("unknown callback %q: this worker has %s", req.Callback, strings.Join(known, ", "))
+	if len(known) == 0 {
+		reason = fmt.Sprintf("unknown callback %q: this worker has only the default callback", req.Callback)
+	}
+	lvl := slog.LevelDebug
+	if _, seen := c.unknownCB.LoadOrStore(req.Callback, struct{}{}); !seen {
+		lvl = slog.LevelWarn
+	}
+	c.log.Log(ctx, lvl, "request for an unknown callback dead-lettered; do all workers run the same code?",
+		"callback", req.Callback, "url", Redact(req.URL), "known", known)
+	return reason
 }
 
 // deadLetter rejects an undecodable payload; the first is logged at Warn.

@@ -21,7 +21,10 @@
 //
 // Undecodable payloads, unknown callbacks and requests that exhausted their
 // retries are dead-lettered and counted; the first undecodable payload is
-// logged at Warn, later ones at Debug.
+// logged at Warn, later ones at Debug. A request naming a callback the
+// worker does not have (workers running different code) is dead-lettered
+// before it is fetched, with a reason naming the callback and the ones the
+// worker has, and logged at Warn once per name.
 //
 // # Politeness and safety
 //
