@@ -131,10 +131,18 @@ func newFetcher(o FetchOptions, proxy func(*http.Request) (*url.URL, error)) *Fe
 	return f
 }
 
-// Trust exempts host from the address guard. host is a host name or an IP
-// address (a port, if given, is ignored: trust is per host), normally the host
-// of a start URL the operator gave. Trust is safe for concurrent use.
+// Trust exempts host from the address guard. host is "host:port" (a host
+// name or IP address and a port: that port only, as TrustedAddr gives for a
+// start URL the operator gave) or a bare host name or IP address (every
+// port of it). Trust is safe for concurrent use.
 func (f *Fetcher) Trust(host string) { f.guard.trust(host) }
+
+// TrustedAddr is what to Trust for u, a start URL an operator gave: its
+// exact host and port (the scheme's default port when u names none), so
+// that trusting http://127.0.0.1:8080/ does not open 127.0.0.1:6379.
+func TrustedAddr(u *url.URL) string {
+	return net.JoinHostPort(u.Hostname(), defaultPort(u))
+}
 
 // Fetch sends r and reads the whole response body, within the total timeout
 // and the body-size cap. The request method defaults to GET; User-Agent is

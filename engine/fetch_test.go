@@ -316,6 +316,16 @@ func TestFetchGuard(t *testing.T) {
 		// Trusting the IP does not trust a name resolving to it.
 		refused(t, f, localhostURL)
 	})
+	t.Run("trusted host and port", func(t *testing.T) {
+		other := newTestServer(t, func(w http.ResponseWriter, r *http.Request) {})
+		f := NewFetcher(FetchOptions{})
+		defer f.Close()
+		u, _ := url.Parse(srv.URL)
+		f.Trust(TrustedAddr(u))
+		allowed(t, f, srv.URL)
+		// Another port of the same address stays guarded.
+		refused(t, f, other.URL)
+	})
 	t.Run("trusted name", func(t *testing.T) {
 		f := NewFetcher(FetchOptions{})
 		defer f.Close()

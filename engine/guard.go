@@ -71,12 +71,14 @@ type guard struct {
 	off bool // AllowPrivate
 
 	mu      sync.RWMutex
-	trusted map[string]struct{} // normalized host names and IPs
+	trusted map[string]struct{} // normalized host names and IPs: every port
+	exact   map[string]struct{} // normalized "host:port": that port only
 	proxies map[string]struct{} // "host:port" of proxies taken from the environment
 }
 
 func newGuard(off bool) *guard {
-	return &guard{off: off, trusted: make(map[string]struct{}), proxies: make(map[string]struct{})}
+	return &guard{off: off, trusted: make(map[string]struct{}), exact: make(map[string]struct{}),
+		proxies: make(map[string]struct{})}
 }
 
 // normalizeHost lower-cases host, drops brackets, a port and a trailing dot,
@@ -94,22 +96,42 @@ func normalizeHost(host string) string {
 	return host
 }
 
+// trust exempts "host:port" (that port only) or a bare host (every port).
 func (g *guard) trust(host string) {
 	h := normalizeHost(host)
 	if h == "" {
 		return
 	}
 	g.mu.Lock()
+	defer g.mu.Unlock()
+	if _, port, err := net.SplitHostPort(host); err == nil && port != "" {
+		g.exact[net.JoinHostPort(h, port)] = struct{}{}
+		return
+	}
 	g.trusted[h] = struct{}{}
-	g.mu.Unlock()
 }
 
-func (g *guard) isTrusted(host string) bool {
+// isTrusted reports whether host (normalized or not) on port is trusted.
+func (g *guard) isTrusted(host, port string) bool {
 	h := normalizeHost(host)
 	g.mu.RLock()
-	_, ok := g.trusted[h]
-	g.mu.RUnlock()
+	defer g.mu.RUnlock()
+	if _, ok := g.trusted[h]; ok {
+		return true
+	}
+	_, ok := g.exact[net.JoinHostPort(h, port)]
 	return ok
+}
+
+// defaultPort is the port of u, or its scheme's default.
+func defaultPort(u *url.URL) string {
+	if p := u.Port(); p != "" {
+		return p
+	}
+	if u.Scheme == "https" {
+		return "443"
+	}
+	return "80"
 }
 
 // noteProxy records the address of a proxy chosen from the environment; dials
@@ -148,13 +170,12 @@ func (g *guard) exempt(addr string) bool {
 	if err != nil {
 		return false
 	}
-	h := normalizeHost(host)
-	g.mu.RLock()
-	defer g.mu.RUnlock()
-	if _, ok := g.trusted[h]; ok {
+	if g.isTrusted(host, port) {
 		return true
 	}
-	_, ok := g.proxies[net.JoinHostPort(h, port)]
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	_, ok := g.proxies[net.JoinHostPort(normalizeHost(host), port)]
 	return ok
 }
 
@@ -166,7 +187,7 @@ func (g *guard) checkURLHost(u *url.URL) error {
 		return nil
 	}
 	a, err := netip.ParseAddr(strings.TrimSuffix(u.Hostname(), "."))
-	if err != nil || !forbiddenAddr(a) || g.isTrusted(u.Hostname()) {
+	if err != nil || !forbiddenAddr(a) || g.isTrusted(u.Hostname(), defaultPort(u)) {
 		return nil
 	}
 	return fmt.Errorf("%w: %s", ErrForbiddenAddress, a)

@@ -57,8 +57,10 @@ type Config struct {
 	Starts StartSource
 	// Fetch configures the HTTP fetcher.
 	Fetch FetchOptions
-	// TrustedHosts are exempt from the private-address guard: the hosts of
-	// start URLs an operator gives on the command line.
+	// TrustedHosts are exempt from the private-address guard: the
+	// addresses of start URLs an operator gives on the command line, as
+	// "host:port" (that port only; see TrustedAddr), or bare hosts (every
+	// port; see Fetcher.Trust).
 	TrustedHosts []string
 	// Limiter paces requests per host. nil = a local limiter from PerHost
 	// and Delay.

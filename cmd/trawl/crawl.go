@@ -49,7 +49,7 @@ func (o *options) crawl(ctx context.Context, args []string, seed bool) error {
 		}
 		starts = append(starts, s)
 		u, _ := url.Parse(s.URL)
-		trusted = append(trusted, u.Hostname())
+		trusted = append(trusted, engine.TrustedAddr(u)) // that port only
 	}
 	b, err := o.open(ctx)
 	if err != nil {
