@@ -64,6 +64,28 @@
 //     <base href="http://HOST/">; resolved against the page it would be
 //     /page/leaf/base).
 //
+// # The shop
+//
+// Under /shop/ the site also serves a small shop, for scraping examples
+// (in the manner of books.toscrape.com). It is not linked from /, and its
+// requests are counted apart (ShopServed), so Verify of a crawl from / is
+// unaffected. It is the same in every site, whatever the Options.
+//
+//   - /shop/ links to page/1.
+//   - /shop/page/N, N in [1, ShopListingPages]: ShopPageSize products as
+//     article.product_pod, each with an h3 a linking "../product/I" (a
+//     shortened title; the full one in the title attribute), a
+//     p.star-rating and a p.price_color; a ul.pager with relative
+//     li.previous a and li.next a links.
+//   - /shop/product/I, I in [1, ShopProducts]: article.product_page with
+//     an h1 title (some contain "&", written "&amp;"), p.price_color
+//     ("£51.77") and p.star-rating with the rating as its second class
+//     ("star-rating Three"); links back to its listing page and to three
+//     other products.
+//
+// Products returns the products a correct scrape finds; VerifyShop checks
+// that every listing and product page was fetched exactly once.
+//
 // # Counting
 //
 // Every request except those under /_testsite/ is counted under its
@@ -114,6 +136,7 @@
 //	GET  /_testsite/served            {"served": {key: count}, "summary": Summary}
 //	GET  /_testsite/verify            200 "ok", or 409 with one problem per line
 //	GET  /_testsite/verify?partial=1  the same for VerifyPartial
+//	GET  /_testsite/shop              {"products": Products(), "problems": […]} (VerifyShop)
 //	POST /_testsite/reset             Reset, 204
 //
 // These requests are neither counted nor delayed by Options.Latency.

@@ -52,6 +52,7 @@ func (s *Site) Summary() Summary {
 //	GET  /_testsite/served   JSON {"served": {key: count}, "summary": Summary}
 //	GET  /_testsite/verify   200 "ok", or 409 with one problem per line;
 //	                         ?partial=1 checks as VerifyPartial
+//	GET  /_testsite/shop     JSON {"products": Products(), "problems": VerifyShop's}
 //	POST /_testsite/reset    Reset; 204
 func (s *Site) serveControl(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
@@ -78,6 +79,16 @@ func (s *Site) serveControl(w http.ResponseWriter, r *http.Request) {
 			b.WriteByte('\n')
 		}
 		serveText(w, http.StatusConflict, ctText, b.String())
+	case "/_testsite/shop":
+		var problems []string
+		if err := s.VerifyShop(); err != nil {
+			problems = strings.Split(err.Error(), "\n")
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(struct {
+			Products []Product `json:"products"`
+			Problems []string  `json:"problems"`
+		}{Products(), problems})
 	case "/_testsite/reset":
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)

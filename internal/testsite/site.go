@@ -99,6 +99,7 @@ type Site struct {
 	mu       sync.Mutex
 	pageHits []hit           // by page number
 	hits     map[string]*hit // every other canonical key
+	shopHits map[string]int  // requests under /shop/, see shop.go
 }
 
 // hit counts the requests for one canonical key.
@@ -184,6 +185,7 @@ func New(o Options) *Site {
 		res:     make(map[string]*resource),
 		hits:    make(map[string]*hit),
 	}
+	s.shopHits = make(map[string]int)
 	if s.pages <= 0 {
 		s.pages = DefaultPages
 	}
@@ -257,6 +259,7 @@ func (s *Site) Reset() {
 	defer s.mu.Unlock()
 	clear(s.pageHits)
 	clear(s.hits)
+	clear(s.shopHits)
 }
 
 // Verify reports whether the requests served so far are those of a correct
@@ -463,6 +466,10 @@ func pagePath(i int) string { return "/page/" + strconv.Itoa(i) }
 func (s *Site) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if strings.HasPrefix(r.URL.Path, "/_testsite/") {
 		s.serveControl(w, r)
+		return
+	}
+	if strings.HasPrefix(r.URL.Path, "/shop/") {
+		s.serveShop(w, r)
 		return
 	}
 	key := canonicalKey(r.URL)
