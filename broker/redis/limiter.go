@@ -53,6 +53,32 @@ end
 return 0
 `)
 
+// refreshScript extends the slots a live worker holds: each of its tokens
+// still in the set gets a new expiry, and the set outlives them. A token
+// that is gone (it expired while its worker could not reach Redis) is not
+// added back.
+//
+// KEYS[1] slots. ARGV[1] token TTL (ms), ARGV[2..] tokens.
+// Returns how many of the tokens were still there.
+var refreshScript = goredis.NewScript(luaLib + `
+local ttl = tonumber(ARGV[1])
+local exp = now_ms() + ttl
+local n = 0
+for i = 2, #ARGV do
+  if redis.call('ZSCORE', KEYS[1], ARGV[i]) then
+    redis.call('ZADD', KEYS[1], exp, ARGV[i])
+    n = n + 1
+  end
+end
+if n > 0 then
+  redis.call('PEXPIRE', KEYS[1], ttl)
+end
+return n
+`)
+
+// DefaultSlotTTL is LimiterConfig.SlotTTL's default: trawl's default lease.
+const DefaultSlotTTL = 30 * time.Second
+
 // LimiterConfig configures a HostLimiter.
 type LimiterConfig struct {
 	// Client is the Redis connection, shared with the broker; never closed by us.
@@ -64,8 +90,12 @@ type LimiterConfig struct {
 	// Delay is the least time between request starts to one host across
 	// all workers (robots.txt Crawl-delay raises it per host).
 	Delay time.Duration
-	// SlotTTL frees the slot of a worker that died holding it (0 = 2 minutes):
-	// set it above the fetch timeout.
+	// SlotTTL is how long a slot outlives the last sign of life of the
+	// worker holding it (0 = DefaultSlotTTL; trawl passes --lease). A
+	// live worker renews its slots every SlotTTL/3 while their requests
+	// run, so a request may take longer than SlotTTL; the slots of a
+	// worker that died, or lost Redis, free themselves within SlotTTL.
+	// At least 300ms.
 	SlotTTL time.Duration
 	// Poll bounds how long a waiting Acquire sleeps before it asks again
 	// when all slots are taken (0 = 20ms).
@@ -80,33 +110,70 @@ type LimiterConfig struct {
 // Taking a slot is one round trip (a Lua script, on server time); giving it
 // back is one more, made off the fetch's path. It implements
 // engine.HostLimiter.
+//
+// A slot is a token in a sorted set, scored by the time it expires. While
+// a limiter holds slots, a keeper goroutine renews them every SlotTTL/3,
+// and retries (every second) the releases that failed because Redis was
+// unreachable; it stops when nothing is held or pending, and Close stops
+// it. So a slot comes back within SlotTTL when its worker dies (kill -9),
+// and at once (within a second) after Redis comes back from an outage
+// during which its release failed. A worker that could not renew its
+// slots for SlotTTL (a Redis outage that long) loses them to others while
+// its requests still run: the cap may be exceeded once, for those
+// requests.
 type HostLimiter struct {
 	cfg LimiterConfig
 	log *slog.Logger
 
-	mu     sync.Mutex
-	delays map[string]time.Duration // per-host delays above cfg.Delay
+	mu      sync.Mutex
+	delays  map[string]time.Duration // per-host delays above cfg.Delay
+	held    map[string]string        // token -> slots key, slots in use here
+	pending map[string]string        // token -> slots key, releases that failed
+	running bool                     // the keeper runs
+	closed  bool
+	stop    chan struct{} // closed by Close
+	wg      sync.WaitGroup
 }
 
 // NewHostLimiter returns a limiter shared by the workers of cfg.Crawl.
+// Close it when done.
 func NewHostLimiter(cfg LimiterConfig) (*HostLimiter, error) {
 	if cfg.Client == nil || cfg.Crawl == "" || cfg.PerHost < 0 || cfg.Delay < 0 {
 		return nil, fmt.Errorf("redis host limiter: need a client, a crawl name and non-negative limits")
+	}
+	if cfg.SlotTTL != 0 && cfg.SlotTTL < 300*time.Millisecond {
+		return nil, fmt.Errorf("redis host limiter: SlotTTL %v: want 0 (default %v) or at least 300ms", cfg.SlotTTL, DefaultSlotTTL)
 	}
 	if cfg.PerHost == 0 {
 		cfg.PerHost = 8
 	}
 	if cfg.SlotTTL == 0 {
-		cfg.SlotTTL = 2 * time.Minute
+		cfg.SlotTTL = DefaultSlotTTL
 	}
 	if cfg.Poll == 0 {
 		cfg.Poll = 20 * time.Millisecond
 	}
-	l := &HostLimiter{cfg: cfg, log: cfg.Logger, delays: make(map[string]time.Duration)}
+	l := &HostLimiter{
+		cfg: cfg, log: cfg.Logger, delays: make(map[string]time.Duration),
+		held: make(map[string]string), pending: make(map[string]string), stop: make(chan struct{}),
+	}
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
 	}
 	return l, nil
+}
+
+// Close stops the keeper. Slots still held are not released: they free
+// themselves within SlotTTL (Close is not a release). Close is idempotent.
+func (l *HostLimiter) Close() error {
+	l.mu.Lock()
+	if !l.closed {
+		l.closed = true
+		close(l.stop)
+	}
+	l.mu.Unlock()
+	l.wg.Wait()
+	return nil
 }
 
 func (l *HostLimiter) keys(host string) []string {
@@ -120,6 +187,18 @@ func (l *HostLimiter) delay(host string) time.Duration {
 	return max(l.cfg.Delay, l.delays[host])
 }
 
+// track records token as held (pending: as to be released) and starts the
+// keeper if it is not running. l.mu is held.
+func (l *HostLimiter) track(set map[string]string, token, key string) {
+	set[token] = key
+	if l.running || l.closed {
+		return
+	}
+	l.running = true
+	l.wg.Add(1)
+	go l.keep()
+}
+
 // Acquire waits until a request to host may start, or ctx ends.
 func (l *HostLimiter) Acquire(ctx context.Context, host string) (func(), error) {
 	var b [12]byte
@@ -130,6 +209,11 @@ func (l *HostLimiter) Acquire(ctx context.Context, host string) (func(), error) 
 	for {
 		wait, err := acquireScript.Run(ctx, l.cfg.Client, keys, token, l.cfg.PerHost, delay, l.cfg.SlotTTL.Milliseconds()).Int64()
 		if err != nil {
+			// The script may have run without its reply reaching us:
+			// make sure the token goes.
+			l.mu.Lock()
+			l.track(l.pending, token, keys[0])
+			l.mu.Unlock()
 			return nil, fmt.Errorf("redis host limiter: acquire %q: %w", host, err)
 		}
 		if wait == 0 {
@@ -147,16 +231,100 @@ func (l *HostLimiter) Acquire(ctx context.Context, host string) (func(), error) 
 		case <-t.C:
 		}
 	}
+	l.mu.Lock()
+	l.track(l.held, token, keys[0])
+	l.mu.Unlock()
 	var once sync.Once
 	return func() {
 		once.Do(func() {
+			l.mu.Lock()
+			delete(l.held, token)
+			l.mu.Unlock()
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
 			if err := l.cfg.Client.ZRem(ctx, keys[0], token).Err(); err != nil {
-				l.log.Warn("redis host limiter: release failed; the slot frees at its TTL", "host", host, "err", err)
+				l.log.Warn("redis host limiter: release failed; retrying in the background (it frees at its TTL otherwise)",
+					"host", host, "ttl", l.cfg.SlotTTL, "err", err)
+				l.mu.Lock()
+				l.track(l.pending, token, keys[0])
+				l.mu.Unlock()
 			}
 		})
 	}, nil
+}
+
+// keepTick is how often the keeper retries failed releases.
+const keepTick = time.Second
+
+// keep renews the held slots every SlotTTL/3 and retries failed releases
+// every keepTick, until nothing is held or pending, or Close.
+func (l *HostLimiter) keep() {
+	defer l.wg.Done()
+	tick := min(keepTick, l.cfg.SlotTTL/3)
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	lastRenew := time.Now()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-t.C:
+		}
+		l.mu.Lock()
+		if len(l.held) == 0 && len(l.pending) == 0 {
+			l.running = false
+			l.mu.Unlock()
+			return
+		}
+		held := byKey(l.held)
+		pending := byKey(l.pending)
+		l.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), max(tick, time.Second))
+		for key, tokens := range pending {
+			if err := l.cfg.Client.ZRem(ctx, key, toAny(tokens)...).Err(); err != nil {
+				l.log.Debug("redis host limiter: release still failing", "slots", key, "err", err)
+				continue
+			}
+			l.mu.Lock()
+			for _, tok := range tokens {
+				delete(l.pending, tok)
+			}
+			l.mu.Unlock()
+		}
+		if time.Since(lastRenew) >= l.cfg.SlotTTL/3-tick/2 {
+			lastRenew = time.Now()
+			for key, tokens := range held {
+				args := append([]any{l.cfg.SlotTTL.Milliseconds()}, toAny(tokens)...)
+				n, err := refreshScript.Run(ctx, l.cfg.Client, []string{key}, args...).Int()
+				switch {
+				case err != nil:
+					l.log.Warn("redis host limiter: could not renew slots; others may take them after their TTL",
+						"slots", key, "ttl", l.cfg.SlotTTL, "err", err)
+				case n < len(tokens):
+					l.log.Warn("redis host limiter: slots expired while in use; the per-host cap may be exceeded for them",
+						"slots", key, "lost", len(tokens)-n)
+				}
+			}
+		}
+		cancel()
+	}
+}
+
+// byKey groups the tokens of m (token -> key) by key.
+func byKey(m map[string]string) map[string][]string {
+	out := make(map[string][]string)
+	for tok, key := range m {
+		out[key] = append(out[key], tok)
+	}
+	return out
+}
+
+func toAny(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
 }
 
 // Backoff holds every worker's requests to host until t.

@@ -2,11 +2,15 @@ package redis_test
 
 import (
 	"context"
+	"io"
+	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/trawlhq/trawl/broker/redis"
 	"github.com/trawlhq/trawl/integration"
@@ -87,5 +91,173 @@ func TestHostLimiterBackoff(t *testing.T) {
 	a.Backoff("h.example", time.Now().Add(time.Hour))
 	if _, err := b.Acquire(ctx, "h.example"); err == nil {
 		t.Error("acquired during an hour-long back-off")
+	}
+}
+
+// TestHostLimiterDeadWorkerSlots: the slots of a worker that died holding
+// them (its limiter stopped without releasing, as kill -9 does) come back
+// within SlotTTL.
+func TestHostLimiterDeadWorkerSlots(t *testing.T) {
+	client := integration.RedisClient(t)
+	crawl := integration.Name(t)
+	const ttl = time.Second
+	dead, err := redis.NewHostLimiter(redis.LimiterConfig{Client: client, Crawl: crawl, PerHost: 2, SlotTTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, err := dead.Acquire(t.Context(), "h.example"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	_ = dead.Close() // dies: no release, no renewal
+	live, _ := redis.NewHostLimiter(redis.LimiterConfig{Client: client, Crawl: crawl, PerHost: 2, SlotTTL: ttl, Poll: 10 * time.Millisecond})
+	t.Cleanup(func() { _ = live.Close() })
+	ctx, cancel := context.WithTimeout(t.Context(), ttl+2*time.Second)
+	defer cancel()
+	release, err := live.Acquire(ctx, "h.example")
+	if err != nil {
+		t.Fatalf("a dead worker's slot did not come back within %v: %v", ttl+2*time.Second, err)
+	}
+	release()
+	t.Logf("slot back after %v (SlotTTL %v)", time.Since(start).Round(time.Millisecond), ttl)
+}
+
+// TestHostLimiterRenewsSlots: a live worker keeps its slots past SlotTTL
+// while its requests run (a slow page), and gives them back at release.
+func TestHostLimiterRenewsSlots(t *testing.T) {
+	client := integration.RedisClient(t)
+	crawl := integration.Name(t)
+	const ttl = 600 * time.Millisecond
+	holder, _ := redis.NewHostLimiter(redis.LimiterConfig{Client: client, Crawl: crawl, PerHost: 1, SlotTTL: ttl})
+	other, _ := redis.NewHostLimiter(redis.LimiterConfig{Client: client, Crawl: crawl, PerHost: 1, SlotTTL: ttl, Poll: 10 * time.Millisecond})
+	t.Cleanup(func() { _ = holder.Close(); _ = other.Close() })
+	release, err := holder.Acquire(t.Context(), "h.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 3*ttl)
+	defer cancel()
+	if r, err := other.Acquire(ctx, "h.example"); err == nil {
+		r()
+		t.Fatalf("took the only slot while its holder was alive and working (SlotTTL %v)", ttl)
+	}
+	release()
+	ctx, cancel = context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	r, err := other.Acquire(ctx, "h.example")
+	if err != nil {
+		t.Fatalf("slot not free after release: %v", err)
+	}
+	r()
+}
+
+// TestHostLimiterReleaseAfterOutage: releases that fail because Redis is
+// unreachable are retried when it comes back, so the slots do not wait
+// for their TTL.
+func TestHostLimiterReleaseAfterOutage(t *testing.T) {
+	opt, err := goredis.ParseURL(integration.Redis(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := newCutProxy(t, opt.Addr)
+	popt := *opt
+	popt.Addr = px.addr()
+	popt.MaxRetries = -1
+	popt.DialTimeout = 200 * time.Millisecond
+	cut := goredis.NewClient(&popt)
+	t.Cleanup(func() { _ = cut.Close() })
+	client := integration.RedisClient(t)
+	crawl := integration.Name(t)
+	a, _ := redis.NewHostLimiter(redis.LimiterConfig{Client: cut, Crawl: crawl, PerHost: 2}) // default TTL: 30s
+	b, _ := redis.NewHostLimiter(redis.LimiterConfig{Client: client, Crawl: crawl, PerHost: 2, Poll: 10 * time.Millisecond})
+	t.Cleanup(func() { _ = a.Close(); _ = b.Close() })
+	var releases []func()
+	for range 2 {
+		r, err := a.Acquire(t.Context(), "h.example")
+		if err != nil {
+			t.Fatal(err)
+		}
+		releases = append(releases, r)
+	}
+	px.cut(true)
+	for _, r := range releases {
+		r() // fails: Redis is unreachable
+	}
+	px.cut(false)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	r, err := b.Acquire(ctx, "h.example")
+	if err != nil {
+		t.Fatalf("slots released during an outage still held 5s after it (TTL %v): %v", redis.DefaultSlotTTL, err)
+	}
+	r()
+	t.Logf("slot back %v after the outage", time.Since(start).Round(time.Millisecond))
+}
+
+// cutProxy forwards TCP connections to a server until it is cut: then it
+// drops every connection and refuses new ones, as a network outage would.
+type cutProxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	down   bool
+	conns  map[net.Conn]bool
+}
+
+func newCutProxy(t *testing.T, target string) *cutProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		_ = ln.Close()
+		p.cut(true)
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			p.mu.Lock()
+			if p.down {
+				p.mu.Unlock()
+				_ = c.Close()
+				continue
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				p.mu.Unlock()
+				_ = c.Close()
+				continue
+			}
+			p.conns[c], p.conns[s] = true, true
+			p.mu.Unlock()
+			wg.Go(func() { _, _ = io.Copy(s, c); _ = s.Close(); _ = c.Close() })
+			wg.Go(func() { _, _ = io.Copy(c, s); _ = s.Close(); _ = c.Close() })
+		}
+	})
+	return p
+}
+
+func (p *cutProxy) addr() string { return p.ln.Addr().String() }
+
+// cut drops every connection and refuses new ones (down), or lets them in.
+func (p *cutProxy) cut(down bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = down
+	if down {
+		for c := range p.conns {
+			_ = c.Close()
+		}
+		clear(p.conns)
 	}
 }

@@ -89,11 +89,14 @@ func (o *options) redisExtras(ctx context.Context, b *backends, client goredis.U
 	b.purges = append(b.purges, items.Purge, stats.Purge)
 	limit, err := redisbroker.NewHostLimiter(redisbroker.LimiterConfig{
 		Client: client, Crawl: o.name, PerHost: o.perHost, Delay: o.delay, Logger: o.log,
+		// The slots of a worker that died come back within its lease.
+		SlotTTL: max(o.lease, time.Second),
 	})
 	if err != nil {
 		return err
 	}
 	b.limit = limit
+	b.closes = append(b.closes, limit.Close)
 	f, err := o.redisFilter(ctx, client)
 	if err != nil {
 		return err
