@@ -24,15 +24,26 @@ const DefaultUserAgent = "trawl/0.1 (+https://github.com/trawlhq/trawl)"
 // body is larger than FetchOptions.MaxBodySize.
 var ErrBodyTooLarge = errors.New("engine: body too large")
 
+// ErrHeaderTooLarge is returned (wrapped, with the URL) by Fetch when a
+// response's header is larger than FetchOptions.MaxHeaderSize.
+var ErrHeaderTooLarge = errors.New("engine: response header too large")
+
 // errBadURL is returned (wrapped) by Fetch for a URL it cannot fetch.
 var errBadURL = errors.New("bad url")
 
 // FetchOptions configure a Fetcher. The zero value gives the documented defaults.
+//
+// Memory: a response in progress holds at most MaxHeaderSize of header and
+// MaxBodySize of (decoded) body, so a crawler's responses take at most
+// Config.Concurrency × (MaxHeaderSize + MaxBodySize): 16 × 11 MiB with the
+// defaults. A robots.txt is fetched within the slot of the page that asked
+// for it.
 type FetchOptions struct {
 	UserAgent      string        // "" = DefaultUserAgent
 	ConnectTimeout time.Duration // TCP connect and TLS handshake; 0 = 10s
 	Timeout        time.Duration // total per request including the body; 0 = 30s
 	MaxBodySize    int64         // 0 = 10 MiB; larger bodies give ErrBodyTooLarge
+	MaxHeaderSize  int64         // 0 = 1 MiB; larger response headers give ErrHeaderTooLarge
 	AllowPrivate   bool          // lift the address guard
 	Logger         *slog.Logger  // nil = discard
 }
@@ -66,6 +77,7 @@ type Fetcher struct {
 	userAgent string
 	timeout   time.Duration
 	maxBody   int64
+	maxHeader int64
 	log       *slog.Logger
 }
 
@@ -89,6 +101,9 @@ func newFetcher(o FetchOptions, proxy func(*http.Request) (*url.URL, error)) *Fe
 	if o.MaxBodySize <= 0 {
 		o.MaxBodySize = 10 << 20
 	}
+	if o.MaxHeaderSize <= 0 {
+		o.MaxHeaderSize = 1 << 20
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -97,6 +112,7 @@ func newFetcher(o FetchOptions, proxy func(*http.Request) (*url.URL, error)) *Fe
 		userAgent: o.UserAgent,
 		timeout:   o.Timeout,
 		maxBody:   o.MaxBodySize,
+		maxHeader: o.MaxHeaderSize,
 		log:       o.Logger,
 	}
 	plain := &net.Dialer{Timeout: o.ConnectTimeout, KeepAlive: 30 * time.Second}
@@ -115,12 +131,13 @@ func newFetcher(o FetchOptions, proxy func(*http.Request) (*url.URL, error)) *Fe
 			}
 			return guarded.DialContext(ctx, network, addr)
 		},
-		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          1024,
-		MaxIdleConnsPerHost:   128, // concurrency 64 to one host keeps its connections
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   o.ConnectTimeout,
-		ExpectContinueTimeout: time.Second,
+		ForceAttemptHTTP2:      true,
+		MaxIdleConns:           1024,
+		MaxIdleConnsPerHost:    128, // concurrency 64 to one host keeps its connections
+		IdleConnTimeout:        90 * time.Second,
+		TLSHandshakeTimeout:    o.ConnectTimeout,
+		ExpectContinueTimeout:  time.Second,
+		MaxResponseHeaderBytes: o.MaxHeaderSize,
 	}
 	f.client = &http.Client{
 		Transport: f.transport,
@@ -194,6 +211,10 @@ func (f *Fetcher) Fetch(ctx context.Context, r *Request) (*Response, error) {
 	start := time.Now()
 	resp, err := f.client.Do(req)
 	if err != nil {
+		// The transport says so only in words (net/http has no sentinel).
+		if strings.Contains(err.Error(), "server response headers exceeded") {
+			return nil, fmt.Errorf("fetch %s: %w: more than %d bytes", u, ErrHeaderTooLarge, f.maxHeader)
+		}
 		return nil, timedOut(err) // *url.Error names the method and URL
 	}
 	defer resp.Body.Close()
@@ -232,7 +253,8 @@ func (f *Fetcher) Close() { f.transport.CloseIdleConnections() }
 // unreachable networks, a connection closed before or during the response
 // (EOF), and temporary DNS failures. It is false for nil, ErrBodyTooLarge,
 // ErrForbiddenAddress, bad URLs, TLS certificate errors, names that do not
-// exist, a cancelled context, and anything it does not recognise.
+// exist, ErrHeaderTooLarge, a cancelled context, and anything it does not
+// recognise.
 func Retryable(err error) bool {
 	if err == nil {
 		return false
@@ -246,7 +268,7 @@ func Retryable(err error) bool {
 		recordHeader tls.RecordHeaderError
 	)
 	switch {
-	case errors.Is(err, ErrBodyTooLarge), errors.Is(err, ErrForbiddenAddress),
+	case errors.Is(err, ErrBodyTooLarge), errors.Is(err, ErrHeaderTooLarge), errors.Is(err, ErrForbiddenAddress),
 		errors.Is(err, errBadURL), errors.Is(err, context.Canceled),
 		errors.As(err, &hostnameErr), errors.As(err, &unknownCA),
 		errors.As(err, &invalidCert), errors.As(err, &verification),

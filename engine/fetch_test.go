@@ -14,6 +14,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -514,4 +515,54 @@ func TestRetryableRealErrors(t *testing.T) {
 			t.Errorf("bad method: err %v retryable %v", err, Retryable(err))
 		}
 	})
+}
+
+// TestFetchHeaderTooLarge: a server sending a 2 MiB response header gets a
+// clear error from the default fetcher (1 MiB cap), and the fetcher reads
+// little more than its cap of it, not the whole header.
+func TestFetchHeaderTooLarge(t *testing.T) {
+	big := strings.Repeat("a", 2<<20)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	resp := []byte("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-Big: " + big + "\r\n\r\nok")
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 4096)
+				c.Read(buf) // the request; its content does not matter
+				c.Write(resp)
+			}()
+		}
+	}()
+	url := "http://" + ln.Addr().String() + "/"
+
+	f := trusting(t, FetchOptions{})
+	_, err = f.Fetch(context.Background(), &Request{URL: url})
+	if !errors.Is(err, ErrHeaderTooLarge) || !strings.Contains(err.Error(), url) {
+		t.Fatalf("err = %v, want ErrHeaderTooLarge naming %s", err, url)
+	}
+	if Retryable(err) {
+		t.Error("ErrHeaderTooLarge is retryable")
+	}
+
+	small := trusting(t, FetchOptions{MaxHeaderSize: 64 << 10})
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, err = small.Fetch(context.Background(), &Request{URL: url})
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, ErrHeaderTooLarge) {
+		t.Fatalf("err = %v, want ErrHeaderTooLarge", err)
+	}
+	if n := after.TotalAlloc - before.TotalAlloc; n > 1<<20 {
+		t.Errorf("a fetch with a 64 KiB header cap allocated %d bytes for a 2 MiB header", n)
+	}
 }

@@ -14,7 +14,9 @@ type Config struct {
 	// Name is the crawl's name; queues and keys derive from it
 	// (NAME:requests, NAME:start_urls, NAME:items). "" = "trawl".
 	Name string
-	// Concurrency is how many pages are processed at once. 0 = 16.
+	// Concurrency is how many pages are processed at once. 0 = 16. It
+	// bounds the memory of responses too: Concurrency × (MaxHeaderSize +
+	// MaxBodySize) of FetchOptions.
 	Concurrency int
 	// PerHost caps concurrent requests per host. 0 = 8.
 	PerHost int
