@@ -140,7 +140,8 @@ func newRoot(o *options) *cobra.Command {
 }
 
 // bindEnv sets every flag not given on the command line from TRAWL_NAME
-// (upper case, dashes as underscores), if set.
+// (upper case, dashes as underscores), if set. A repeatable flag takes one
+// value per line of the variable.
 func bindEnv(fs *pflag.FlagSet) error {
 	var errs []error
 	fs.VisitAll(func(f *pflag.Flag) {
@@ -153,7 +154,8 @@ func bindEnv(fs *pflag.FlagSet) error {
 			return
 		}
 		if sv, isSlice := f.Value.(pflag.SliceValue); isSlice {
-			if err := sv.Replace(strings.Split(v, ",")); err != nil {
+			// A regex or a selector may hold commas: one value per line.
+			if err := sv.Replace(strings.Split(strings.TrimSpace(v), "\n")); err != nil {
 				errs = append(errs, fmt.Errorf("%s: %w", env, err))
 			}
 			return
