@@ -8,11 +8,14 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/trawlhq/trawl/internal/testsite"
 )
 
 // numberSite serves "/" linking to /p/1, /p/22, … /p/55555, and /p/N
@@ -40,6 +43,9 @@ func numberSite(t *testing.T) string {
 			fmt.Fprintf(w, `<a href="/p/%d">next</a>`, 10*n+1)
 		}
 		fmt.Fprint(w, `</body></html>`)
+	})
+	mux.HandleFunc("/robots.txt", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, "User-agent: *\nDisallow: /private\n")
 	})
 	mux.HandleFunc("/book", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, `<html><title>book</title><body><h1>A Light in the Attic</h1><p class="price_color">£51.77</p><a href="/missing">gone</a></body></html>`)
@@ -123,5 +129,98 @@ func TestFlagValuesWhole(t *testing.T) {
 	}
 	if got, want := books[0].Fields["r"], []string{"A Light in the Attic", "£51.77"}; !slices.Equal(got, want) {
 		t.Errorf("--extract 'r=h1,.price_color' gave %q, want %q", got, want)
+	}
+}
+
+// TestEmptyCrawlSaysWhy (9.2, 9.7): a crawl that writes no item says why
+// and exits 1 (0 with --allow-empty); the rerun of a finished crawl says
+// it has nothing to do; --flush starts again, --out included.
+func TestEmptyCrawlSaysWhy(t *testing.T) {
+	base := numberSite(t)
+	for _, c := range []struct {
+		name, url, why string
+	}{
+		{"404", base + "/missing", "trawl: no item: the start URL answered 404 Not Found"},
+		{"robots", base + "/private", "trawl: no item: the start URL is disallowed by robots.txt"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := trawl(t, time.Minute, "crawl", "--idle-timeout", "300ms", c.url)
+			if r.code != 1 || lastLine(r.stderr) != c.why {
+				t.Errorf("exit %d, want 1, with the last line %q; stderr:\n%s", r.code, c.why, r.stderr)
+			}
+			if r.stdout != "" {
+				t.Errorf("stdout %q, want no item", r.stdout)
+			}
+			r = trawl(t, time.Minute, "crawl", "--idle-timeout", "300ms", "--allow-empty", c.url)
+			if r.code != 0 || lastLine(r.stderr) != c.why {
+				t.Errorf("--allow-empty: exit %d, want 0, with the last line %q; stderr:\n%s", r.code, c.why, r.stderr)
+			}
+		})
+	}
+
+	dir := t.TempDir()
+	out := filepath.Join(dir, "items.jsonl")
+	args := []string{"crawl", "--idle-timeout", "300ms", "--out", out, base + "/book"}
+	if r := trawlIn(t, dir, time.Minute, args...); r.code != 0 || lines(out) != 1 {
+		t.Fatalf("first run: exit %d, %d items, want 0 and 1; stderr:\n%s", r.code, lines(out), r.stderr)
+	}
+	r := trawlIn(t, dir, time.Minute, args...)
+	const again = "trawl: no item: already crawled: nothing to do (use --flush to start again)"
+	if r.code != 1 || lastLine(r.stderr) != again {
+		t.Errorf("rerun: exit %d, want 1 with %q; stderr:\n%s", r.code, again, r.stderr)
+	}
+	r = trawlIn(t, dir, time.Minute, append([]string{"crawl", "--flush"}, args[1:]...)...)
+	if r.code != 0 || lines(out) != 1 {
+		t.Errorf("rerun with --flush: exit %d, %d items in --out, want 0 and 1 (the file starts empty); stderr:\n%s", r.code, lines(out), r.stderr)
+	}
+}
+
+func lastLine(s string) string {
+	s = strings.TrimSpace(s)
+	return s[strings.LastIndexByte(s, '\n')+1:]
+}
+
+var summaryRE = regexp.MustCompile(`^trawl: crawl done: (\d+) pages? fetched, (\d+) items? written, (\d+) errors?( \([^)]*\))?, (\d+) dead letters?, (\d+) duplicates? filtered, [0-9.]+m?s, [0-9.]+ pages/s$`)
+
+// TestSummaryLine (9.3): every crawl ends with one summary line whose item
+// count is the number of lines written, with --max-pages too, and whose
+// page count is the one the engine logs; with stderr not a terminal, a
+// progress line comes at a steady interval.
+func TestSummaryLine(t *testing.T) {
+	_, url := serveSite(t, testsite.Options{Pages: 300, Links: 5, Seed: 3, Latency: 2 * time.Millisecond})
+	for _, extra := range [][]string{nil, {"--max-pages", "10"}} {
+		t.Run(fmt.Sprint(extra), func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "items.jsonl")
+			args := append([]string{"crawl", "--idle-timeout", "500ms", "--log-level", "info", "--progress-interval", "100ms", "--out", out}, extra...)
+			r := trawl(t, 2*time.Minute, append(args, url+"/")...)
+			if r.code != 0 {
+				t.Fatalf("exit %d; stderr:\n%s", r.code, r.stderr)
+			}
+			var sum []string
+			for _, l := range strings.Split(r.stderr, "\n") {
+				if strings.HasPrefix(l, "trawl: crawl done") {
+					sum = append(sum, l)
+				}
+			}
+			if len(sum) != 1 {
+				t.Fatalf("%d summary lines, want 1; stderr:\n%s", len(sum), r.stderr)
+			}
+			m := summaryRE.FindStringSubmatch(sum[0])
+			if m == nil {
+				t.Fatalf("summary %q does not match %v", sum[0], summaryRE)
+			}
+			if items, _ := strconv.Atoi(m[2]); items != lines(out) || items == 0 {
+				t.Errorf("summary says %d items, %d lines written: %s", items, lines(out), sum[0])
+			}
+			if len(extra) > 0 && m[1] != "10" {
+				t.Errorf("--max-pages 10: summary says %s pages: %s", m[1], sum[0])
+			}
+			if want := "pages=" + m[1] + " items=" + m[2] + " errors=" + m[3]; !strings.Contains(r.stderr, "msg=\"crawl stopped\" crawl=trawl "+want) {
+				t.Errorf("the engine's log should say %s like the summary; stderr:\n%s", want, r.stderr)
+			}
+			if len(extra) == 0 && !regexp.MustCompile(`(?m)^trawl: crawled \d+ pages \(at \d+ pages/min\), \d+ items, \d+ errors$`).MatchString(r.stderr) {
+				t.Errorf("no progress line; stderr:\n%s", r.stderr)
+			}
+		})
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -103,8 +104,11 @@ func (o *options) crawl(ctx context.Context, args []string, seed bool) error {
 			srv.Shutdown(sctx)
 		})
 	}
+	start := time.Now()
 	if f, ok := o.stderr.(*os.File); ok && isTerminal(f) {
 		wg.Go(func() { progress(side, f, cfg.Stats) })
+	} else if o.progressEvery > 0 {
+		wg.Go(func() { progressLines(side, o.stderr, cfg.Stats, o.progressEvery) })
 	}
 	var flushed map[string]int64 // what the shared stats already have
 	flush := func(ctx context.Context) {
@@ -163,16 +167,34 @@ func (o *options) crawl(ctx context.Context, args []string, seed bool) error {
 	if err := sink.Close(); err != nil && runErr == nil {
 		runErr = err
 	}
+	// One summary line, from the counters the shared stats were given.
+	sum := engine.Summarize(cfg.Stats.Snapshot(), time.Since(start))
+	what := "crawl"
+	if !seed {
+		what = "worker"
+	}
 	switch {
 	case ctx.Err() != nil:
+		fmt.Fprintf(o.stderr, "trawl: %s interrupted: %s\n", what, sum)
 		return &exitError{code: 130, err: errors.New("interrupted; run the same command again to resume")}
 	case runErr != nil:
+		fmt.Fprintf(o.stderr, "trawl: %s failed: %s\n", what, sum)
 		return runErr
 	}
-	s := cfg.Stats
-	o.log.Info("crawl done", "pages", s.Get(engine.StatResponses), "items", s.Get(engine.StatItems), "errors", s.Get(engine.StatErrors))
+	fmt.Fprintf(o.stderr, "trawl: %s done: %s\n", what, sum)
+	if why := sum.Empty(); why != "" {
+		// A crawl was asked for pages; a worker may find its crawl done.
+		if seed && !o.allowEmpty {
+			return fmt.Errorf("%w: %s", errNoItems, why)
+		}
+		fmt.Fprintf(o.stderr, "trawl: no item: %s\n", why)
+	}
 	return nil
 }
+
+// errNoItems is the error of a crawl that wrote no item (exit 1, unless
+// --allow-empty).
+var errNoItems = errors.New("no item")
 
 // openSink opens the item sink named by --out: a file, - for stdout,
 // "redis" for the Redis list {NAME}:items, "queue" for the broker queue
@@ -194,7 +216,11 @@ func (o *options) openSink(b *backends) (engine.Sink, error) {
 			return nil, fmt.Errorf("--out: %w", err)
 		}
 	}
-	s, err := engine.CreateJSONLines(o.out)
+	open := engine.CreateJSONLines
+	if o.flush { // a clean start: the crawl's items start again too
+		open = engine.TruncateJSONLines
+	}
+	s, err := open(o.out)
 	if err != nil {
 		return nil, fmt.Errorf("--out: %w", err)
 	}
@@ -251,6 +277,25 @@ func (c statsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- statDesc }
 func (c statsCollector) Collect(ch chan<- prometheus.Metric) {
 	for k, v := range c.s.Snapshot() {
 		ch <- prometheus.MustNewConstMetric(statDesc, prometheus.CounterValue, float64(v), c.crawl, k)
+	}
+}
+
+// progressLines logs a progress line every interval, for a stderr that
+// is not a terminal (a log file, a container's log).
+func progressLines(ctx context.Context, w io.Writer, s *engine.Stats, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	var last int64
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pages := s.Get(engine.StatResponses)
+		fmt.Fprintf(w, "trawl: crawled %d pages (at %.0f pages/min), %d items, %d errors\n",
+			pages, float64(pages-last)*float64(time.Minute)/float64(every), s.Get(engine.StatItems), s.Get(engine.StatErrors))
+		last = pages
 	}
 }
 

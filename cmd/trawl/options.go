@@ -35,6 +35,8 @@ type options struct {
 	amqpManagementURL                string
 	prefetch                         int
 	flush, allowPrivate, ignoreRobot bool
+	allowEmpty                       bool
+	progressEvery                    time.Duration
 	startSet                         bool
 	logLevel, userAgent              string
 	bloomCapacity                    uint
@@ -59,7 +61,9 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&o.exclude, "exclude", nil, "do not follow URLs matching this regular expression, taken whole (repeat the flag for more)")
 	fs.StringVar(&o.out, "out", "-", "items: a JSON Lines file, or - for stdout")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", 3*time.Second, "exit once the crawl has been idle this long (0: serve forever)")
-	fs.BoolVar(&o.flush, "flush", false, "start clean: delete the crawl's frontier, filter and stats first")
+	fs.BoolVar(&o.flush, "flush", false, "start clean: delete the crawl's frontier, filter and stats first, and empty the --out file")
+	fs.BoolVar(&o.allowEmpty, "allow-empty", false, "crawl: exit 0 even if no item was written (by default such a crawl exits 1 and says why)")
+	fs.DurationVar(&o.progressEvery, "progress-interval", 10*time.Second, "when stderr is not a terminal, log progress this often (0: never)")
 	fs.StringVar(&o.dataDirFlag, "data-dir", "", "folder for local state (default ./.trawl/NAME)")
 	fs.DurationVar(&o.lease, "lease", 30*time.Second, "how long a delivery stays with a worker before another may take it")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address")
