@@ -50,7 +50,8 @@
 //   - /huge: 50 MiB of HTML with a Content-Length, streamed from a shared
 //     64 KiB buffer.
 //   - /endless: HTML without a length that never ends; it stops writing
-//     when the request's context ends or a write fails.
+//     when the request's context ends or a write fails, and then cuts the
+//     connection (the body never ends cleanly).
 //   - /binary: 64 KiB of binary bytes served as text/html (no '<' in
 //     them, so no links whatever the parser).
 //   - /broken: unclosed and stray tags, bad entities and garbage bytes; its

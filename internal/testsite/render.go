@@ -1,8 +1,10 @@
 package testsite
 
 import (
+	"context"
 	"net/http"
 	"strconv"
+	"time"
 )
 
 // getBuf and putBuf recycle the page buffers, so that serving a page does
@@ -292,8 +294,11 @@ func (s *Site) serveHuge(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// serveEndless streams HTML until the client goes away (its request context
-// ends or a write fails).
+// serveEndless streams HTML until the client goes away or the server stops
+// (its request context ends or a write fails). It never ends the body
+// cleanly: a response cut short must not look complete to the client. When
+// the context ends, a write blocked on a client that stopped reading fails
+// at once, and the response is aborted (no terminating chunk).
 func (s *Site) serveEndless(w http.ResponseWriter, r *http.Request) {
 	w.Header()["Content-Type"] = ctHTML
 	w.WriteHeader(http.StatusOK)
@@ -301,9 +306,23 @@ func (s *Site) serveEndless(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	for ctx.Err() == nil {
+	rc := http.NewResponseController(w)
+	unblocked := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		_ = rc.SetWriteDeadline(time.Now())
+		close(unblocked)
+	})
+	defer func() {
+		if !stop() {
+			<-unblocked // no call on rc after the handler returns
+		}
+	}()
+	for {
 		if _, err := w.Write(s.chunk); err != nil {
 			return
+		}
+		if ctx.Err() != nil {
+			panic(http.ErrAbortHandler)
 		}
 	}
 }
