@@ -101,15 +101,15 @@ func (c Config) Validate() error {
 	switch c.Order {
 	case broker.Priority, broker.FIFO:
 	case broker.LIFO:
-		errs = append(errs, errors.New("Order lifo is not supported (JetStream streams are consumed from the front)"))
+		errs = append(errs, errors.New("lifo Order is not supported (JetStream streams are consumed from the front)"))
 	default:
 		errs = append(errs, fmt.Errorf("unknown Order %d", c.Order))
 	}
 	if c.Bands < 0 || c.Bands > MaxBands {
-		errs = append(errs, fmt.Errorf("Bands %d: want 0 (default) to %d", c.Bands, MaxBands))
+		errs = append(errs, fmt.Errorf("bad Bands %d: want 0 (default) to %d", c.Bands, MaxBands))
 	}
 	if c.Lease < 0 || (c.Lease > 0 && c.Lease < MinLease) {
-		errs = append(errs, fmt.Errorf("Lease %v: want 0 (default) or at least %v", c.Lease, MinLease))
+		errs = append(errs, fmt.Errorf("bad Lease %v: want 0 (default) or at least %v", c.Lease, MinLease))
 	}
 	if c.MaxDeliveries < 0 {
 		errs = append(errs, fmt.Errorf("MaxDeliveries %d: want 0 (default) or more", c.MaxDeliveries))
@@ -120,10 +120,10 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("unknown Storage %d", c.Storage))
 	}
 	if c.Replicas < 0 {
-		errs = append(errs, fmt.Errorf("Replicas %d: want 0 (default) or more", c.Replicas))
+		errs = append(errs, fmt.Errorf("bad Replicas %d: want 0 (default) or more", c.Replicas))
 	}
 	if c.Timeout < 0 {
-		errs = append(errs, fmt.Errorf("Timeout %v: want 0 (default) or more", c.Timeout))
+		errs = append(errs, fmt.Errorf("bad Timeout %v: want 0 (default) or more", c.Timeout))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("%w: nats broker config: %w", broker.ErrInvalid, err)

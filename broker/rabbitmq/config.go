@@ -98,15 +98,15 @@ func (c Config) Validate() error {
 	switch c.Order {
 	case broker.Priority, broker.FIFO:
 	case broker.LIFO:
-		errs = append(errs, errors.New("Order lifo is not supported: an AMQP queue delivers from its head only"))
+		errs = append(errs, errors.New("lifo Order is not supported: an AMQP queue delivers from its head only"))
 	default:
 		errs = append(errs, fmt.Errorf("unknown Order %d", c.Order))
 	}
 	if c.Prefetch < 0 || c.Prefetch > maxPrefetch {
-		errs = append(errs, fmt.Errorf("Prefetch %d: want 0 (default) to %d", c.Prefetch, maxPrefetch))
+		errs = append(errs, fmt.Errorf("bad Prefetch %d: want 0 (default) to %d", c.Prefetch, maxPrefetch))
 	}
 	if c.Lease < 0 || (c.Lease > 0 && c.Lease < 10*time.Millisecond) {
-		errs = append(errs, fmt.Errorf("Lease %v: want 0 (default) or at least 10ms", c.Lease))
+		errs = append(errs, fmt.Errorf("bad Lease %v: want 0 (default) or at least 10ms", c.Lease))
 	}
 	if c.MaxDeliveries < 0 {
 		errs = append(errs, fmt.Errorf("MaxDeliveries %d: want 0 (default) or more", c.MaxDeliveries))

@@ -53,7 +53,7 @@ type Config struct {
 func (c Config) Validate() error {
 	var errs []error
 	if c.Client == nil {
-		errs = append(errs, errors.New("Client is nil"))
+		errs = append(errs, errors.New("nil Client"))
 	}
 	switch c.Order {
 	case broker.Priority, broker.FIFO, broker.LIFO:
@@ -61,7 +61,7 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("unknown Order %d", c.Order))
 	}
 	if c.Lease < 0 || (c.Lease > 0 && c.Lease < time.Millisecond) {
-		errs = append(errs, fmt.Errorf("Lease %v: want 0 (default) or at least 1ms", c.Lease))
+		errs = append(errs, fmt.Errorf("bad Lease %v: want 0 (default) or at least 1ms", c.Lease))
 	}
 	if c.MaxDeliveries < 0 {
 		errs = append(errs, fmt.Errorf("MaxDeliveries %d: want 0 (default) or more", c.MaxDeliveries))

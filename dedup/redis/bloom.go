@@ -45,10 +45,10 @@ type BloomConfig struct {
 func (c BloomConfig) Validate() error {
 	var errs []error
 	if c.Client == nil {
-		errs = append(errs, errors.New("Client is nil"))
+		errs = append(errs, errors.New("nil Client"))
 	}
 	if c.Key == "" {
-		errs = append(errs, errors.New("Key is empty"))
+		errs = append(errs, errors.New("empty Key"))
 	}
 	if c.FPRate < 0 || c.FPRate >= 0.5 || math.IsNaN(c.FPRate) {
 		errs = append(errs, fmt.Errorf("FPRate %v: want 0 (default) or in (0, 0.5)", c.FPRate))

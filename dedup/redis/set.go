@@ -39,10 +39,10 @@ type SetConfig struct {
 func (c SetConfig) Validate() error {
 	var errs []error
 	if c.Client == nil {
-		errs = append(errs, errors.New("Client is nil"))
+		errs = append(errs, errors.New("nil Client"))
 	}
 	if c.Key == "" {
-		errs = append(errs, errors.New("Key is empty"))
+		errs = append(errs, errors.New("empty Key"))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("redis set filter config: %w", err)
