@@ -23,7 +23,10 @@
 // of a broker that restarts.
 //
 // A server that cannot be started or reached fails the test with a message
-// saying why; it is never skipped in silence.
+// saying why; it is never skipped in silence. Under -short (make unit) no
+// container is started: a test that would need one is skipped, with a
+// message naming the variable that points it at a running server instead
+// (RabbitMQContainer and NATSContainer always skip under -short).
 //
 // # Cleanup
 //

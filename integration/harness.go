@@ -161,6 +161,21 @@ func Endpoint(ctx context.Context, ctr testcontainers.Container, port string) (s
 		ctr.GetContainerID(), port, cands, errors.Join(errs...))
 }
 
+// skipShort skips t under -short (go test -short, make unit), which starts
+// no container, so that the unit run needs neither Docker nor a server.
+// env, if not empty, names the variable that points the test at a running
+// server instead, with which the test runs under -short too.
+func skipShort(t testing.TB, server, env string) {
+	t.Helper()
+	if !testing.Short() {
+		return
+	}
+	if env == "" {
+		t.Skipf("integration: -short starts no container, and this test needs a %s container of its own", server)
+	}
+	t.Skipf("integration: -short starts no container; set %s to run this test against a %s server", env, server)
+}
+
 // image returns the image named by the environment variable env, or def.
 func image(env, def string) string {
 	if v := os.Getenv(env); v != "" {

@@ -32,13 +32,15 @@ var natsCmd = []string{"-js", "-sd", "/data"}
 
 // NATS returns the URL (nats://host:port) of a NATS server with JetStream
 // shared by the tests of this binary: TRAWL_TEST_NATS_URL if set, else a
-// container started on first use. It fails t if no server can be had.
+// container started on first use. It fails t if no server can be had, and skips
+// it under -short unless the variable is set.
 // Tests share the server: keep to streams named after Name(t).
 func NATS(t testing.TB) string {
 	t.Helper()
 	if u := os.Getenv(EnvNATSURL); u != "" {
 		return u
 	}
+	skipShort(t, "NATS", EnvNATSURL)
 	shared.requireMain(t)
 	u, err := shared.nats.get(func() (string, error) {
 		s, err := startNATS("")
@@ -72,6 +74,7 @@ type NATSServer struct {
 // Docker even where TRAWL_TEST_NATS_URL is set.
 func NATSContainer(t testing.TB) *NATSServer {
 	t.Helper()
+	skipShort(t, "NATS", "")
 	hp, err := freePort()
 	if err != nil {
 		t.Fatalf("integration: pick a host port: %v", err)

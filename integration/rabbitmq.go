@@ -53,7 +53,8 @@ type RabbitMQServer struct {
 
 // RabbitMQ returns the AMQP URL of a RabbitMQ server shared by the tests
 // of this binary: TRAWL_TEST_AMQP_URL if set, else a container started on
-// first use. It fails t if no server can be had. Tests share the server:
+// first use. It fails t if no server can be had (under -short,
+// without the variable, it skips t). Tests share the server:
 // keep to queues named after Name(t).
 func RabbitMQ(t testing.TB) string {
 	t.Helper()
@@ -76,6 +77,7 @@ func sharedRabbitMQ(t testing.TB) RabbitMQServer {
 		}
 		return RabbitMQServer{URL: u, ManagementURL: m}
 	}
+	skipShort(t, "RabbitMQ", EnvAMQPURL)
 	shared.requireMain(t)
 	s, err := shared.rabbitmq.get(func() (RabbitMQServer, error) {
 		s, err := startRabbitMQ(nil)
@@ -113,6 +115,7 @@ func externalManagement(amqpURL string) (string, error) {
 // started; it needs Docker even where TRAWL_TEST_AMQP_URL is set.
 func RabbitMQContainer(t testing.TB) *RabbitMQServer {
 	t.Helper()
+	skipShort(t, "RabbitMQ", "")
 	ports := map[string]string{}
 	for _, p := range []string{"5672/tcp", "15672/tcp"} {
 		hp, err := freePort()

@@ -32,12 +32,14 @@ const startTimeout = 2 * time.Minute
 
 // Redis returns the URL (redis://host:port) of a Redis server shared by the
 // tests of this binary: TRAWL_TEST_REDIS_URL if set, else a container
-// started on first use. It fails t if no server can be had.
+// started on first use. It fails t if no server can be had, and skips
+// it under -short unless the variable is set.
 func Redis(t testing.TB) string {
 	t.Helper()
 	if u := os.Getenv(EnvRedisURL); u != "" {
 		return u
 	}
+	skipShort(t, "Redis", EnvRedisURL)
 	shared.requireMain(t)
 	u, err := shared.redis.get(startRedis)
 	if err != nil {
@@ -91,6 +93,7 @@ func RedisCluster(t testing.TB) []string {
 	if v := os.Getenv(EnvRedisCluster); v != "" {
 		return strings.Split(v, ",")
 	}
+	skipShort(t, "Redis Cluster", EnvRedisCluster)
 	shared.requireMain(t)
 	addrs, err := shared.cluster.get(startCluster)
 	if err != nil {
