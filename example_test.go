@@ -1,0 +1,57 @@
+package trawl_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/trawlhq/trawl"
+	"github.com/trawlhq/trawl/internal/testsite"
+)
+
+// product is one row of the scrape.
+type product struct {
+	Title  string `json:"title"`
+	Price  string `json:"price"`
+	Rating string `json:"rating"`
+}
+
+// scrape registers the callbacks: follow the pager and the product links,
+// and emit a product from each product page. Every worker of a crawl
+// registers the same ones.
+func scrape(c *trawl.Crawler) {
+	c.OnHTML("li.next a, article.product_pod h3 a", func(e *trawl.Element) {
+		e.Follow(e.Attr("href")) // relative links are resolved against the page
+	})
+	c.OnHTML("article.product_page", func(e *trawl.Element) {
+		e.Item(product{
+			Title:  e.ChildText("h1"),
+			Price:  e.ChildText("p.price_color"),
+			Rating: strings.TrimPrefix(e.ChildAttr("p.star-rating", "class"), "star-rating "),
+		})
+	})
+}
+
+// Scrape the 300 products of a shop, following its pagination: title,
+// price, and a rating taken from a class attribute, as JSON Lines. The
+// crawl ends by itself once it is idle.
+func Example() {
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	shop, _, _ := testsite.New(testsite.Options{}).Serve(ctx, "") // a shop on loopback
+
+	var out bytes.Buffer // without Output, items go to os.Stdout
+	c := trawl.New(trawl.Config{InMemory: true, Output: &out})
+	scrape(c)
+	if err := c.Run(ctx, shop+"/shop/page/1"); err != nil {
+		fmt.Println(err)
+		return
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	slices.Sort(lines) // the workers finish in any order
+	fmt.Println(len(lines), "products, the first:", lines[0])
+	// Output:
+	// 300 products, the first: {"title":"The Broken Atlas","price":"£39.04","rating":"Three"}
+}

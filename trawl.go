@@ -1,0 +1,453 @@
+package trawl
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/PuerkitoBio/goquery"
+	"github.com/andybalholm/cascadia"
+
+	"github.com/trawlhq/trawl/broker"
+	"github.com/trawlhq/trawl/broker/memory"
+	natsbroker "github.com/trawlhq/trawl/broker/nats"
+	"github.com/trawlhq/trawl/dedup"
+	"github.com/trawlhq/trawl/dedup/local"
+	"github.com/trawlhq/trawl/engine"
+)
+
+// DefaultIdleTimeout is how long a crawl must have been idle (nothing
+// queued, nothing in flight on any worker) before Run returns, unless
+// Config.Crawl.IdleTimeout says otherwise. It is the CLI's default.
+const DefaultIdleTimeout = 3 * time.Second
+
+// inMemoryIdle replaces DefaultIdleTimeout when Run opened an in-memory
+// broker itself: no other process can add work to it, and its counts are
+// exact, so the crawl is done the moment it is idle.
+const inMemoryIdle = 100 * time.Millisecond
+
+// filterSaveInterval is how often Run saves a persisted local filter it
+// opened (it is saved on close too): it bounds what a kill -9 makes the
+// next run fetch again.
+const filterSaveInterval = 30 * time.Second
+
+// Config configures a Crawler. The zero value is the CLI's default: an
+// embedded, persistent broker and a local duplicate filter in
+// ./.trawl/trawl, items as JSON Lines on standard output, and an exit once
+// the crawl has been idle for DefaultIdleTimeout.
+type Config struct {
+	// Crawl configures the engine: crawl name, concurrency, politeness,
+	// scope, retries, logging (see engine.Config). Run changes four of its
+	// defaults: IdleTimeout 0 means DefaultIdleTimeout (see Serve);
+	// TrustedHosts also get the host and port of each start URL given to
+	// Run, so a site on loopback or a private network can be crawled; Sink
+	// nil means JSON Lines to Output; and Callbacks gains the handlers
+	// registered with OnHTML and OnResponse, if any (under "" and a name
+	// derived from them; Callbacks[""] must then be unset).
+	Crawl engine.Config
+
+	// Broker is the frontier. nil = Run opens one: an embedded NATS server
+	// with file storage in Dir, or, with InMemory, an in-memory broker. A
+	// broker given here is shared by every worker that uses it (Redis,
+	// RabbitMQ, NATS) and is not closed by Run.
+	Broker broker.Broker
+	// Filter is the duplicate filter. nil = Run opens a local Bloom filter,
+	// saved in Dir unless InMemory. A Broker given without a Filter is an
+	// error: a local filter is for one worker only. A filter given here is
+	// not closed by Run.
+	Filter dedup.Filter
+	// InMemory keeps the broker and filter Run opens in memory: nothing
+	// persists, and the crawl ends as soon as it is idle.
+	InMemory bool
+	// Dir holds the embedded broker and the local filter, so that running
+	// the same program again resumes the crawl. "" = ./.trawl/NAME, NAME
+	// being Crawl.Name or "trawl".
+	Dir string
+	// Output receives items as JSON Lines when Crawl.Sink is nil.
+	// nil = os.Stdout. It is not closed.
+	Output io.Writer
+	// Serve keeps Run working when the crawl is idle, until its context
+	// ends: a worker waiting for start URLs. Crawl.IdleTimeout is ignored.
+	Serve bool
+}
+
+// Validate reports every problem with c at once.
+func (c Config) Validate() error {
+	var errs []error
+	if err := c.Crawl.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Broker != nil && c.Filter == nil {
+		errs = append(errs, errors.New("trawl config: a Broker needs a Filter shared by its workers (dedup/redis, say); a local filter is for one worker only"))
+	}
+	if c.InMemory && c.Dir != "" {
+		errs = append(errs, errors.New("trawl config: InMemory and Dir exclude each other"))
+	}
+	return errors.Join(errs...)
+}
+
+// Crawler is the front door: it crawls from start URLs with callbacks in
+// the manner of Colly, on any broker and filter. Register callbacks with
+// OnHTML and OnResponse before Run; a Crawler runs one crawl at a time.
+type Crawler struct {
+	cfg Config
+
+	mu       sync.Mutex
+	handlers []handler // in registration order; fixed once Run starts
+	errs     []error   // registration errors, reported by Run
+	running  bool
+	stats    *engine.Stats
+
+	matchers sync.Map // selector -> cascadia.Selector (or error), for Element's Child methods
+}
+
+// handler is one registered callback.
+type handler struct {
+	kind     string // "html" or "response"
+	selector string
+	match    cascadia.Selector
+	html     func(*Element)
+	response func(*Response)
+}
+
+// New returns a crawler with cfg. It does not open anything: Run does, and
+// reports a bad configuration.
+func New(cfg Config) *Crawler {
+	return &Crawler{cfg: cfg}
+}
+
+// OnHTML registers fn to run for every element that matches the CSS
+// selector, on every HTML page, in document order. Handlers run in the
+// order they were registered; the page is parsed once for all of them. A
+// selector that does not compile makes Run fail.
+//
+// Every worker of a crawl must register the same handlers, in the same
+// order: a request followed from a page names the handlers by a digest of
+// their kinds and selectors, and a worker with other handlers dead-letters
+// it (see engine.Config.Callbacks).
+func (c *Crawler) OnHTML(selector string, fn func(e *Element)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.running {
+		c.errs = append(c.errs, fmt.Errorf("trawl: OnHTML(%q) while Run is running", selector))
+		return
+	}
+	m, err := cascadia.Compile(selector)
+	if err != nil {
+		c.errs = append(c.errs, fmt.Errorf("trawl: OnHTML(%q): %w", selector, err))
+		return
+	}
+	if fn == nil {
+		c.errs = append(c.errs, fmt.Errorf("trawl: OnHTML(%q): nil function", selector))
+		return
+	}
+	c.handlers = append(c.handlers, handler{kind: "html", selector: selector, match: m, html: fn})
+}
+
+// OnResponse registers fn to run for every successful (2xx) response, HTML
+// or not, before the OnHTML handlers.
+func (c *Crawler) OnResponse(fn func(r *Response)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.running {
+		c.errs = append(c.errs, errors.New("trawl: OnResponse while Run is running"))
+		return
+	}
+	if fn == nil {
+		c.errs = append(c.errs, errors.New("trawl: OnResponse: nil function"))
+		return
+	}
+	c.handlers = append(c.handlers, handler{kind: "response", response: fn})
+}
+
+// Stats returns the counters of the last or current Run (nil before the
+// first), see engine.Stats.
+func (c *Crawler) Stats() *engine.Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stats
+}
+
+// callbackName names the registered handlers: a digest of their kinds and
+// selectors in registration order, so that workers running the same
+// program agree on it and workers registering other handlers do not.
+func callbackName(hs []handler) string {
+	h := sha256.New()
+	for i, hd := range hs {
+		fmt.Fprintf(h, "%d\x00%s\x00%s\x00", i, hd.kind, hd.selector)
+	}
+	return "trawl:" + hex.EncodeToString(h.Sum(nil)[:6])
+}
+
+// describe lists the handlers for a log line.
+func describe(hs []handler) []string {
+	out := make([]string, len(hs))
+	for i, h := range hs {
+		if h.kind == "html" {
+			out[i] = "OnHTML(" + strconv.Quote(h.selector) + ")"
+		} else {
+			out[i] = "OnResponse"
+		}
+	}
+	return out
+}
+
+// Run seeds startURLs (absolute http or https URLs; none for a worker
+// joining a crawl that was seeded elsewhere), crawls until the crawl is
+// done or ctx ends, and closes what it opened. It returns nil when the
+// crawl finished, ctx.Err() when ctx ended first (the crawl resumes from a
+// persistent broker), engine.ErrNoPages when not a single page could be
+// fetched, or the configuration or start URL that is wrong.
+func (c *Crawler) Run(ctx context.Context, startURLs ...string) (err error) {
+	c.mu.Lock()
+	if c.running {
+		c.mu.Unlock()
+		return errors.New("trawl: Run is already running")
+	}
+	if err := errors.Join(append(c.errs, c.cfg.Validate())...); err != nil {
+		c.mu.Unlock()
+		return err
+	}
+	c.running = true
+	hs := c.handlers
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		c.running = false
+		c.mu.Unlock()
+	}()
+
+	cfg := c.cfg.Crawl
+	var errs []error
+	starts := make([]engine.StartURL, 0, len(startURLs))
+	for _, s := range startURLs {
+		st, err := engine.ParseStartURL([]byte(s))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("trawl: start URL %q: want an absolute http or https URL", s))
+			continue
+		}
+		starts = append(starts, st)
+		u, _ := url.Parse(st.URL)
+		cfg.TrustedHosts = append(cfg.TrustedHosts[:len(cfg.TrustedHosts):len(cfg.TrustedHosts)], engine.TrustedAddr(u))
+	}
+	if len(hs) > 0 {
+		if _, ok := cfg.Callbacks[""]; ok {
+			errs = append(errs, errors.New(`trawl: Crawl.Callbacks[""] and OnHTML or OnResponse both claim the start URLs; use one or the other`))
+		}
+		name := callbackName(hs)
+		cbs := make(map[string]engine.Callback, len(cfg.Callbacks)+2)
+		for k, v := range cfg.Callbacks {
+			cbs[k] = v
+		}
+		cb := c.callback(name, hs)
+		cbs[""], cbs[name] = cb, cb
+		cfg.Callbacks = cbs
+		if cfg.Logger != nil {
+			cfg.Logger.Info("callbacks registered", "callback", name, "handlers", describe(hs))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if c.cfg.Serve {
+		cfg.IdleTimeout = 0
+	} else if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+		if c.cfg.InMemory && c.cfg.Broker == nil {
+			cfg.IdleTimeout = inMemoryIdle
+		}
+	}
+	if cfg.Stats == nil {
+		cfg.Stats = engine.NewStats()
+	}
+	c.mu.Lock()
+	c.stats = cfg.Stats
+	c.mu.Unlock()
+
+	b, f, closeAll, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { err = join(err, closeAll()) }()
+	if cfg.Sink == nil {
+		out := c.cfg.Output
+		if out == nil {
+			out = os.Stdout
+		}
+		sink := engine.NewJSONLines(out)
+		defer func() { err = join(err, sink.Close()) }()
+		cfg.Sink = sink
+	}
+	ec, err := engine.New(b, f, cfg)
+	if err != nil {
+		return err
+	}
+	if err := ec.Seed(ctx, starts...); err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	side, stopSide := context.WithCancel(ctx)
+	defer func() { stopSide(); wg.Wait() }() // before closeAll, which runs later
+	if saver, ok := f.(*local.Filter); ok && c.cfg.Filter == nil && !c.cfg.InMemory {
+		wg.Go(func() { saveEvery(side, saver, cfg) })
+	}
+	return ec.Run(ctx)
+}
+
+// join returns err, or err and e joined when e is not nil: a close error
+// is reported without hiding Run's own.
+func join(err, e error) error {
+	if e == nil {
+		return err
+	}
+	return errors.Join(err, e)
+}
+
+// saveEvery saves a local filter every filterSaveInterval until ctx ends.
+func saveEvery(ctx context.Context, f *local.Filter, cfg engine.Config) {
+	t := time.NewTicker(filterSaveInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := f.Save(); err != nil && cfg.Logger != nil {
+				cfg.Logger.Warn("saving the duplicate filter failed", "err", err)
+			}
+		}
+	}
+}
+
+// open returns the broker and filter of the crawl, opening those not given,
+// and a function that closes what it opened, last opened first.
+func (c *Crawler) open(ctx context.Context) (broker.Broker, dedup.Filter, func() error, error) {
+	var closes []func() error
+	closeAll := func() error {
+		var errs []error
+		for i := len(closes) - 1; i >= 0; i-- {
+			errs = append(errs, closes[i]())
+		}
+		return errors.Join(errs...)
+	}
+	b, f := c.cfg.Broker, c.cfg.Filter
+	log := c.cfg.Crawl.Logger
+	dir := c.cfg.Dir
+	if dir == "" {
+		name := c.cfg.Crawl.Name
+		if name == "" {
+			name = "trawl"
+		}
+		dir = filepath.Join(".trawl", name)
+	}
+	fail := func(err error) (broker.Broker, dedup.Filter, func() error, error) {
+		return nil, nil, nil, errors.Join(err, closeAll())
+	}
+	if b == nil && c.cfg.InMemory {
+		mb, err := memory.New(memory.Config{Lease: c.cfg.Crawl.Lease, Logger: log})
+		if err != nil {
+			return fail(err)
+		}
+		b = mb
+		closes = append(closes, mb.Close)
+	} else if b == nil {
+		e, err := natsbroker.StartEmbedded(ctx, natsbroker.EmbeddedConfig{Dir: filepath.Join(dir, "nats"), Logger: log})
+		if err != nil {
+			return fail(fmt.Errorf("trawl: embedded broker in %s: %w", dir, err))
+		}
+		closes = append(closes, func() error { e.Shutdown(); return nil })
+		nb, err := natsbroker.New(ctx, natsbroker.Config{Conn: e.Conn(), Lease: c.cfg.Crawl.Lease, Logger: log})
+		if err != nil {
+			return fail(fmt.Errorf("trawl: embedded broker in %s: %w", dir, err))
+		}
+		b = nb
+		closes = append(closes, nb.Close)
+	}
+	if f == nil {
+		lc := local.Config{Logger: log}
+		if !c.cfg.InMemory {
+			lc.Path = filepath.Join(dir, "dupefilter.bloom")
+		}
+		lf, err := local.New(lc)
+		if err != nil {
+			return fail(fmt.Errorf("trawl: duplicate filter in %s: %w", dir, err))
+		}
+		f = lf
+		// The filter is closed (and saved) after the broker: closes run last first.
+		closes = append([]func() error{lf.Close}, closes...)
+	}
+	return b, f, closeAll, nil
+}
+
+// callback returns the engine callback that runs hs on a response.
+func (c *Crawler) callback(name string, hs []handler) engine.Callback {
+	parse := false
+	for _, h := range hs {
+		parse = parse || h.kind == "html"
+	}
+	return func(ctx context.Context, resp *engine.Response) (res engine.Result, err error) {
+		r := &Response{Response: resp, ctx: ctx, crawler: c, callback: name, base: resp.URL}
+		defer func() {
+			if p := recover(); p != nil {
+				res, err = engine.Result{}, fmt.Errorf("trawl: a callback panicked on %s: %v", resp.URL, p)
+			}
+		}()
+		if parse && engine.IsHTML(resp.Header.Get("Content-Type"), resp.Body) {
+			doc, err := goquery.NewDocumentFromReader(bytes.NewReader(resp.Body))
+			if err != nil {
+				return engine.Result{}, fmt.Errorf("trawl: parse %s: %w", resp.URL, err)
+			}
+			r.doc = doc
+			if href, ok := doc.Find("base[href]").First().Attr("href"); ok {
+				if u, err := resp.URL.Parse(strings.TrimSpace(href)); err == nil {
+					r.base = u
+				}
+			}
+		}
+		for _, h := range hs {
+			if h.kind == "response" {
+				h.response(r)
+			}
+		}
+		if r.doc != nil {
+			for _, h := range hs {
+				if h.kind != "html" {
+					continue
+				}
+				r.doc.FindMatcher(h.match).Each(func(i int, s *goquery.Selection) {
+					h.html(&Element{Request: resp.Request, Response: r, DOM: s, Index: i})
+				})
+			}
+		}
+		return r.res, errors.Join(r.errs...)
+	}
+}
+
+// matcher compiles a selector used by an Element method, once per crawler.
+func (c *Crawler) matcher(sel string) (cascadia.Selector, error) {
+	if v, ok := c.matchers.Load(sel); ok {
+		if m, ok := v.(cascadia.Selector); ok {
+			return m, nil
+		}
+		return nil, v.(error)
+	}
+	m, err := cascadia.Compile(sel)
+	if err != nil {
+		err = fmt.Errorf("trawl: selector %q: %w", sel, err)
+		c.matchers.Store(sel, err)
+		return nil, err
+	}
+	c.matchers.Store(sel, m)
+	return m, nil
+}
