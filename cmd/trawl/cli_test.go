@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -222,5 +223,86 @@ func TestSummaryLine(t *testing.T) {
 				t.Errorf("no progress line; stderr:\n%s", r.stderr)
 			}
 		})
+	}
+}
+
+// TestPasswordsRedacted (9.8, 13.9): a password planted in every URL flag
+// and in a start URL reaches no output: items, logs at debug level,
+// summaries and the error of every path (parse errors, refused
+// connections, an unreachable site).
+func TestPasswordsRedacted(t *testing.T) {
+	const pw = "Pl4ntedS3cret"
+	var (
+		mu   sync.Mutex
+		auth []string
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, p, _ := r.BasicAuth()
+		mu.Lock()
+		auth = append(auth, p)
+		mu.Unlock()
+		fmt.Fprint(w, `<html><title>t</title><a href="/next">n</a><a href="/gone">g</a></html>`)
+	}))
+	defer srv.Close()
+	withCreds := strings.Replace(srv.URL, "http://", "http://user:"+pw+"@", 1) + "/"
+
+	cases := []struct {
+		name string
+		code int
+		args []string
+		env  string // TRAWL_REDIS_URL
+	}{
+		{"redis bad port", 2, []string{"stats", "--broker=redis", "--redis-url", "redis://u:" + pw + "@127.0.0.1:x/0"}, ""},
+		{"redis bad escape", 2, []string{"stats", "--broker=redis", "--redis-url", "redis://u:" + pw + "%zz@127.0.0.1/0"}, ""},
+		{"redis env bad port", 2, []string{"stats", "--broker=redis"}, "redis://u:" + pw + "@127.0.0.1:x/0"},
+		{"redis refused", 1, []string{"stats", "--broker=redis", "--redis-url", "redis://u:" + pw + "@127.0.0.1:1/0"}, ""},
+		{"amqp bad port", 2, []string{"stats", "--broker=rabbitmq", "--amqp-url", "amqp://u:" + pw + "@127.0.0.1:x/"}, ""},
+		{"amqp bad escape", 2, []string{"stats", "--broker=rabbitmq", "--amqp-url", "amqp://u:" + pw + "%zz@127.0.0.1/"}, ""},
+		{"amqp refused", 1, []string{"stats", "--broker=rabbitmq", "--amqp-url", "amqp://u:" + pw + "@127.0.0.1:1/"}, ""},
+		{"management bad port", 2, []string{"stats", "--broker=rabbitmq", "--amqp-management-url", "http://u:" + pw + "@127.0.0.1:x/"}, ""},
+		{"management bad escape", 2, []string{"stats", "--broker=rabbitmq", "--amqp-management-url", "http://u:" + pw + "%zz@127.0.0.1/"}, ""},
+		{"nats bad port", 2, []string{"stats", "--broker=nats", "--nats-url", "nats://u:" + pw + "@127.0.0.1:x"}, ""},
+		{"nats bad escape", 2, []string{"stats", "--broker=nats", "--nats-url", "nats://u:" + pw + "%zz@127.0.0.1:4222"}, ""},
+		{"nats refused", 1, []string{"stats", "--broker=nats", "--nats-url", "nats://u:" + pw + "@127.0.0.1:1"}, ""},
+		{"nats second url", 2, []string{"seed", "--broker=nats", "--nats-url", "nats://127.0.0.1:1,nats://u:" + pw + "@h:x", "http://example.com/"}, ""},
+		{"unreachable site", 1, []string{"crawl", "--log-level=debug", "--idle-timeout=100ms", "http://u:" + pw + "@127.0.0.1:1/"}, ""},
+		{"bad start url", 2, []string{"crawl", "http://u:" + pw + "@127.0.0.1:x/"}, ""},
+		{"crawl", 0, []string{"crawl", "--log-level=debug", "--idle-timeout=300ms", withCreds}, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Setenv("TRAWL_REDIS_URL", c.env)
+			if c.env == "" {
+				os.Unsetenv("TRAWL_REDIS_URL")
+			}
+			r := trawl(t, time.Minute, c.args...)
+			if r.code != c.code {
+				t.Errorf("exit %d, want %d; stderr:\n%s", r.code, c.code, r.stderr)
+			}
+			if strings.Contains(r.stdout+r.stderr, pw) {
+				t.Errorf("the password is printed:\nstdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+			}
+			if c.code != 0 && !strings.HasPrefix(lastLine(r.stderr), "trawl: ") {
+				t.Errorf("no error line; stderr:\n%s", r.stderr)
+			}
+			if c.name == "crawl" && !strings.Contains(r.stdout, `"url":"`+srv.URL+`/next"`) {
+				t.Errorf("items should name the pages without credentials:\n%s", r.stdout)
+			}
+		})
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Contains(auth, pw) {
+		t.Errorf("the site saw passwords %q: the credentials must still be used to fetch pages", auth)
+	}
+}
+
+// TestOutDevNull (9.9): --out /dev/null works (fsync there fails with
+// EINVAL, which once made a good crawl exit 2, the usage-error code).
+func TestOutDevNull(t *testing.T) {
+	base := numberSite(t)
+	r := trawl(t, time.Minute, "crawl", "--idle-timeout", "300ms", "--out", os.DevNull, base+"/book")
+	if r.code != 0 || !strings.HasPrefix(lastLine(r.stderr), "trawl: crawl done: 2 pages fetched, 1 item written") {
+		t.Errorf("exit %d, want 0 and a summary; stderr:\n%s", r.code, r.stderr)
 	}
 }

@@ -105,7 +105,7 @@ func (o *options) crawl(ctx context.Context, args []string, seed bool) error {
 		})
 	}
 	start := time.Now()
-	if f, ok := o.stderr.(*os.File); ok && isTerminal(f) {
+	if f, ok := stderrFile(o.stderr); ok && isTerminal(f) {
 		wg.Go(func() { progress(side, f, cfg.Stats) })
 	} else if o.progressEvery > 0 {
 		wg.Go(func() { progressLines(side, o.stderr, cfg.Stats, o.progressEvery) })
@@ -297,6 +297,17 @@ func progressLines(ctx context.Context, w io.Writer, s *engine.Stats, every time
 			pages, float64(pages-last)*float64(time.Minute)/float64(every), s.Get(engine.StatItems), s.Get(engine.StatErrors))
 		last = pages
 	}
+}
+
+// stderrFile is the file under w, if any.
+func stderrFile(w io.Writer) (*os.File, bool) {
+	switch w := w.(type) {
+	case *os.File:
+		return w, true
+	case interface{ File() (*os.File, bool) }:
+		return w.File()
+	}
+	return nil, false
 }
 
 func isTerminal(f *os.File) bool {

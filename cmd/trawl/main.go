@@ -18,6 +18,8 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/trawlhq/trawl/engine"
 )
 
 func main() {
@@ -46,8 +48,26 @@ func usageError(format string, a ...any) error {
 	return &exitError{code: 2, err: fmt.Errorf(format, a...)}
 }
 
-// run is main without the process: it returns the exit code.
+// asUsage marks err, from flag parsing or argument checks, as a usage
+// error (exit 2). Exit codes follow from error types, never from the
+// wording of a message.
+func asUsage(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return err
+	}
+	return &exitError{code: 2, err: err}
+}
+
+// run is main without the process: it returns the exit code. Exit codes:
+// 0 done, 1 failed (or a crawl wrote no item), 2 usage error, 130
+// interrupted.
 func run(args []string, stdout, stderr io.Writer) int {
+	// No password in a URL reaches stderr, whatever prints it.
+	stderr = redactWriter{stderr}
 	ctx, stop := signalContext(stderr)
 	defer stop()
 
@@ -64,21 +84,35 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var ee *exitError
 	if errors.As(err, &ee) {
 		code = ee.code
-	} else if isFlagError(err) {
-		code = 2
 	}
-	fmt.Fprintf(stderr, "trawl: %s\n", oneLine(err.Error()))
+	fmt.Fprintf(stderr, "trawl: %s\n", hint(oneLine(err.Error()), err))
 	return code
 }
 
-func isFlagError(err error) bool {
-	s := err.Error()
-	for _, p := range []string{"unknown flag", "unknown shorthand", "invalid argument", "flag needs an argument", "unknown command", "accepts ", "requires at least"} {
-		if strings.Contains(s, p) {
-			return true
-		}
+// hint adds what to do to the message of err, where the engine cannot
+// know the flag.
+func hint(msg string, err error) string {
+	if errors.Is(err, engine.ErrForbiddenAddress) {
+		return msg + " (private, loopback and link-local addresses are refused; --allow-private allows them)"
 	}
-	return false
+	return msg
+}
+
+// redactWriter redacts the passwords of URLs written through it. Each
+// Write is redacted whole: log records and messages are written in one.
+type redactWriter struct{ w io.Writer }
+
+func (r redactWriter) Write(p []byte) (int, error) {
+	if _, err := io.WriteString(r.w, engine.Redact(string(p))); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// File lets isTerminal see the file under the writer.
+func (r redactWriter) File() (*os.File, bool) {
+	f, ok := r.w.(*os.File)
+	return f, ok
 }
 
 func oneLine(s string) string { return strings.ReplaceAll(strings.TrimSpace(s), "\n", "; ") }
@@ -127,6 +161,21 @@ func newRoot(o *options) *cobra.Command {
 		},
 	}
 	o.addFlags(root.PersistentFlags())
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return asUsage(err) })
+	// Cobra would print the help for an unknown command and exit 0.
+	root.RunE = func(cmd *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return cmd.Help()
+		}
+		{
+			msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+			if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+				msg += "; did you mean " + strings.Join(s, " or ") + "?"
+			}
+			return usageError("%s", msg)
+		}
+	}
+	root.Args = cobra.ArbitraryArgs
 	root.AddCommand(
 		newCrawlCmd(o, true),
 		newCrawlCmd(o, false),
@@ -136,6 +185,11 @@ func newRoot(o *options) *cobra.Command {
 		newDeadLetterCmd(o),
 		newTestsiteCmd(o),
 	)
+	for _, c := range root.Commands() {
+		if args := c.Args; args != nil {
+			c.Args = func(cmd *cobra.Command, a []string) error { return asUsage(args(cmd, a)) }
+		}
+	}
 	return root
 }
 

@@ -139,6 +139,10 @@ func TestBadInput(t *testing.T) {
 		{"unknown flag", []string{"crawl", "--nope", "http://example.com/"}, 2, "unknown flag"},
 		{"unreachable site", []string{"crawl", "--idle-timeout=100ms", "http://127.0.0.1:1/"}, 1, "no page could be fetched"},
 		{"worker without shared broker", []string{"worker"}, 2, "shared broker"},
+		{"unknown command", []string{"crawll"}, 2, `unknown command "crawll"`},
+		{"extra argument", []string{"stats", "extra"}, 2, `unknown command "extra" for "trawl stats"`},
+		{"negative depth", []string{"crawl", "--max-depth=-1", "http://example.com/"}, 2, "--max-depth must not be negative"},
+		{"negative pages", []string{"crawl", "--max-pages=-1", "http://example.com/"}, 2, "--max-pages must not be negative"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

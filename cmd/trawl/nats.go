@@ -51,7 +51,7 @@ func (o *options) openEmbedded(ctx context.Context, b *backends, order broker.Or
 func (o *options) openNATS(ctx context.Context, b *backends, order broker.Order) error {
 	nc, err := natsbroker.Connect(ctx, o.natsURL, natsbroker.ConnectOptions{Name: "trawl " + o.name, Logger: o.log})
 	if err != nil {
-		return fmt.Errorf("nats at %s: %w", o.natsURL, err)
+		return err // it names the server, password redacted
 	}
 	b.closes = append(b.closes, func() error { nc.Close(); return nil })
 	nb, err := natsbroker.New(ctx, natsbroker.Config{Conn: nc, Order: order, Lease: o.lease, Logger: o.log})

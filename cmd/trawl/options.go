@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -102,6 +104,28 @@ func (o *options) setup() error {
 	}
 	if o.concurrency < 1 || o.perHost < 1 {
 		errs = append(errs, errors.New("--concurrency and --per-host must be at least 1"))
+	}
+	for _, l := range []struct {
+		flag string
+		v    int64
+	}{
+		{"--max-depth", int64(o.maxDepth)}, {"--max-pages", int64(o.maxPages)}, {"--prefetch", int64(o.prefetch)},
+		{"--delay", int64(o.delay)}, {"--idle-timeout", int64(o.idleTimeout)}, {"--lease", int64(o.lease)},
+		{"--progress-interval", int64(o.progressEvery)},
+	} {
+		if l.v < 0 {
+			errs = append(errs, fmt.Errorf("%s must not be negative", l.flag))
+		}
+	}
+	for _, u := range []struct{ flag, value, schemes string }{
+		{"--redis-url", o.redisURL, "redis rediss unix"},
+		{"--amqp-url", o.amqpURL, "amqp amqps"},
+		{"--amqp-management-url", o.amqpManagementURL, "http https"},
+		{"--nats-url", o.natsURL, "nats tls ws wss"},
+	} {
+		if err := checkURLs(u.flag, u.value, strings.Fields(u.schemes)); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if o.bloomFPRate <= 0 || o.bloomFPRate >= 1 {
 		errs = append(errs, fmt.Errorf("--bloom-fp-rate %v: want a rate between 0 and 1", o.bloomFPRate))
@@ -230,4 +254,40 @@ func (o *options) engineConfig() engine.Config {
 		}
 	}
 	return cfg
+}
+
+// checkURLs checks the URL (or the comma-separated URLs, for NATS) of a
+// flag. Its errors print the URL with its password redacted, and never
+// the part of it that failed to parse, which may be the password.
+func checkURLs(flag, value string, schemes []string) error {
+	if value == "" {
+		return nil
+	}
+	list := []string{value}
+	if flag == "--nats-url" {
+		list = strings.Split(value, ",")
+	}
+	for _, raw := range list {
+		raw = strings.TrimSpace(raw)
+		u, err := url.Parse(raw)
+		if err != nil {
+			why := "malformed"
+			var ue *url.Error
+			if errors.As(err, &ue) {
+				switch msg := ue.Err.Error(); {
+				case strings.HasPrefix(msg, "invalid port"):
+					why = "invalid port"
+				case strings.HasPrefix(msg, "invalid URL escape"):
+					why = "invalid %-escape (write % in a password as %25)"
+				case strings.Contains(msg, "invalid character"), strings.Contains(msg, "invalid userinfo"):
+					why = "invalid character"
+				}
+			}
+			return fmt.Errorf("%s %s: not a valid URL: %s", flag, engine.Redact(raw), why)
+		}
+		if !slices.Contains(schemes, u.Scheme) || (u.Host == "" && u.Scheme != "unix") {
+			return fmt.Errorf("%s %s: want scheme://host:port with scheme %s", flag, u.Redacted(), strings.Join(schemes, ", "))
+		}
+	}
+	return nil
 }
