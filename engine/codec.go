@@ -11,8 +11,14 @@ import (
 // not a request of a known encoding version. Such payloads are dead-lettered.
 var ErrBadPayload = errors.New("engine: undecodable request payload")
 
-// codecVersion is the first byte of every encoded request.
-const codecVersion = 1
+// codecVersion is the first byte of an encoded request. Version 2 adds
+// Deferrals; a request without deferrals is written as version 1, which
+// workers of every version read.
+const (
+	codecVersion    = 1
+	codecVersion2   = 2
+	maxCodecVersion = codecVersion2
+)
 
 // Limits that keep a hostile payload from allocating without bound.
 const (
@@ -27,7 +33,8 @@ const flagDontFilter = 1 << 0
 //
 // Version 1 layout: version, flags, priority (zig-zag varint), depth,
 // retries, url, method, callback, body, scope, meta (count, then key/value pairs),
-// header (count, then name, value count, values).
+// header (count, then name, value count, values). Version 2 (used only
+// when Deferrals is not 0) appends deferrals.
 func (r *Request) MarshalBinary() ([]byte, error) {
 	n := 16 + len(r.URL) + len(r.Method) + len(r.Callback) + len(r.Body)
 	for k, v := range r.Meta {
@@ -38,7 +45,11 @@ func (r *Request) MarshalBinary() ([]byte, error) {
 	if r.DontFilter {
 		flags |= flagDontFilter
 	}
-	b = append(b, codecVersion, flags)
+	version := byte(codecVersion)
+	if r.Deferrals > 0 {
+		version = codecVersion2
+	}
+	b = append(b, version, flags)
 	b = binary.AppendVarint(b, int64(r.Priority))
 	b = binary.AppendUvarint(b, uint64(max(r.Depth, 0)))
 	b = binary.AppendUvarint(b, uint64(max(r.Retries, 0)))
@@ -60,6 +71,9 @@ func (r *Request) MarshalBinary() ([]byte, error) {
 			b = appendString(b, v)
 		}
 	}
+	if version == codecVersion2 {
+		b = binary.AppendUvarint(b, uint64(r.Deferrals))
+	}
 	return b, nil
 }
 
@@ -70,7 +84,8 @@ func (r *Request) UnmarshalBinary(data []byte) error {
 	if len(data) == 0 {
 		return fmt.Errorf("%w: empty", ErrBadPayload)
 	}
-	if v := d.byte(); v != codecVersion {
+	v := d.byte()
+	if v < codecVersion || v > maxCodecVersion {
 		return fmt.Errorf("%w: unknown version %d", ErrBadPayload, v)
 	}
 	flags := d.byte()
@@ -104,6 +119,9 @@ func (r *Request) UnmarshalBinary(data []byte) error {
 			}
 			out.Header[k] = vs
 		}
+	}
+	if v >= codecVersion2 {
+		out.Deferrals = d.count(1 << 20)
 	}
 	if d.err != nil {
 		return d.err

@@ -17,6 +17,7 @@ func TestCodecRoundTrip(t *testing.T) {
 			Header: http.Header{"X-A": {"1", "2"}, "Cookie": {""}},
 		},
 		{URL: "http://x/", Priority: 1 << 40},
+		{URL: "http://x/", Deferrals: 3, Retries: 1},
 	}
 	for _, want := range cases {
 		b, err := want.MarshalBinary()
@@ -30,6 +31,24 @@ func TestCodecRoundTrip(t *testing.T) {
 		if !reflect.DeepEqual(&got, want) {
 			t.Errorf("round trip:\n got %#v\nwant %#v", got, *want)
 		}
+	}
+}
+
+// TestCodecVersions: a request without deferrals is written as version 1,
+// which older workers read; one with deferrals as version 2.
+func TestCodecVersions(t *testing.T) {
+	b, _ := (&Request{URL: "http://x/"}).MarshalBinary()
+	if b[0] != 1 {
+		t.Errorf("version %d without deferrals, want 1", b[0])
+	}
+	b, _ = (&Request{URL: "http://x/", Deferrals: 1}).MarshalBinary()
+	if b[0] != 2 {
+		t.Errorf("version %d with deferrals, want 2", b[0])
+	}
+	b[0] = 3
+	var r Request
+	if err := r.UnmarshalBinary(b); !errors.Is(err, ErrBadPayload) {
+		t.Errorf("version 3: err = %v", err)
 	}
 }
 

@@ -62,6 +62,7 @@ type Crawler struct {
 	badLogged atomic.Bool           // the first undecodable payload was logged
 	lastErr   atomic.Pointer[error] // the last error that lost a page, for ErrNoPages
 	unknownCB sync.Map              // callback names already logged as unknown at Warn
+	refused   refusals              // refusals by this worker's own configuration
 
 	leases sync.Map // broker.Delivery -> struct{}: deliveries to keep extended
 }
@@ -200,6 +201,9 @@ func (c *Crawler) receive(ctx context.Context, sem chan struct{}, dispatch func(
 		if c.cfg.MaxPages > 0 && c.started.Load() >= int64(c.cfg.MaxPages) {
 			c.log.Info("page limit reached", "pages", c.cfg.MaxPages)
 			return nil
+		}
+		if !c.refusalPause(ctx) {
+			return ctx.Err()
 		}
 		// Take one slot (waiting), then as many more as are free.
 		select {
@@ -435,6 +439,10 @@ func (c *Crawler) handle(ctx, work context.Context, d broker.Delivery) {
 // how the delivery is to be settled.
 func (c *Crawler) process(ctx, work context.Context, req *Request, attempt int) action {
 	log := c.log.With("url", Redact(req.URL))
+	if len(req.URL) > MaxURLLength {
+		c.fail(ErrorBadURL, nil)
+		return reject(fmt.Sprintf("%v: %d bytes, the limit is %d", ErrURLTooLong, len(req.URL), MaxURLLength))
+	}
 	u, err := url.Parse(req.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		c.fail(ErrorBadURL, nil)
@@ -456,8 +464,13 @@ func (c *Crawler) process(ctx, work context.Context, req *Request, attempt int) 
 		if ctx.Err() != nil {
 			return giveBack()
 		}
-		if err != nil {
-			log.Debug("robots.txt unavailable; allowing", "err", err)
+		switch {
+		case errors.Is(err, ErrLocalRefusal):
+			return c.refuse(req, u, err)
+		case errors.Is(err, ErrRobotsUnavailable):
+			return c.robotsDown(ctx, req, u, err)
+		case err != nil:
+			log.Debug("robots.txt check failed; allowing", "err", err)
 		}
 		if delay > 0 {
 			c.limiter.SetDelay(u.Host, delay)
@@ -481,6 +494,13 @@ func (c *Crawler) process(ctx, work context.Context, req *Request, attempt int) 
 	c.stats.Inc(StatRequests)
 	resp, err := c.fetcher.Fetch(work, req)
 	release()
+	if errors.Is(err, ErrLocalRefusal) {
+		c.started.Add(-1)
+		return c.refuse(req, u, err)
+	}
+	if err == nil {
+		c.refused.streak.Store(0)
+	}
 	if err != nil {
 		if Retryable(err) {
 			c.limiter.Backoff(u.Host, time.Now().Add(c.cfg.backoff(req.Retries+1)))

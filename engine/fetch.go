@@ -28,6 +28,21 @@ var ErrBodyTooLarge = errors.New("engine: body too large")
 // response's header is larger than FetchOptions.MaxHeaderSize.
 var ErrHeaderTooLarge = errors.New("engine: response header too large")
 
+// ErrLocalRefusal is wrapped by errors of refusals that depend on this
+// worker's own configuration rather than on the request: the address guard
+// (lifted by FetchOptions.AllowPrivate, trawl's --allow-private, or by
+// trusting the host). Such a request is not done: another worker, or this
+// one reconfigured, may fetch it. Errors wrapping it wrap
+// ErrForbiddenAddress too.
+var ErrLocalRefusal = errors.New("engine: refused by this worker's configuration (see --allow-private)")
+
+// MaxURLLength is the longest URL trawl accepts, in bytes, wherever a URL
+// enters: start URLs, links, redirects, requests read from the queue.
+const MaxURLLength = 8 << 10
+
+// ErrURLTooLong is wrapped by the errors of URLs over MaxURLLength.
+var ErrURLTooLong = errors.New("engine: url too long")
+
 // errBadURL is returned (wrapped) by Fetch for a URL it cannot fetch.
 var errBadURL = errors.New("bad url")
 
@@ -168,6 +183,15 @@ func TrustedAddr(u *url.URL) string {
 // followed. A response with any status code is returned without error; errors
 // are for requests that got no complete response (see Retryable).
 func (f *Fetcher) Fetch(ctx context.Context, r *Request) (*Response, error) {
+	return f.fetch(ctx, r, f.maxBody, false)
+}
+
+// fetch is Fetch with a body limit; with truncate, a longer body is cut
+// to limit instead of failing.
+func (f *Fetcher) fetch(ctx context.Context, r *Request, limit int64, truncate bool) (*Response, error) {
+	if len(r.URL) > MaxURLLength {
+		return nil, fmt.Errorf("fetch %.64q…: %w: %d bytes, the limit is %d", r.URL, ErrURLTooLong, len(r.URL), MaxURLLength)
+	}
 	u, err := url.Parse(r.URL)
 	if err != nil {
 		return nil, fmt.Errorf("fetch %q: %w: %w", r.URL, errBadURL, err)
@@ -176,7 +200,7 @@ func (f *Fetcher) Fetch(ctx context.Context, r *Request) (*Response, error) {
 		return nil, fmt.Errorf("fetch %q: %w: want an absolute http or https URL", r.URL, errBadURL)
 	}
 	if err := f.guard.checkURLHost(u); err != nil {
-		return nil, fmt.Errorf("fetch %s: %w", u, err)
+		return nil, fmt.Errorf("fetch %s: %w: %w", u, ErrLocalRefusal, err)
 	}
 
 	parent := ctx
@@ -215,24 +239,31 @@ func (f *Fetcher) Fetch(ctx context.Context, r *Request) (*Response, error) {
 		if strings.Contains(err.Error(), "server response headers exceeded") {
 			return nil, fmt.Errorf("fetch %s: %w: more than %d bytes", u, ErrHeaderTooLarge, f.maxHeader)
 		}
+		if errors.Is(err, ErrForbiddenAddress) {
+			return nil, fmt.Errorf("%w: %w", ErrLocalRefusal, err)
+		}
 		return nil, timedOut(err) // *url.Error names the method and URL
 	}
 	defer resp.Body.Close()
 
-	if resp.ContentLength > f.maxBody {
+	if resp.ContentLength > limit && !truncate {
 		return nil, fmt.Errorf("fetch %s: %w: Content-Length %d over the limit of %d bytes",
-			u, ErrBodyTooLarge, resp.ContentLength, f.maxBody)
+			u, ErrBodyTooLarge, resp.ContentLength, limit)
 	}
 	var buf bytes.Buffer
 	if resp.ContentLength > 0 {
-		buf.Grow(int(resp.ContentLength))
+		buf.Grow(int(min(resp.ContentLength, limit)))
 	}
-	n, err := buf.ReadFrom(io.LimitReader(resp.Body, f.maxBody+1))
+	n, err := buf.ReadFrom(io.LimitReader(resp.Body, limit+1))
 	if err != nil {
 		return nil, timedOut(fmt.Errorf("fetch %s: read body: %w", u, err))
 	}
-	if n > f.maxBody {
-		return nil, fmt.Errorf("fetch %s: %w: more than %d bytes", u, ErrBodyTooLarge, f.maxBody)
+	if n > limit {
+		if !truncate {
+			return nil, fmt.Errorf("fetch %s: %w: more than %d bytes", u, ErrBodyTooLarge, limit)
+		}
+		buf.Truncate(int(limit))
+		n = limit
 	}
 	f.log.Debug("fetched", "url", u.String(), "status", resp.StatusCode,
 		"bytes", n, "duration", time.Since(start))
@@ -252,8 +283,9 @@ func (f *Fetcher) Close() { f.transport.CloseIdleConnections() }
 // (connect, TLS handshake, total), connection refused, reset or aborted,
 // unreachable networks, a connection closed before or during the response
 // (EOF), and temporary DNS failures. It is false for nil, ErrBodyTooLarge,
-// ErrForbiddenAddress, bad URLs, TLS certificate errors, names that do not
-// exist, ErrHeaderTooLarge, a cancelled context, and anything it does not
+// ErrHeaderTooLarge, ErrForbiddenAddress (and ErrLocalRefusal: see the
+// crawler for those), ErrURLTooLong, bad URLs, TLS certificate errors,
+// names that do not exist, a cancelled context, and anything it does not
 // recognise.
 func Retryable(err error) bool {
 	if err == nil {
@@ -269,6 +301,7 @@ func Retryable(err error) bool {
 	)
 	switch {
 	case errors.Is(err, ErrBodyTooLarge), errors.Is(err, ErrHeaderTooLarge), errors.Is(err, ErrForbiddenAddress),
+		errors.Is(err, ErrURLTooLong),
 		errors.Is(err, errBadURL), errors.Is(err, context.Canceled),
 		errors.As(err, &hostnameErr), errors.As(err, &unknownCA),
 		errors.As(err, &invalidCert), errors.As(err, &verification),

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,9 +15,17 @@ import (
 )
 
 const (
-	// robotsErrorTTL is how long a robots.txt answer is cached after a 5xx
-	// status or a network error (when every path is allowed meanwhile).
+	// robotsErrorTTL is how long a refusal of this worker's address guard
+	// is cached.
 	robotsErrorTTL = time.Minute
+	// robotsRetryMin and robotsRetryMax bound the back-off between fetches
+	// of an unreachable robots.txt (5xx or a network error): it doubles
+	// from the first to the second while the file stays unreachable.
+	robotsRetryMin = time.Second
+	robotsRetryMax = 5 * time.Minute
+	// robotsMaxSize is how much of a robots.txt is parsed (RFC 9309 asks
+	// for at least 500 KiB); the rest is ignored, not a failure.
+	robotsMaxSize = 500 << 10
 	// robotsMaxRedirects is how many redirects of /robots.txt are followed.
 	robotsMaxRedirects = 5
 	// maxCrawlDelay caps the Crawl-delay a robots.txt can impose.
@@ -26,13 +35,21 @@ const (
 // Robots is a cache of robots.txt files, one per scheme and host, parsed with
 // github.com/temoto/robotstxt. It is safe for concurrent use.
 //
-// What a robots.txt fetch means:
-//   - 2xx: the file's rules for the agent, cached for the TTL. A file the
-//     parser rejects allows everything (cached for the TTL, logged).
+// What a robots.txt fetch means, after RFC 9309:
+//   - 2xx: the file's rules for the agent, cached for the TTL. Only its
+//     first 500 KiB are parsed (a longer file is cut at its last line
+//     break within them). A file the parser rejects allows everything
+//     (cached for the TTL, logged).
 //   - 4xx: no robots.txt: everything is allowed, cached for the TTL.
-//   - 5xx or a network error (including a refusal of the address guard or a
-//     body over the fetcher's cap): everything is allowed, but the answer is
-//     cached for one minute only, so that the file is asked for again soon.
+//   - 5xx or a transient network error (see Retryable): the file is
+//     unreachable, and everything is disallowed until it can be fetched:
+//     Allowed returns a *RobotsUnavailableError saying until when; the
+//     file is asked for again then, with a back-off doubling from 1s to 5
+//     minutes. Other fetch errors (a name that does not exist, a bad
+//     certificate) allow everything for the TTL: the pages fail alike.
+//   - A refusal of this worker's address guard: Allowed returns an error
+//     wrapping ErrLocalRefusal (cached for a minute); another worker may
+//     be allowed to fetch the host.
 //   - 3xx: the redirect is followed, up to 5 hops, while it stays on the
 //     same host name (scheme and port may change). A redirect to another
 //     host, or too many hops, counts as no robots.txt (allow, TTL).
@@ -52,11 +69,35 @@ type Robots struct {
 }
 
 type robotsEntry struct {
-	done    chan struct{} // closed when the fetch finished
-	group   *robotstxt.Group
-	failed  bool // the fetching caller's context ended: callers try again
-	expires time.Time
+	done     chan struct{} // closed when the fetch finished
+	group    *robotstxt.Group
+	failed   bool  // the fetching caller's context ended: callers try again
+	refused  error // the address guard refused the host (wraps ErrLocalRefusal)
+	down     error // unreachable (5xx, network error): disallow until expires
+	failures int   // consecutive fetches that found the file unreachable
+	expires  time.Time
 }
+
+// ErrRobotsUnavailable is wrapped by the error Allowed returns while a
+// host's robots.txt is unreachable (see RobotsUnavailableError).
+var ErrRobotsUnavailable = errors.New("robots.txt unreachable")
+
+// RobotsUnavailableError says that a host's robots.txt could not be
+// fetched (a 5xx status or a network error): nothing on the host may be
+// fetched before Until, when the file is asked for again.
+type RobotsUnavailableError struct {
+	Host  string    // scheme://host[:port]
+	Until time.Time // when the file is fetched again
+	Cause error
+}
+
+func (e *RobotsUnavailableError) Error() string {
+	return fmt.Sprintf("%s/robots.txt unreachable (%v); host disallowed until %s",
+		e.Host, e.Cause, e.Until.Format(time.TimeOnly))
+}
+
+// Unwrap returns ErrRobotsUnavailable and the cause.
+func (e *RobotsUnavailableError) Unwrap() []error { return []error{ErrRobotsUnavailable, e.Cause} }
 
 // NewRobots returns a Robots that fetches through f and matches rules for
 // userAgent (its product token, the part before the first "/" or space, is
@@ -88,7 +129,9 @@ func NewRobots(f *Fetcher, userAgent string, ttl time.Duration) *Robots {
 // Allowed reports whether u may be fetched and the host's Crawl-delay (0 if
 // none; at most one minute). The host's robots.txt is fetched once per TTL:
 // concurrent callers for one host wait for the same fetch. err is non-nil
-// only for a URL that is not absolute http(s) or when ctx ends first.
+// (and allowed false) for a URL that is not absolute http(s), when ctx ends
+// first, while the file is unreachable (a *RobotsUnavailableError), and
+// when this worker's address guard refuses the host (ErrLocalRefusal).
 func (r *Robots) Allowed(ctx context.Context, u *url.URL) (allowed bool, crawlDelay time.Duration, err error) {
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return false, 0, fmt.Errorf("robots: check %q: want an absolute http or https URL", u)
@@ -111,6 +154,12 @@ func (r *Robots) Allowed(ctx context.Context, u *url.URL) (allowed bool, crawlDe
 			}
 			continue // the leader gave up; try again
 		}
+		if e.refused != nil {
+			return false, 0, e.refused
+		}
+		if e.down != nil {
+			return false, 0, &RobotsUnavailableError{Host: key, Until: e.expires, Cause: e.down}
+		}
 		if e.group == nil {
 			return true, 0, nil
 		}
@@ -131,12 +180,14 @@ func (r *Robots) entry(key string) (e *robotsEntry, leader bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := r.now()
+	failures := 0
 	if e := r.entries[key]; e != nil {
 		select {
 		case <-e.done:
 			if !e.failed && now.Before(e.expires) {
 				return e, false
 			}
+			failures = e.failures
 		default:
 			return e, false // being fetched
 		}
@@ -153,7 +204,7 @@ func (r *Robots) entry(key string) (e *robotsEntry, leader bool) {
 		}
 		r.sweepAt = max(minSweep, 2*len(r.entries))
 	}
-	e = &robotsEntry{done: make(chan struct{})}
+	e = &robotsEntry{done: make(chan struct{}), failures: failures}
 	r.entries[key] = e
 	return e, true
 }
@@ -165,7 +216,22 @@ func (r *Robots) fill(ctx context.Context, e *robotsEntry, u *url.URL) {
 	switch {
 	case err != nil && ctx.Err() != nil:
 		e.failed = true
+	case errors.Is(err, ErrLocalRefusal):
+		e.refused = err
+		e.expires = r.now().Add(robotsErrorTTL)
+	case err != nil:
+		wait := robotsRetryMin << min(e.failures, 16)
+		wait = min(wait, robotsRetryMax)
+		e.failures++
+		e.down = err
+		e.expires = r.now().Add(wait)
+		r.log.Warn("robots.txt unreachable; host disallowed until it can be fetched",
+			"url", u.Scheme+"://"+u.Host+"/robots.txt", "retry_in", wait, "failures", e.failures, "error", err)
 	default:
+		if e.failures > 0 {
+			r.log.Info("robots.txt reachable again", "url", u.Scheme+"://"+u.Host+"/robots.txt")
+		}
+		e.failures = 0
 		e.group = group
 		e.expires = r.now().Add(ttl)
 	}
@@ -176,23 +242,38 @@ func (r *Robots) fill(ctx context.Context, e *robotsEntry, u *url.URL) {
 // errOffHost ends a robots.txt redirect chain that leaves the host.
 var errOffHost = errors.New("redirected to another host")
 
+// errServer is the cause of a robots.txt answered with a 5xx status.
+var errServer = errors.New("server error")
+
 // fetch gets and parses the robots.txt of u's host. It returns the group for
 // r's agent (nil = allow all) and how long to cache the answer; err is set
-// only when ctx ended.
+// when ctx ended, when this worker's guard refused the host
+// (ErrLocalRefusal) and when the file is unreachable (5xx, network error).
 func (r *Robots) fetch(ctx context.Context, u *url.URL) (*robotstxt.Group, time.Duration, error) {
 	target := &url.URL{Scheme: u.Scheme, Host: u.Host, Path: "/robots.txt"}
 	for hop := 0; ; hop++ {
-		resp, err := r.fetcher.Fetch(ctx, &Request{URL: target.String()})
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, 0, err
-			}
-			r.log.Info("robots.txt fetch failed; allowing all for now", "url", target.String(), "error", err)
-			return nil, robotsErrorTTL, nil
+		resp, err := r.fetcher.fetch(ctx, &Request{URL: target.String()}, robotsMaxSize, true)
+		switch {
+		case err == nil:
+		case ctx.Err() != nil, errors.Is(err, ErrLocalRefusal), Retryable(err):
+			return nil, 0, err
+		default:
+			// Not a transient failure (a name that does not exist, a bad
+			// certificate): the page's own fetch fails alike and says why.
+			r.log.Info("robots.txt fetch failed for good; allowing all", "url", target.String(), "error", err)
+			return nil, r.ttl, nil
 		}
 		switch code := resp.StatusCode; {
 		case code >= 200 && code < 300:
-			data, err := robotstxt.FromBytes(resp.Body)
+			body := resp.Body
+			if len(body) == robotsMaxSize {
+				// Perhaps cut: drop a last line that may be partial.
+				if i := bytes.LastIndexByte(body, '\n'); i >= 0 {
+					body = body[:i+1]
+				}
+				r.log.Info("robots.txt parsed on its first 500 KiB", "url", target.String())
+			}
+			data, err := robotstxt.FromBytes(body)
 			if err != nil {
 				r.log.Warn("robots.txt unparsable; allowing all", "url", target.String(), "error", err)
 				return nil, r.ttl, nil
@@ -208,8 +289,7 @@ func (r *Robots) fetch(ctx context.Context, u *url.URL) (*robotstxt.Group, time.
 		case code >= 400 && code < 500:
 			return nil, r.ttl, nil
 		default: // 5xx and oddities
-			r.log.Warn("robots.txt server error; allowing all for now", "url", target.String(), "status", code)
-			return nil, robotsErrorTTL, nil
+			return nil, 0, fmt.Errorf("%w: status %d", errServer, code)
 		}
 	}
 }

@@ -141,51 +141,73 @@ func TestRobotsFetchedOnce(t *testing.T) {
 
 func TestRobotsStatuses(t *testing.T) {
 	f := trusting(t, FetchOptions{})
-	for _, tc := range []struct {
-		status int
-		ttl    time.Duration
-	}{
-		{404, 24 * time.Hour},
-		{401, 24 * time.Hour},
-		{503, robotsErrorTTL},
-		{500, robotsErrorTTL},
-	} {
-		rs := newRobotsServer(t, "User-agent: *\nDisallow: /\n", tc.status)
+	for _, status := range []int{404, 401, 403} {
+		rs := newRobotsServer(t, "User-agent: *\nDisallow: /\n", status)
 		r := NewRobots(f, "trawl", 0)
 		clock := time.Now()
 		r.now = func() time.Time { return clock }
 		allowed, delay, err := r.Allowed(context.Background(), mustURL(t, rs.url+"/page"))
 		if err != nil || !allowed || delay != 0 {
-			t.Errorf("status %d: allowed %v delay %v err %v, want allowed", tc.status, allowed, delay, err)
+			t.Errorf("status %d: allowed %v delay %v err %v, want allowed", status, allowed, delay, err)
 		}
-		clock = clock.Add(tc.ttl - time.Second)
+		clock = clock.Add(24*time.Hour - time.Second)
 		r.Allowed(context.Background(), mustURL(t, rs.url+"/page"))
 		if n := rs.hits.Load(); n != 1 {
-			t.Errorf("status %d: fetched %d times within %v", tc.status, n, tc.ttl)
+			t.Errorf("status %d: fetched %d times within the TTL", status, n)
 		}
 		clock = clock.Add(2 * time.Second)
 		r.Allowed(context.Background(), mustURL(t, rs.url+"/page"))
 		if n := rs.hits.Load(); n != 2 {
-			t.Errorf("status %d: fetched %d times after %v, want 2", tc.status, n, tc.ttl)
+			t.Errorf("status %d: fetched %d times after the TTL, want 2", status, n)
+		}
+	}
+
+	// RFC 9309: an unreachable robots.txt (5xx) disallows everything until
+	// it can be fetched, asked for again with a growing back-off.
+	for _, status := range []int{500, 503} {
+		rs := newRobotsServer(t, "", status)
+		r := NewRobots(f, "trawl", 0)
+		clock := time.Now()
+		r.now = func() time.Time { return clock }
+		for i, wait := range []time.Duration{robotsRetryMin, 2 * robotsRetryMin, 4 * robotsRetryMin} {
+			ok, _, err := r.Allowed(context.Background(), mustURL(t, rs.url+"/page"))
+			var ru *RobotsUnavailableError
+			if ok || !errors.As(err, &ru) || !errors.Is(err, ErrRobotsUnavailable) {
+				t.Fatalf("status %d, try %d: allowed %v err %v, want disallowed, unavailable", status, i, ok, err)
+			}
+			if got := ru.Until.Sub(clock); got != wait {
+				t.Errorf("status %d, try %d: asked again after %v, want %v", status, i, got, wait)
+			}
+			clock = clock.Add(wait - time.Millisecond)
+			if ok, _, _ := r.Allowed(context.Background(), mustURL(t, rs.url+"/page")); ok {
+				t.Errorf("status %d: allowed during the back-off", status)
+			}
+			if n := rs.hits.Load(); n != int32(i+1) {
+				t.Errorf("status %d: fetched %d times during back-off %d", status, n, i)
+			}
+			clock = clock.Add(time.Millisecond)
 		}
 	}
 
 	t.Run("recovery after a server error", func(t *testing.T) {
-		rs := newRobotsServer(t, "User-agent: *\nDisallow: /\n", 503)
+		rs := newRobotsServer(t, "User-agent: *\nDisallow: /secret\n", 503)
 		r := NewRobots(f, "trawl", 0)
 		clock := time.Now()
 		r.now = func() time.Time { return clock }
-		if ok, _, _ := r.Allowed(context.Background(), mustURL(t, rs.url+"/")); !ok {
-			t.Error("disallowed during a server error")
+		if ok, _, _ := r.Allowed(context.Background(), mustURL(t, rs.url+"/")); ok {
+			t.Error("allowed during a server error")
 		}
 		rs.status.Store(200)
-		clock = clock.Add(robotsErrorTTL + time.Second)
-		if ok, _, _ := r.Allowed(context.Background(), mustURL(t, rs.url+"/")); ok {
+		clock = clock.Add(robotsRetryMin)
+		if ok, _, err := r.Allowed(context.Background(), mustURL(t, rs.url+"/")); !ok || err != nil {
+			t.Errorf("after the server recovered: allowed %v err %v", ok, err)
+		}
+		if ok, _, _ := r.Allowed(context.Background(), mustURL(t, rs.url+"/secret")); ok {
 			t.Error("rules not applied after the server recovered")
 		}
 	})
 
-	t.Run("network error allows", func(t *testing.T) {
+	t.Run("network error disallows", func(t *testing.T) {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
@@ -194,10 +216,33 @@ func TestRobotsStatuses(t *testing.T) {
 		ln.Close()
 		r := NewRobots(f, "trawl", 0)
 		ok, _, err := r.Allowed(context.Background(), mustURL(t, "http://"+addr+"/"))
-		if err != nil || !ok {
-			t.Errorf("unreachable host: allowed %v err %v", ok, err)
+		if ok || !errors.Is(err, ErrRobotsUnavailable) {
+			t.Errorf("unreachable host: allowed %v err %v, want unavailable", ok, err)
 		}
 	})
+}
+
+// TestRobotsLarge: a robots.txt over the fetcher's body cap is parsed on
+// its first 500 KiB, not taken for "allow all"; rules past them are ignored.
+func TestRobotsLarge(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("User-agent: *\nDisallow: /secret\n")
+	for b.Len() < robotsMaxSize+1000 {
+		b.WriteString("# padding padding padding padding padding padding padding\n")
+	}
+	b.WriteString("Disallow: /late\n")
+	for b.Len() < 3*robotsMaxSize {
+		b.WriteString("# more padding\n")
+	}
+	rs := newRobotsServer(t, b.String(), 200)
+	f := trusting(t, FetchOptions{MaxBodySize: 100 << 10}) // pages are capped lower than robots.txt
+	r := NewRobots(f, "trawl", 0)
+	if ok, _, err := r.Allowed(context.Background(), mustURL(t, rs.url+"/secret")); ok || err != nil {
+		t.Errorf("/secret in a 1.5 MB robots.txt: allowed %v err %v, want disallowed", ok, err)
+	}
+	if ok, _, err := r.Allowed(context.Background(), mustURL(t, rs.url+"/late")); !ok || err != nil {
+		t.Errorf("/late, past 500 KiB: allowed %v err %v, want allowed", ok, err)
+	}
 }
 
 func TestRobotsRedirects(t *testing.T) {
@@ -294,8 +339,8 @@ func TestRobotsGuard(t *testing.T) {
 	defer f.Close()
 	r := NewRobots(f, "trawl", 0)
 	ok, _, err := r.Allowed(context.Background(), mustURL(t, rs.url+"/"))
-	if err != nil || !ok {
-		t.Errorf("allowed %v err %v", ok, err)
+	if ok || !errors.Is(err, ErrLocalRefusal) {
+		t.Errorf("allowed %v err %v, want a local refusal", ok, err)
 	}
 	if n := rs.hits.Load(); n != 0 {
 		t.Errorf("robots.txt fetched from a forbidden address (%d hits)", n)

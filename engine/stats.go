@@ -20,11 +20,17 @@ const (
 	StatRetries         = "retry/count"
 	StatRetriesExceeded = "retry/max_reached"
 	StatRobotsForbidden = "robotstxt/forbidden"
-	StatErrors          = "errors"
-	StatDeadLetters     = "deadletter/count"
-	StatRedirects       = "redirect/count"
-	StatDropped         = "callback/dropped"
-	StatStartURLs       = "start_urls/taken"
+	// StatRobotsUnavailable counts pages given back because their host's
+	// robots.txt was unreachable.
+	StatRobotsUnavailable = "robotstxt/unavailable"
+	// StatRefused counts pages this worker refused because of its own
+	// configuration (ErrLocalRefusal) and gave back.
+	StatRefused     = "refused/given_back"
+	StatErrors      = "errors"
+	StatDeadLetters = "deadletter/count"
+	StatRedirects   = "redirect/count"
+	StatDropped     = "callback/dropped"
+	StatStartURLs   = "start_urls/taken"
 )
 
 // Stats are a crawl's counters, safe for concurrent use.

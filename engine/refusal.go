@@ -1,0 +1,106 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// MaxDeferrals is how often a request is given back untried (see
+// Request.Deferrals) before it is dead-lettered with the reason: enough
+// for a correctly configured worker to take a page that a misconfigured
+// one refused, few enough that a link to a private address in a public
+// crawl ends in the dead letters, visible and requeueable, within seconds.
+const MaxDeferrals = 10
+
+const (
+	// refusalStreak is how many refusals in a row, with no page fetched in
+	// between, make a worker back off before taking more work: a few
+	// links to private addresses in a public crawl do not slow it down.
+	refusalStreak = 4
+	// refusalPauseMax caps the pause of a worker that refuses everything.
+	refusalPauseMax = 2 * time.Second
+	// robotsHold caps how long a page waits, holding its slot, for its
+	// host's unreachable robots.txt before it is given back.
+	robotsHold = 30 * time.Second
+	// maxRefusedHosts bounds the hosts whose refusal was logged at Error.
+	maxRefusedHosts = 10_000
+)
+
+// refusals tracks this worker's refusals that depend on its own
+// configuration (ErrLocalRefusal), to say so loudly and to back off.
+type refusals struct {
+	streak   atomic.Int64 // refusals since the last page this worker fetched
+	hosts    sync.Map     // host -> struct{}: refusals logged at Error
+	nhosts   atomic.Int64
+	pausedAt atomic.Int64 // unix nanoseconds of the last back-off logged
+}
+
+// refuse handles a request this worker refused because of its own
+// configuration: it is given back for another worker (or dead-lettered
+// past MaxDeferrals), never settled as done.
+func (c *Crawler) refuse(req *Request, u *url.URL, err error) action {
+	c.stats.Inc(StatRefused)
+	c.refused.streak.Add(1)
+	if c.refused.nhosts.Load() < maxRefusedHosts {
+		if _, seen := c.refused.hosts.LoadOrStore(u.Host, struct{}{}); !seen {
+			c.refused.nhosts.Add(1)
+			c.log.Error("this worker's address guard refuses a host; its pages go back to the queue for "+
+				"other workers. Run this worker with --allow-private (or give the host as a start URL) to crawl it",
+				"host", u.Host, "err", redactErr(err))
+		}
+	}
+	req.Deferrals++
+	if req.Deferrals > MaxDeferrals {
+		c.fail(ErrorForbiddenAddress, err)
+		return reject(fmt.Sprintf("refused %d times by a worker's address guard (%v); "+
+			"run a worker with --allow-private and requeue it if the address is meant to be crawled",
+			req.Deferrals, redactErr(err)))
+	}
+	return giveBack()
+}
+
+// robotsDown handles a request whose host's robots.txt is unreachable: the
+// host is paused until the file is asked for again; the page waits for it
+// (at most robotsHold, holding its slot) and is then given back untried,
+// or dead-lettered past MaxDeferrals.
+func (c *Crawler) robotsDown(ctx context.Context, req *Request, u *url.URL, err error) action {
+	var ru *RobotsUnavailableError
+	if errors.As(err, &ru) {
+		c.limiter.Backoff(u.Host, ru.Until)
+		if !sleep(ctx, min(time.Until(ru.Until), robotsHold)) {
+			return giveBack()
+		}
+	}
+	c.stats.Inc(StatRobotsUnavailable)
+	req.Deferrals++
+	if req.Deferrals > MaxDeferrals {
+		c.fail(ErrorFetch, err)
+		return reject(fmt.Sprintf("given back %d times: %v", req.Deferrals, redactErr(err)))
+	}
+	return giveBack()
+}
+
+// refusalPause makes a worker whose recent requests were all refused by
+// its own configuration wait before it takes more work, saying so at most
+// every 10 seconds, so that other workers take the work and this one does
+// not spin. It returns false if ctx ended.
+func (c *Crawler) refusalPause(ctx context.Context) bool {
+	n := c.refused.streak.Load()
+	if n < refusalStreak {
+		return true
+	}
+	d := min(time.Duration(n-refusalStreak+1)*100*time.Millisecond, refusalPauseMax)
+	now := time.Now()
+	if last := c.refused.pausedAt.Load(); now.UnixNano()-last > int64(10*time.Second) &&
+		c.refused.pausedAt.CompareAndSwap(last, now.UnixNano()) {
+		c.log.Warn("every request this worker took lately was refused by its address guard; "+
+			"backing off so that other workers take them (run it with --allow-private to crawl private addresses)",
+			"refused_in_a_row", n, "pause", d)
+	}
+	return sleep(ctx, d)
+}

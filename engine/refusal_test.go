@@ -1,0 +1,160 @@
+package engine_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/trawlhq/trawl/engine"
+	"github.com/trawlhq/trawl/internal/testsite"
+)
+
+// syncBuffer is a bytes.Buffer safe for concurrent writes, for logs.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestMisconfiguredWorkerLosesNothing runs two crawlers on one broker over
+// a loopback site: one may fetch private addresses, the other may not
+// (no --allow-private, no trust). The second refuses what it takes and
+// gives it back, never settling a page as done: every page is fetched
+// exactly once, nothing is dead-lettered, and the refusing worker says
+// loudly, once, what it lacks.
+func TestMisconfiguredWorkerLosesNothing(t *testing.T) {
+	site, url := serveSite(t, testsite.Options{Pages: 300, Links: 8, Seed: 11, SlowDelay: 100 * time.Millisecond})
+	b, f := newBackends(t)
+	sink := &memSink{}
+	good, err := engine.New(b, f, engine.Config{
+		Concurrency: 8, PerHost: 8, IdleTimeout: time.Second, RetryBackoff: 10 * time.Millisecond,
+		Fetch: engine.FetchOptions{AllowPrivate: true, Timeout: 3 * time.Second}, Sink: sink,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	bad, err := engine.New(b, f, engine.Config{
+		Concurrency: 8, PerHost: 8, IdleTimeout: time.Second, RetryBackoff: 10 * time.Millisecond,
+		Sink: sink, Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	if err := good.Seed(ctx, engine.StartURL{URL: url + "/"}); err != nil {
+		t.Fatal(err)
+	}
+	// The refusing worker starts first and takes the start URL.
+	badDone := make(chan error, 1)
+	go func() { badDone <- bad.Run(ctx) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for bad.Stats().Get(engine.StatRefused) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the worker without --allow-private refused nothing within 30s")
+		}
+		time.Sleep(5 * time.Millisecond) // polling a counter, bounded by the deadline
+	}
+	if err := good.Run(ctx); err != nil {
+		t.Fatalf("good worker: %v", err)
+	}
+	if err := <-badDone; err != nil {
+		t.Errorf("refusing worker: %v", err)
+	}
+	if err := site.Verify(); err != nil {
+		t.Errorf("site says the crawl was wrong:\n%v", err)
+	}
+	if got, want := sink.len(), site.Expected(); got != want {
+		t.Errorf("items = %d, want %d", got, want)
+	}
+	n, _ := b.Counts(ctx, engine.RequestsQueue("trawl"))
+	if n.Dead != 0 || n.Ready != 0 || n.InFlight != 0 {
+		t.Errorf("requests queue after the crawl: %+v, want empty with no dead letters", n)
+	}
+	refused := bad.Stats().Get(engine.StatRefused)
+	if got := bad.Stats().Get(engine.StatResponses); got != 0 {
+		t.Errorf("the refusing worker got %d responses", got)
+	}
+	out := logs.String()
+	if c := strings.Count(out, "level=ERROR"); c != 1 || !strings.Contains(out, "--allow-private") {
+		t.Errorf("refusing worker (%d refusals) logged %d errors, want one naming --allow-private:\n%s", refused, c, out)
+	}
+	t.Logf("the refusing worker gave back %d requests", refused)
+}
+
+// TestRobotsUnreachableDefers: while a site's robots.txt answers 503, its
+// pages are neither fetched nor dropped nor counted as forbidden: they wait
+// and are given back, and once the file can be fetched its rules apply.
+func TestRobotsUnreachableDefers(t *testing.T) {
+	var mu sync.Mutex
+	hits := map[string]int{}
+	robotsDown := 2 // the first two robots.txt requests fail
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		hits[r.URL.Path]++
+		down := r.URL.Path == "/robots.txt" && hits[r.URL.Path] <= robotsDown
+		mu.Unlock()
+		switch {
+		case down:
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+		case r.URL.Path == "/robots.txt":
+			fmt.Fprint(w, "User-agent: *\nDisallow: /secret\n")
+		default:
+			w.Header().Set("Content-Type", "text/html")
+			fmt.Fprint(w, `<html><a href="/a">a</a><a href="/secret">s</a></html>`)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	b, f := newBackends(t)
+	c, err := engine.New(b, f, engine.Config{
+		IdleTimeout: 300 * time.Millisecond, TrustedHosts: []string{srv.Listener.Addr().String()},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := c.Seed(ctx, engine.StartURL{URL: srv.URL + "/"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Run(ctx); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if hits["/"] != 1 || hits["/a"] != 1 || hits["/secret"] != 0 {
+		t.Errorf("fetches %v, want / and /a once, /secret never", hits)
+	}
+	if hits["/robots.txt"] != robotsDown+1 {
+		t.Errorf("robots.txt fetched %d times, want %d", hits["/robots.txt"], robotsDown+1)
+	}
+	st := c.Stats()
+	if st.Get(engine.StatRobotsUnavailable) == 0 {
+		t.Error("no page counted as waiting for robots.txt")
+	}
+	if st.Get(engine.StatRobotsForbidden) != 1 {
+		t.Errorf("robots-forbidden = %d, want 1 (/secret, after the file came back)", st.Get(engine.StatRobotsForbidden))
+	}
+	if n, _ := b.Counts(ctx, engine.RequestsQueue("trawl")); n.Dead != 0 {
+		t.Errorf("%d dead letters", n.Dead)
+	}
+}
