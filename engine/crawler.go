@@ -57,12 +57,13 @@ type Crawler struct {
 	log     *slog.Logger
 	extract map[string]cascadia.Selector
 
-	started   atomic.Int64          // pages whose fetch started on this worker
-	inflight  atomic.Int64          // deliveries held by this worker
-	badLogged atomic.Bool           // the first undecodable payload was logged
-	lastErr   atomic.Pointer[error] // the last error that lost a page, for ErrNoPages
-	unknownCB sync.Map              // callback names already logged as unknown at Warn
-	refused   refusals              // refusals by this worker's own configuration
+	started       atomic.Int64          // pages whose fetch started on this worker
+	inflight      atomic.Int64          // deliveries held by this worker
+	badLogged     atomic.Bool           // the first undecodable payload was logged
+	noCheckLogged atomic.Bool           // the filter's lack of dedup.Checker was logged
+	lastErr       atomic.Pointer[error] // the last error that lost a page, for ErrNoPages
+	unknownCB     sync.Map              // callback names already logged as unknown at Warn
+	refused       refusals              // refusals by this worker's own configuration
 
 	leases sync.Map // broker.Delivery -> struct{}: deliveries to keep extended
 }
@@ -320,7 +321,7 @@ func (c *Crawler) takeStarts(ctx context.Context) (int, error) {
 			c.deadLetter(ctx, d, err)
 			continue
 		}
-		if err := c.enqueue(ctx, []*Request{req}, d.Attempt() > 1, true); err != nil {
+		if err := c.enqueue(ctx, nil, []*Request{req}); err != nil {
 			c.settle(ctx, d, nack(0))
 			return len(ds), err
 		}
@@ -347,7 +348,7 @@ func (c *Crawler) takeExternalStarts(ctx context.Context) (int, error) {
 		}
 		reqs = append(reqs, req)
 	}
-	if err := c.enqueue(ctx, reqs, false, true); err != nil {
+	if err := c.enqueue(ctx, nil, reqs); err != nil {
 		// Put them back, or they are lost.
 		if e := c.cfg.Starts.AddStarts(ctx, ps...); e != nil {
 			c.log.Error("start urls lost", "count", len(ps), "err", e)
@@ -427,17 +428,27 @@ func (c *Crawler) handle(ctx, work context.Context, d broker.Delivery) {
 		c.giveBack(work, d)
 		return
 	}
-	a := c.process(ctx, work, &req, d.Attempt())
+	prior := earlier(&req, d)
+	a := c.process(ctx, work, &req, prior)
 	if a.is(giveBackKind) {
-		c.republish(work, d, &req)
+		c.republish(work, d, &req, prior)
 		return
 	}
 	c.settle(work, d, a)
 }
 
+// earlier returns how many times req was delivered before this delivery:
+// the deliveries of this message (Attempt - 1) plus those of the messages
+// it was given back from (Request.Retries, see republish). It is the
+// number of retries used so far.
+func earlier(req *Request, d broker.Delivery) int {
+	return max(0, req.Retries) + max(0, d.Attempt()-1)
+}
+
 // process fetches req and hands the response to its callback; it returns
-// how the delivery is to be settled.
-func (c *Crawler) process(ctx, work context.Context, req *Request, attempt int) action {
+// how the delivery is to be settled. prior is the number of earlier
+// deliveries (see earlier).
+func (c *Crawler) process(ctx, work context.Context, req *Request, prior int) action {
 	log := c.log.With("url", Redact(req.URL))
 	if len(req.URL) > MaxURLLength {
 		c.fail(ErrorBadURL, nil)
@@ -503,8 +514,8 @@ func (c *Crawler) process(ctx, work context.Context, req *Request, attempt int) 
 	}
 	if err != nil {
 		if Retryable(err) {
-			c.limiter.Backoff(u.Host, time.Now().Add(c.cfg.backoff(req.Retries+1)))
-			return c.retry(work, req, err)
+			c.limiter.Backoff(u.Host, time.Now().Add(c.cfg.backoff(prior+1)))
+			return c.retry(req, prior, err, 0)
 		}
 		err = redactErr(err)
 		c.fail(fetchErrorKind(err), err)
@@ -520,15 +531,15 @@ func (c *Crawler) process(ctx, work context.Context, req *Request, attempt int) 
 	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
 		wait, ok := RetryAfter(resp.Header, time.Now())
 		if !ok {
-			wait = c.cfg.backoff(req.Retries + 1)
+			wait = c.cfg.backoff(prior + 1)
 		}
 		c.limiter.Backoff(u.Host, time.Now().Add(wait))
-		return c.retry(work, req, errors.New(http.StatusText(resp.StatusCode)))
+		return c.retry(req, prior, errors.New(http.StatusText(resp.StatusCode)), wait)
 	case code >= 500:
-		c.limiter.Backoff(u.Host, time.Now().Add(c.cfg.backoff(req.Retries+1)))
-		return c.retry(work, req, errors.New(http.StatusText(resp.StatusCode)))
+		c.limiter.Backoff(u.Host, time.Now().Add(c.cfg.backoff(prior+1)))
+		return c.retry(req, prior, errors.New(http.StatusText(resp.StatusCode)), 0)
 	case code >= 300 && code < 400 && resp.Header.Get("Location") != "":
-		return c.redirect(work, req, resp, attempt)
+		return c.redirect(work, req, resp)
 	case code < 200 || code >= 300:
 		return ack() // counted above; callbacks see 2xx only
 	}
@@ -539,7 +550,7 @@ func (c *Crawler) process(ctx, work context.Context, req *Request, attempt int) 
 		c.stats.Inc(StatDropped)
 		return ack()
 	case err != nil:
-		return c.retry(work, req, fmt.Errorf("callback: %w", err))
+		return c.retry(req, prior, fmt.Errorf("callback: %w", err), 0)
 	}
 	for _, r := range res.Requests {
 		if r.Depth == 0 {
@@ -549,7 +560,7 @@ func (c *Crawler) process(ctx, work context.Context, req *Request, attempt int) 
 			r.Scope = req.Scope
 		}
 	}
-	if err := c.enqueue(work, res.Requests, attempt > 1, false); err != nil {
+	if err := c.enqueue(work, req, res.Requests); err != nil {
 		log.Warn("enqueue failed; page will be retried", "err", err)
 		return nack(c.cfg.backoff(1))
 	}
@@ -568,7 +579,7 @@ const maxRedirects = 10
 
 // redirect turns a 3xx response into a request for its target, through
 // scope and filter: a redirect loop ends at the filter.
-func (c *Crawler) redirect(ctx context.Context, req *Request, resp *Response, attempt int) action {
+func (c *Crawler) redirect(ctx context.Context, req *Request, resp *Response) action {
 	c.stats.Inc(StatRedirects)
 	n := 0
 	fmt.Sscan(req.Meta["redirect_times"], &n)
@@ -593,36 +604,51 @@ func (c *Crawler) redirect(ctx context.Context, req *Request, resp *Response, at
 	if resp.StatusCode == http.StatusSeeOther || ((resp.StatusCode == 301 || resp.StatusCode == 302) && req.Method == http.MethodPost) {
 		next.Method, next.Body = "", nil
 	}
-	if err := c.enqueue(ctx, []*Request{&next}, attempt > 1, false); err != nil {
+	if err := c.enqueue(ctx, req, []*Request{&next}); err != nil {
 		return nack(c.cfg.backoff(1))
 	}
 	return ack()
 }
 
-// retry gives req another try (as a fresh message, see republish) or,
-// past MaxRetries, dead-letters it.
-func (c *Crawler) retry(ctx context.Context, req *Request, why error) action {
-	if req.Retries >= c.cfg.MaxRetries {
+// retry gives req another try, through the broker: the delivery is nacked
+// with a delay, exponential in the retries used so far (prior) with
+// jitter, or wait when the server said how long to wait (Retry-After).
+// The message keeps its priority. Past MaxRetries it is dead-lettered with
+// the reason.
+func (c *Crawler) retry(req *Request, prior int, why error, wait time.Duration) action {
+	if prior >= c.cfg.MaxRetries {
 		c.stats.Inc(StatRetriesExceeded)
 		c.fail(ErrorRetries, fmt.Errorf("%s: %w", Redact(req.URL), why))
-		c.log.Info("giving up", "url", Redact(req.URL), "attempt", req.Retries+1, "reason", why)
-		return reject("retries exhausted: " + why.Error())
+		c.log.Info("giving up", "url", Redact(req.URL), "attempt", prior+1, "reason", why)
+		return reject(fmt.Sprintf("retries exhausted after %d attempts: %v", prior+1, why))
 	}
 	c.stats.Inc(StatRetries)
-	c.log.Debug("retrying", "url", Redact(req.URL), "attempt", req.Retries+1, "reason", why)
-	req.Retries++
-	req.Priority--
-	return giveBack()
+	delay := c.cfg.retryDelay(prior + 1)
+	if wait > 0 {
+		delay = min(wait, maxBackoff)
+	}
+	c.log.Debug("retrying", "url", Redact(req.URL), "attempt", prior+1, "delay", delay, "reason", why)
+	return nack(delay)
 }
 
-// republish replaces a delivery with a fresh copy of req and acknowledges
-// it. A fresh message has Attempt 1, which tells the next worker that no
-// child request of it was published yet (see enqueue's force). If the copy
-// cannot be published, the delivery is nacked instead.
-func (c *Crawler) republish(ctx context.Context, d broker.Delivery, req *Request) {
-	body, err := req.MarshalBinary()
+// republish gives back a delivery that was not started (the worker is
+// stopping, or reached MaxPages): it publishes a fresh copy of req and
+// acknowledges the delivery; if the copy cannot be published, the delivery
+// is nacked instead.
+//
+// A give-back is not an attempt: a nack would raise the message's Attempt,
+// which counts against the retry limit and the broker's MaxDeliveries, so
+// a page given back by a few stopping workers would be dead-lettered
+// without ever failing. The copy carries the retries already used (prior)
+// in Request.Retries, so the retry budget is kept, not reset. Whether the
+// page's links were claimed before is told by the filter (see enqueue),
+// not by the attempt, so a fresh copy is as safe as the delivery.
+func (c *Crawler) republish(ctx context.Context, d broker.Delivery, req *Request, prior int) {
+	cp := *req
+	cp.Retries = prior
+	body, err := cp.MarshalBinary()
 	if err == nil {
-		err = c.broker.Publish(ctx, RequestsQueue(c.cfg.Name), broker.Message{Body: body, Priority: req.Priority})
+		err = c.broker.Publish(ctx, d.Queue(), broker.Message{Body: body, Priority: d.Message().Priority})
 	}
 	if err != nil {
 		c.log.Warn("give back failed; nacking", "url", Redact(req.URL), "err", err)
@@ -633,12 +659,17 @@ func (c *Crawler) republish(ctx context.Context, d broker.Delivery, req *Request
 }
 
 // giveBack returns deliveries that were not started to the queue, as fresh
-// copies (see republish): a nack would raise their Attempt and make their
-// next worker republish their links past the filter.
+// copies (see republish). A payload that does not decode is copied as it
+// is; its next worker dead-letters it.
 func (c *Crawler) giveBack(ctx context.Context, ds ...broker.Delivery) {
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
 	for _, d := range ds {
+		var req Request
+		if err := req.UnmarshalBinary(d.Message().Body); err == nil {
+			c.republish(pctx, d, &req, earlier(&req, d))
+			continue
+		}
 		m := d.Message()
 		if err := c.broker.Publish(pctx, d.Queue(), broker.Message{Body: m.Body, Priority: m.Priority}); err != nil {
 			c.log.Warn("give back failed; nacking", "queue", d.Queue(), "err", err)
@@ -703,17 +734,39 @@ func (c *Crawler) deadLetter(ctx context.Context, d broker.Delivery, err error) 
 	c.settle(ctx, d, reject(err.Error()))
 }
 
-// enqueue publishes the requests that are in scope and new to the filter.
-// With force (a redelivered parent, whose earlier attempt may have added
-// them to the filter and died before publishing), in-scope requests are
-// published whether the filter has seen them or not. start marks start
-// URLs, which skip the domain and pattern checks.
-func (c *Crawler) enqueue(ctx context.Context, reqs []*Request, force, start bool) error {
+// enqueue publishes the requests that are in scope and new to the filter,
+// and keeps in the filter a durable record of what it published, so that
+// a page processed again publishes exactly the links an earlier attempt
+// claimed and never published (see dedup.PublishedMark).
+//
+// parent is the request whose page yielded reqs; nil means reqs are start
+// URLs, which skip the domain and pattern checks. The links are claimed
+// with one Add that also adds the parent's dedup.ExpandedMark, ahead of
+// them. If that mark was new, no earlier attempt of the parent got this
+// far, and only the links new to the filter are published. If it was not
+// (a redelivery after a crash, a requeued dead letter, a second message
+// for one page), and always for start URLs, the links the filter already
+// held are checked, read-only, for their publication mark, and those
+// without one are published too: their claimer died, or is about to
+// publish them (a harmless duplicate). The check must not set the mark:
+// a crash between setting it and publishing would lose the link.
+//
+// After publishing, the links' publication marks are added in one more
+// call. If that fails, the links are published all the same: a missing
+// mark can cost a duplicate fetch on a later redelivery, never a page.
+func (c *Crawler) enqueue(ctx context.Context, parent *Request, reqs []*Request) error {
 	if len(reqs) == 0 {
 		return nil
 	}
+	start := parent == nil
 	keep := make([]*Request, 0, len(reqs))
-	fps := make([]dedup.Fingerprint, 0, len(reqs))
+	fps := make([]dedup.Fingerprint, 0, len(reqs)+1)
+	if !start {
+		if u, err := url.Parse(parent.URL); err == nil {
+			fps = append(fps, dedup.ExpandedMark(c.fp.Fingerprint(parent.Method, u, parent.Body, parent.Header)))
+		}
+	}
+	marked := len(fps) // 1 if fps[0] is the parent's mark
 	for _, r := range reqs {
 		u := r.parsed
 		if u == nil || u.Fragment != "" {
@@ -741,10 +794,19 @@ func (c *Crawler) enqueue(ctx context.Context, reqs []*Request, force, start boo
 			fps = append(fps, c.fp.Fingerprint(r.Method, u, r.Body, r.Header))
 		}
 	}
-	if len(fps) > 0 {
+	var published []dedup.Fingerprint // of the filtered requests published
+	if len(fps) > marked {
 		fresh, err := c.filter.Add(ctx, fps...)
 		if err != nil {
 			return fmt.Errorf("engine: filter: %w", err)
+		}
+		recheck := start || (marked == 1 && !fresh[0])
+		fresh, fps = fresh[marked:], fps[marked:]
+		var again []bool // per fps: claimed before, but not published
+		if recheck {
+			if again, err = c.unpublished(ctx, fps, fresh); err != nil {
+				return err
+			}
 		}
 		i, j := 0, 0
 		for _, r := range keep {
@@ -753,12 +815,18 @@ func (c *Crawler) enqueue(ctx context.Context, reqs []*Request, force, start boo
 				j++
 				continue
 			}
-			if fresh[i] || force {
-				keep[j] = r
-				j++
-			} else {
+			switch {
+			case fresh[i]:
+			case again != nil && again[i]:
+				c.stats.Inc(StatRepublished)
+			default:
 				c.stats.Inc(StatFiltered)
+				i++
+				continue
 			}
+			keep[j] = r
+			j++
+			published = append(published, fps[i])
 			i++
 		}
 		keep = keep[:j]
@@ -770,7 +838,7 @@ func (c *Crawler) enqueue(ctx context.Context, reqs []*Request, force, start boo
 	for i, r := range keep {
 		body, err := r.MarshalBinary()
 		if err != nil {
-			return fmt.Errorf("engine: encode %s: %w", r.URL, err)
+			return fmt.Errorf("engine: encode %s: %w", Redact(r.URL), err)
 		}
 		msgs[i] = broker.Message{Body: body, Priority: r.Priority}
 	}
@@ -778,7 +846,61 @@ func (c *Crawler) enqueue(ctx context.Context, reqs []*Request, force, start boo
 		return fmt.Errorf("engine: publish: %w", err)
 	}
 	c.stats.Add(StatEnqueued, int64(len(msgs)))
+	if len(published) > 0 {
+		for i, fp := range published {
+			published[i] = dedup.PublishedMark(fp)
+		}
+		if _, err := c.filter.Add(ctx, published...); err != nil {
+			c.log.Warn("publication marks not recorded; a redelivery of this page may fetch its links twice",
+				"links", len(published), "err", err)
+		}
+	}
 	return nil
+}
+
+// unpublished reports, for each fingerprint the filter held already (not
+// fresh), whether it lacks its publication mark: claimed by a worker that
+// may have died before publishing it. A fingerprint repeated in fps is
+// reported once. Without a dedup.Checker every fingerprint held already
+// is reported (the links are published again past the filter), and that
+// is logged once.
+func (c *Crawler) unpublished(ctx context.Context, fps []dedup.Fingerprint, fresh []bool) ([]bool, error) {
+	again := make([]bool, len(fps))
+	seen := make(map[dedup.Fingerprint]bool, len(fps))
+	var idx []int
+	var marks []dedup.Fingerprint
+	for i, fp := range fps {
+		if seen[fp] {
+			continue
+		}
+		seen[fp] = true
+		if !fresh[i] {
+			idx = append(idx, i)
+			marks = append(marks, dedup.PublishedMark(fp))
+		}
+	}
+	if len(marks) == 0 {
+		return again, nil
+	}
+	checker, ok := c.filter.(dedup.Checker)
+	if !ok {
+		if c.noCheckLogged.CompareAndSwap(false, true) {
+			c.log.Info("the duplicate filter cannot check publication marks (no dedup.Checker); "+
+				"a page processed again republishes all its links", "filter", fmt.Sprintf("%T", c.filter))
+		}
+		for _, i := range idx {
+			again[i] = true
+		}
+		return again, nil
+	}
+	in, err := checker.Contains(ctx, marks...)
+	if err != nil {
+		return nil, fmt.Errorf("engine: filter: check publication marks: %w", err)
+	}
+	for k, i := range idx {
+		again[i] = !in[k]
+	}
+	return again, nil
 }
 
 // defaultCallback emits a Page item and follows the page's links.

@@ -13,11 +13,24 @@
 //
 // The duplicate filter is consulted when a request is published, never
 // when it is consumed, so a redelivered request is not mistaken for a
-// duplicate. A redelivered page (a delivery with Attempt > 1, whose earlier
-// attempt may have added its links to the filter and died before
-// publishing them) publishes its in-scope links whether the filter has seen
-// them or not. Retries and graceful give-backs therefore publish a fresh
-// copy of the request (Attempt 1) rather than nacking it.
+// duplicate. The filter also keeps a durable record of what was published
+// (see dedup.PublishedMark and dedup.ExpandedMark): a page's links are
+// claimed in one Add together with a mark that the page got that far, and
+// each published link gets a publication mark afterwards. A page processed
+// again (a redelivery after a crash, whatever the broker says about it, a
+// requeued dead letter, a second message for one page) publishes exactly
+// the links that were claimed and never published, and nothing else; so a
+// broker crash refetches at most the pages in flight. The check is
+// read-only (dedup.Checker); with a filter that lacks it, such a page
+// publishes all its in-scope links again, as before.
+//
+// Failures are retried by the broker: the delivery is nacked with an
+// exponential, jittered delay (Config.RetryBackoff), keeping its priority,
+// and the retries used are counted from its Attempt. Past Config.MaxRetries
+// it is dead-lettered with the reason. Deliveries given back unstarted (on
+// shutdown, or at Config.MaxPages) are published again as fresh copies that
+// carry the retries used: a give-back is not an attempt, and a nack would
+// count against the broker's delivery limit.
 //
 // Undecodable payloads, unknown callbacks and requests that exhausted their
 // retries are dead-lettered and counted; the first undecodable payload is

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"regexp"
 	"time"
 )
@@ -45,10 +46,18 @@ type Config struct {
 	// to the broker's lease. 0 = 30s.
 	Lease time.Duration
 	// MaxRetries is how often a failed request (timeout, connection error,
-	// 5xx, 429, callback error) is retried before it is dead-lettered. 0 = 3.
+	// 5xx, 429, callback error) is retried before it is dead-lettered with
+	// the reason. 0 = 3; negative = never retried. Retries are counted from
+	// the delivery's Attempt, so a delivery that came back after a crash
+	// uses one too. The broker's own limit (MaxDeliveries in its config)
+	// must exceed MaxRetries+1, or the broker dead-letters a request before
+	// the engine is done retrying it; trawl's command line sets it so.
 	MaxRetries int
 	// RetryBackoff is the first retry's delay, doubled for each later one,
-	// at most one minute. A Retry-After header takes precedence. 0 = 500ms.
+	// at most one minute, with jitter of ±25%. A Retry-After header takes
+	// precedence (up to one minute). The delivery is nacked with that delay:
+	// the broker keeps the request, with its priority, until then.
+	// 0 = 500ms.
 	RetryBackoff time.Duration
 	// IgnoreRobots skips robots.txt.
 	IgnoreRobots bool
@@ -106,7 +115,7 @@ func (c Config) compile() (*compiled, error) {
 	if c.Delay < 0 || c.IdleTimeout < 0 || c.RetryBackoff < 0 {
 		errs = append(errs, errors.New("durations must not be negative"))
 	}
-	if c.MaxDepth < 0 || c.MaxPages < 0 || c.MaxRetries < 0 || c.StartBatch < 0 {
+	if c.MaxDepth < 0 || c.MaxPages < 0 || c.StartBatch < 0 {
 		errs = append(errs, errors.New("limits must not be negative"))
 	}
 	cc := &compiled{Config: c}
@@ -138,8 +147,11 @@ func (c Config) compile() (*compiled, error) {
 	if cc.PerHost == 0 {
 		cc.PerHost = 8
 	}
-	if cc.MaxRetries == 0 {
+	switch {
+	case cc.MaxRetries == 0:
 		cc.MaxRetries = 3
+	case cc.MaxRetries < 0:
+		cc.MaxRetries = 0
 	}
 	if cc.RetryBackoff == 0 {
 		cc.RetryBackoff = 500 * time.Millisecond
@@ -151,6 +163,13 @@ func (c Config) compile() (*compiled, error) {
 		cc.Logger = slog.New(slog.DiscardHandler)
 	}
 	return cc, nil
+}
+
+// retryDelay is backoff(retry) with jitter: uniform in [3/4, 5/4] of it,
+// so that pages that failed together are not retried together.
+func (c *compiled) retryDelay(retry int) time.Duration {
+	d := c.backoff(retry)
+	return d*3/4 + rand.N(d/2+1)
 }
 
 // backoff is the delay before retry number attempt (1-based).

@@ -8,9 +8,12 @@ import (
 
 // Stat names, as Scrapy users know them.
 const (
-	StatEnqueued        = "scheduler/enqueued"
-	StatDequeued        = "scheduler/dequeued"
-	StatFiltered        = "dupefilter/filtered"
+	StatEnqueued = "scheduler/enqueued"
+	StatDequeued = "scheduler/dequeued"
+	StatFiltered = "dupefilter/filtered"
+	// StatRepublished counts links a page processed again published past
+	// the filter: an earlier attempt claimed them and never published them.
+	StatRepublished     = "dupefilter/republished"
 	StatOffsite         = "offsite/filtered"
 	StatRequests        = "downloader/request_count"
 	StatBytes           = "downloader/response_bytes"

@@ -29,7 +29,7 @@ func (o *options) openEmbedded(ctx context.Context, b *backends, order broker.Or
 		return fmt.Errorf("embedded broker in %s: %w", dir, err)
 	}
 	b.closes = append(b.closes, func() error { e.Shutdown(); return nil })
-	nb, err := natsbroker.New(ctx, natsbroker.Config{Conn: e.Conn(), Order: order, Lease: o.lease, Logger: o.log})
+	nb, err := natsbroker.New(ctx, natsbroker.Config{Conn: e.Conn(), Order: order, Lease: o.lease, MaxDeliveries: o.maxDeliveries(), Logger: o.log})
 	if err != nil {
 		return err
 	}
@@ -54,7 +54,7 @@ func (o *options) openNATS(ctx context.Context, b *backends, order broker.Order)
 		return err // it names the server, password redacted
 	}
 	b.closes = append(b.closes, func() error { nc.Close(); return nil })
-	nb, err := natsbroker.New(ctx, natsbroker.Config{Conn: nc, Order: order, Lease: o.lease, Logger: o.log})
+	nb, err := natsbroker.New(ctx, natsbroker.Config{Conn: nc, Order: order, Lease: o.lease, MaxDeliveries: o.maxDeliveries(), Logger: o.log})
 	if err != nil {
 		return err
 	}
@@ -67,7 +67,7 @@ func (o *options) openNATS(ctx context.Context, b *backends, order broker.Order)
 func (o *options) openRabbitMQ(ctx context.Context, b *backends, order broker.Order) error {
 	rb, err := rabbitmq.New(ctx, rabbitmq.Config{
 		URL: o.amqpURL, ManagementURL: o.amqpManagementURL, Name: "trawl " + o.name, Order: order, Lease: o.lease,
-		NonDurable: !o.amqpDurable, Recreate: o.amqpRecreate, Prefetch: o.prefetch, Logger: o.log,
+		NonDurable: !o.amqpDurable, Recreate: o.amqpRecreate, Prefetch: o.prefetch, MaxDeliveries: o.maxDeliveries(), Logger: o.log,
 	})
 	if err != nil {
 		return err

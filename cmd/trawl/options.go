@@ -43,6 +43,8 @@ type options struct {
 	logLevel, userAgent              string
 	bloomCapacity                    uint
 	bloomFPRate                      float64
+	retryTimes                       int
+	retryBackoff                     time.Duration
 }
 
 func (o *options) addFlags(fs *pflag.FlagSet) {
@@ -79,8 +81,10 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.amqpRecreate, "amqp-recreate", false, "RabbitMQ: delete and redeclare a queue that exists with other arguments (loses its messages)")
 	fs.IntVar(&o.prefetch, "prefetch", 0, "RabbitMQ: prefetch count (0: sized from --concurrency)")
 	fs.BoolVar(&o.startSet, "start-urls-set", false, "keep Redis start URLs in a set instead of a list")
-	fs.UintVar(&o.bloomCapacity, "bloom-capacity", 10_000_000, "expected number of URLs; sizes the duplicate filters")
+	fs.UintVar(&o.bloomCapacity, "bloom-capacity", 10_000_000, "expected number of fingerprints, about 3 per page (its URL, its published and expanded marks); sizes the duplicate filters")
 	fs.Float64Var(&o.bloomFPRate, "bloom-fp-rate", 0.001, "target false-positive rate, for Bloom filters")
+	fs.IntVar(&o.retryTimes, "retry-times", 3, "retries of a failed page (timeout, 5xx, 429, callback error) before it is dead-lettered")
+	fs.DurationVar(&o.retryBackoff, "retry-backoff", 500*time.Millisecond, "delay before the first retry, doubled for each later one (with jitter, at most 1m)")
 }
 
 // setup validates the shared flags.
@@ -126,6 +130,12 @@ func (o *options) setup() error {
 		if err := checkURLs(u.flag, u.value, strings.Fields(u.schemes)); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if o.retryTimes < 0 {
+		errs = append(errs, fmt.Errorf("--retry-times %d: want 0 or more", o.retryTimes))
+	}
+	if o.retryBackoff <= 0 {
+		errs = append(errs, fmt.Errorf("--retry-backoff %v: want a positive duration", o.retryBackoff))
 	}
 	if o.bloomFPRate <= 0 || o.bloomFPRate >= 1 {
 		errs = append(errs, fmt.Errorf("--bloom-fp-rate %v: want a rate between 0 and 1", o.bloomFPRate))
@@ -195,7 +205,7 @@ func (o *options) open(ctx context.Context) (*backends, error) {
 			return nil, err
 		}
 	case "memory":
-		mb, err := memory.New(memory.Config{Order: order, Lease: o.lease})
+		mb, err := memory.New(memory.Config{Order: order, Lease: o.lease, MaxDeliveries: o.maxDeliveries()})
 		if err != nil {
 			return nil, usageError("%v", err)
 		}
@@ -228,6 +238,13 @@ func (o *options) open(ctx context.Context) (*backends, error) {
 	return b, nil
 }
 
+// maxDeliveries is the brokers' MaxDeliveries: the engine retries a page
+// --retry-times times, so a message is delivered up to retry-times+1 times
+// by failures alone; one more delivery is allowed for a crash (an expired
+// lease), and never fewer than the brokers' default of 5. So the broker
+// never dead-letters a page the engine would still retry.
+func (o *options) maxDeliveries() int { return max(5, o.retryTimes+2) }
+
 // engineConfig builds the crawl configuration from the flags.
 func (o *options) engineConfig() engine.Config {
 	cfg := engine.Config{
@@ -243,8 +260,13 @@ func (o *options) engineConfig() engine.Config {
 		IdleTimeout:    o.idleTimeout,
 		Lease:          o.lease,
 		IgnoreRobots:   o.ignoreRobot,
+		MaxRetries:     o.retryTimes,
+		RetryBackoff:   o.retryBackoff,
 		Fetch:          engine.FetchOptions{UserAgent: o.userAgent, AllowPrivate: o.allowPrivate, Logger: o.log},
 		Logger:         o.log,
+	}
+	if o.retryTimes == 0 {
+		cfg.MaxRetries = -1 // engine.Config's 0 means the default
 	}
 	if len(o.extract) > 0 {
 		cfg.Extract = make(map[string]string, len(o.extract))

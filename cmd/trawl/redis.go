@@ -65,7 +65,7 @@ func (o *options) openRedis(ctx context.Context, b *backends, order broker.Order
 		return err
 	}
 	b.closes = append(b.closes, client.Close)
-	rb, err := redisbroker.New(ctx, redisbroker.Config{Client: client, Order: order, Lease: o.lease, Logger: o.log})
+	rb, err := redisbroker.New(ctx, redisbroker.Config{Client: client, Order: order, Lease: o.lease, MaxDeliveries: o.maxDeliveries(), Logger: o.log})
 	if err != nil {
 		return err
 	}

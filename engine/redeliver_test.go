@@ -1,0 +1,209 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/trawlhq/trawl/broker"
+	"github.com/trawlhq/trawl/broker/memory"
+	"github.com/trawlhq/trawl/dedup"
+	"github.com/trawlhq/trawl/dedup/local"
+	"github.com/trawlhq/trawl/engine"
+)
+
+// linkSite serves "/" linking to /a, /b and /c, which link nowhere, and
+// counts the fetches of each path.
+type linkSite struct {
+	URL string
+
+	mu      sync.Mutex
+	fetches map[string]int
+}
+
+func newLinkSite(t *testing.T) *linkSite {
+	t.Helper()
+	s := &linkSite{fetches: map[string]int{}}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		s.fetches[r.URL.Path]++
+		s.mu.Unlock()
+		w.Header().Set("Content-Type", "text/html")
+		if r.URL.Path == "/" {
+			fmt.Fprint(w, `<html><a href="/a">a</a> <a href="/b">b</a> <a href="/c">c</a> <a href="/a">a again</a></html>`)
+			return
+		}
+		fmt.Fprint(w, `<html>leaf</html>`)
+	}))
+	t.Cleanup(srv.Close)
+	s.URL = srv.URL
+	return s
+}
+
+// counts returns the fetch counts of /, /a, /b and /c.
+func (s *linkSite) counts() [4]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return [4]int{s.fetches["/"], s.fetches["/a"], s.fetches["/b"], s.fetches["/c"]}
+}
+
+// fp returns the fingerprint the engine computes for a GET of s.URL+path.
+func (s *linkSite) fp(t *testing.T, path string) dedup.Fingerprint {
+	t.Helper()
+	u, err := url.Parse(s.URL + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dedup.Fingerprinter{}.Fingerprint("GET", u, nil, nil)
+}
+
+// runUntilIdle runs a crawler on b and f until the crawl is idle and
+// returns its counters.
+func runUntilIdle(t *testing.T, b broker.Broker, f dedup.Filter) *engine.Stats {
+	t.Helper()
+	c, err := engine.New(b, f, engine.Config{
+		Concurrency: 4, IdleTimeout: 100 * time.Millisecond, IgnoreRobots: true,
+		TrustedHosts: []string{"127.0.0.1"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if err := c.Run(ctx); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	return c.Stats()
+}
+
+// queueRoot puts the request for "/" into the frontier as a message on its
+// attempt-th delivery (earlier deliveries are received and nacked).
+func queueRoot(t *testing.T, b *memory.Broker, s *linkSite, attempt int) {
+	t.Helper()
+	ctx := t.Context()
+	body, err := (&engine.Request{URL: s.URL + "/", Scope: "127.0.0.1"}).MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := engine.RequestsQueue("trawl")
+	if err := b.Publish(ctx, q, broker.Message{Body: body}); err != nil {
+		t.Fatal(err)
+	}
+	for range attempt - 1 {
+		ds, err := b.Receive(ctx, q, 1)
+		if err != nil || len(ds) != 1 {
+			t.Fatalf("receive: %v, %v", ds, err)
+		}
+		if err := ds[0].Nack(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func newMemoryBackends(t *testing.T) (*memory.Broker, *local.Filter) {
+	t.Helper()
+	b, err := memory.New(memory.Config{MaxDeliveries: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := local.New(local.Config{Capacity: 10_000, FPRate: 1e-6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close(); f.Close() })
+	return b, f
+}
+
+// A page redelivered after its first attempt published all its links (a
+// broker crash flags every recovered message redelivered) publishes
+// nothing again: every link carries its publication mark.
+func TestRedeliveredPageRepublishesNothing(t *testing.T) {
+	s := newLinkSite(t)
+	b, f := newMemoryBackends(t)
+	queueRoot(t, b, s, 1)
+	if _, err := f.Add(t.Context(), s.fp(t, "/"), dedup.PublishedMark(s.fp(t, "/"))); err != nil {
+		t.Fatal(err)
+	}
+	runUntilIdle(t, b, f)
+	if got := s.counts(); got != [4]int{1, 1, 1, 1} {
+		t.Fatalf("first crawl fetched /, /a, /b, /c %v times, want once each", got)
+	}
+
+	queueRoot(t, b, s, 2) // the same page, redelivered
+	st := runUntilIdle(t, b, f)
+	if got := s.counts(); got != [4]int{2, 1, 1, 1} {
+		t.Errorf("after the redelivery of /, fetches of /, /a, /b, /c = %v, want [2 1 1 1]: links published again", got)
+	}
+	if n := st.Get(engine.StatEnqueued); n != 0 {
+		t.Errorf("the redelivered page published %d requests, want 0", n)
+	}
+	if n := st.Get(engine.StatRepublished); n != 0 {
+		t.Errorf("%s = %d, want 0", engine.StatRepublished, n)
+	}
+}
+
+// A page whose earlier attempt claimed its links in the filter and died
+// before publishing them publishes exactly those again, on a redelivery
+// (attempt 2) and as a requeued dead letter (attempt 1 again); a link
+// another page published (it has its mark) is not.
+func TestRedeliveredPageRepublishesClaimedLinks(t *testing.T) {
+	for _, attempt := range []int{2, 1} {
+		t.Run(fmt.Sprintf("attempt%d", attempt), func(t *testing.T) {
+			s := newLinkSite(t)
+			b, f := newMemoryBackends(t)
+			ctx := t.Context()
+			root, a, bb, c := s.fp(t, "/"), s.fp(t, "/a"), s.fp(t, "/b"), s.fp(t, "/c")
+			// "/" was published by its parent; its earlier attempt claimed
+			// /a, /b and /c and died; /c was published by another page.
+			for _, batch := range [][]dedup.Fingerprint{
+				{root, dedup.PublishedMark(root)},
+				{dedup.ExpandedMark(root), a, bb, c},
+				{dedup.PublishedMark(c)},
+			} {
+				if _, err := f.Add(ctx, batch...); err != nil {
+					t.Fatal(err)
+				}
+			}
+			queueRoot(t, b, s, attempt)
+			st := runUntilIdle(t, b, f)
+			if got := s.counts(); got != [4]int{1, 1, 1, 0} {
+				t.Errorf("fetches of /, /a, /b, /c = %v, want [1 1 1 0]: exactly the claimed, unpublished links", got)
+			}
+			if n := st.Get(engine.StatRepublished); n != 2 {
+				t.Errorf("%s = %d, want 2", engine.StatRepublished, n)
+			}
+			// The republished links got their marks: a further redelivery
+			// publishes nothing.
+			queueRoot(t, b, s, attempt+1)
+			runUntilIdle(t, b, f)
+			if got := s.counts(); got != [4]int{2, 1, 1, 0} {
+				t.Errorf("after one more redelivery, fetches = %v, want [2 1 1 0]", got)
+			}
+		})
+	}
+}
+
+// noChecker hides the local filter's Contains.
+type noChecker struct{ dedup.Filter }
+
+// Without a dedup.Checker, a page processed again publishes every link the
+// filter held (the old behaviour), so nothing is lost.
+func TestRedeliveryWithoutChecker(t *testing.T) {
+	s := newLinkSite(t)
+	b, f := newMemoryBackends(t)
+	ctx := t.Context()
+	root := s.fp(t, "/")
+	if _, err := f.Add(ctx, dedup.ExpandedMark(root), s.fp(t, "/a"), s.fp(t, "/b")); err != nil {
+		t.Fatal(err)
+	}
+	queueRoot(t, b, s, 2)
+	runUntilIdle(t, b, noChecker{f})
+	if got := s.counts(); got != [4]int{1, 1, 1, 1} {
+		t.Errorf("fetches of /, /a, /b, /c = %v, want [1 1 1 1]", got)
+	}
+}
