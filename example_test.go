@@ -45,13 +45,12 @@ func Example() {
 	var out bytes.Buffer // without Output, items go to os.Stdout
 	c := trawl.New(trawl.Config{InMemory: true, Output: &out})
 	scrape(c)
-	if err := c.Run(ctx, shop+"/shop/page/1"); err != nil {
-		fmt.Println(err)
-		return
-	}
+	err := c.Run(ctx, shop+"/shop/page/1")
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	slices.Sort(lines) // the workers finish in any order
-	fmt.Println(len(lines), "products, the first:", lines[0])
+	slices.Sort(lines) // pages are fetched concurrently, in any order
+	fmt.Println(len(lines), "products, error:", err)
+	fmt.Println(lines[0])
 	// Output:
-	// 300 products, the first: {"title":"The Broken Atlas","price":"£39.04","rating":"Three"}
+	// 300 products, error: <nil>
+	// {"title":"The Broken Atlas","price":"£39.04","rating":"Three"}
 }
