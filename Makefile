@@ -28,7 +28,7 @@ test: vet ## vet, then every test with the race detector (unit, conformance, fuz
 	env $$env_line $(GO) test -race -count=1 -timeout 25m $(PKGS)
 
 unit: ## the tests that need no server, quickly
-	$(GO) test -race -count=1 -short ./broker/ ./broker/memory/ ./dedup/ ./dedup/local/ ./engine/ ./internal/... ./cmd/...
+	$(GO) test -race -count=1 -short . ./broker/ ./broker/memory/ ./dedup/ ./dedup/local/ ./engine/ ./internal/... ./cmd/...
 
 bench: ## benchmarks: broker, filters, crawl vs fetch limit (figures for BENCHMARKS.md)
 	@env_line=""; \
