@@ -318,6 +318,7 @@ func (c *Crawler) takeStarts(ctx context.Context) (int, error) {
 		c.stats.Inc(StatStartURLs)
 		req, err := startRequest(d.Message().Body)
 		if err != nil {
+			c.stats.Inc(StatStartURLsRejected)
 			c.deadLetter(ctx, d, err)
 			continue
 		}
@@ -330,8 +331,9 @@ func (c *Crawler) takeStarts(ctx context.Context) (int, error) {
 	return len(ds), nil
 }
 
-// takeExternalStarts takes start URLs from Config.Starts. An undecodable
-// payload there is logged and dropped: there is no delivery to dead-letter.
+// takeExternalStarts takes start URLs from Config.Starts. A payload that is
+// not a start URL is counted, logged at Warn and, when the source is a
+// StartRejecter, kept there with the reason.
 func (c *Crawler) takeExternalStarts(ctx context.Context) (int, error) {
 	ps, err := c.cfg.Starts.TakeStarts(ctx, c.cfg.StartBatch)
 	if err != nil {
@@ -342,8 +344,7 @@ func (c *Crawler) takeExternalStarts(ctx context.Context) (int, error) {
 		c.stats.Inc(StatStartURLs)
 		req, err := startRequest(p)
 		if err != nil {
-			c.fail(ErrorBadURL, nil)
-			c.log.Warn("start url rejected", "queue", StartQueue(c.cfg.Name), "err", err)
+			c.rejectStart(ctx, p, err)
 			continue
 		}
 		reqs = append(reqs, req)
@@ -784,6 +785,10 @@ func (c *Crawler) enqueue(ctx context.Context, parent *Request, reqs []*Request)
 			switch c.scope.check(u, r.Depth, r.Scope) {
 			case offsite:
 				c.stats.Inc(StatOffsite)
+				continue
+			case tooLong:
+				c.stats.Inc(StatURLTooLong)
+				c.log.Debug("url too long; not followed", "bytes", len(r.URL), "limit", MaxURLLength)
 				continue
 			case tooDeep, excluded:
 				continue

@@ -47,11 +47,16 @@ const (
 	offsite
 	tooDeep
 	excluded
+	tooLong // over MaxURLLength
 )
 
 func (s *scope) check(u *url.URL, depth int, origin string) verdict {
 	if u.Scheme != "http" && u.Scheme != "https" {
 		return excluded
+	}
+	str := u.String()
+	if len(str) > MaxURLLength {
+		return tooLong
 	}
 	if !s.domainAllowed(u.Hostname(), origin) {
 		return offsite
@@ -59,7 +64,6 @@ func (s *scope) check(u *url.URL, depth int, origin string) verdict {
 	if s.cfg.MaxDepth > 0 && depth > s.cfg.MaxDepth {
 		return tooDeep
 	}
-	str := u.String()
 	if len(s.cfg.include) > 0 {
 		ok := false
 		for _, re := range s.cfg.include {

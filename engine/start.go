@@ -18,10 +18,19 @@ type StartURL struct {
 	Priority int               `json:"priority,omitempty"`
 }
 
+// maxStartPayload bounds a start-URL payload: a URL of MaxURLLength and
+// room for JSON meta.
+const maxStartPayload = 64 << 10
+
 // ParseStartURL decodes a start-URL payload. The URL must be an absolute
-// http or https URL; errors wrap ErrBadPayload.
+// http or https URL of at most MaxURLLength bytes; errors wrap
+// ErrBadPayload (and ErrURLTooLong for a URL too long).
 func ParseStartURL(p []byte) (StartURL, error) {
 	p = bytes.TrimSpace(p)
+	if len(p) > maxStartPayload {
+		return StartURL{}, fmt.Errorf("%w: start url payload of %d bytes: %w (the limit is %d bytes)",
+			ErrBadPayload, len(p), ErrURLTooLong, MaxURLLength)
+	}
 	var s StartURL
 	if len(p) > 0 && p[0] == '{' {
 		dec := json.NewDecoder(bytes.NewReader(p))
@@ -32,11 +41,19 @@ func ParseStartURL(p []byte) (StartURL, error) {
 	} else {
 		s.URL = string(p)
 	}
+	if len(s.URL) > MaxURLLength {
+		return StartURL{}, fmt.Errorf("%w: start url of %d bytes: %w (the limit is %d bytes)",
+			ErrBadPayload, len(s.URL), ErrURLTooLong, MaxURLLength)
+	}
 	u, err := dedup.Canonicalize(s.URL)
 	if err != nil {
 		return StartURL{}, fmt.Errorf("%w: start url: %v", ErrBadPayload, err)
 	}
 	s.URL = u.String()
+	if len(s.URL) > MaxURLLength { // canonical escaping can lengthen it
+		return StartURL{}, fmt.Errorf("%w: start url of %d bytes: %w (the limit is %d bytes)",
+			ErrBadPayload, len(s.URL), ErrURLTooLong, MaxURLLength)
+	}
 	return s, nil
 }
 
@@ -83,6 +100,15 @@ type StartSource interface {
 	PendingStarts(ctx context.Context) (int64, error)
 }
 
+// StartRejecter is implemented by start sources that keep the payloads
+// the engine rejects (not a start URL, too long), with the reason, where an
+// operator can see them: Redis keeps them in the list
+// {NAME}:start_urls:dead. Without it, a rejected payload is counted
+// (StatStartURLsRejected) and logged at Warn, and nothing else remains.
+type StartRejecter interface {
+	RejectStart(ctx context.Context, payload []byte, reason string) error
+}
+
 // SeedSource validates start URLs and adds them to src. Nothing is added
 // unless every URL is valid.
 func SeedSource(ctx context.Context, src StartSource, starts ...StartURL) error {
@@ -102,4 +128,21 @@ func SeedSource(ctx context.Context, src StartSource, starts ...StartURL) error 
 		return fmt.Errorf("seed: %w", err)
 	}
 	return nil
+}
+
+// rejectStart handles a payload of Config.Starts that is not a start URL:
+// it is counted and logged at Warn, and kept with the reason if the source
+// is a StartRejecter.
+func (c *Crawler) rejectStart(ctx context.Context, p []byte, err error) {
+	c.fail(ErrorBadURL, nil)
+	c.stats.Inc(StatStartURLsRejected)
+	kept := "dropped (this start source keeps no dead letters)"
+	if r, ok := c.cfg.Starts.(StartRejecter); ok {
+		if e := r.RejectStart(ctx, p, err.Error()); e != nil {
+			kept = "dropped: keeping it failed: " + e.Error()
+		} else {
+			kept = "dead-lettered"
+		}
+	}
+	c.log.Warn("start url rejected", "queue", StartQueue(c.cfg.Name), "bytes", len(p), "err", err, "outcome", kept)
 }

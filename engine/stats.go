@@ -28,12 +28,17 @@ const (
 	StatRobotsUnavailable = "robotstxt/unavailable"
 	// StatRefused counts pages this worker refused because of its own
 	// configuration (ErrLocalRefusal) and gave back.
-	StatRefused     = "refused/given_back"
-	StatErrors      = "errors"
-	StatDeadLetters = "deadletter/count"
-	StatRedirects   = "redirect/count"
-	StatDropped     = "callback/dropped"
-	StatStartURLs   = "start_urls/taken"
+	StatRefused = "refused/given_back"
+	// StatURLTooLong counts links and redirects over MaxURLLength, dropped.
+	StatURLTooLong = "url/too_long"
+	// StatStartURLsRejected counts start-URL payloads that are not a start
+	// URL (dead-lettered with the reason where the source allows).
+	StatStartURLsRejected = "start_urls/rejected"
+	StatErrors            = "errors"
+	StatDeadLetters       = "deadletter/count"
+	StatRedirects         = "redirect/count"
+	StatDropped           = "callback/dropped"
+	StatStartURLs         = "start_urls/taken"
 )
 
 // Stats are a crawl's counters, safe for concurrent use.

@@ -111,3 +111,59 @@ func TestHostileHeaders(t *testing.T) {
 		}
 	}
 }
+
+// TestBadStartURLsDeadLettered publishes garbage and a 900 KB "URL" (the
+// server takes no message over 1 MB) to a
+// crawl's start queue beside a good start URL: only the good one is
+// fetched, and the others are in the start queue's dead letters with their
+// reasons.
+func TestBadStartURLsDeadLettered(t *testing.T) {
+	e := embedded(t, "")
+	nc := embeddedConn(e)(t)
+	const name = "badstarts"
+	b := newBroker(t, nc, nats.Config{Lease: 2 * time.Second})
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		w.Header().Set("Content-Type", "text/html")
+		fmt.Fprint(w, "<html></html>")
+	}))
+	t.Cleanup(srv.Close)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	huge := srv.URL + "/" + strings.Repeat("a", 900<<10)
+	if err := b.Publish(ctx, engine.StartQueue(name),
+		broker.Message{Body: []byte("ftp://nope/")}, broker.Message{Body: []byte(huge)},
+		broker.Message{Body: []byte(srv.URL + "/ok")}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := local.New(local.Config{Capacity: 1000, FPRate: 1e-6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	c, err := engine.New(b, f, engine.Config{
+		Name: name, IdleTimeout: 300 * time.Millisecond, Lease: 2 * time.Second, IgnoreRobots: true,
+		TrustedHosts: []string{srv.Listener.Addr().String()},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Run(ctx); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if n := hits.Load(); n != 1 {
+		t.Errorf("%d fetches, want 1", n)
+	}
+	dls, err := b.DeadLetters(ctx, engine.StartQueue(name), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dls) != 2 {
+		t.Fatalf("%d dead letters, want 2", len(dls))
+	}
+	all := dls[0].Reason + "\n" + dls[1].Reason
+	if !strings.Contains(all, "too long") || !strings.Contains(all, "start url") {
+		t.Errorf("reasons:\n%s\nwant one saying too long", all)
+	}
+}

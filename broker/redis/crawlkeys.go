@@ -21,16 +21,51 @@ func CrawlKey(crawl, part string) string { return "{" + crawl + "}:" + part }
 // engine.StartSource. Taking is a destructive pop, like scrapy-redis: a
 // worker killed between the pop and the publish of the request (one round
 // trip) loses that start URL.
+//
+// Payloads the engine rejects (not a start URL, too long) are kept with the
+// reason in the list {NAME}:start_urls:dead, one JSON object
+// {"reason": …, "payload": …} each (see RejectStart).
 type StartURLs struct {
 	client goredis.UniversalClient
 	key    string
+	dead   string
 	set    bool
 }
+
+// maxRejectedStarts bounds {NAME}:start_urls:dead: the oldest rejected
+// payloads go once it holds that many.
+const maxRejectedStarts = 10_000
+
+// maxRejectedPayload is how much of a rejected payload is kept.
+const maxRejectedPayload = 1 << 10
 
 // NewStartURLs returns the start URLs of crawl; with set, a Redis set
 // (no duplicates, no order) instead of a list.
 func NewStartURLs(client goredis.UniversalClient, crawl string, set bool) *StartURLs {
-	return &StartURLs{client: client, key: CrawlKey(crawl, "start_urls"), set: set}
+	return &StartURLs{client: client, key: CrawlKey(crawl, "start_urls"), dead: CrawlKey(crawl, "start_urls:dead"), set: set}
+}
+
+// RejectStart keeps a rejected payload (its first KiB) with the reason in
+// {NAME}:start_urls:dead, which holds the latest 10,000. It implements
+// engine.StartRejecter.
+func (s *StartURLs) RejectStart(ctx context.Context, payload []byte, reason string) error {
+	rec, err := json.Marshal(struct {
+		Reason  string `json:"reason"`
+		Payload string `json:"payload"`
+		Bytes   int    `json:"bytes"`
+	}{reason, string(payload[:min(len(payload), maxRejectedPayload)]), len(payload)})
+	if err != nil {
+		return fmt.Errorf("redis start urls: encode a rejected payload: %w", err)
+	}
+	_, err = s.client.TxPipelined(ctx, func(p goredis.Pipeliner) error {
+		p.RPush(ctx, s.dead, rec)
+		p.LTrim(ctx, s.dead, -maxRejectedStarts, -1)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("redis start urls: keep a rejected payload in %q: %w", s.dead, err)
+	}
+	return nil
 }
 
 // TakeStarts pops up to max payloads.
@@ -93,9 +128,9 @@ func (s *StartURLs) PendingStarts(ctx context.Context) (int64, error) {
 	return n, nil
 }
 
-// Purge deletes the start URLs.
+// Purge deletes the start URLs and the rejected ones.
 func (s *StartURLs) Purge(ctx context.Context) error {
-	if err := s.client.Del(ctx, s.key).Err(); err != nil {
+	if err := s.client.Del(ctx, s.key, s.dead).Err(); err != nil {
 		return fmt.Errorf("redis start urls: purge %q: %w", s.key, err)
 	}
 	return nil

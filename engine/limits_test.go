@@ -1,0 +1,66 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/trawlhq/trawl/engine"
+)
+
+// TestLongURLsNotFollowed: a link and a redirect to URLs over
+// MaxURLLength are not followed, and are counted.
+func TestLongURLsNotFollowed(t *testing.T) {
+	long := "/" + strings.Repeat("a", engine.MaxURLLength)
+	var mu sync.Mutex
+	hits := map[string]int{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		hits[r.URL.Path]++
+		mu.Unlock()
+		switch r.URL.Path {
+		case "/":
+			w.Header().Set("Content-Type", "text/html")
+			fmt.Fprintf(w, `<html><a href="%s">long</a><a href="/r">r</a><a href="/ok">ok</a></html>`, long)
+		case "/r":
+			http.Redirect(w, r, long+"b", http.StatusFound)
+		default:
+			w.Header().Set("Content-Type", "text/html")
+			fmt.Fprint(w, "<html></html>")
+		}
+	}))
+	t.Cleanup(srv.Close)
+	b, f := newBackends(t)
+	c, err := engine.New(b, f, engine.Config{
+		IdleTimeout: 200 * time.Millisecond, IgnoreRobots: true, TrustedHosts: []string{srv.Listener.Addr().String()},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.Seed(ctx, engine.StartURL{URL: srv.URL + "/"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(hits) != 3 || hits["/"] != 1 || hits["/r"] != 1 || hits["/ok"] != 1 {
+		t.Errorf("fetched %d paths (/ %d, /r %d, /ok %d), want /, /r and /ok once each", len(hits), hits["/"], hits["/r"], hits["/ok"])
+	}
+	if n := c.Stats().Get(engine.StatURLTooLong); n != 2 {
+		t.Errorf("%d URLs counted as too long, want 2 (a link, a redirect)", n)
+	}
+	// A start URL too long is refused when seeded, with the limit named.
+	err = c.Seed(ctx, engine.StartURL{URL: srv.URL + long})
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprint(engine.MaxURLLength)) {
+		t.Errorf("seeding a %d-byte URL: %v, want an error naming the limit", len(long), err)
+	}
+}
