@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/moby/client"
 	"github.com/testcontainers/testcontainers-go"
 )
 
@@ -182,4 +183,33 @@ func image(env, def string) string {
 		return v
 	}
 	return def
+}
+
+// killContainer sends SIGKILL to ctr's main process, as a crash or
+// `docker kill` would: the server gets no chance to flush or close
+// anything. The container stays, stopped, and can be started again.
+func killContainer(ctx context.Context, ctr testcontainers.Container) error {
+	cli, err := testcontainers.NewDockerClientWithOpts(ctx)
+	if err != nil {
+		return fmt.Errorf("integration: docker client: %w", err)
+	}
+	defer cli.Close()
+	if _, err := cli.ContainerKill(ctx, ctr.GetContainerID(), client.ContainerKillOptions{Signal: "KILL"}); err != nil {
+		return fmt.Errorf("integration: kill container %s: %w", ctr.GetContainerID(), err)
+	}
+	// Wait until Docker reports it stopped, so that Start starts it anew.
+	for {
+		st, err := ctr.State(ctx)
+		if err != nil {
+			return fmt.Errorf("integration: state of container %s: %w", ctr.GetContainerID(), err)
+		}
+		if !st.Running {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("integration: container %s still running after SIGKILL: %w", ctr.GetContainerID(), ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }

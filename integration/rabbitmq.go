@@ -239,6 +239,24 @@ func (s *RabbitMQServer) Restart(ctx context.Context) error {
 	return WaitAMQP(ctx, s.URL)
 }
 
+// Kill kills the server with SIGKILL, as a crash or kill -9 would, then
+// starts it again, returning once it accepts AMQP connections on the same
+// URL. Durable queues and persistent, confirmed messages survive it; every
+// message that was delivered and not acknowledged comes back flagged as
+// redelivered. Only servers from RabbitMQContainer can be killed.
+func (s *RabbitMQServer) Kill(ctx context.Context) error {
+	if s.ctr == nil {
+		return errors.New("integration: kill: not a container of RabbitMQContainer")
+	}
+	if err := killContainer(ctx, s.ctr); err != nil {
+		return err
+	}
+	if err := s.ctr.Start(ctx); err != nil {
+		return fmt.Errorf("integration: start rabbitmq: %w", err)
+	}
+	return WaitAMQP(ctx, s.URL)
+}
+
 // WaitAMQP waits until the server at url accepts an AMQP connection.
 func WaitAMQP(ctx context.Context, url string) error {
 	tick := time.NewTicker(100 * time.Millisecond)

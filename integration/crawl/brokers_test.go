@@ -2,6 +2,7 @@ package crawl_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -124,4 +125,62 @@ func restartMidCrawl(t *testing.T, args func(string, ...string) []string, restar
 		t.Errorf("items of %d distinct pages, want all %d", distinct, site.Expected())
 	}
 	t.Logf("pages fetched again across the restart: %d", dups)
+}
+
+// TestRabbitMQKilledMidCrawl: RabbitMQ is killed with SIGKILL while two
+// workers crawl, and started again. Every recovered message comes back
+// flagged as redelivered; the crawl still fetches every page, and fetches
+// again at most the pages that were in flight (issue 13.3: it used to
+// refetch the site about three times, each redelivered page republishing
+// all its links past the filter).
+func TestRabbitMQKilledMidCrawl(t *testing.T) {
+	const workers, concurrency = 2, 16
+	srv := integration.RabbitMQContainer(t)
+	args := rabbitArgs(t, srv)
+	n := 2000
+	if testing.Short() {
+		n = 500
+	}
+	site, url := serveSite(t, testsite.Options{Pages: n, Links: 10, Seed: 24, NoTraps: true, Latency: 2 * time.Millisecond})
+	name := integration.Name(t)
+	mustRun(t, append([]string{"seed"}, args(name, url)...)...)
+	var ws []*proc
+	for range workers {
+		ws = append(ws, start(t, append([]string{"worker"}, args(name, "--lease=5s")...)...))
+	}
+	ws[0].waitItems(t, site.Expected()/8, 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	t.Log("killing RabbitMQ (SIGKILL) and starting it again")
+	if err := srv.Kill(ctx); err != nil {
+		t.Fatalf("kill: %v", err)
+	}
+	for i, w := range ws {
+		if code := w.wait(t, 5*time.Minute); code != 0 {
+			t.Fatalf("worker %d exit %d:\n%s", i, code, w.stderr.String())
+		}
+	}
+	if err := site.Verify(); err != nil {
+		for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+			if errors.Is(e, testsite.ErrMissed) {
+				t.Errorf("page missed: %v", e)
+			}
+		}
+	}
+	fetches, again := 0, 0
+	for key, n := range site.Served() {
+		if key == "/robots.txt" {
+			continue
+		}
+		fetches += n
+		again += n - 1
+	}
+	distinct, _ := union(t, ws...)
+	if distinct != site.Expected() {
+		t.Errorf("items of %d distinct pages, want all %d", distinct, site.Expected())
+	}
+	t.Logf("%d pages expected, %d fetches, %d fetched again after the kill", site.Expected(), fetches, again)
+	if max := 2 * concurrency * workers; again > max {
+		t.Errorf("%d pages fetched again after the kill, want at most %d (2 x concurrency x workers: the pages in flight)", again, max)
+	}
 }
