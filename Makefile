@@ -3,8 +3,16 @@ GO        ?= go
 IMAGES    ?= ../shared/containers/build-images.sh
 PKGS      ?= ./...
 BENCHTIME ?= 1s
+FUZZTIME  ?= 30s
 
-.PHONY: help build test unit bench demo lint vet images fuzz
+# staticcheck, pinned: make tools installs this version where go install
+# puts binaries ($(go env GOBIN), else the first $(go env GOPATH)/bin), and
+# make vet refuses another version. .ci/run installs the same version.
+STATICCHECK_VERSION := v0.8.2
+GOBIN_DIR   ?= $(or $(shell $(GO) env GOBIN),$(firstword $(subst :, ,$(shell $(GO) env GOPATH)))/bin)
+STATICCHECK ?= $(GOBIN_DIR)/staticcheck
+
+.PHONY: help build test unit bench demo lint vet tools images fuzz
 
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
@@ -12,10 +20,21 @@ help: ## list the targets
 build: ## build bin/trawl
 	$(GO) build -o bin/trawl ./cmd/trawl
 
-vet: ## gofmt check and go vet
+vet: ## gofmt check, go vet, staticcheck; every fuzz target listed in make fuzz
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@for f in $$(grep -rhoE '^func Fuzz[A-Za-z0-9_]*' --include='*_test.go' . | sed 's/^func //' | sort -u); do \
+	  grep -qF -- "-fuzz '^$$f\$$\$$'" $(firstword $(MAKEFILE_LIST)) || { echo "make fuzz does not run $$f: add a line for it"; exit 1; }; \
+	done
 	$(GO) vet $(PKGS)
+	@v=$$($(STATICCHECK) -version 2>/dev/null) || { \
+	  echo "no staticcheck at $(STATICCHECK): make tools installs it"; exit 1; }; \
+	  case "$$v" in *"($(patsubst v%,%,$(STATICCHECK_VERSION)))"*) ;; \
+	  *) echo "$(STATICCHECK) is $$v, want $(STATICCHECK_VERSION): make tools installs it"; exit 1;; esac
+	$(STATICCHECK) $(PKGS)
+
+tools: ## install the pinned staticcheck that make vet runs
+	$(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
 lint: vet ## alias of vet
 
@@ -27,18 +46,21 @@ test: vet ## vet, then every test with the race detector (unit, conformance, fuz
 	echo "env: $$env_line"; \
 	env $$env_line $(GO) test -race -count=1 -timeout 25m $(PKGS)
 
-unit: ## the tests that need no server, quickly
-	$(GO) test -race -count=1 -short . ./broker/ ./broker/memory/ ./dedup/ ./dedup/local/ ./engine/ ./internal/... ./cmd/...
+unit: ## every test that needs no server or Docker (go test -race -short), quickly
+	$(GO) test -race -short $(PKGS)
 
 bench: ## benchmarks: broker, filters, crawl vs fetch limit (figures for BENCHMARKS.md)
 	@env_line=""; \
 	if [ -z "$$TRAWL_REDIS_IMAGE" ] && [ -f "$(IMAGES)" ]; then env_line=$$(bash $(IMAGES)); fi; \
 	env $$env_line $(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -timeout 30m $(PKGS)
 
-fuzz: ## run each fuzz target for 30s
-	$(GO) test -run '^$$' -fuzz FuzzCanonicalize -fuzztime 30s ./dedup/
-	$(GO) test -run '^$$' -fuzz FuzzExtractLinks -fuzztime 30s ./engine/
-	$(GO) test -run '^$$' -fuzz FuzzUnmarshalRequest -fuzztime 30s ./engine/
+# Every fuzz target, one line each (make vet checks that none is missing);
+# the patterns are anchored, since -fuzz must match exactly one target.
+fuzz: ## run every fuzz target for FUZZTIME (30s) each
+	$(GO) test -run '^$$' -fuzz '^FuzzCanonicalize$$' -fuzztime $(FUZZTIME) ./dedup/
+	$(GO) test -run '^$$' -fuzz '^FuzzExtractLinks$$' -fuzztime $(FUZZTIME) ./engine/
+	$(GO) test -run '^$$' -fuzz '^FuzzExtractLinksDifferential$$' -fuzztime $(FUZZTIME) ./engine/
+	$(GO) test -run '^$$' -fuzz '^FuzzUnmarshalRequest$$' -fuzztime $(FUZZTIME) ./engine/
 
 demo: build ## serve the test site and crawl it (no server needed)
 	@set -e; rm -f demo.jsonl /tmp/trawl-demo-url; \
