@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/PuerkitoBio/goquery"
+
 	"github.com/trawlhq/trawl"
 	"github.com/trawlhq/trawl/broker/memory"
 	"github.com/trawlhq/trawl/dedup/local"
@@ -253,8 +255,19 @@ func TestElement(t *testing.T) {
 	}
 	var rows []row
 	var follows []string
+	docs := map[*trawl.Response]map[*goquery.Document]bool{} // the documents each page's handlers saw
+	saw := func(r *trawl.Response) {
+		mu.Lock()
+		defer mu.Unlock()
+		if docs[r] == nil {
+			docs[r] = map[*goquery.Document]bool{}
+		}
+		docs[r][r.Document()] = true
+	}
 	c := trawl.New(trawl.Config{InMemory: true, Output: &syncBuffer{}, Crawl: engine.Config{IgnoreRobots: true}})
+	c.OnHTML("html", func(e *trawl.Element) { saw(e.Response) })
 	c.OnHTML("div.card", func(e *trawl.Element) {
+		saw(e.Response)
 		if e.Request.Depth != 0 {
 			return
 		}
@@ -266,6 +279,7 @@ func TestElement(t *testing.T) {
 		rows = append(rows, row{e.Index, e.Attr("data-id"), e.ChildText("h2"), abs})
 	})
 	c.OnResponse(func(r *trawl.Response) { // handlers run concurrently, on many pages
+		saw(r)
 		mu.Lock()
 		defer mu.Unlock()
 		if r.Request.Depth > 0 {
@@ -291,6 +305,15 @@ func TestElement(t *testing.T) {
 	for p, n := range hits {
 		if n != 1 {
 			t.Errorf("%s fetched %d times", p, n)
+		}
+	}
+	// Each page was parsed once: all its handlers saw one document.
+	if len(docs) != 4 {
+		t.Errorf("handlers saw %d pages, want 4", len(docs))
+	}
+	for r, ds := range docs {
+		if len(ds) != 1 || ds[nil] {
+			t.Errorf("%s: handlers saw %d documents (nil among them: %v), want one", r.URL, len(ds), ds[nil])
 		}
 	}
 }
