@@ -52,7 +52,8 @@ type Config struct {
 	// defaults: IdleTimeout 0 means DefaultIdleTimeout (see Serve);
 	// TrustedHosts also get the host and port of each start URL given to
 	// Run, so a site on loopback or a private network can be crawled; Sink
-	// nil means JSON Lines to Output; and Callbacks gains the handlers
+	// nil means JSON Lines to Output (a Sink given is not closed by Run);
+	// and Callbacks gains the handlers
 	// registered with OnHTML and OnResponse, if any (under "" and a name
 	// derived from them; Callbacks[""] must then be unset).
 	Crawl engine.Config
