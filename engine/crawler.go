@@ -36,6 +36,51 @@ type Result struct {
 // ErrDrop, returned by a callback, drops the request without retrying it.
 var ErrDrop = errors.New("engine: drop request")
 
+// ErrBackendFailing is returned by Run when the broker, the duplicate
+// filter or the sink kept failing for Config.FailureTimeout with no success
+// in between: every receive failed, or every page's publishing of its
+// links, filter check or item write did (a Redis server out of memory, say,
+// which refuses writes). The pages concerned were not acknowledged: they
+// come back when the backend is repaired and a worker runs again.
+var ErrBackendFailing = errors.New("engine: the broker, filter or sink keeps failing")
+
+// failures tracks a streak of failures of one kind of operation.
+type failures struct {
+	since atomic.Int64          // unix nanoseconds of the streak's first failure; 0: no streak
+	last  atomic.Pointer[error] // the latest failure
+}
+
+// fail records a failure.
+func (f *failures) fail(err error) {
+	f.last.Store(&err)
+	f.since.CompareAndSwap(0, time.Now().UnixNano())
+}
+
+// ok ends the streak.
+func (f *failures) ok() {
+	if f.since.Load() != 0 {
+		f.since.Store(0)
+	}
+}
+
+// check returns an error when the streak has lasted longer than limit
+// (limit < 0: never).
+func (f *failures) check(limit time.Duration) error {
+	since := f.since.Load()
+	if since == 0 || limit < 0 {
+		return nil
+	}
+	d := time.Since(time.Unix(0, since))
+	if d < limit {
+		return nil
+	}
+	var last error
+	if p := f.last.Load(); p != nil {
+		last = *p
+	}
+	return fmt.Errorf("failed for %v with no success (last: %w)", d.Round(time.Millisecond), last)
+}
+
 // ErrNoPages is returned by Run when the crawl ended without a single
 // successful response but with errors: an unreachable site, say. It wraps
 // the last error seen.
@@ -64,6 +109,8 @@ type Crawler struct {
 	lastErr       atomic.Pointer[error] // the last error that lost a page, for ErrNoPages
 	unknownCB     sync.Map              // callback names already logged as unknown at Warn
 	refused       refusals              // refusals by this worker's own configuration
+	writes        failures              // publishing links, the filter and the sink
+	receives      failures              // receiving from the frontier
 
 	leases sync.Map // broker.Delivery -> struct{}: deliveries to keep extended
 }
@@ -203,6 +250,11 @@ func (c *Crawler) receive(ctx context.Context, sem chan struct{}, dispatch func(
 			c.log.Info("page limit reached", "pages", c.cfg.MaxPages)
 			return nil
 		}
+		if err := c.writes.check(c.cfg.FailureTimeout); err != nil {
+			c.log.Error("writes keep failing; stopping", "err", err)
+			return fmt.Errorf("%w: publishing links, checking the filter or writing items %w; "+
+				"no page was acknowledged or dead-lettered for it", ErrBackendFailing, err)
+		}
 		if !c.refusalPause(ctx) {
 			return ctx.Err()
 		}
@@ -239,12 +291,18 @@ func (c *Crawler) receive(ctx context.Context, sem chan struct{}, dispatch func(
 			if errors.Is(err, broker.ErrClosed) || errors.Is(err, broker.ErrInvalid) {
 				return fmt.Errorf("engine: receive: %w", err)
 			}
+			c.receives.fail(err)
+			if err := c.receives.check(c.cfg.FailureTimeout); err != nil {
+				c.log.Error("receiving keeps failing; stopping", "queue", queue, "err", err)
+				return fmt.Errorf("%w: receiving from %s %w", ErrBackendFailing, queue, err)
+			}
 			c.log.Warn("receive failed; retrying", "queue", queue, "err", err)
 			if !sleep(ctx, time.Second) {
 				return ctx.Err()
 			}
 			continue
 		}
+		c.receives.ok()
 		if len(ds) > 0 {
 			idleSince = time.Time{}
 			for _, d := range ds {
@@ -314,7 +372,7 @@ func (c *Crawler) takeStarts(ctx context.Context) (int, error) {
 	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return 0, err
 	}
-	for _, d := range ds {
+	for i, d := range ds {
 		c.stats.Inc(StatStartURLs)
 		req, err := startRequest(d.Message().Body)
 		if err != nil {
@@ -323,9 +381,12 @@ func (c *Crawler) takeStarts(ctx context.Context) (int, error) {
 			continue
 		}
 		if err := c.enqueue(ctx, nil, []*Request{req}); err != nil {
-			c.settle(ctx, d, nack(0))
+			c.writes.fail(err)
+			c.settle(ctx, d, nack(c.cfg.retryDelay(d.Attempt())))
+			c.giveBack(ctx, ds[i+1:]...) // not tried
 			return len(ds), err
 		}
+		c.writes.ok()
 		c.settle(ctx, d, ack())
 	}
 	return len(ds), nil
@@ -561,15 +622,23 @@ func (c *Crawler) process(ctx, work context.Context, req *Request, prior int) ac
 			r.Scope = req.Scope
 		}
 	}
+	// A failed write is never acknowledged: the page is nacked (the
+	// broker's delivery limit applies, not MaxRetries), its links stay
+	// claimed without marks, and its next attempt publishes them.
 	if err := c.enqueue(work, req, res.Requests); err != nil {
+		c.writes.fail(err)
 		log.Warn("enqueue failed; page will be retried", "err", err)
-		return nack(c.cfg.backoff(1))
+		return nack(c.cfg.retryDelay(prior + 1))
 	}
 	if len(res.Items) > 0 && c.cfg.Sink != nil {
 		if err := c.cfg.Sink.Write(work, res.Items); err != nil {
+			c.writes.fail(err)
 			log.Warn("sink write failed; page will be retried", "err", err)
-			return nack(c.cfg.backoff(1))
+			return nack(c.cfg.retryDelay(prior + 1))
 		}
+	}
+	if len(res.Requests) > 0 || len(res.Items) > 0 {
+		c.writes.ok()
 	}
 	c.stats.Add(StatItems, int64(len(res.Items)))
 	return ack()

@@ -59,6 +59,13 @@ type Config struct {
 	// the broker keeps the request, with its priority, until then.
 	// 0 = 500ms.
 	RetryBackoff time.Duration
+	// FailureTimeout is how long the backends may keep failing before Run
+	// gives up with ErrBackendFailing: every receive from the frontier, or
+	// every page's writes (publishing its links, the duplicate filter, the
+	// sink), failing with no success in between. Pages whose writes failed
+	// are nacked, never acknowledged. It must outlast a broker restart.
+	// 0 = 1 minute; negative = never give up.
+	FailureTimeout time.Duration
 	// IgnoreRobots skips robots.txt.
 	IgnoreRobots bool
 	// StartBatch is how many start URLs an idle worker takes at once. 0 = 16.
@@ -155,6 +162,9 @@ func (c Config) compile() (*compiled, error) {
 	}
 	if cc.RetryBackoff == 0 {
 		cc.RetryBackoff = 500 * time.Millisecond
+	}
+	if cc.FailureTimeout == 0 {
+		cc.FailureTimeout = time.Minute
 	}
 	if cc.StartBatch == 0 {
 		cc.StartBatch = 16

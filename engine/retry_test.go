@@ -14,6 +14,7 @@ import (
 
 	"github.com/trawlhq/trawl/broker"
 	"github.com/trawlhq/trawl/broker/memory"
+	"github.com/trawlhq/trawl/dedup"
 	"github.com/trawlhq/trawl/dedup/local"
 )
 
@@ -192,3 +193,89 @@ func TestCallbackErrorDeadLetteredPastRetries(t *testing.T) {
 		}
 	})
 }
+
+// failingFilter fails every Add after the first ok ones, as a Redis server
+// out of memory refuses writes.
+type failingFilter struct {
+	*local.Filter
+	mu sync.Mutex
+	ok int
+}
+
+var errOOM = errors.New("OOM command not allowed when used memory > 'maxmemory'")
+
+func (f *failingFilter) Add(ctx context.Context, fps ...dedup.Fingerprint) ([]bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ok == 0 {
+		return nil, errOOM
+	}
+	f.ok--
+	return f.Filter.Add(ctx, fps...)
+}
+
+// When the filter keeps refusing writes, the page is never acknowledged
+// nor dead-lettered, and Run gives up with ErrBackendFailing after
+// FailureTimeout, naming the error (issue 13.2: the crawl went on, dead-
+// lettered the pages and exited 0).
+func TestWriteFailuresStopRunWithoutAck(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mb, err := memory.New(memory.Config{MaxDeliveries: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer mb.Close()
+		lf, err := local.New(local.Config{Capacity: 1000, FPRate: 1e-6})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lf.Close()
+		f := &failingFilter{Filter: lf, ok: 1} // the start URL gets through
+		pn := newPipeNet()
+		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/html")
+			fmt.Fprint(w, `<html><a href="/a">a</a></html>`)
+		})}
+		go srv.Serve(pn)
+		defer srv.Close()
+		const timeout = 10 * time.Second
+		var items int
+		c, err := New(mb, f, Config{
+			IgnoreRobots: true, IdleTimeout: time.Second, FailureTimeout: timeout, RetryBackoff: 100 * time.Millisecond,
+			Sink: sinkFunc(func(_ context.Context, it []any) error { items += len(it); return nil }),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.fetcher.transport.DialContext = pn.dial
+		ctx := t.Context()
+		if err := c.Seed(ctx, StartURL{URL: "http://site.test/"}); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		err = c.Run(ctx)
+		took := time.Since(start)
+		if !errors.Is(err, ErrBackendFailing) || !strings.Contains(err.Error(), "OOM command not allowed") {
+			t.Errorf("Run = %v, want ErrBackendFailing naming the filter's error", err)
+		}
+		if took < timeout || took > timeout+5*time.Second {
+			t.Errorf("Run gave up after %v, want just after FailureTimeout %v", took, timeout)
+		}
+		n, err := mb.Counts(ctx, RequestsQueue("trawl"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n.Ready+n.InFlight != 1 || n.Dead != 0 {
+			t.Errorf("frontier after Run: %+v, want the page still there (1 ready or in flight), none dead", n)
+		}
+		if items != 0 {
+			t.Errorf("%d items written for a page whose links could not be published", items)
+		}
+	})
+}
+
+// sinkFunc is a Sink from a function.
+type sinkFunc func(context.Context, []any) error
+
+func (f sinkFunc) Write(ctx context.Context, items []any) error { return f(ctx, items) }
+func (f sinkFunc) Close() error                                 { return nil }
