@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -96,7 +97,7 @@ func StartEmbedded(ctx context.Context, cfg EmbeddedConfig) (*Embedded, error) {
 		_ = lock.Close()
 		return nil, fmt.Errorf("nats embedded: %w", err)
 	}
-	srv.SetLoggerV2(serverLog{log}, false, false, false)
+	srv.SetLoggerV2(serverLog{l: log, ready: new(atomic.Bool)}, false, false, false)
 	srv.Start()
 	e := &Embedded{srv: srv, lock: lock, log: log, listen: cfg.Listen != ""}
 	wait := 10 * time.Second
@@ -160,13 +161,25 @@ func (e *Embedded) Shutdown() {
 	})
 }
 
-// serverLog adapts slog to the server's logger. Notices (the start-up
-// banner and the like) go to Debug.
-type serverLog struct{ l *slog.Logger }
+// serverLog adapts slog to the server's logger. The start-up banner (every
+// notice before "Server is ready") is dropped: "embedded nats started" says
+// it; later notices go to Debug.
+type serverLog struct {
+	l     *slog.Logger
+	ready *atomic.Bool
+}
 
-func (s serverLog) Noticef(format string, v ...any) { s.l.Debug(fmt.Sprintf(format, v...)) }
-func (s serverLog) Warnf(format string, v ...any)   { s.l.Warn(fmt.Sprintf(format, v...)) }
-func (s serverLog) Fatalf(format string, v ...any)  { s.l.Error(fmt.Sprintf(format, v...)) }
-func (s serverLog) Errorf(format string, v ...any)  { s.l.Error(fmt.Sprintf(format, v...)) }
-func (s serverLog) Debugf(format string, v ...any)  { s.l.Debug(fmt.Sprintf(format, v...)) }
-func (s serverLog) Tracef(format string, v ...any)  { s.l.Debug(fmt.Sprintf(format, v...)) }
+func (s serverLog) Noticef(format string, v ...any) {
+	if !s.ready.Load() {
+		if format == "Server is ready" {
+			s.ready.Store(true)
+		}
+		return
+	}
+	s.l.Debug(fmt.Sprintf(format, v...))
+}
+func (s serverLog) Warnf(format string, v ...any)  { s.l.Warn(fmt.Sprintf(format, v...)) }
+func (s serverLog) Fatalf(format string, v ...any) { s.l.Error(fmt.Sprintf(format, v...)) }
+func (s serverLog) Errorf(format string, v ...any) { s.l.Error(fmt.Sprintf(format, v...)) }
+func (s serverLog) Debugf(format string, v ...any) { s.l.Debug(fmt.Sprintf(format, v...)) }
+func (s serverLog) Tracef(format string, v ...any) { s.l.Debug(fmt.Sprintf(format, v...)) }

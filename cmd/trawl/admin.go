@@ -72,6 +72,8 @@ func newSeedCmd(o *options) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&file, "file", "", "read start URLs (or JSON lines) from this file, - for stdin")
+	o.addBackendFlags(cmd.Flags())
+	o.addHiddenCrawlFlags(cmd.Flags())
 	return cmd
 }
 
@@ -154,11 +156,13 @@ func newStatsCmd(o *options) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	o.addBackendFlags(cmd.Flags())
+	o.addHiddenCrawlFlags(cmd.Flags())
 	return cmd
 }
 
 func newPurgeCmd(o *options) *cobra.Command {
-	return &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "purge",
 		Short: "Delete a crawl's frontier, filter, items and stats",
 		Args:  cobra.NoArgs,
@@ -171,10 +175,18 @@ func newPurgeCmd(o *options) *cobra.Command {
 			if err := o.purge(cmd.Context(), b); err != nil {
 				return err
 			}
+			if b.redis != nil {
+				if _, err := purgeCrawlKeys(cmd.Context(), b.redis, o.name); err != nil {
+					return err
+				}
+			}
 			fmt.Fprintf(o.stdout, "purged crawl %s\n", o.name)
 			return nil
 		},
 	}
+	o.addBackendFlags(cmd.Flags())
+	o.addHiddenCrawlFlags(cmd.Flags())
+	return cmd
 }
 
 func newDeadLetterCmd(o *options) *cobra.Command {
@@ -200,7 +212,8 @@ func newDeadLetterCmd(o *options) *cobra.Command {
 			}
 			ctx := cmd.Context()
 			total := 0
-			for _, q := range []string{engine.RequestsQueue(o.name), engine.StartQueue(o.name)} {
+			queues := []string{engine.RequestsQueue(o.name), engine.StartQueue(o.name)}
+			for _, q := range queues {
 				switch args[0] {
 				case "list":
 					ls, err := dl.DeadLetters(ctx, q, max)
@@ -219,13 +232,18 @@ func newDeadLetterCmd(o *options) *cobra.Command {
 					total += n
 				}
 			}
-			if args[0] == "requeue" {
+			switch {
+			case args[0] == "requeue":
 				fmt.Fprintf(o.stdout, "requeued %d dead letters\n", total)
+			case total == 0:
+				fmt.Fprintf(o.stdout, "no dead letters in %s\n", strings.Join(queues, " or "))
 			}
 			return nil
 		},
 	}
 	cmd.Flags().IntVar(&max, "max", 100, "at most this many per queue")
+	o.addBackendFlags(cmd.Flags())
+	o.addHiddenCrawlFlags(cmd.Flags())
 	return cmd
 }
 

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -305,4 +306,74 @@ func TestOutDevNull(t *testing.T) {
 	if r.code != 0 || !strings.HasPrefix(lastLine(r.stderr), "trawl: crawl done: 2 pages fetched, 1 item written") {
 		t.Errorf("exit %d, want 0 and a summary; stderr:\n%s", r.code, r.stderr)
 	}
+}
+
+// TestSmallGaps (9.12): --out help lists every value; --version and
+// "trawl version" agree; a refused private address names --allow-private;
+// the embedded NATS server's banner stays out of the debug log; each
+// command's help lists the flags it uses and no other.
+func TestSmallGaps(t *testing.T) {
+	t.Run("out help", func(t *testing.T) {
+		r := trawl(t, time.Minute, "crawl", "--help")
+		i := strings.Index(r.stdout, "--out string")
+		if i < 0 {
+			t.Fatalf("no --out in the help:\n%s", r.stdout)
+		}
+		line := r.stdout[i : i+strings.IndexByte(r.stdout[i:], '\n')]
+		for _, v := range []string{"- for stdout", "FILE", "redis", "queue"} {
+			if !strings.Contains(line, v) {
+				t.Errorf("--out help %q does not mention %q", line, v)
+			}
+		}
+	})
+	t.Run("version", func(t *testing.T) {
+		a, b := trawl(t, time.Minute, "--version"), trawl(t, time.Minute, "version")
+		if a.code != 0 || b.code != 0 || a.stdout != b.stdout || !strings.HasPrefix(a.stdout, "trawl ") || !strings.Contains(a.stdout, runtime.Version()) {
+			t.Errorf("--version: %d %q; version: %d %q; want the same line naming %s", a.code, a.stdout, b.code, b.stdout, runtime.Version())
+		}
+	})
+	t.Run("allow-private", func(t *testing.T) {
+		other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "<title>x</title>") }))
+		defer other.Close()
+		site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprintf(w, `<title>x</title><a href="%s/secret">other port</a>`, other.URL)
+		}))
+		defer site.Close()
+		r := trawl(t, time.Minute, "crawl", "--idle-timeout", "300ms", "--log-level=debug", site.URL+"/")
+		const want = "trawl: 1 page refused: private, loopback or link-local address (--allow-private allows them)"
+		if r.code != 0 || !strings.Contains(r.stderr, "\n"+want+"\n") || !strings.Contains(r.stderr, "(forbidden_address 1)") {
+			t.Errorf("exit %d, want 0 with the line %q; stderr:\n%s", r.code, want, r.stderr)
+		}
+		for _, banner := range []string{"Starting nats-server", "Server is ready", "JETSTREAM", "Version:"} {
+			if strings.Contains(r.stderr, banner) {
+				t.Errorf("the NATS banner (%q) is in the debug log:\n%s", banner, r.stderr)
+			}
+		}
+	})
+	t.Run("help", func(t *testing.T) {
+		for _, c := range []struct {
+			cmd        string
+			has, hasnt []string
+		}{
+			{"crawl", []string{"--include", "--out", "--broker", "--log-level"}, nil},
+			{"worker", []string{"--include", "--out", "--broker"}, nil},
+			{"purge", []string{"--broker", "--name", "--redis-url"}, []string{"--out", "--include", "--concurrency", "--flush", "--addr"}},
+			{"stats", []string{"--json", "--broker"}, []string{"--out", "--max-pages", "--extract"}},
+			{"deadletter", []string{"--max", "--broker"}, []string{"--out", "--allow-private"}},
+			{"seed", []string{"--file", "--broker"}, []string{"--out", "--metrics-addr"}},
+			{"testsite", []string{"--pages", "--addr"}, []string{"--broker", "--name", "--out", "--concurrency"}},
+		} {
+			r := trawl(t, time.Minute, c.cmd, "--help")
+			for _, f := range c.has {
+				if !strings.Contains(r.stdout, f+" ") {
+					t.Errorf("%s --help lacks %s", c.cmd, f)
+				}
+			}
+			for _, f := range c.hasnt {
+				if strings.Contains(r.stdout, f+" ") {
+					t.Errorf("%s --help lists %s, which it does not use", c.cmd, f)
+				}
+			}
+		}
+	})
 }

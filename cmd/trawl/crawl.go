@@ -37,6 +37,8 @@ func newCrawlCmd(o *options, seed bool) *cobra.Command {
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		return o.crawl(cmd.Context(), args, seed)
 	}
+	o.addBackendFlags(cmd.Flags())
+	o.addCrawlFlags(cmd.Flags())
 	return cmd
 }
 
@@ -182,6 +184,9 @@ func (o *options) crawl(ctx context.Context, args []string, seed bool) error {
 		return runErr
 	}
 	fmt.Fprintf(o.stderr, "trawl: %s done: %s\n", what, sum)
+	if n := sum.ErrorKinds[engine.ErrorForbiddenAddress]; n > 0 && !o.allowPrivate {
+		fmt.Fprintf(o.stderr, "trawl: %d %s refused: private, loopback or link-local address (--allow-private allows them)\n", n, plural(n, "page"))
+	}
 	if why := sum.Empty(); why != "" {
 		// A crawl was asked for pages; a worker may find its crawl done.
 		if seed && !o.allowEmpty {
@@ -332,4 +337,11 @@ func progress(ctx context.Context, f *os.File, s *engine.Stats) {
 			pages, s.Get(engine.StatItems), s.Get(engine.StatEnqueued), s.Get(engine.StatFiltered),
 			s.Get(engine.StatRetries), s.Get(engine.StatErrors), float64(pages)/time.Since(start).Seconds())
 	}
+}
+
+func plural(n int64, word string) string {
+	if n == 1 {
+		return word
+	}
+	return word + "s"
 }

@@ -160,7 +160,10 @@ func newRoot(o *options) *cobra.Command {
 			return o.setup()
 		},
 	}
-	o.addFlags(root.PersistentFlags())
+	// Every option gets its default; each command then shows and takes
+	// only the flags it uses.
+	o.addFlags(pflag.NewFlagSet("defaults", pflag.ContinueOnError))
+	o.addLogFlags(root.PersistentFlags())
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return asUsage(err) })
 	// Cobra would print the help for an unknown command and exit 0.
 	root.RunE = func(cmd *cobra.Command, args []string) error {
@@ -184,7 +187,10 @@ func newRoot(o *options) *cobra.Command {
 		newPurgeCmd(o),
 		newDeadLetterCmd(o),
 		newTestsiteCmd(o),
+		newVersionCmd(o),
 	)
+	root.Version = version()
+	root.SetVersionTemplate("trawl {{.Version}}\n")
 	for _, c := range root.Commands() {
 		if args := c.Args; args != nil {
 			c.Args = func(cmd *cobra.Command, a []string) error { return asUsage(args(cmd, a)) }

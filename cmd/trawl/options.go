@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
 	"github.com/spf13/pflag"
 
 	"github.com/trawlhq/trawl/broker"
@@ -47,7 +48,22 @@ type options struct {
 	retryBackoff                     time.Duration
 }
 
+// addFlags registers every flag on fs: the root's scratch set, which
+// gives every option its default whatever the command.
 func (o *options) addFlags(fs *pflag.FlagSet) {
+	o.addLogFlags(fs)
+	o.addBackendFlags(fs)
+	o.addCrawlFlags(fs)
+}
+
+// addLogFlags registers the flags of every command.
+func (o *options) addLogFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.logLevel, "log-level", "warn", "log level: debug, info, warn or error")
+}
+
+// addBackendFlags registers the flags that name a crawl and its broker and
+// filter: those of every command that opens them.
+func (o *options) addBackendFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.broker, "broker", "", "frontier: memory, redis, rabbitmq or nats (default: embedded single-node, no server)")
 	fs.StringVar(&o.dedup, "dedup", "", "duplicate filter: local, set or bloom (default: local; set with --broker=redis)")
 	fs.StringVar(&o.name, "name", "trawl", "crawl name; queues and keys derive from it")
@@ -55,6 +71,29 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.redisURL, "redis-url", "redis://127.0.0.1:6379/0", "Redis URL (redis:// or rediss://, user and password allowed)")
 	fs.StringVar(&o.amqpURL, "amqp-url", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ URL (amqp:// or amqps://)")
 	fs.StringVar(&o.natsURL, "nats-url", "nats://127.0.0.1:4222", "NATS URL(s), comma-separated")
+	fs.StringVar(&o.dataDirFlag, "data-dir", "", "folder for local state (default ./.trawl/NAME)")
+	fs.StringVar(&o.amqpManagementURL, "amqp-management-url", "", "RabbitMQ management API, for queue counts (default: the AMQP host on port 15672)")
+	fs.BoolVar(&o.amqpDurable, "amqp-durable", true, "RabbitMQ: durable queues and persistent messages")
+	fs.BoolVar(&o.startSet, "start-urls-set", false, "keep Redis start URLs in a set instead of a list")
+	fs.UintVar(&o.bloomCapacity, "bloom-capacity", 10_000_000, "expected number of fingerprints, about 3 per page (its URL, its published and expanded marks); sizes the duplicate filters")
+	fs.Float64Var(&o.bloomFPRate, "bloom-fp-rate", 0.001, "target false-positive rate, for Bloom filters")
+}
+
+// addHiddenCrawlFlags registers the crawl flags on fs hidden: accepted,
+// so that one set of flags serves every command of a deployment, but not
+// shown in the help of a command that does not use them.
+func (o *options) addHiddenCrawlFlags(fs *pflag.FlagSet) {
+	tmp := pflag.NewFlagSet("crawl", pflag.ContinueOnError)
+	o.addCrawlFlags(tmp)
+	tmp.VisitAll(func(f *pflag.Flag) {
+		f.Hidden = true
+		fs.AddFlag(f)
+	})
+}
+
+// addCrawlFlags registers the flags of the commands that crawl (crawl and
+// worker).
+func (o *options) addCrawlFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.concurrency, "concurrency", 16, "pages processed at once by this worker")
 	fs.IntVar(&o.perHost, "per-host", 8, "concurrent requests per host")
 	fs.DurationVar(&o.delay, "delay", 0, "minimum delay between requests to one host")
@@ -63,26 +102,19 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&o.allowDomains, "allow-domain", nil, "domain links may lead to, with subdomains (repeat the flag for more; default: the start URLs' hosts)")
 	fs.StringArrayVar(&o.include, "include", nil, "follow only URLs matching this regular expression, taken whole (repeat the flag for more)")
 	fs.StringArrayVar(&o.exclude, "exclude", nil, "do not follow URLs matching this regular expression, taken whole (repeat the flag for more)")
-	fs.StringVar(&o.out, "out", "-", "items: a JSON Lines file, or - for stdout")
+	fs.StringVar(&o.out, "out", "-", "items: - for stdout, a JSON Lines FILE (appended to; --flush empties it), redis for the Redis list {NAME}:items, or queue for the broker queue NAME:items")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", 3*time.Second, "exit once the crawl has been idle this long (0: serve forever)")
 	fs.BoolVar(&o.flush, "flush", false, "start clean: delete the crawl's frontier, filter and stats first, and empty the --out file")
-	fs.BoolVar(&o.allowEmpty, "allow-empty", false, "crawl: exit 0 even if no item was written (by default such a crawl exits 1 and says why)")
+	fs.BoolVar(&o.allowEmpty, "allow-empty", false, "exit 0 when a crawl wrote no item (by default it exits 1 and says why; a worker says why and exits 0)")
 	fs.DurationVar(&o.progressEvery, "progress-interval", 10*time.Second, "when stderr is not a terminal, log progress this often (0: never)")
-	fs.StringVar(&o.dataDirFlag, "data-dir", "", "folder for local state (default ./.trawl/NAME)")
 	fs.DurationVar(&o.lease, "lease", 30*time.Second, "how long a delivery stays with a worker before another may take it")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address")
 	fs.StringArrayVar(&o.extract, "extract", nil, "add NAME=CSS-SELECTOR text to each page item; the selector is taken whole, commas included (repeat the flag for more)")
 	fs.BoolVar(&o.allowPrivate, "allow-private", false, "allow private, loopback and link-local addresses")
 	fs.BoolVar(&o.ignoreRobot, "ignore-robots", false, "do not fetch or obey robots.txt")
 	fs.StringVar(&o.userAgent, "user-agent", engine.DefaultUserAgent, "User-Agent header")
-	fs.StringVar(&o.logLevel, "log-level", "warn", "log level: debug, info, warn or error")
-	fs.StringVar(&o.amqpManagementURL, "amqp-management-url", "", "RabbitMQ management API, for queue counts (default: the AMQP host on port 15672)")
-	fs.BoolVar(&o.amqpDurable, "amqp-durable", true, "RabbitMQ: durable queues and persistent messages")
 	fs.BoolVar(&o.amqpRecreate, "amqp-recreate", false, "RabbitMQ: delete and redeclare a queue that exists with other arguments (loses its messages)")
 	fs.IntVar(&o.prefetch, "prefetch", 0, "RabbitMQ: prefetch count (0: sized from --concurrency)")
-	fs.BoolVar(&o.startSet, "start-urls-set", false, "keep Redis start URLs in a set instead of a list")
-	fs.UintVar(&o.bloomCapacity, "bloom-capacity", 10_000_000, "expected number of fingerprints, about 3 per page (its URL, its published and expanded marks); sizes the duplicate filters")
-	fs.Float64Var(&o.bloomFPRate, "bloom-fp-rate", 0.001, "target false-positive rate, for Bloom filters")
 	fs.IntVar(&o.retryTimes, "retry-times", 3, "retries of a failed page (timeout, 5xx, 429, callback error) before it is dead-lettered")
 	fs.DurationVar(&o.retryBackoff, "retry-backoff", 500*time.Millisecond, "delay before the first retry, doubled for each later one (with jitter, at most 1m)")
 }
@@ -160,11 +192,12 @@ func (o *options) setup() error {
 type backends struct {
 	broker broker.Broker
 	filter dedup.Filter
-	shared bool               // other processes can join (not the in-memory broker)
-	starts engine.StartSource // start URLs outside the broker, or nil
-	items  engine.Sink        // the deployment's item list (--out=redis), or nil
-	stats  sharedStats        // counters shared by the workers, or nil
-	limit  engine.HostLimiter // per-host limits shared by the workers, or nil
+	shared bool                    // other processes can join (not the in-memory broker)
+	starts engine.StartSource      // start URLs outside the broker, or nil
+	items  engine.Sink             // the deployment's item list (--out=redis), or nil
+	stats  sharedStats             // counters shared by the workers, or nil
+	limit  engine.HostLimiter      // per-host limits shared by the workers, or nil
+	redis  goredis.UniversalClient // the deployment's Redis, or nil
 	purges []func(context.Context) error
 	closes []func() error
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -83,6 +84,7 @@ func (o *options) redisExtras(ctx context.Context, b *backends, client goredis.U
 		b.starts = s
 		b.purges = append(b.purges, s.Purge)
 	}
+	b.redis = client
 	items := redisbroker.NewItems(client, o.name)
 	stats := redisbroker.NewStats(client, o.name)
 	b.items, b.stats = items, stats
@@ -117,4 +119,63 @@ func (o *options) redisFilter(ctx context.Context, client goredis.UniversalClien
 		return dedupredis.NewBloom(ctx, dedupredis.BloomConfig{Client: client, Key: key, Capacity: o.bloomCapacity, FPRate: o.bloomFPRate, Logger: o.log})
 	}
 	return nil, usageError("--dedup=%s cannot be shared by the workers of a Redis crawl; use set or bloom", o.dedup)
+}
+
+// purgeCrawlKeys deletes every key of crawl name in Redis, {NAME}:*, the
+// ones no component's Purge deletes too (message id counters, the filter's
+// layout): after "trawl purge" nothing of the crawl is left. It returns how
+// many keys it deleted.
+func purgeCrawlKeys(ctx context.Context, client goredis.UniversalClient, name string) (int, error) {
+	pattern := "{" + globEscape(name) + "}:*"
+	var mu sync.Mutex
+	n := 0
+	del := func(ctx context.Context, c goredis.UniversalClient) error {
+		iter := c.Scan(ctx, 0, pattern, 1000).Iterator()
+		var batch []string
+		flush := func() error {
+			if len(batch) == 0 {
+				return nil
+			}
+			d, err := c.Del(ctx, batch...).Result()
+			mu.Lock()
+			n += int(d)
+			mu.Unlock()
+			batch = batch[:0]
+			return err
+		}
+		for iter.Next(ctx) {
+			batch = append(batch, iter.Val())
+			if len(batch) == 500 {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+		}
+		if err := iter.Err(); err != nil {
+			return err
+		}
+		return flush()
+	}
+	var err error
+	if cc, ok := client.(*goredis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *goredis.Client) error { return del(ctx, c) })
+	} else {
+		err = del(ctx, client)
+	}
+	if err != nil {
+		return n, fmt.Errorf("purge %s: %w", pattern, err)
+	}
+	return n, nil
+}
+
+// globEscape escapes the characters Redis glob patterns give a meaning.
+func globEscape(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[]\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }

@@ -1,0 +1,92 @@
+package crawl_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/trawlhq/trawl/integration"
+	"github.com/trawlhq/trawl/internal/testsite"
+)
+
+// runOut runs trawl to completion and returns its exit code, stdout and
+// stderr.
+func runOut(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out, errb bytes.Buffer
+	cmd := exec.CommandContext(ctx, trawlBin, args...)
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode(), out.String(), errb.String()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return 0, out.String(), errb.String()
+}
+
+var workerSummary = regexp.MustCompile(`(?m)^trawl: worker done: (\d+) pages? fetched, (\d+) items? written, (\d+) errors?`)
+
+// TestRedisCLIAgrees (9.3, 9.12): on Redis, a worker's summary line, the
+// items it wrote and "trawl stats" give the same numbers; "deadletter
+// list" says there are none; "purge" leaves no key of the crawl.
+func TestRedisCLIAgrees(t *testing.T) {
+	site, url := serveSite(t, testsite.Options{Pages: 200, Links: 5, Seed: 21, NoTraps: true})
+	name := integration.Name(t)
+	mustRun(t, append([]string{"seed"}, redisArgs(t, name, url)...)...)
+	w := start(t, append([]string{"worker"}, redisArgs(t, name)...)...)
+	if code := w.wait(t, 2*time.Minute); code != 0 {
+		t.Fatalf("worker exit %d:\n%s", code, w.stderr.String())
+	}
+	if err := site.Verify(); err != nil {
+		t.Error(err)
+	}
+	m := workerSummary.FindStringSubmatch(w.stderr.String())
+	if m == nil {
+		t.Fatalf("no summary line:\n%s", w.stderr.String())
+	}
+	pages, _ := strconv.Atoi(m[1])
+	items, _ := strconv.Atoi(m[2])
+	if n := len(w.items(t)); n != items || items == 0 {
+		t.Errorf("summary: %d items; written: %d", items, n)
+	}
+
+	code, out, stderr := runOut(t, append([]string{"stats", "--json"}, redisArgs(t, name)...)...)
+	if code != 0 {
+		t.Fatalf("stats: exit %d: %s", code, stderr)
+	}
+	var stats map[string]int64
+	if err := json.Unmarshal([]byte(out), &stats); err != nil {
+		t.Fatalf("stats --json: %v: %s", err, out)
+	}
+	if stats["item_scraped_count"] != int64(items) || stats["downloader/response_count"] != int64(pages) {
+		t.Errorf("stats say %d items, %d pages; the summary %d, %d", stats["item_scraped_count"], stats["downloader/response_count"], items, pages)
+	}
+
+	code, out, stderr = runOut(t, append([]string{"deadletter", "list"}, redisArgs(t, name)...)...)
+	if want := "no dead letters in " + name + ":requests or " + name + ":start_urls\n"; code != 0 || out != want {
+		t.Errorf("deadletter list: exit %d, stdout %q, want %q; stderr: %s", code, out, want, stderr)
+	}
+
+	client := integration.RedisClient(t)
+	before, err := client.Keys(t.Context(), "{"+name+"}:*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr = runOut(t, append([]string{"purge"}, redisArgs(t, name)...)...)
+	if code != 0 || !strings.Contains(out, "purged") {
+		t.Fatalf("purge: exit %d: %s %s", code, out, stderr)
+	}
+	if left, err := client.Keys(t.Context(), "{"+name+"}:*").Result(); err != nil || len(left) != 0 {
+		t.Errorf("after purge, keys of the crawl are left: %v (err %v); before: %v", left, err, before)
+	}
+}
