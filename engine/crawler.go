@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,9 +13,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/PuerkitoBio/goquery"
-	"github.com/andybalholm/cascadia"
 
 	"github.com/trawlhq/trawl/broker"
 	"github.com/trawlhq/trawl/dedup"
@@ -100,7 +96,7 @@ type Crawler struct {
 	scope   *scope
 	stats   *Stats
 	log     *slog.Logger
-	extract map[string]cascadia.Selector
+	extract []*Extraction
 
 	started       atomic.Int64          // pages whose fetch started on this worker
 	inflight      atomic.Int64          // deliveries held by this worker
@@ -129,19 +125,7 @@ func New(b broker.Broker, f dedup.Filter, cfg Config) (*Crawler, error) {
 	if c.stats == nil {
 		c.stats = NewStats()
 	}
-	var errs []error
-	for name, sel := range cc.Extract {
-		s, err := cascadia.Compile(sel)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("extract %s: %w", name, err))
-			continue
-		}
-		if c.extract == nil {
-			c.extract = make(map[string]cascadia.Selector)
-		}
-		c.extract[name] = s
-	}
-	if err := errors.Join(errs...); err != nil {
+	if c.extract, err = compileExtract(cc.Extract); err != nil {
 		return nil, fmt.Errorf("engine config: %w", err)
 	}
 	fo := cc.Fetch
@@ -993,14 +977,7 @@ func (c *Crawler) defaultCallback(_ context.Context, resp *Response) (Result, er
 			res.Requests = append(res.Requests, &Request{URL: l.String(), Depth: resp.Request.Depth + 1, parsed: l})
 		}
 		if len(c.extract) > 0 {
-			if doc, err := goquery.NewDocumentFromReader(bytes.NewReader(resp.Body)); err == nil {
-				p.Fields = make(map[string][]string, len(c.extract))
-				for name, sel := range c.extract {
-					doc.FindMatcher(sel).Each(func(_ int, s *goquery.Selection) {
-						p.Fields[name] = append(p.Fields[name], strings.TrimSpace(s.Text()))
-					})
-				}
-			}
+			p.Fields = extractFields(c.extract, resp.URL, resp.Body)
 		}
 	}
 	res.Items = []any{p}

@@ -90,8 +90,11 @@ type Config struct {
 	// Callbacks handle responses by name (Request.Callback). The name ""
 	// overrides the default callback, which follows links and emits a Page.
 	Callbacks map[string]Callback
-	// Extract adds fields to the default Page item: name -> CSS selector;
-	// the text of every matching element is collected.
+	// Extract adds fields to the default Page item (Page.Fields): name ->
+	// CSS selector with an optional suffix saying what to take from each
+	// match: "::text" (the default), "::attr(NAME)" (href and src made
+	// absolute) or "::html". A field is always a list, one value per
+	// match in document order; see Extraction.
 	Extract map[string]string
 	// Logger receives the crawl's log. nil = discard.
 	Logger *slog.Logger

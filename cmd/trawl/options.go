@@ -109,7 +109,7 @@ func (o *options) addCrawlFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.progressEvery, "progress-interval", 10*time.Second, "when stderr is not a terminal, log progress this often (0: never)")
 	fs.DurationVar(&o.lease, "lease", 30*time.Second, "how long a delivery stays with a worker before another may take it")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address")
-	fs.StringArrayVar(&o.extract, "extract", nil, "add NAME=CSS-SELECTOR text to each page item; the selector is taken whole, commas included (repeat the flag for more)")
+	fs.StringArrayVar(&o.extract, "extract", nil, "add field NAME=SELECTOR to each page item: a CSS selector, taken whole (commas included), with ::text (default), ::attr(NAME) or ::html; one value per match (repeat the flag for more)")
 	fs.BoolVar(&o.allowPrivate, "allow-private", false, "allow private, loopback and link-local addresses")
 	fs.BoolVar(&o.ignoreRobot, "ignore-robots", false, "do not fetch or obey robots.txt")
 	fs.StringVar(&o.userAgent, "user-agent", engine.DefaultUserAgent, "User-Agent header")
@@ -173,8 +173,11 @@ func (o *options) setup() error {
 		errs = append(errs, fmt.Errorf("--bloom-fp-rate %v: want a rate between 0 and 1", o.bloomFPRate))
 	}
 	for _, e := range o.extract {
-		if name, sel, ok := strings.Cut(e, "="); !ok || name == "" || sel == "" {
+		name, sel, ok := strings.Cut(e, "=")
+		if !ok || name == "" || sel == "" {
 			errs = append(errs, fmt.Errorf("--extract %q: want NAME=SELECTOR", e))
+		} else if _, err := engine.ParseExtraction(name, sel); err != nil {
+			errs = append(errs, fmt.Errorf("--extract: %w", err))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
