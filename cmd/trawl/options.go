@@ -46,6 +46,7 @@ type options struct {
 	bloomFPRate                      float64
 	retryTimes                       int
 	retryBackoff                     time.Duration
+	failureTimeout                   time.Duration
 }
 
 // addFlags registers every flag on fs: the root's scratch set, which
@@ -116,6 +117,7 @@ func (o *options) addCrawlFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.amqpRecreate, "amqp-recreate", false, "RabbitMQ: delete and redeclare a queue that exists with other arguments (loses its messages)")
 	fs.IntVar(&o.prefetch, "prefetch", 0, "RabbitMQ: prefetch count (0: sized from --concurrency)")
 	fs.IntVar(&o.retryTimes, "retry-times", 3, "retries of a failed page (timeout, 5xx, 429, callback error) before it is dead-lettered")
+	fs.DurationVar(&o.failureTimeout, "failure-timeout", time.Minute, "give up (exit 1, nothing acknowledged) once the broker, filter or sink has failed this long with no success (0: never)")
 	fs.DurationVar(&o.retryBackoff, "retry-backoff", 500*time.Millisecond, "delay before the first retry, doubled for each later one (with jitter, at most 1m)")
 }
 
@@ -165,6 +167,9 @@ func (o *options) setup() error {
 	}
 	if o.retryTimes < 0 {
 		errs = append(errs, fmt.Errorf("--retry-times %d: want 0 or more", o.retryTimes))
+	}
+	if o.failureTimeout < 0 {
+		errs = append(errs, fmt.Errorf("--failure-timeout %v must not be negative", o.failureTimeout))
 	}
 	if o.retryBackoff <= 0 {
 		errs = append(errs, fmt.Errorf("--retry-backoff %v: want a positive duration", o.retryBackoff))
@@ -298,11 +303,15 @@ func (o *options) engineConfig() engine.Config {
 		IgnoreRobots:   o.ignoreRobot,
 		MaxRetries:     o.retryTimes,
 		RetryBackoff:   o.retryBackoff,
+		FailureTimeout: o.failureTimeout,
 		Fetch:          engine.FetchOptions{UserAgent: o.userAgent, AllowPrivate: o.allowPrivate, Logger: o.log},
 		Logger:         o.log,
 	}
 	if o.retryTimes == 0 {
 		cfg.MaxRetries = -1 // engine.Config's 0 means the default
+	}
+	if o.failureTimeout == 0 {
+		cfg.FailureTimeout = -1 // never give up
 	}
 	if len(o.extract) > 0 {
 		cfg.Extract = make(map[string]string, len(o.extract))

@@ -1,6 +1,9 @@
 package crawl_test
 
 import (
+	"context"
+	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -94,4 +97,69 @@ func TestRedisBadInput(t *testing.T) {
 		t.Error("wrong password: exit 0")
 	}
 	oneLine(t, stderr, "authentication failed")
+}
+
+// TestRedisOutOfMemory (issue 13.2): a Redis server that refuses writes
+// (maxmemory reached, noeviction) stops the worker with a non-zero exit
+// and a line naming the failure, without acknowledging the pages it could
+// not finish; once the limit is lifted and the dead letters requeued, a
+// new worker completes the crawl: no page lost.
+func TestRedisOutOfMemory(t *testing.T) {
+	site, url := serveSite(t, testsite.Options{Pages: 2000, Links: 10, Seed: 25, NoTraps: true, Latency: time.Millisecond})
+	name := integration.Name(t)
+	client := integration.RedisClient(t)
+	ctx := t.Context()
+	mustRun(t, append([]string{"seed"}, redisArgs(t, name, url)...)...)
+	info, err := client.Info(ctx, "memory").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var used int64
+	for _, l := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "used_memory:"); ok {
+			used, _ = strconv.ParseInt(v, 10, 64)
+		}
+	}
+	if used == 0 {
+		t.Fatalf("no used_memory in INFO memory:\n%s", info)
+	}
+	lift := func() {
+		if err := client.ConfigSet(context.Background(), "maxmemory", "0").Err(); err != nil {
+			t.Errorf("lift maxmemory: %v", err)
+		}
+	}
+	t.Cleanup(lift)
+	for k, v := range map[string]string{"maxmemory-policy": "noeviction", "maxmemory": strconv.FormatInt(used+1<<20, 10)} {
+		if err := client.ConfigSet(ctx, k, v).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := start(t, append([]string{"worker"}, redisArgs(t, name, "--lease=3s", "--failure-timeout=5s")...)...)
+	if code := a.wait(t, 3*time.Minute); code == 0 {
+		t.Fatalf("worker on a Redis out of memory exited 0:\n%s", a.stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(a.stderr.String()), "\n")
+	t.Logf("the worker out of memory ended with: %s", lines[len(lines)-1])
+	if !strings.Contains(a.stderr.String(), "OOM") || !strings.Contains(a.stderr.String(), "keeps failing") {
+		t.Errorf("stderr does not say that Redis refuses writes (OOM, keeps failing):\n%s", a.stderr.String())
+	}
+	lift()
+	mustRun(t, append([]string{"deadletter", "requeue"}, redisArgs(t, name)...)...)
+	b := start(t, append([]string{"worker"}, redisArgs(t, name, "--lease=3s")...)...)
+	if code := b.wait(t, 3*time.Minute); code != 0 {
+		t.Fatalf("worker after the limit was lifted: exit %d:\n%s", code, b.stderr.String())
+	}
+	distinct, dups := union(t, a, b)
+	t.Logf("%d pages expected; items: %d by the worker out of memory, %d after; %d distinct, %d twice",
+		site.Expected(), len(a.items(t)), len(b.items(t)), distinct, dups)
+	if distinct != site.Expected() {
+		t.Errorf("items of %d distinct pages, want all %d: pages lost", distinct, site.Expected())
+	}
+	if err := site.Verify(); err != nil {
+		for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+			if errors.Is(e, testsite.ErrMissed) {
+				t.Errorf("page missed: %v", e)
+			}
+		}
+	}
 }
