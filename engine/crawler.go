@@ -525,7 +525,7 @@ func (c *Crawler) process(ctx, work context.Context, req *Request, prior int) ac
 		case errors.Is(err, ErrLocalRefusal):
 			return c.refuse(req, u, err)
 		case errors.Is(err, ErrRobotsUnavailable):
-			return c.robotsDown(ctx, req, u, err)
+			return c.robotsDown(req, prior, u, err)
 		case err != nil:
 			log.Debug("robots.txt check failed; allowing", "err", err)
 		}

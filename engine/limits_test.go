@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/trawlhq/trawl/engine"
+	"github.com/trawlhq/trawl/internal/testsite"
 )
 
 // TestLongURLsNotFollowed: a link and a redirect to URLs over
@@ -62,5 +63,55 @@ func TestLongURLsNotFollowed(t *testing.T) {
 	err = c.Seed(ctx, engine.StartURL{URL: srv.URL + long})
 	if err == nil || !strings.Contains(err.Error(), fmt.Sprint(engine.MaxURLLength)) {
 		t.Errorf("seeding a %d-byte URL: %v, want an error naming the limit", len(long), err)
+	}
+}
+
+// TestCalendarTrapEnds crawls the test site's infinite calendar with the
+// default configuration: the crawl ends by itself, having followed the
+// calendar exactly DefaultMaxDepth hops from its start, each page once.
+func TestCalendarTrapEnds(t *testing.T) {
+	site, url := serveSite(t, testsite.Options{Pages: 10})
+	b, f := newBackends(t)
+	c, err := engine.New(b, f, engine.Config{
+		Concurrency: 16, PerHost: 16, IdleTimeout: 300 * time.Millisecond, IgnoreRobots: true,
+		TrustedHosts: []string{strings.TrimPrefix(url, "http://")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := c.Seed(ctx, engine.StartURL{URL: url + "/calendar/"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Run(ctx); err != nil {
+		t.Fatalf("run: %v (the calendar is endless: only a depth limit ends the crawl)", err)
+	}
+	served := site.CalendarServed()
+	months, days := 0, 0
+	for k, n := range served {
+		if n > 1 {
+			t.Errorf("%s fetched %d times", k, n)
+		}
+		switch strings.Count(k, "/") {
+		case 3:
+			months++
+		case 4:
+			days++
+		}
+	}
+	// /calendar/ is at depth 0, the month k months from CalendarStart at
+	// 1+|k|, its days at 2+|k|.
+	const d = engine.DefaultMaxDepth
+	if want := 2*(d-1) + 1; months != want {
+		t.Errorf("%d months fetched, want %d: every month within %d hops and no other", months, want, d)
+	}
+	if want := 2 * (2*(d-2) + 1); days != want {
+		t.Errorf("%d days fetched, want %d", days, want)
+	}
+	for _, k := range []string{"/calendar/2023/5", "/calendar/2028/9"} {
+		if served[k] != 0 {
+			t.Errorf("%s, %d hops deep, was fetched", k, d+1)
+		}
 	}
 }

@@ -24,7 +24,7 @@ type Config struct {
 	// Delay is the minimum time between request starts to one host.
 	Delay time.Duration
 	// MaxDepth stops following links past this depth (start URLs have
-	// depth 0). 0 = unlimited.
+	// depth 0). 0 = DefaultMaxDepth; negative = unlimited.
 	MaxDepth int
 	// MaxPages makes this worker stop after fetching that many pages.
 	// 0 = unlimited.
@@ -100,6 +100,20 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// DefaultMaxDepth is the maximum link depth of a crawl that sets none. It
+// is the default guard against URL traps: an infinite calendar, session
+// ids in paths, relative links that grow /a/a/a/…, each lead a crawler
+// down an endless chain of new URLs. A depth limit ends every such chain
+// after a fixed number of hops wherever it starts, and costs nothing to
+// check (the depth travels with the request). Real sites put their pages
+// within a few hops of the home page, so 32 cuts off only chains: "next"
+// links through more than 32 pages of a listing need a higher
+// --max-depth (or 0 there, -1 here: unlimited). A per-host page budget was
+// not chosen as the default: its right size differs by orders of magnitude
+// between sites, it would silently truncate large sites crawled on
+// purpose, and a trap stops only once it has spent the whole budget.
+const DefaultMaxDepth = 32
+
 // compiled is a validated Config with defaults filled in.
 type compiled struct {
 	Config
@@ -125,7 +139,7 @@ func (c Config) compile() (*compiled, error) {
 	if c.Delay < 0 || c.IdleTimeout < 0 || c.RetryBackoff < 0 {
 		errs = append(errs, errors.New("durations must not be negative"))
 	}
-	if c.MaxDepth < 0 || c.MaxPages < 0 || c.StartBatch < 0 {
+	if c.MaxPages < 0 || c.StartBatch < 0 {
 		errs = append(errs, errors.New("limits must not be negative"))
 	}
 	cc := &compiled{Config: c}
@@ -156,6 +170,12 @@ func (c Config) compile() (*compiled, error) {
 	}
 	if cc.PerHost == 0 {
 		cc.PerHost = 8
+	}
+	switch {
+	case cc.MaxDepth == 0:
+		cc.MaxDepth = DefaultMaxDepth
+	case cc.MaxDepth < 0:
+		cc.MaxDepth = -1 // unlimited: scope checks MaxDepth > 0
 	}
 	switch {
 	case cc.MaxRetries == 0:

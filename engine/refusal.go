@@ -24,9 +24,6 @@ const (
 	refusalStreak = 4
 	// refusalPauseMax caps the pause of a worker that refuses everything.
 	refusalPauseMax = 2 * time.Second
-	// robotsHold caps how long a page waits, holding its slot, for its
-	// host's unreachable robots.txt before it is given back.
-	robotsHold = 30 * time.Second
 	// maxRefusedHosts bounds the hosts whose refusal was logged at Error.
 	maxRefusedHosts = 10_000
 )
@@ -64,25 +61,20 @@ func (c *Crawler) refuse(req *Request, u *url.URL, err error) action {
 	return giveBack()
 }
 
-// robotsDown handles a request whose host's robots.txt is unreachable: the
-// host is paused until the file is asked for again; the page waits for it
-// (at most robotsHold, holding its slot) and is then given back untried,
-// or dead-lettered past MaxDeferrals.
-func (c *Crawler) robotsDown(ctx context.Context, req *Request, u *url.URL, err error) action {
+// robotsDown handles a request whose host's robots.txt is unreachable:
+// the host is paused until the file is asked for again, and the request is
+// retried then (a nack with that delay, counted as a retry: past
+// MaxRetries it is dead-lettered with the reason). It is not fetched
+// meanwhile, not dropped, and not counted as forbidden.
+func (c *Crawler) robotsDown(req *Request, prior int, u *url.URL, err error) action {
+	c.stats.Inc(StatRobotsUnavailable)
+	var wait time.Duration
 	var ru *RobotsUnavailableError
 	if errors.As(err, &ru) {
 		c.limiter.Backoff(u.Host, ru.Until)
-		if !sleep(ctx, min(time.Until(ru.Until), robotsHold)) {
-			return giveBack()
-		}
+		wait = max(time.Until(ru.Until), time.Millisecond)
 	}
-	c.stats.Inc(StatRobotsUnavailable)
-	req.Deferrals++
-	if req.Deferrals > MaxDeferrals {
-		c.fail(ErrorFetch, err)
-		return reject(fmt.Sprintf("given back %d times: %v", req.Deferrals, redactErr(err)))
-	}
-	return giveBack()
+	return c.retry(req, prior, err, wait)
 }
 
 // refusalPause makes a worker whose recent requests were all refused by

@@ -18,10 +18,10 @@ type Request struct {
 	Callback   string            // name of the callback that handles the response; "" is the default
 	Meta       map[string]string // free-form values carried along
 	DontFilter bool              // skip the duplicate filter
-	// Deferrals counts how often the request was given back untried for a
-	// reason outside it: a worker's address guard refused its host (see
-	// ErrLocalRefusal), or its host's robots.txt was unreachable. Past
-	// MaxDeferrals it is dead-lettered with the reason.
+	// Deferrals counts how often the request was given back untried
+	// because a worker's address guard refused its host (see
+	// ErrLocalRefusal). Past MaxDeferrals it is dead-lettered with the
+	// reason.
 	Deferrals int
 	// Scope is the host of the start URL the request descends from. Unless
 	// Config.AllowedDomains is set, followed links must stay on that host's

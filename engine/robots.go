@@ -225,7 +225,11 @@ func (r *Robots) fill(ctx context.Context, e *robotsEntry, u *url.URL) {
 		e.failures++
 		e.down = err
 		e.expires = r.now().Add(wait)
-		r.log.Warn("robots.txt unreachable; host disallowed until it can be fetched",
+		lvl := slog.LevelInfo
+		if wait >= 16*time.Second { // a wait that is no longer short says why
+			lvl = slog.LevelWarn
+		}
+		r.log.Log(ctx, lvl, "robots.txt unreachable; host disallowed until it can be fetched",
 			"url", u.Scheme+"://"+u.Host+"/robots.txt", "retry_in", wait, "failures", e.failures, "error", err)
 	default:
 		if e.failures > 0 {

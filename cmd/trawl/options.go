@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -98,7 +99,7 @@ func (o *options) addCrawlFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.concurrency, "concurrency", 16, "pages processed at once by this worker")
 	fs.IntVar(&o.perHost, "per-host", 8, "concurrent requests per host")
 	fs.DurationVar(&o.delay, "delay", 0, "minimum delay between requests to one host")
-	fs.IntVar(&o.maxDepth, "max-depth", 0, "maximum link depth from the start URLs (0: unlimited)")
+	fs.IntVar(&o.maxDepth, "max-depth", engine.DefaultMaxDepth, "maximum link depth from the start URLs, a guard against URL traps (0: unlimited)")
 	fs.IntVar(&o.maxPages, "max-pages", 0, "stop this worker after that many pages (0: unlimited)")
 	fs.StringArrayVar(&o.allowDomains, "allow-domain", nil, "domain links may lead to, with subdomains (repeat the flag for more; default: the start URLs' hosts)")
 	fs.StringArrayVar(&o.include, "include", nil, "follow only URLs matching this regular expression, taken whole (repeat the flag for more)")
@@ -293,7 +294,7 @@ func (o *options) engineConfig() engine.Config {
 		Concurrency:    o.concurrency,
 		PerHost:        o.perHost,
 		Delay:          o.delay,
-		MaxDepth:       o.maxDepth,
+		MaxDepth:       cmp.Or(o.maxDepth, -1), // 0 here is unlimited, -1 for the engine
 		MaxPages:       o.maxPages,
 		AllowedDomains: o.allowDomains,
 		Include:        o.include,

@@ -87,6 +87,17 @@
 // Products returns the products a correct scrape finds; VerifyShop checks
 // that every listing and product page was fetched exactly once.
 //
+// # The calendar
+//
+// Under /calendar/ the site serves an infinite calendar, the classic
+// crawler trap: /calendar/ links to CalendarStart; each month
+// /calendar/Y/M links to the months before and after it and to two days
+// /calendar/Y/M/1 and /calendar/Y/M/15, which link back to it, for years 1
+// to 1,000,000. From /calendar/ at depth 0, the month k months away from
+// CalendarStart is at depth 1+|k| and its days one deeper. Like the shop it is not linked from / and is
+// counted apart (CalendarServed). A crawl of it ends only by a limit: the
+// engine's default maximum depth.
+//
 // # Counting
 //
 // Every request except those under /_testsite/ is counted under its

@@ -100,6 +100,7 @@ type Site struct {
 	pageHits []hit           // by page number
 	hits     map[string]*hit // every other canonical key
 	shopHits map[string]int  // requests under /shop/, see shop.go
+	calHits  map[string]int  // requests under /calendar/, see calendar.go
 }
 
 // hit counts the requests for one canonical key.
@@ -186,6 +187,7 @@ func New(o Options) *Site {
 		hits:    make(map[string]*hit),
 	}
 	s.shopHits = make(map[string]int)
+	s.calHits = make(map[string]int)
 	if s.pages <= 0 {
 		s.pages = DefaultPages
 	}
@@ -260,6 +262,7 @@ func (s *Site) Reset() {
 	clear(s.pageHits)
 	clear(s.hits)
 	clear(s.shopHits)
+	clear(s.calHits)
 }
 
 // Verify reports whether the requests served so far are those of a correct
@@ -470,6 +473,10 @@ func (s *Site) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if strings.HasPrefix(r.URL.Path, "/shop/") {
 		s.serveShop(w, r)
+		return
+	}
+	if strings.HasPrefix(r.URL.Path, "/calendar/") {
+		s.serveCalendar(w, r)
 		return
 	}
 	key := canonicalKey(r.URL)
