@@ -12,12 +12,14 @@ import (
 var ErrBadPayload = errors.New("engine: undecodable request payload")
 
 // codecVersion is the first byte of an encoded request. Version 2 adds
-// Deferrals; a request without deferrals is written as version 1, which
-// workers of every version read.
+// Deferrals, version 3 Referrer; a request is written in the lowest
+// version that holds it, so a request without deferrals or referrer is
+// version 1, which workers of every version read.
 const (
 	codecVersion    = 1
 	codecVersion2   = 2
-	maxCodecVersion = codecVersion2
+	codecVersion3   = 3
+	maxCodecVersion = codecVersion3
 )
 
 // Limits that keep a hostile payload from allocating without bound.
@@ -34,7 +36,8 @@ const flagDontFilter = 1 << 0
 // Version 1 layout: version, flags, priority (zig-zag varint), depth,
 // retries, url, method, callback, body, scope, meta (count, then key/value pairs),
 // header (count, then name, value count, values). Version 2 (used only
-// when Deferrals is not 0) appends deferrals.
+// when Deferrals is not 0) appends deferrals; version 3 (used only when
+// Referrer is set) appends deferrals and referrer.
 func (r *Request) MarshalBinary() ([]byte, error) {
 	n := 16 + len(r.URL) + len(r.Method) + len(r.Callback) + len(r.Body)
 	for k, v := range r.Meta {
@@ -46,7 +49,10 @@ func (r *Request) MarshalBinary() ([]byte, error) {
 		flags |= flagDontFilter
 	}
 	version := byte(codecVersion)
-	if r.Deferrals > 0 {
+	switch {
+	case r.Referrer != "":
+		version = codecVersion3
+	case r.Deferrals > 0:
 		version = codecVersion2
 	}
 	b = append(b, version, flags)
@@ -71,8 +77,11 @@ func (r *Request) MarshalBinary() ([]byte, error) {
 			b = appendString(b, v)
 		}
 	}
-	if version == codecVersion2 {
-		b = binary.AppendUvarint(b, uint64(r.Deferrals))
+	if version >= codecVersion2 {
+		b = binary.AppendUvarint(b, uint64(max(r.Deferrals, 0)))
+	}
+	if version >= codecVersion3 {
+		b = appendString(b, r.Referrer)
 	}
 	return b, nil
 }
@@ -122,6 +131,9 @@ func (r *Request) UnmarshalBinary(data []byte) error {
 	}
 	if v >= codecVersion2 {
 		out.Deferrals = d.count(1 << 20)
+	}
+	if v >= codecVersion3 {
+		out.Referrer = d.string()
 	}
 	if d.err != nil {
 		return d.err

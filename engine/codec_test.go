@@ -35,7 +35,8 @@ func TestCodecRoundTrip(t *testing.T) {
 }
 
 // TestCodecVersions: a request without deferrals is written as version 1,
-// which older workers read; one with deferrals as version 2.
+// which older workers read; one with deferrals as version 2, one with a
+// referrer as version 3.
 func TestCodecVersions(t *testing.T) {
 	b, _ := (&Request{URL: "http://x/"}).MarshalBinary()
 	if b[0] != 1 {
@@ -45,10 +46,15 @@ func TestCodecVersions(t *testing.T) {
 	if b[0] != 2 {
 		t.Errorf("version %d with deferrals, want 2", b[0])
 	}
-	b[0] = 3
+	b, _ = (&Request{URL: "http://x/", Referrer: "http://x/from"}).MarshalBinary()
+	var got Request
+	if b[0] != 3 || got.UnmarshalBinary(b) != nil || got.Referrer != "http://x/from" {
+		t.Errorf("version %d with a referrer, want 3; decoded %+v", b[0], got)
+	}
+	b[0] = 4
 	var r Request
 	if err := r.UnmarshalBinary(b); !errors.Is(err, ErrBadPayload) {
-		t.Errorf("version 3: err = %v", err)
+		t.Errorf("version 4: err = %v", err)
 	}
 }
 

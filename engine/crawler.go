@@ -561,12 +561,12 @@ func (c *Crawler) process(ctx, work context.Context, req *Request, prior int) ac
 	if err != nil {
 		if Retryable(err) {
 			c.limiter.Backoff(u.Host, time.Now().Add(c.cfg.backoff(prior+1)))
-			return c.retry(req, prior, err, 0)
+			return c.errorItem(work, req, nil, redactErr(err), c.retry(req, prior, err, 0))
 		}
 		err = redactErr(err)
 		c.fail(fetchErrorKind(err), err)
 		log.Info("fetch failed", "err", err)
-		return ack()
+		return c.errorItem(work, req, nil, err, ack())
 	}
 	c.stats.Inc(StatResponses)
 	c.stats.Inc(statusStat(resp.StatusCode))
@@ -580,14 +580,17 @@ func (c *Crawler) process(ctx, work context.Context, req *Request, prior int) ac
 			wait = c.cfg.backoff(prior + 1)
 		}
 		c.limiter.Backoff(u.Host, time.Now().Add(wait))
-		return c.retry(req, prior, errors.New(http.StatusText(resp.StatusCode)), wait)
+		why := errors.New(http.StatusText(resp.StatusCode))
+		return c.errorItem(work, req, resp, why, c.retry(req, prior, why, wait))
 	case code >= 500:
 		c.limiter.Backoff(u.Host, time.Now().Add(c.cfg.backoff(prior+1)))
-		return c.retry(req, prior, errors.New(http.StatusText(resp.StatusCode)), 0)
+		why := errors.New(http.StatusText(resp.StatusCode))
+		return c.errorItem(work, req, resp, why, c.retry(req, prior, why, 0))
 	case code >= 300 && code < 400 && resp.Header.Get("Location") != "":
 		return c.redirect(work, req, resp)
 	case code < 200 || code >= 300:
-		return ack() // counted above; callbacks see 2xx only
+		// Counted above; callbacks see 2xx only.
+		return c.errorItem(work, req, resp, nil, ack())
 	}
 
 	res, err := cb(work, resp)
@@ -626,6 +629,36 @@ func (c *Crawler) process(ctx, work context.Context, req *Request, prior int) ac
 	}
 	c.stats.Add(StatItems, int64(len(res.Items)))
 	return ack()
+}
+
+// errorItem writes, with Config.ErrorItems, the item of a page that
+// failed for good, when then (how the delivery is settled) is final: an
+// ack or a reject, not a retry. A failed write nacks the page instead.
+func (c *Crawler) errorItem(ctx context.Context, req *Request, resp *Response, why error, then action) action {
+	if !c.cfg.ErrorItems || c.cfg.Sink == nil || !(then.is(ackKind) || then.is(rejectKind)) {
+		return then
+	}
+	p := &Page{Depth: req.Depth, Referrer: req.Referrer, FetchedAt: time.Now().UTC(), Meta: req.Meta}
+	if u, err := url.Parse(req.URL); err == nil {
+		p.URL = StripCredentials(u)
+	} else {
+		p.URL = Redact(req.URL)
+	}
+	if resp != nil {
+		p.Status, p.ContentType, p.Length = resp.StatusCode, resp.Header.Get("Content-Type"), len(resp.Body)
+	}
+	if why != nil {
+		p.Error = why.Error()
+	} else if resp != nil {
+		p.Error = http.StatusText(resp.StatusCode)
+	}
+	if err := c.cfg.Sink.Write(ctx, []any{p}); err != nil {
+		c.writes.fail(err)
+		c.log.Warn("sink write failed; page will be retried", "url", Redact(req.URL), "err", err)
+		return nack(c.cfg.retryDelay(1))
+	}
+	c.stats.Inc(StatItems)
+	return then
 }
 
 // maxRedirects bounds a redirect chain.
@@ -967,14 +1000,19 @@ func (c *Crawler) defaultCallback(_ context.Context, resp *Response) (Result, er
 	p := &Page{
 		URL: StripCredentials(resp.URL), Status: resp.StatusCode, Depth: resp.Request.Depth,
 		ContentType: ct, Length: len(resp.Body), FetchedAt: time.Now().UTC(), Meta: resp.Request.Meta,
+		Referrer: resp.Request.Referrer,
 	}
 	var res Result
 	if IsHTML(ct, resp.Body) {
 		title, links := ExtractLinks(resp.URL, resp.Body)
+		var referrer string // carried only when error items report it
+		if c.cfg.ErrorItems {
+			referrer = p.URL
+		}
 		p.Title, p.Links = title, len(links)
 		res.Requests = make([]*Request, 0, len(links))
 		for _, l := range links {
-			res.Requests = append(res.Requests, &Request{URL: l.String(), Depth: resp.Request.Depth + 1, parsed: l})
+			res.Requests = append(res.Requests, &Request{URL: l.String(), Depth: resp.Request.Depth + 1, Referrer: referrer, parsed: l})
 		}
 		if len(c.extract) > 0 {
 			p.Fields = extractFields(c.extract, resp.URL, resp.Body)

@@ -90,6 +90,12 @@ type Config struct {
 	// Callbacks handle responses by name (Request.Callback). The name ""
 	// overrides the default callback, which follows links and emits a Page.
 	Callbacks map[string]Callback
+	// ErrorItems emits a Page item for every page that ends without a 2xx
+	// response too: a 4xx (or other final) status, a 5xx or 429 past the
+	// retry limit, a fetch that failed for good (Status 0). Links then
+	// carry the page they were found on (Request.Referrer), which the item
+	// names, so that a crawl can check a site for broken links.
+	ErrorItems bool
 	// Extract adds fields to the default Page item (Page.Fields): name ->
 	// CSS selector with an optional suffix saying what to take from each
 	// match: "::text" (the default), "::attr(NAME)" (href and src made

@@ -23,6 +23,9 @@ type Request struct {
 	// ErrLocalRefusal). Past MaxDeferrals it is dead-lettered with the
 	// reason.
 	Deferrals int
+	// Referrer is the page the request was found on, without credentials;
+	// the engine sets it only with Config.ErrorItems, which reports it.
+	Referrer string
 	// Scope is the host of the start URL the request descends from. Unless
 	// Config.AllowedDomains is set, followed links must stay on that host's
 	// domain (or its subdomains). It travels with the request, so every

@@ -21,7 +21,9 @@ type Sink interface {
 	Close() error
 }
 
-// Page is the item the default callback emits for every fetched page.
+// Page is the item the default callback emits for every fetched page and,
+// with Config.ErrorItems, for every page that failed (Status is the final
+// status, 0 when no response came, and Error says why).
 type Page struct {
 	URL         string              `json:"url"`
 	Status      int                 `json:"status"`
@@ -31,6 +33,8 @@ type Page struct {
 	Length      int                 `json:"length"`
 	Links       int                 `json:"links"`
 	FetchedAt   time.Time           `json:"fetched_at"`
+	Referrer    string              `json:"referrer,omitempty"` // with Config.ErrorItems: the page linking here
+	Error       string              `json:"error,omitempty"`    // why the page failed (error items only)
 	Fields      map[string][]string `json:"fields,omitempty"`
 	Meta        map[string]string   `json:"meta,omitempty"`
 }

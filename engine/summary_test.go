@@ -1,8 +1,12 @@
 package engine_test
 
 import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
+	"reflect"
 	"testing"
 	"time"
 
@@ -91,4 +95,64 @@ func TestTruncateJSONLines(t *testing.T) {
 	if string(data) != "{\"new\":1}\n" {
 		t.Errorf("file %q, want only the new item", data)
 	}
+}
+
+// TestErrorItems (9.13): with ErrorItems, a broken link gives an item with
+// its status and the page that links to it; a 5xx past the retry limit
+// and an unreachable link too; without it, neither.
+func TestErrorItems(t *testing.T) {
+	dead := httptest.NewServer(http.NotFoundHandler())
+	deadURL := dead.URL
+	dead.Close() // connection refused from now on
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/":
+			fmt.Fprintf(w, `<html><a href="/gone">a</a><a href="/broken">b</a><a href="%s/x">c</a></html>`, deadURL)
+		case "/broken":
+			http.Error(w, "down", http.StatusInternalServerError)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	for _, on := range []bool{false, true} {
+		var sink memSink
+		b, f := newBackends(t)
+		c, err := engine.New(b, f, engine.Config{
+			IdleTimeout: 200 * time.Millisecond, IgnoreRobots: true, ErrorItems: on, Sink: &sink,
+			MaxRetries: 1, RetryBackoff: time.Millisecond, AllowedDomains: []string{"127.0.0.1"},
+			TrustedHosts: []string{"127.0.0.1"},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Seed(t.Context(), engine.StartURL{URL: srv.URL + "/"})
+		if err := c.Run(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]string{}
+		for _, p := range sink.pages() {
+			got[p.URL] = fmt.Sprintf("%d %s %v", p.Status, p.Referrer, p.Error != "")
+		}
+		want := map[string]string{srv.URL + "/": "200  false"}
+		if on {
+			want[srv.URL+"/gone"] = "404 " + srv.URL + "/ true"
+			want[srv.URL+"/broken"] = "500 " + srv.URL + "/ true"
+			want[deadURL+"/x"] = "0 " + srv.URL + "/ true"
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("ErrorItems=%v: items\n got %v\nwant %v", on, got, want)
+		}
+	}
+}
+
+// pages returns the Page items written.
+func (s *memSink) pages() []*engine.Page {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*engine.Page
+	for _, it := range s.items {
+		out = append(out, it.(*engine.Page))
+	}
+	return out
 }
