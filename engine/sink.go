@@ -13,9 +13,22 @@ import (
 	"github.com/trawlhq/trawl/broker"
 )
 
-// Sink stores items. Write returns only once the items are durable (a file
-// written and flushed, a list pushed): the engine acknowledges a page only
-// after its items were written.
+// Sink stores items. The engine calls Write with the items of one page
+// (never empty), from the goroutines of pages processed concurrently, so
+// Write must be safe for concurrent use. Write returns only once the items
+// are durable (a file written and flushed, a list pushed, a transaction
+// committed): the engine acknowledges a page only after its items were
+// written. An error fails the page's writes: the page is nacked and
+// processed again later (its items are written again then: a sink sees
+// every item at least once), and Run stops with ErrBackendFailing when
+// writes keep failing (see Config.FailureTimeout). Items are what the
+// callbacks return: *Page from the default callback, anything from others.
+//
+// Close is called once, by whoever opened the sink, after Run returned;
+// the engine itself never closes Config.Sink.
+//
+// JSONLines, CSV and QueueSink are the sinks trawl ships; a library user
+// implements Sink to store items elsewhere (a database, an object store).
 type Sink interface {
 	Write(ctx context.Context, items []any) error
 	Close() error

@@ -207,7 +207,7 @@ var errNoItems = errors.New("no item")
 func (o *options) openSink(b *backends) (engine.Sink, error) {
 	switch o.out {
 	case "-", "":
-		return engine.NewJSONLines(o.stdout), nil
+		return o.openFileSink()
 	case "redis":
 		if b.items == nil {
 			return nil, usageError("--out=redis needs --broker=redis")
@@ -221,15 +221,7 @@ func (o *options) openSink(b *backends) (engine.Sink, error) {
 			return nil, fmt.Errorf("--out: %w", err)
 		}
 	}
-	open := engine.CreateJSONLines
-	if o.flush { // a clean start: the crawl's items start again too
-		open = engine.TruncateJSONLines
-	}
-	s, err := open(o.out)
-	if err != nil {
-		return nil, fmt.Errorf("--out: %w", err)
-	}
-	return s, nil
+	return o.openFileSink()
 }
 
 // purge deletes the crawl's queues and filter.

@@ -1,7 +1,11 @@
 package main
 
 import (
+	"encoding/csv"
 	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -45,5 +49,77 @@ func TestExtractSuffixes(t *testing.T) {
 	r := trawl(t, 30*time.Second, "crawl", "--extract", "x=h1::attr", base+"/")
 	if r.code != 2 || !strings.Contains(r.stderr, "unknown suffix") {
 		t.Errorf("--extract x=h1::attr: exit %d, stderr %q; want 2 and the unknown suffix named", r.code, r.stderr)
+	}
+}
+
+// TestCSVOut (issue 12): --out pages.csv writes CSV that encoding/csv
+// reads back: a header row of url, status, the --extract fields in flag
+// order, then the page's other columns; one row per page with the
+// product's title and price; a second run appends rows, not a header.
+func TestCSVOut(t *testing.T) {
+	_, base := serveSite(t, testsite.Options{Pages: 5, NoTraps: true})
+	dir := t.TempDir()
+	out := filepath.Join(dir, "pages.csv")
+	args := []string{"crawl", "--idle-timeout", "300ms", "--out", out,
+		"--extract", "price=article.product_page .price_color", "--extract", "name=article.product_page h1"}
+	r := trawlIn(t, dir, time.Minute, append(args, base+"/shop/")...)
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	f, err := os.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := csv.NewReader(f).ReadAll()
+	f.Close()
+	if err != nil {
+		t.Fatalf("encoding/csv cannot read %s: %v", out, err)
+	}
+	wantHead := []string{"url", "status", "price", "name", "title", "depth", "content_type", "length", "links", "fetched_at"}
+	if !slices.Equal(rows[0], wantHead) {
+		t.Fatalf("header %q, want %q", rows[0], wantHead)
+	}
+	byURL := map[string][]string{}
+	for _, row := range rows[1:] {
+		if len(row) != len(wantHead) {
+			t.Fatalf("row of %d cells: %q", len(row), row)
+		}
+		if _, dup := byURL[row[0]]; dup {
+			t.Errorf("%s: two rows", row[0])
+		}
+		byURL[row[0]] = row
+	}
+	if want := 1 + testsite.ShopListingPages + testsite.ShopProducts; len(byURL) != want {
+		t.Errorf("%d rows, want %d (the shop, its listing pages and products)", len(byURL), want)
+	}
+	for _, p := range testsite.Products() {
+		row := byURL[base+p.Path]
+		if row == nil {
+			t.Errorf("%s: no row", p.Path)
+			continue
+		}
+		if row[1] != "200" || row[2] != p.Price || row[3] != p.Title {
+			t.Errorf("%s: status, price, name = %q, want 200, %q, %q", p.Path, row[1:4], p.Price, p.Title)
+		}
+	}
+	// Run again on the same file, now finished: no second header.
+	trawlIn(t, dir, time.Minute, append(args, "--allow-empty", base+"/shop/page/1")...)
+	if got := lines(out); got < len(rows) {
+		t.Errorf("the file shrank to %d lines", got)
+	}
+	f, _ = os.Open(out)
+	again, err := csv.NewReader(f).ReadAll()
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, row := range again[1:] {
+		if slices.Equal(row, wantHead) {
+			t.Errorf("row %d is a second header row", i+1)
+		}
+	}
+	r = trawlIn(t, dir, time.Minute, "crawl", "--out", out, "--extract", "other=h1", base+"/shop/")
+	if r.code != 2 || !strings.Contains(r.stderr, "columns") {
+		t.Errorf("other columns on the same file: exit %d, stderr %q; want 2 and the columns named", r.code, r.stderr)
 	}
 }

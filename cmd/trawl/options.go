@@ -35,6 +35,7 @@ type options struct {
 	allowDomains, extract            []string
 	include, exclude                 []string
 	out, dataDirFlag, metricsAddr    string
+	outFormat                        string
 	amqpDurable, amqpRecreate        bool
 	amqpManagementURL                string
 	prefetch                         int
@@ -104,7 +105,8 @@ func (o *options) addCrawlFlags(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&o.allowDomains, "allow-domain", nil, "domain links may lead to, with subdomains (repeat the flag for more; default: the start URLs' hosts)")
 	fs.StringArrayVar(&o.include, "include", nil, "follow only URLs matching this regular expression, taken whole (repeat the flag for more)")
 	fs.StringArrayVar(&o.exclude, "exclude", nil, "do not follow URLs matching this regular expression, taken whole (repeat the flag for more)")
-	fs.StringVar(&o.out, "out", "-", "items: - for stdout, a JSON Lines FILE (appended to; --flush empties it), redis for the Redis list {NAME}:items, or queue for the broker queue NAME:items")
+	fs.StringVar(&o.out, "out", "-", "items: - for stdout, a FILE (JSON Lines, or CSV when its name ends in .csv; appended to; --flush empties it), redis for the Redis list {NAME}:items, or queue for the broker queue NAME:items")
+	fs.StringVar(&o.outFormat, "format", "", "items' format for a file or stdout: jsonl or csv (default: csv for an --out ending in .csv, else jsonl)")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", 3*time.Second, "exit once the crawl has been idle this long (0: serve forever)")
 	fs.BoolVar(&o.flush, "flush", false, "start clean: delete the crawl's frontier, filter and stats first, and empty the --out file")
 	fs.BoolVar(&o.allowEmpty, "allow-empty", false, "exit 0 when a crawl wrote no item (by default it exits 1 and says why; a worker says why and exits 0)")
@@ -186,6 +188,7 @@ func (o *options) setup() error {
 			errs = append(errs, fmt.Errorf("--extract: %w", err))
 		}
 	}
+	errs = append(errs, o.checkOutput()...)
 	if err := errors.Join(errs...); err != nil {
 		return &exitError{code: 2, err: err}
 	}
