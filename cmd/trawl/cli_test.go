@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -376,4 +377,28 @@ func TestSmallGaps(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestErrorItems (9.13): --error-items writes an item for a broken link
+// with its status and the page linking to it; a 404 start URL is then an
+// item, not an empty crawl.
+func TestErrorItems(t *testing.T) {
+	base := numberSite(t)
+	items, _ := crawlItems(t, "--error-items", base+"/book")
+	got := map[string]string{}
+	for _, it := range items {
+		got[strings.TrimPrefix(it.URL, base)] = fmt.Sprintf("%d %s", it.Status, strings.TrimPrefix(it.Referrer, base))
+	}
+	want := map[string]string{"/book": "200 ", "/missing": "404 /book"}
+	if !maps.Equal(got, want) {
+		t.Errorf("items %v, want %v", got, want)
+	}
+	items, _ = crawlItems(t, "--error-items", base+"/missing")
+	if len(items) != 1 || items[0].Status != 404 {
+		t.Errorf("a 404 start URL with --error-items: items %+v, want one with status 404", items)
+	}
+	items, _ = crawlItems(t, base+"/book")
+	if len(items) != 1 || items[0].Referrer != "" {
+		t.Errorf("without --error-items: items %+v, want the book alone, no referrer", items)
+	}
 }

@@ -40,7 +40,7 @@ type options struct {
 	amqpManagementURL                string
 	prefetch                         int
 	flush, allowPrivate, ignoreRobot bool
-	allowEmpty                       bool
+	allowEmpty, errorItems           bool
 	progressEvery                    time.Duration
 	startSet                         bool
 	logLevel, userAgent              string
@@ -114,6 +114,7 @@ func (o *options) addCrawlFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.lease, "lease", 30*time.Second, "how long a delivery stays with a worker before another may take it")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address")
 	fs.StringArrayVar(&o.extract, "extract", nil, "add field NAME=SELECTOR to each page item: a CSS selector, taken whole (commas included), with ::text (default), ::attr(NAME) or ::html; one value per match (repeat the flag for more)")
+	fs.BoolVar(&o.errorItems, "error-items", false, "also write an item for each page that fails for good (4xx, 5xx past the retries, unreachable): its status, error and referring page, to check a site for broken links")
 	fs.BoolVar(&o.allowPrivate, "allow-private", false, "allow private, loopback and link-local addresses")
 	fs.BoolVar(&o.ignoreRobot, "ignore-robots", false, "do not fetch or obey robots.txt")
 	fs.StringVar(&o.userAgent, "user-agent", engine.DefaultUserAgent, "User-Agent header")
@@ -305,6 +306,7 @@ func (o *options) engineConfig() engine.Config {
 		IdleTimeout:    o.idleTimeout,
 		Lease:          o.lease,
 		IgnoreRobots:   o.ignoreRobot,
+		ErrorItems:     o.errorItems,
 		MaxRetries:     o.retryTimes,
 		RetryBackoff:   o.retryBackoff,
 		FailureTimeout: o.failureTimeout,
