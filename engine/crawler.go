@@ -107,6 +107,7 @@ type Crawler struct {
 	refused       refusals              // refusals by this worker's own configuration
 	writes        failures              // publishing links, the filter and the sink
 	receives      failures              // receiving from the frontier
+	countWarn     atomic.Int64          // when (unix ns) idle last warned that counting failed
 
 	leases sync.Map // broker.Delivery -> struct{}: deliveries to keep extended
 }
@@ -332,17 +333,44 @@ func (c *Crawler) idle(ctx context.Context) bool {
 	queues := []string{RequestsQueue(c.cfg.Name), StartQueue(c.cfg.Name)}
 	if c.cfg.Starts != nil {
 		queues = queues[:1]
-		if n, err := c.cfg.Starts.PendingStarts(ctx); err != nil || n > 0 {
+		n, err := c.cfg.Starts.PendingStarts(ctx)
+		if err != nil {
+			c.warnCounts(ctx, StartQueue(c.cfg.Name), err)
+			return false
+		}
+		if n > 0 {
 			return false
 		}
 	}
 	for _, q := range queues {
 		n, err := counter.Counts(ctx, q)
-		if err != nil || n.Ready > 0 || n.InFlight > 0 {
+		if err != nil {
+			c.warnCounts(ctx, q, err)
+			return false
+		}
+		if n.Ready > 0 || n.InFlight > 0 {
 			return false
 		}
 	}
 	return true
+}
+
+// countWarnEvery bounds the warnings of warnCounts.
+const countWarnEvery = 10 * time.Second
+
+// warnCounts says, at once and then every countWarnEvery, that the crawl
+// cannot be found done because counting a queue fails: a worker never
+// waits in silence.
+func (c *Crawler) warnCounts(ctx context.Context, queue string, err error) {
+	if ctx.Err() != nil {
+		return
+	}
+	now := time.Now().UnixNano()
+	last := c.countWarn.Load()
+	if last != 0 && time.Duration(now-last) < countWarnEvery || !c.countWarn.CompareAndSwap(last, now) {
+		return
+	}
+	c.log.Warn("cannot tell whether the crawl is done: counting a queue failed; still trying", "queue", queue, "err", err)
 }
 
 // takeStarts moves a batch of start URLs into the frontier.

@@ -3,11 +3,13 @@ package rabbitmq
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -68,21 +70,97 @@ func (b *Broker) family(ctx context.Context, q string) ([]queueStats, error) {
 	return page.Items, nil
 }
 
-// Counts counts queue from the management API's statistics, which cover
-// every consumer of every process: Ready is the queue's ready messages
-// plus those waiting in its delay queues, InFlight its unacknowledged
-// ones, Dead the messages of its dead-letter queue. The statistics lag
-// behind by the server's collect_statistics_interval (5s by default).
+// Counts counts queue: Ready is its ready messages plus those waiting in
+// its delay queues, InFlight the deliveries that workers hold, Dead the
+// messages of its dead-letter queue.
+//
+// With Config.ManagementURL it asks the management API, whose totals
+// cover every consumer but lag by the server's
+// collect_statistics_interval (5s by default). When the API fails (a
+// 401, a refused connection) Counts says so in a warning naming the flag
+// that fixes it (at once, then every 30s) and counts over AMQP instead.
+//
+// Over AMQP (the default, with a stock server) it combines passive
+// declares, which give ready messages but not unacknowledged ones, with
+// the reports every Broker publishes about its own deliveries (see
+// presence.go):
+//
+//   - Ready: passive declares of the delay queues known for queue (those
+//     found on the first count on each connection, among the few names
+//     delaySteps allows, and those announced since), then of queue
+//     itself. In that order a message cannot slip past both looks: it
+//     leaves a delay queue only for queue, and moves otherwise only in
+//     a worker's hands.
+//   - InFlight: this Broker's own deliveries; plus, for every other
+//     worker, the deliveries its last report holds, or 1 while its report
+//     changed less than quietFor ago (it took or settled something, and
+//     may have published what that message led to); plus, for a worker
+//     silent for staleAfter, 1 as long as its connection is open (the
+//     server is asked), with a warning; plus 1 for quietFor after a
+//     worker that took from queue went away.
+//
+// Why an engine that sees Counts report nothing ready and nothing in
+// flight over its whole idle timeout (--idle-timeout, 3s by default,
+// longer than reportEvery plus quietFor's margin) can conclude that the
+// crawl is done: a message of the crawl is always ready in some queue of
+// the family, or held by one worker. A message held long enough to be in
+// its holder's report is counted; one taken since is counted for quietFor
+// once the next report (within reportEvery) arrives; so a message can
+// hide from one count only if it was taken within a report interval
+// before it, and then the counts of the next quietFor see the change. A
+// message ready at a count is seen by it. A worker that dies (kill -9)
+// takes nothing with it: its connection closes, the server puts its
+// unacknowledged deliveries back into their queues, where they are ready,
+// and its presence queue goes with the connection, which is how the
+// others tell it is gone rather than silent. Delay queues hold delayed
+// nacks under a TTL and dead-letter them back to queue; a worker
+// announces a delay queue (and waits for the server to take the
+// announcement) before the first message goes into it, and a new Broker
+// looks for every delay queue name a queue can have, so none is missed.
+// What this rule cannot see is a message published to the crawl's queues
+// from outside (trawl seed) after the crawl was found done.
 func (b *Broker) Counts(ctx context.Context, queue string) (broker.Counts, error) {
 	if err := b.check("counts", queue); err != nil {
 		return broker.Counts{}, err
 	}
-	qs, err := b.family(ctx, queue)
-	if err != nil {
+	if b.mgmt != nil {
+		c, err := b.countAPI(ctx, queue)
+		if err == nil {
+			b.managementWorks()
+			return c, nil
+		}
 		if b.isClosed() {
+			return broker.Counts{}, opErr("counts", queue, broker.ErrClosed)
+		}
+		if ctx.Err() != nil {
+			return broker.Counts{}, opErr("counts", queue, err)
+		}
+		b.managementFails(err)
+	}
+	for {
+		s, err := b.session(ctx)
+		if err != nil {
+			_, err = b.failed(ctx, nil, err)
+			return broker.Counts{}, opErr("counts", queue, err)
+		}
+		c, err := b.countAMQP(ctx, s, queue)
+		if err == nil {
+			return c, nil
+		}
+		if errors.Is(err, errClosedWhileWaiting) {
 			err = broker.ErrClosed
 		}
-		return broker.Counts{}, opErr("counts", queue, err)
+		if retry, err := b.failed(ctx, s, err); !retry {
+			return broker.Counts{}, opErr("counts", queue, err)
+		}
+	}
+}
+
+// countAPI counts queue from the management API's statistics.
+func (b *Broker) countAPI(ctx context.Context, queue string) (broker.Counts, error) {
+	qs, err := b.family(ctx, queue)
+	if err != nil {
+		return broker.Counts{}, err
 	}
 	var c broker.Counts
 	for _, s := range qs {
@@ -97,6 +175,46 @@ func (b *Broker) Counts(ctx context.Context, queue string) (broker.Counts, error
 		}
 	}
 	return c, nil
+}
+
+// mgmtWarnEvery bounds the warnings about a failing management API.
+const mgmtWarnEvery = 30 * time.Second
+
+// managementFails warns that the management API failed: at once the
+// first time, then every mgmtWarnEvery.
+func (b *Broker) managementFails(err error) {
+	b.mu.Lock()
+	warn := b.mgmtState != "failing" || time.Since(b.mgmtWarn) >= mgmtWarnEvery
+	if warn {
+		b.mgmtState, b.mgmtWarn = "failing", time.Now()
+	}
+	b.mu.Unlock()
+	if warn {
+		b.log.Warn("management API unusable; counting over AMQP instead (fix Config.ManagementURL, --amqp-management-url, or leave it out)",
+			"management_url", redact(b.mgmt), "err", err)
+	}
+}
+
+func (b *Broker) managementWorks() {
+	b.mu.Lock()
+	was := b.mgmtState
+	b.mgmtState = "ok"
+	b.mu.Unlock()
+	if was == "failing" {
+		b.log.Warn("management API works again", "management_url", redact(b.mgmt))
+	}
+}
+
+// checkManagement tries the management API once at start, so that a
+// wrong URL or credentials are reported at once, not when the crawl first
+// looks idle.
+func (b *Broker) checkManagement() {
+	defer b.wg.Done()
+	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
+	defer cancel()
+	if _, err := b.family(ctx, "trawl-check"); err != nil && !b.isClosed() {
+		b.managementFails(err)
+	}
 }
 
 // Purge empties queue, its dead-letter queue and its delay queues, and
@@ -121,11 +239,8 @@ func (b *Broker) Purge(ctx context.Context, queue string) error {
 		_ = d.ch.Ack(d.tag, false) // gone from the queue; a dead channel gives it back, and that is all we can do
 	}
 	names := []string{queue, deadQueue(queue)}
-	qs, listErr := b.family(ctx, queue)
-	for _, q := range qs {
-		if q.Name != queue && q.Name != deadQueue(queue) {
-			names = append(names, q.Name)
-		}
+	for _, d := range delaySteps {
+		names = append(names, delayQueue(queue, d))
 	}
 	s, err := b.session(ctx)
 	if err != nil {
@@ -141,9 +256,6 @@ func (b *Broker) Purge(ctx context.Context, queue string) error {
 			_, err = b.failed(ctx, s, err)
 			return opErr("purge", queue, fmt.Errorf("purge %q: %w", name, err))
 		}
-	}
-	if listErr != nil {
-		return opErr("purge", queue, fmt.Errorf("delay queues not purged: %w", listErr))
 	}
 	return nil
 }

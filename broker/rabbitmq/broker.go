@@ -53,6 +53,11 @@ type Broker struct {
 	cur     *session               // live session; nil while reconnecting
 	changed chan struct{}          // closed and replaced when cur changes
 	out     map[*delivery]struct{} // unsettled deliveries with their leases
+	taken   map[string]uint64      // deliveries taken per queue, for presence reports
+
+	pres      *presence
+	mgmtWarn  time.Time // last warning about the management API
+	mgmtState string    // "": not tried; "ok"; "failing"
 }
 
 // New connects to cfg.URL and returns a Broker. Queues are declared on
@@ -79,16 +84,29 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 		done:    make(chan struct{}),
 		changed: make(chan struct{}),
 		out:     map[*delivery]struct{}{},
+		taken:   map[string]uint64{},
+		pres:    newPresence(),
 	}
 	s, closed, err := b.dial(ctx)
 	if err != nil {
 		stop()
 		return nil, fmt.Errorf("rabbitmq broker: connect to %s: %w", uri.Host, err)
 	}
+	if err := b.subscribe(ctx, s); err != nil {
+		_ = s.conn.Close()
+		stop()
+		b.wg.Wait()
+		return nil, fmt.Errorf("rabbitmq broker: %s: %w", uri.Host, err)
+	}
 	b.cur = s
-	b.wg.Add(2)
+	b.wg.Add(3)
 	go b.supervise(s, closed)
 	go b.keepLeases()
+	go b.reportLoop()
+	if b.mgmt != nil {
+		b.wg.Add(1)
+		go b.checkManagement()
+	}
 	b.log.Info("broker ready", "order", cfg.Order.String(), "max_priority", cfg.MaxPriority,
 		"durable", !cfg.NonDurable, "lease", cfg.Lease, "max_deliveries", cfg.MaxDeliveries)
 	return b, nil
@@ -355,6 +373,9 @@ func (b *Broker) accept(ctx context.Context, s *session, rc *rchan, queue string
 	var again []outgoing
 	var againTags []uint64
 	now := time.Now()
+	b.mu.Lock()
+	b.taken[queue] += uint64(len(raw))
+	b.mu.Unlock()
 	for i := range raw {
 		r := &raw[i]
 		w := b.decode(r)

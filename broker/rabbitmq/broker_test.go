@@ -100,8 +100,19 @@ func (r recording) Receive(ctx context.Context, q string, max int) ([]broker.Del
 	return r.Broker.Receive(ctx, q, max)
 }
 
-func TestConformance(t *testing.T) {
+// TestConformance runs the suite with counts from the management API.
+func TestConformance(t *testing.T) { conformance(t, server(t)) }
+
+// TestConformanceAMQPCounts runs the suite with counts over AMQP alone
+// (passive declares and the workers' presence reports), as with a stock
+// server.
+func TestConformanceAMQPCounts(t *testing.T) {
 	base := server(t)
+	base.ManagementURL = ""
+	conformance(t, base)
+}
+
+func conformance(t *testing.T, base rabbitmq.Config) {
 	qs := &queues{}
 	t.Cleanup(func() { qs.deleteAll(t, base.URL) })
 	brokertest.Run(t, brokertest.Config{

@@ -34,9 +34,11 @@ type Config struct {
 	// URL's host name).
 	TLS *tls.Config
 	// ManagementURL is the base URL of the server's management HTTP API
-	// (http://user:password@host:15672), which Counts needs to count
-	// messages in flight across all consumers. Empty: the URL's host on
-	// port 15672 (15671 over https for amqps), with the URL's credentials.
+	// (http://user:password@host:15672; without credentials, the URL's
+	// are used). Optional: Counts asks the API when it is set and falls
+	// back to counting over AMQP (with a warning) when the API fails.
+	// Empty: Counts counts over AMQP alone, which works with a stock
+	// server (no management plugin) and without its statistics' lag.
 	ManagementURL string
 	// Name names the broker's connection in the management UI
 	// (default "trawl").
@@ -157,24 +159,23 @@ func (c Config) prefetch(max int) int {
 	return n
 }
 
-// managementURL returns the management API's base URL, derived from the
-// AMQP URL if not configured.
+// managementURL returns the management API's base URL, nil if not
+// configured. A URL without credentials takes the AMQP URL's.
 func (c Config) managementURL() (*url.URL, error) {
-	if c.ManagementURL != "" {
-		return url.Parse(strings.TrimSuffix(c.ManagementURL, "/"))
+	if c.ManagementURL == "" {
+		return nil, nil
 	}
-	uri, err := amqp.ParseURI(c.URL)
+	u, err := url.Parse(strings.TrimSuffix(c.ManagementURL, "/"))
 	if err != nil {
 		return nil, err
 	}
-	u := &url.URL{Scheme: "http", Host: fmt.Sprintf("%s:15672", uri.Host)}
-	if uri.Scheme == "amqps" {
-		u.Scheme, u.Host = "https", fmt.Sprintf("%s:15671", uri.Host)
+	if u.User == nil {
+		uri, err := amqp.ParseURI(c.URL)
+		if err != nil {
+			return nil, err
+		}
+		u.User = url.UserPassword(uri.Username, uri.Password)
 	}
-	if strings.Contains(uri.Host, ":") { // IPv6 literal
-		u.Host = "[" + uri.Host + "]" + u.Host[len(uri.Host):]
-	}
-	u.User = url.UserPassword(uri.Username, uri.Password)
 	return u, nil
 }
 

@@ -127,6 +127,9 @@ func (d *delivery) Nack(ctx context.Context, delay time.Duration) error {
 			return d.failed("nack", err)
 		}
 		key = delayQueue(d.queue, delay)
+		if err := d.b.announceDelay(ctx, d.s, key); err != nil {
+			return d.failed("nack", err)
+		}
 	default:
 		w.attempt++
 	}

@@ -1,5 +1,5 @@
 // Package rabbitmq is trawl's RabbitMQ broker: work queues in RabbitMQ
-// (3.8 or later, with the management plugin for Counts), shared by any
+// (3.8 or later; a stock server, no plugin needed), shared by any
 // number of workers on any number of machines, through
 // github.com/rabbitmq/amqp091-go. It passes broker/brokertest in Priority
 // and FIFO order.
@@ -14,7 +14,14 @@
 // Q+":delay:<ms>", a queue whose x-message-ttl is the delay and whose
 // dead-letter exchange routes expired messages back to Q; it deletes
 // itself a minute after its last use (x-expires). Delays are rounded up to
-// 100ms (to the second above 10s) to keep those queues few.
+// the next of 40 steps (100ms times powers of √2, from 100ms to 24h; 300ms,
+// 600ms and 1.2s are steps), so that the delay queues Q can have are few
+// and their names known in advance.
+//
+// Every Broker also declares the fanout exchange trawl.presence and an
+// exclusive, server-named queue bound to it, and publishes there, twice a
+// second, how many deliveries of each queue it has taken and holds (see
+// Counts).
 //
 // A queue that exists with other arguments (another x-max-priority, other
 // durability, a missing dead-letter route) is never used as it is: the
@@ -90,13 +97,16 @@
 //
 // # Counts, purge, dead letters
 //
-// Counts asks the management HTTP API (Config.ManagementURL, by default
-// the AMQP host on port 15672 with the AMQP credentials) for queue totals,
-// which include the messages every consumer holds: Ready is Q's ready
-// messages plus those in its delay queues, InFlight Q's unacknowledged
-// ones, Dead all of Q+":dead". The server refreshes those totals every
-// collect_statistics_interval (5s by default): an engine deciding that a
-// crawl is done should wait longer than that (its idle timeout).
+// Counts needs no management API. Ready messages come from passive
+// declares of Q and its delay queues; messages in flight from the reports
+// every Broker publishes about its own deliveries. An engine that sees
+// nothing ready and nothing in flight for its whole idle timeout may
+// conclude that the crawl is done; Broker.Counts gives the rule and why it
+// holds, also when workers are killed. Config.ManagementURL, if set, makes
+// Counts ask the management API first (its totals lag by the server's
+// collect_statistics_interval, 5s by default: keep the idle timeout above
+// it); when the API fails, Counts warns, naming the flag, and counts over
+// AMQP.
 //
 // Purge empties Q, its dead-letter queue and its delay queues, and
 // acknowledges the deliveries of Q this broker holds so that they do not

@@ -1,8 +1,11 @@
 package rabbitmq
 
 import (
+	"math"
 	"regexp"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -12,7 +15,7 @@ import (
 
 // Queue names. A broker queue Q is the AMQP queue Q on the default
 // exchange, beside Q+":dead" for its dead letters and, while nacks with a
-// delay are pending, Q+":delay:<ms>" for each delay.
+// delay are pending, Q+":delay:<ms>" for each delay (one of delaySteps).
 func deadQueue(q string) string { return q + ":dead" }
 
 func delayQueue(q string, d time.Duration) string {
@@ -25,17 +28,53 @@ func familyPattern(q string) string {
 	return "^" + regexp.QuoteMeta(q) + "(:dead|:delay:[0-9]+)?$"
 }
 
-// Delays are rounded up to limit how many delay queues exist: to 100ms
-// below 10s, to the second above, and capped at maxDelay.
+// delayFamily returns the queue a delay queue name belongs to, or false
+// if name is not a delay queue's.
+func delayFamily(name string) (string, bool) {
+	i := strings.LastIndex(name, ":delay:")
+	if i <= 0 {
+		return "", false
+	}
+	if _, err := strconv.ParseUint(name[i+len(":delay:"):], 10, 63); err != nil {
+		return "", false
+	}
+	return name[:i], true
+}
+
+// maxDelay caps the delay of a nack.
 const maxDelay = 24 * time.Hour
 
-func roundDelay(d time.Duration) time.Duration {
-	step := 100 * time.Millisecond
-	if d > 10*time.Second {
-		step = time.Second
+// delaySteps are the delays a nack can wait, so that the delay queues a
+// queue can have are few and known in advance (Counts looks for them
+// without the management API): 100ms times powers of √2, rounded up to
+// 100ms below 10s and to the second above, up to maxDelay. 300ms, 600ms
+// and 1.2s, trawl's default retry back-offs, are steps; a delay is never
+// stretched by more than √2.
+var delaySteps = func() []time.Duration {
+	var steps []time.Duration
+	for k := 0; ; k++ {
+		d := time.Duration(float64(100*time.Millisecond) * math.Pow(math.Sqrt2, float64(k)))
+		step := 100 * time.Millisecond
+		if d > 10*time.Second {
+			step = time.Second
+		}
+		d = (d + step - 1) / step * step
+		if d >= maxDelay {
+			return append(steps, maxDelay)
+		}
+		if len(steps) == 0 || d > steps[len(steps)-1] {
+			steps = append(steps, d)
+		}
 	}
-	d = (d + step - 1) / step * step
-	return min(d, maxDelay)
+}()
+
+// roundDelay returns the smallest of delaySteps at least d.
+func roundDelay(d time.Duration) time.Duration {
+	i, _ := slices.BinarySearch(delaySteps, d)
+	if i == len(delaySteps) {
+		return maxDelay
+	}
+	return delaySteps[i]
 }
 
 // delayExpiry is how long an unused delay queue outlives its delay before

@@ -105,6 +105,11 @@ func (b *Broker) supervise(s *session, closed <-chan *amqp.Error) {
 		for {
 			ns, nclosed, err := b.dial(b.ctx)
 			if err == nil {
+				if err = b.subscribe(b.ctx, ns); err != nil {
+					_ = ns.conn.Close()
+				}
+			}
+			if err == nil {
 				if !b.install(ns) {
 					_ = ns.conn.Close()
 					return
@@ -258,8 +263,9 @@ func (s *session) side(f func(ch *amqp.Channel) error) error {
 
 // outgoing is a message to publish and the queue it goes to.
 type outgoing struct {
-	queue string
-	pub   amqp.Publishing
+	exchange string // "" : the default exchange, to queue
+	queue    string
+	pub      amqp.Publishing
 }
 
 // send publishes msgs on s and waits until the server has confirmed
@@ -280,7 +286,7 @@ func (s *session) send(ctx context.Context, msgs []outgoing) ([]int, error) {
 	dcs := make([]*amqp.DeferredConfirmation, len(msgs))
 	var sendErr error
 	for i, m := range msgs {
-		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", m.queue, false, false, m.pub)
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, m.exchange, m.queue, false, false, m.pub)
 		if err != nil {
 			sendErr = fmt.Errorf("send: %w", err)
 			break
@@ -369,6 +375,7 @@ func (s *session) ensure(q string) error {
 	s.mu.Lock()
 	s.declared[q] = true
 	s.mu.Unlock()
+	s.b.scan(s, q) // for Counts, in the background
 	return nil
 }
 
