@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -80,7 +81,7 @@ func sharedRabbitMQ(t testing.TB) RabbitMQServer {
 	skipShort(t, "RabbitMQ", EnvAMQPURL)
 	shared.requireMain(t)
 	s, err := shared.rabbitmq.get(func() (RabbitMQServer, error) {
-		s, err := startRabbitMQ(nil)
+		s, err := startRabbitMQ(nil, false)
 		if s != nil && s.ctr != nil {
 			shared.track(s.ctr)
 		}
@@ -124,7 +125,7 @@ func RabbitMQContainer(t testing.TB) *RabbitMQServer {
 		}
 		ports[p] = hp
 	}
-	s, err := startRabbitMQ(ports)
+	s, err := startRabbitMQ(ports, false)
 	if s != nil && s.ctr != nil {
 		t.Cleanup(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -140,6 +141,28 @@ func RabbitMQContainer(t testing.TB) *RabbitMQServer {
 	return s
 }
 
+// RabbitMQStockContainer starts a RabbitMQ container without any plugin
+// (no management API: ManagementURL is empty) for t alone, and removes it
+// when t ends: a stock server as a deployment may have it. It fails t if
+// the container cannot be started.
+func RabbitMQStockContainer(t testing.TB) *RabbitMQServer {
+	t.Helper()
+	s, err := startRabbitMQ(nil, true)
+	if s != nil && s.ctr != nil {
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := s.ctr.Terminate(ctx, testcontainers.StopTimeout(time.Second)); err != nil {
+				t.Logf("integration: remove container %s: %v", s.ctr.GetContainerID(), err)
+			}
+		})
+	}
+	if err != nil {
+		t.Fatalf("integration: start a RabbitMQ container without plugins (image %q): %v", image(EnvRabbitMQImage, "rabbitmq:3-management"), err)
+	}
+	return s
+}
+
 // freePort returns a TCP port that was free on the host a moment ago.
 func freePort() (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -151,15 +174,27 @@ func freePort() (string, error) {
 }
 
 // startRabbitMQ starts a container, its ports bound to the given host
-// ports (nil: any free ones).
-func startRabbitMQ(ports map[string]string) (*RabbitMQServer, error) {
+// ports (nil: any free ones); stock: with no plugin enabled (no
+// management API).
+func startRabbitMQ(ports map[string]string, stock bool) (*RabbitMQServer, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
+	env := map[string]string{
+		"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": fmt.Sprintf("-rabbit collect_statistics_interval %d", rabbitStatsInterval),
+	}
+	exposed := []string{"5672/tcp", "15672/tcp"}
+	var files []testcontainers.ContainerFile
+	if stock {
+		// The image enables the management plugin in its enabled
+		// plugins file; point the server at an empty list instead.
+		env["RABBITMQ_ENABLED_PLUGINS_FILE"] = "/tmp/no-plugins"
+		files = append(files, testcontainers.ContainerFile{Reader: strings.NewReader("[].\n"), ContainerFilePath: "/tmp/no-plugins", FileMode: 0o644})
+		exposed = exposed[:1]
+	}
 	opts := []testcontainers.ContainerCustomizer{
-		testcontainers.WithExposedPorts("5672/tcp", "15672/tcp"),
-		testcontainers.WithEnv(map[string]string{
-			"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": fmt.Sprintf("-rabbit collect_statistics_interval %d", rabbitStatsInterval),
-		}),
+		testcontainers.WithExposedPorts(exposed...),
+		testcontainers.WithEnv(env),
+		testcontainers.WithFiles(files...),
 		testcontainers.WithWaitStrategy(wait.ForLog("Server startup complete").WithStartupTimeout(startTimeout)),
 	}
 	if ports != nil {
@@ -189,11 +224,14 @@ func startRabbitMQ(ports map[string]string) (*RabbitMQServer, error) {
 	if err != nil {
 		return s, err
 	}
+	s.URL = "amqp://guest:guest@" + amqpAddr + "/"
+	if stock {
+		return s, nil
+	}
 	mgmtAddr, err := addr("15672/tcp")
 	if err != nil {
 		return s, err
 	}
-	s.URL = "amqp://guest:guest@" + amqpAddr + "/"
 	s.ManagementURL = "http://guest:guest@" + mgmtAddr
 	return s, nil
 }

@@ -3,6 +3,8 @@ package crawl_test
 import (
 	"context"
 	"errors"
+	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -35,9 +37,44 @@ func sharedRabbit(t *testing.T) *integration.RabbitMQServer {
 }
 
 func TestRabbitMQThreeWorkers(t *testing.T) { threeWorkers(t, rabbitArgs(t, sharedRabbit(t))) }
-func TestNATSThreeWorkers(t *testing.T)     { threeWorkers(t, natsArgs(t, integration.NATS(t))) }
-func TestRabbitMQKill9(t *testing.T)        { kill9(t, rabbitArgs(t, sharedRabbit(t))) }
-func TestNATSKill9(t *testing.T)            { kill9(t, natsArgs(t, integration.NATS(t))) }
+
+// TestRabbitMQStockThreeWorkers: a RabbitMQ server without the management
+// plugin, three workers: every page exactly once, and every worker
+// finds the crawl done and exits.
+func TestRabbitMQStockThreeWorkers(t *testing.T) {
+	threeWorkers(t, rabbitArgs(t, integration.RabbitMQStockContainer(t)))
+}
+
+// TestRabbitMQManagementUnauthorized: a management URL that answers 401
+// is said on stderr within 10s, naming the flag, and the crawl still
+// finishes, counting over AMQP.
+func TestRabbitMQManagementUnauthorized(t *testing.T) {
+	srv := sharedRabbit(t)
+	u, err := url.Parse(srv.ManagementURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword("guest", "wrong-password")
+	bad := &integration.RabbitMQServer{URL: srv.URL, ManagementURL: u.String()}
+	site, siteURL := serveSite(t, testsite.Options{Pages: 60, Links: 5, Seed: 24, NoTraps: true})
+	name := integration.Name(t)
+	args := rabbitArgs(t, bad)
+	w := start(t, append([]string{"crawl"}, args(name, siteURL)...)...)
+	took := w.waitStderr(t, "--amqp-management-url", 10*time.Second)
+	t.Logf("management API failure reported after %v", took.Round(time.Millisecond))
+	if strings.Contains(w.stderr.String(), "wrong-password") {
+		t.Errorf("stderr shows the management password:\n%s", w.stderr.String())
+	}
+	if code := w.wait(t, 2*time.Minute); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, w.stderr.String())
+	}
+	if distinct, dups := union(t, w); distinct != site.Expected() || dups != 0 {
+		t.Errorf("items: %d distinct (want %d), %d duplicates (want 0)", distinct, site.Expected(), dups)
+	}
+}
+func TestNATSThreeWorkers(t *testing.T) { threeWorkers(t, natsArgs(t, integration.NATS(t))) }
+func TestRabbitMQKill9(t *testing.T)    { kill9(t, rabbitArgs(t, sharedRabbit(t))) }
+func TestNATSKill9(t *testing.T)        { kill9(t, natsArgs(t, integration.NATS(t))) }
 
 func TestRabbitMQRestart(t *testing.T) {
 	srv := integration.RabbitMQContainer(t)

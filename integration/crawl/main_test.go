@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -52,14 +53,14 @@ func serveSite(t *testing.T, o testsite.Options) (*testsite.Site, string) {
 type proc struct {
 	cmd    *exec.Cmd
 	out    string // its items file
-	stderr *bytes.Buffer
+	stderr *syncBuffer
 	done   chan error
 }
 
 // start runs trawl with args; its items go to a file of its own.
 func start(t *testing.T, args ...string) *proc {
 	t.Helper()
-	p := &proc{out: filepath.Join(t.TempDir(), "items.jsonl"), stderr: new(bytes.Buffer), done: make(chan error, 1)}
+	p := &proc{out: filepath.Join(t.TempDir(), "items.jsonl"), stderr: new(syncBuffer), done: make(chan error, 1)}
 	p.cmd = exec.Command(trawlBin, append(args, "--out", p.out)...)
 	p.cmd.Stderr = p.stderr
 	if err := p.cmd.Start(); err != nil {
@@ -74,6 +75,45 @@ func start(t *testing.T, args ...string) *proc {
 		}
 	})
 	return p
+}
+
+// syncBuffer is a bytes.Buffer safe to read while the process writes.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// waitStderr waits until p's stderr contains want, and returns how long
+// that took.
+func (p *proc) waitStderr(t *testing.T, want string, timeout time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !strings.Contains(p.stderr.String(), want) {
+		if time.Since(start) > timeout {
+			t.Fatalf("%v: no %q on stderr within %v; stderr:\n%s", p.cmd.Args, want, timeout, p.stderr.String())
+		}
+		select {
+		case err := <-p.done:
+			p.done <- err
+			if !strings.Contains(p.stderr.String(), want) {
+				t.Fatalf("%v exited (%v) without %q on stderr:\n%s", p.cmd.Args, err, want, p.stderr.String())
+			}
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return time.Since(start)
 }
 
 // wait waits for p to exit and returns its exit code.
