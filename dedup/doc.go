@@ -43,10 +43,13 @@
 // the frontier") and ExpandedMark ("this page's links were claimed"). They
 // are the durable record of what a page published: a page processed again
 // after a crash republishes exactly the links that were claimed and never
-// published, and nothing else. Marks count as items when a filter is sized:
-// a crawl of N pages stores up to 3N fingerprints (N requests, up to N
-// published marks, up to N expanded marks), so size a Bloom filter's
-// capacity for three times the pages expected.
+// published, and nothing else. With a probabilistic filter, a false
+// positive on a publication mark (at the filter's rate) can leave such a
+// link unpublished; one on an expanded mark costs only a read. Marks count
+// as items when a filter is sized: a crawl of N pages stores up to 3N
+// fingerprints (N requests, up to N published marks, up to N expanded
+// marks), so size a Bloom filter's capacity for three times the pages
+// expected.
 //
 // Package dedup/deduptest is the conformance suite every Filter passes;
 // dedup/local is the single-node Bloom filter.
