@@ -402,3 +402,24 @@ func TestErrorItems(t *testing.T) {
 		t.Errorf("without --error-items: items %+v, want the book alone, no referrer", items)
 	}
 }
+
+// TestReadmeFlags: every flag a command's --help shows is in README.md,
+// so that the README's flag table keeps up with the binary.
+func TestReadmeFlags(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	flag := regexp.MustCompile(`(?m)^\s+(?:-\w, )?(--[a-z-]+)`)
+	for _, c := range []string{"crawl", "worker", "seed", "stats", "purge", "deadletter", "testsite"} {
+		r := trawl(t, time.Minute, c, "--help")
+		for _, m := range flag.FindAllStringSubmatch(r.stdout, -1) {
+			if m[1] == "--help" {
+				continue
+			}
+			if !regexp.MustCompile(regexp.QuoteMeta(m[1]) + `\b`).Match(readme) {
+				t.Errorf("%s %s is not in README.md", c, m[1])
+			}
+		}
+	}
+}
