@@ -145,6 +145,9 @@ func TestBadInput(t *testing.T) {
 		{"extra argument", []string{"stats", "extra"}, 2, `unknown command "extra" for "trawl stats"`},
 		{"negative depth", []string{"crawl", "--max-depth=-1", "http://example.com/"}, 2, "--max-depth must not be negative"},
 		{"negative pages", []string{"crawl", "--max-pages=-1", "http://example.com/"}, 2, "--max-pages must not be negative"},
+		{"negative retries", []string{"crawl", "--retry-times=-1", "http://example.com/"}, 2, "--retry-times -1: want 0 or more"},
+		{"zero back-off", []string{"crawl", "--retry-backoff=0", "http://example.com/"}, 2, "--retry-backoff 0s: want a positive duration"},
+		{"negative failure timeout", []string{"crawl", "--failure-timeout=-1s", "http://example.com/"}, 2, "--failure-timeout -1s must not be negative"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
