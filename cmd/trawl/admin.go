@@ -67,7 +67,7 @@ func newSeedCmd(o *options) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(o.stdout, "seeded %d start URLs into %s\n", len(starts), engine.StartQueue(o.name))
+			fmt.Fprintf(o.stdout, "seeded %d start URLs into %s\n", len(starts), b.name(engine.StartQueue(o.name)))
 			return nil
 		},
 	}
@@ -126,7 +126,12 @@ func newStatsCmd(o *options) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				out[engine.StartQueue(o.name)+"/ready"] = n
+				out[b.name(engine.StartQueue(o.name))+"/ready"] = n
+			}
+			if b.redis != nil && b.starts != nil {
+				if n, err := scrapyStarts(cmd.Context(), b.redis, o.name); err == nil && n > 0 {
+					fmt.Fprintln(o.stderr, scrapyWarning(o.name, n))
+				}
 			}
 			if c, ok := b.broker.(broker.Counter); ok {
 				queues := []string{engine.RequestsQueue(o.name), engine.StartQueue(o.name)}
@@ -138,7 +143,8 @@ func newStatsCmd(o *options) *cobra.Command {
 					if err != nil {
 						return err
 					}
-					out[q+"/ready"], out[q+"/in_flight"], out[q+"/dead"] = n.Ready, n.InFlight, n.Dead
+					k := b.name(q)
+					out[k+"/ready"], out[k+"/in_flight"], out[k+"/dead"] = n.Ready, n.InFlight, n.Dead
 				}
 			}
 			if asJSON {
@@ -221,7 +227,7 @@ func newDeadLetterCmd(o *options) *cobra.Command {
 						return err
 					}
 					for _, l := range ls {
-						fmt.Fprintf(o.stdout, "%s\t%s\t%s\n", q, describe(q, l.Message.Body), l.Reason)
+						fmt.Fprintf(o.stdout, "%s\t%s\t%s\n", b.name(q), describe(q, l.Message.Body), l.Reason)
 					}
 					total += len(ls)
 				case "requeue":
@@ -236,7 +242,7 @@ func newDeadLetterCmd(o *options) *cobra.Command {
 			case args[0] == "requeue":
 				fmt.Fprintf(o.stdout, "requeued %d dead letters\n", total)
 			case total == 0:
-				fmt.Fprintf(o.stdout, "no dead letters in %s\n", strings.Join(queues, " or "))
+				fmt.Fprintf(o.stdout, "no dead letters in %s or %s\n", b.name(queues[0]), b.name(queues[1]))
 			}
 			return nil
 		},

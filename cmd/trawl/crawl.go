@@ -107,6 +107,10 @@ func (o *options) crawl(ctx context.Context, args []string, seed bool) error {
 		})
 	}
 	start := time.Now()
+	if b.redis != nil && b.starts != nil {
+		// scrapy-redis users push to NAME:start_urls; say where to push.
+		wg.Go(func() { watchScrapyStarts(side, b.redis, o.name, o.stderr, 5*time.Second) })
+	}
 	if f, ok := stderrFile(o.stderr); ok && isTerminal(f) {
 		wg.Go(func() { progress(side, f, cfg.Stats) })
 	} else if o.progressEvery > 0 {

@@ -205,12 +205,13 @@ func (o *options) setup() error {
 type backends struct {
 	broker broker.Broker
 	filter dedup.Filter
-	shared bool                    // other processes can join (not the in-memory broker)
-	starts engine.StartSource      // start URLs outside the broker, or nil
-	items  engine.Sink             // the deployment's item list (--out=redis), or nil
-	stats  sharedStats             // counters shared by the workers, or nil
-	limit  engine.HostLimiter      // per-host limits shared by the workers, or nil
-	redis  goredis.UniversalClient // the deployment's Redis, or nil
+	shared bool                      // other processes can join (not the in-memory broker)
+	starts engine.StartSource        // start URLs outside the broker, or nil
+	items  engine.Sink               // the deployment's item list (--out=redis), or nil
+	stats  sharedStats               // counters shared by the workers, or nil
+	limit  engine.HostLimiter        // per-host limits shared by the workers, or nil
+	redis  goredis.UniversalClient   // the deployment's Redis, or nil
+	keys   func(queue string) string // a queue's name as its broker shows it (Redis keys), or nil
 	purges []func(context.Context) error
 	closes []func() error
 }
@@ -219,6 +220,15 @@ type backends struct {
 type sharedStats interface {
 	Add(ctx context.Context, deltas map[string]int64) error
 	Load(ctx context.Context) (map[string]int64, error)
+}
+
+// name returns queue's name as the broker shows it: on Redis, its key
+// ("{books}:requests" for "books:requests").
+func (b *backends) name(queue string) string {
+	if b.keys == nil {
+		return queue
+	}
+	return b.keys(queue)
 }
 
 // Close closes what was opened, last first.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 	"time"
@@ -14,6 +15,7 @@ import (
 	redisbroker "github.com/trawlhq/trawl/broker/redis"
 	"github.com/trawlhq/trawl/dedup"
 	dedupredis "github.com/trawlhq/trawl/dedup/redis"
+	"github.com/trawlhq/trawl/engine"
 )
 
 // redisClient connects to --redis-url and checks that the server answers.
@@ -71,6 +73,7 @@ func (o *options) openRedis(ctx context.Context, b *backends, order broker.Order
 		return err
 	}
 	b.broker, b.shared = rb, true
+	b.keys = redisKey
 	b.closes = append(b.closes, rb.Close)
 	return o.redisExtras(ctx, b, client, true)
 }
@@ -178,4 +181,59 @@ func globEscape(s string) string {
 		b.WriteRune(r)
 	}
 	return b.String()
+}
+
+// redisKey is the Redis key of a queue of the Redis broker, or of a
+// crawl's start URLs or items: the crawl's name is the hash tag,
+// "books:start_urls" is "{books}:start_urls".
+func redisKey(queue string) string {
+	if i := strings.LastIndexByte(queue, ':'); i >= 0 {
+		return "{" + queue[:i] + "}" + queue[i:]
+	}
+	return "{" + queue + "}"
+}
+
+// scrapyStarts counts the entries of NAME:start_urls, the key scrapy-redis
+// feeds its spiders through, which trawl does not read: its start URLs
+// are at {NAME}:start_urls, hash-tagged so that a crawl lives in one
+// Redis Cluster slot.
+func scrapyStarts(ctx context.Context, client goredis.UniversalClient, name string) (int64, error) {
+	key := engine.StartQueue(name)
+	t, err := client.Type(ctx, key).Result()
+	if err != nil {
+		return 0, err
+	}
+	switch t {
+	case "list":
+		return client.LLen(ctx, key).Result()
+	case "set":
+		return client.SCard(ctx, key).Result()
+	case "zset":
+		return client.ZCard(ctx, key).Result()
+	}
+	return 0, nil
+}
+
+// scrapyWarning is the warning about entries in NAME:start_urls.
+func scrapyWarning(name string, n int64) string {
+	return fmt.Sprintf("trawl: warning: %s holds %d entries that trawl never reads; trawl's start URLs are at %s (hash-tagged for Redis Cluster): redis-cli rpush '%s' URL, or trawl seed",
+		engine.StartQueue(name), n, redisKey(engine.StartQueue(name)), redisKey(engine.StartQueue(name)))
+}
+
+// watchScrapyStarts warns once, on w, when NAME:start_urls holds entries,
+// looking at start and then every interval until ctx ends.
+func watchScrapyStarts(ctx context.Context, client goredis.UniversalClient, name string, w io.Writer, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		if n, err := scrapyStarts(ctx, client, name); err == nil && n > 0 {
+			fmt.Fprintln(w, scrapyWarning(name, n))
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }

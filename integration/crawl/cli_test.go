@@ -73,7 +73,7 @@ func TestRedisCLIAgrees(t *testing.T) {
 	}
 
 	code, out, stderr = runOut(t, append([]string{"deadletter", "list"}, redisArgs(t, name)...)...)
-	if want := "no dead letters in " + name + ":requests or " + name + ":start_urls\n"; code != 0 || out != want {
+	if want := "no dead letters in {" + name + "}:requests or {" + name + "}:start_urls\n"; code != 0 || out != want {
 		t.Errorf("deadletter list: exit %d, stdout %q, want %q; stderr: %s", code, out, want, stderr)
 	}
 
@@ -88,5 +88,43 @@ func TestRedisCLIAgrees(t *testing.T) {
 	}
 	if left, err := client.Keys(t.Context(), "{"+name+"}:*").Result(); err != nil || len(left) != 0 {
 		t.Errorf("after purge, keys of the crawl are left: %v (err %v); before: %v", left, err, before)
+	}
+}
+
+// TestRedisKeyNames (9.4): trawl names the Redis keys it really uses, and
+// a scrapy-redis user's push to NAME:start_urls (not read: trawl's key is
+// hash-tagged) brings one warning naming the right key, from a running
+// worker and from stats.
+func TestRedisKeyNames(t *testing.T) {
+	site, url := serveSite(t, testsite.Options{Pages: 30, Links: 3, Seed: 22, NoTraps: true})
+	name := integration.Name(t)
+	code, out, stderr := runOut(t, append([]string{"seed"}, redisArgs(t, name, url)...)...)
+	if want := "seeded 1 start URLs into {" + name + "}:start_urls\n"; code != 0 || out != want {
+		t.Fatalf("seed: exit %d, stdout %q, want %q; stderr: %s", code, out, want, stderr)
+	}
+	client := integration.RedisClient(t)
+	if err := client.LPush(t.Context(), name+":start_urls", url+"page/1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Del(context.WithoutCancel(t.Context()), name+":start_urls") })
+	want := "trawl: warning: " + name + ":start_urls holds 1 entries that trawl never reads; trawl's start URLs are at {" + name + "}:start_urls"
+
+	code, out, stderr = runOut(t, append([]string{"stats"}, redisArgs(t, name)...)...)
+	if code != 0 || !strings.Contains(out, "{"+name+"}:start_urls/ready") || !strings.Contains(out, "{"+name+"}:requests/ready") {
+		t.Errorf("stats should name the keys {%s}:start_urls and {%s}:requests: exit %d\n%s", name, name, code, out)
+	}
+	if strings.Count(stderr, want) != 1 {
+		t.Errorf("stats: want one warning %q; stderr:\n%s", want, stderr)
+	}
+
+	w := start(t, append([]string{"worker"}, redisArgs(t, name)...)...)
+	if code := w.wait(t, 2*time.Minute); code != 0 {
+		t.Fatalf("worker exit %d:\n%s", code, w.stderr.String())
+	}
+	if n := strings.Count(w.stderr.String(), want); n != 1 {
+		t.Errorf("worker: %d warnings %q, want 1; stderr:\n%s", n, want, w.stderr.String())
+	}
+	if err := site.Verify(); err != nil {
+		t.Error(err)
 	}
 }
