@@ -439,7 +439,14 @@ func startRequest(p []byte) (*Request, error) {
 		return nil, err
 	}
 	u, _ := url.Parse(s.URL) // ParseStartURL returned a canonical URL
-	return &Request{URL: s.URL, Meta: s.Meta, Priority: s.Priority, Scope: u.Hostname()}, nil
+	req := &Request{URL: s.URL, Meta: s.Meta, Priority: s.Priority, Scope: u.Hostname()}
+	for k, v := range s.Headers {
+		if req.Header == nil {
+			req.Header = make(http.Header, len(s.Headers))
+		}
+		req.Header.Set(k, v)
+	}
+	return req, nil
 }
 
 // keepLeases extends the leases of deliveries in progress, every third of

@@ -61,10 +61,24 @@ type FetchOptions struct {
 	MaxHeaderSize  int64         // 0 = 1 MiB; larger response headers give ErrHeaderTooLarge
 	AllowPrivate   bool          // lift the address guard
 	Logger         *slog.Logger  // nil = discard
+	// Header is sent with every request, robots.txt and sitemaps included;
+	// a request's own Header replaces a header of the same name.
+	Header http.Header
+	// Jar keeps cookies. nil = a fresh jar per Fetcher (so per worker)
+	// that stores Set-Cookie per host as a browser does, domain cookies
+	// bounded by the public suffix list; NoCookies turns cookies off.
+	Jar       http.CookieJar
+	NoCookies bool
+	// Proxy, if set, is the proxy of every request (http, https or
+	// socks5 URL, with user:password if needed). nil = the environment:
+	// HTTP_PROXY, HTTPS_PROXY and NO_PROXY (or their lower-case forms).
+	Proxy *url.URL
 }
 
 // Fetcher fetches single requests over one shared HTTP transport (keep-alive,
-// HTTP/2, proxies from the environment). It does not follow redirects: a 3xx
+// HTTP/2, a proxy from FetchOptions.Proxy or the environment) with one
+// cookie jar (see FetchOptions.Jar), adding FetchOptions.Header to every
+// request. It does not follow redirects: a 3xx
 // response is returned as it is, so that the caller can pass its Location
 // through the duplicate filter as a new request.
 //
@@ -90,6 +104,7 @@ type Fetcher struct {
 	transport *http.Transport
 	guard     *guard
 	userAgent string
+	header    http.Header
 	timeout   time.Duration
 	maxBody   int64
 	maxHeader int64
@@ -98,7 +113,7 @@ type Fetcher struct {
 
 // NewFetcher returns a Fetcher configured by o.
 func NewFetcher(o FetchOptions) *Fetcher {
-	return newFetcher(o, http.ProxyFromEnvironment)
+	return newFetcher(o, proxyFunc(o))
 }
 
 // newFetcher lets tests choose the proxy function (ProxyFromEnvironment reads
@@ -125,6 +140,7 @@ func newFetcher(o FetchOptions, proxy func(*http.Request) (*url.URL, error)) *Fe
 	f := &Fetcher{
 		guard:     newGuard(o.AllowPrivate),
 		userAgent: o.UserAgent,
+		header:    o.Header,
 		timeout:   o.Timeout,
 		maxBody:   o.MaxBodySize,
 		maxHeader: o.MaxHeaderSize,
@@ -155,6 +171,7 @@ func newFetcher(o FetchOptions, proxy func(*http.Request) (*url.URL, error)) *Fe
 		MaxResponseHeaderBytes: o.MaxHeaderSize,
 	}
 	f.client = &http.Client{
+		Jar:       newJar(o),
 		Transport: f.transport,
 		CheckRedirect: func(*http.Request, []*http.Request) error {
 			return http.ErrUseLastResponse
@@ -225,9 +242,7 @@ func (f *Fetcher) fetch(ctx context.Context, r *Request, limit int64, truncate b
 	if err != nil {
 		return nil, fmt.Errorf("fetch %s: %w: %w", u, errBadURL, err)
 	}
-	if r.Header != nil {
-		req.Header = r.Header.Clone()
-	}
+	req.Header = requestHeader(f.header, r.Header)
 	if req.Header.Get("User-Agent") == "" {
 		req.Header.Set("User-Agent", f.userAgent)
 	}

@@ -11,11 +11,14 @@ import (
 )
 
 // StartURL is a start URL as it sits in NAME:start_urls: a plain URL, or
-// JSON {"url": …, "meta": {…}, "priority": …}.
+// JSON {"url": …, "meta": {…}, "priority": …, "headers": {…}}.
 type StartURL struct {
 	URL      string            `json:"url"`
 	Meta     map[string]string `json:"meta,omitempty"`
 	Priority int               `json:"priority,omitempty"`
+	// Headers are sent with the start URL's request only (not with the
+	// links followed from it), over FetchOptions.Header.
+	Headers map[string]string `json:"headers,omitempty"`
 }
 
 // maxStartPayload bounds a start-URL payload: a URL of MaxURLLength and
@@ -45,6 +48,11 @@ func ParseStartURL(p []byte) (StartURL, error) {
 		return StartURL{}, fmt.Errorf("%w: start url of %d bytes: %w (the limit is %d bytes)",
 			ErrBadPayload, len(s.URL), ErrURLTooLong, MaxURLLength)
 	}
+	for k, v := range s.Headers {
+		if err := checkHeader(k, v); err != nil {
+			return StartURL{}, fmt.Errorf("%w: start url: %v", ErrBadPayload, err)
+		}
+	}
 	u, err := dedup.Canonicalize(s.URL)
 	if err != nil {
 		return StartURL{}, fmt.Errorf("%w: start url: %v", ErrBadPayload, err)
@@ -57,10 +65,10 @@ func ParseStartURL(p []byte) (StartURL, error) {
 	return s, nil
 }
 
-// Marshal encodes s as it is stored: the plain URL when it has no meta and
-// no priority, JSON otherwise.
+// Marshal encodes s as it is stored: the plain URL when it has no meta, no
+// priority and no headers, JSON otherwise.
 func (s StartURL) Marshal() []byte {
-	if len(s.Meta) == 0 && s.Priority == 0 {
+	if len(s.Meta) == 0 && s.Priority == 0 && len(s.Headers) == 0 {
 		return []byte(s.URL)
 	}
 	b, _ := json.Marshal(s) // cannot fail: strings and ints only

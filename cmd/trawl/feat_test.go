@@ -3,10 +3,13 @@ package main
 import (
 	"encoding/csv"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -121,5 +124,106 @@ func TestCSVOut(t *testing.T) {
 	r = trawlIn(t, dir, time.Minute, "crawl", "--out", out, "--extract", "other=h1", base+"/shop/")
 	if r.code != 2 || !strings.Contains(r.stderr, "columns") {
 		t.Errorf("other columns on the same file: exit %d, stderr %q; want 2 and the columns named", r.code, r.stderr)
+	}
+}
+
+// recorder serves h and records, for every request, its path and the
+// headers named.
+type recorder struct {
+	h     http.Handler
+	names []string
+	mu    sync.Mutex
+	seen  []map[string]string // per request: "path", "host" and the headers
+}
+
+func (rc *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	m := map[string]string{"path": r.URL.Path, "host": r.Host}
+	for _, n := range rc.names {
+		m[n] = r.Header.Get(n)
+	}
+	rc.mu.Lock()
+	rc.seen = append(rc.seen, m)
+	rc.mu.Unlock()
+	rc.h.ServeHTTP(w, r)
+}
+
+func (rc *recorder) requests() []map[string]string {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return slices.Clone(rc.seen)
+}
+
+// TestHeadersAndCookies (issue 12): every request, robots.txt included,
+// carries the --header headers; a JSON start URL's headers go with that
+// request only; a page that needs the cookie an earlier page set gets it
+// (200), and with --no-cookies it does not (403, no item).
+func TestHeadersAndCookies(t *testing.T) {
+	site := testsite.New(testsite.Options{Pages: 5, NoTraps: true})
+	rc := &recorder{h: site, names: []string{"X-Trawl-Test", "Accept-Language", "X-Start"}}
+	srv := httptest.NewServer(rc)
+	t.Cleanup(srv.Close)
+	base := srv.URL
+	start := fmt.Sprintf(`{"url": %q, "headers": {"X-Start": "only here"}}`, base+"/shop/")
+	items, _ := crawlItems(t, "--header", "X-Trawl-Test: yes", "--header", "accept-language:  fr ",
+		"--include", `/shop/page/1$|/session/`, base+"/session/login", start)
+	got := paths(items, base)
+	if want := []string{"/session/login", "/session/members", "/shop/", "/shop/page/1"}; !slices.Equal(got, want) {
+		t.Errorf("pages with a 2xx item: %v, want %v (members needs the login's cookie)", got, want)
+	}
+	reqs := rc.requests()
+	if len(reqs) < 5 {
+		t.Fatalf("the site saw %d requests, want robots.txt and 4 pages at least", len(reqs))
+	}
+	for _, r := range reqs {
+		if r["X-Trawl-Test"] != "yes" || r["Accept-Language"] != "fr" {
+			t.Errorf("%s: X-Trawl-Test %q, Accept-Language %q; want yes and fr on every request", r["path"], r["X-Trawl-Test"], r["Accept-Language"])
+		}
+		if want := map[bool]string{true: "only here"}[r["path"] == "/shop/"]; r["X-Start"] != want {
+			t.Errorf("%s: X-Start %q, want %q (the start URL's header goes with its request only)", r["path"], r["X-Start"], want)
+		}
+	}
+
+	site.Reset()
+	items, _ = crawlItems(t, "--no-cookies", "--allow-empty", base+"/session/login")
+	if got := paths(items, base); !slices.Equal(got, []string{"/session/login"}) {
+		t.Errorf("--no-cookies: pages with a 2xx item: %v, want /session/login alone (members answers 403)", got)
+	}
+	if n := site.ExtrasServed()["/session/members"]; n != 1 {
+		t.Errorf("--no-cookies: /session/members requested %d times, want 1 (a 403 is not retried)", n)
+	}
+
+	r := trawl(t, 30*time.Second, "crawl", "--header", "Bad Name: x", base+"/")
+	if r.code != 2 || !strings.Contains(r.stderr, "--header") {
+		t.Errorf("--header 'Bad Name: x': exit %d, stderr %q; want 2 naming --header", r.code, r.stderr)
+	}
+}
+
+// TestProxyAndTimeout (issue 12): with --proxy every request, robots.txt
+// included, goes through the proxy (the crawled host does not even
+// resolve); --timeout bounds each request.
+func TestProxyAndTimeout(t *testing.T) {
+	site := testsite.New(testsite.Options{Pages: 5, SlowDelay: 20 * time.Second})
+	rc := &recorder{h: site}
+	proxy := httptest.NewServer(rc) // a forward proxy for plain http: absolute request URLs
+	t.Cleanup(proxy.Close)
+	items, _ := crawlItems(t, "--proxy", proxy.URL, "http://site.invalid/session/login")
+	if got := paths(items, "http://site.invalid"); !slices.Equal(got, []string{"/session/login", "/session/members"}) {
+		t.Errorf("through the proxy: pages %v, want the login and members pages", got)
+	}
+	for _, r := range rc.requests() {
+		if r["host"] != "site.invalid" {
+			t.Errorf("the proxy got a request for host %q, path %s", r["host"], r["path"])
+		}
+	}
+	if n := len(rc.requests()); n < 3 {
+		t.Errorf("the proxy saw %d requests, want robots.txt and the two pages", n)
+	}
+
+	// /slow answers after 20s; the run is given 15s: only --timeout ends it.
+	srv := httptest.NewServer(site)
+	t.Cleanup(srv.Close)
+	r := trawl(t, 15*time.Second, "crawl", "--timeout", "300ms", "--retry-times", "0", "--idle-timeout", "300ms", srv.URL+"/slow")
+	if r.code == 0 || !strings.Contains(r.stderr, "timeout") {
+		t.Errorf("--timeout 300ms on a page that takes 20s: exit %d, stderr %q; want a failure naming the timeout", r.code, r.stderr)
 	}
 }

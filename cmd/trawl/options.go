@@ -49,6 +49,7 @@ type options struct {
 	retryTimes                       int
 	retryBackoff                     time.Duration
 	failureTimeout                   time.Duration
+	session                          session // headers, cookies, proxy, timeout
 }
 
 // addFlags registers every flag on fs: the root's scratch set, which
@@ -106,6 +107,7 @@ func (o *options) addCrawlFlags(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&o.include, "include", nil, "follow only URLs matching this regular expression, taken whole (repeat the flag for more)")
 	fs.StringArrayVar(&o.exclude, "exclude", nil, "do not follow URLs matching this regular expression, taken whole (repeat the flag for more)")
 	fs.StringVar(&o.out, "out", "-", "items: - for stdout, a FILE (JSON Lines, or CSV when its name ends in .csv; appended to; --flush empties it), redis for the Redis list {NAME}:items, or queue for the broker queue NAME:items")
+	o.session.addFlags(fs)
 	fs.StringVar(&o.outFormat, "format", "", "items' format for a file or stdout: jsonl or csv (default: csv for an --out ending in .csv, else jsonl)")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", 3*time.Second, "exit once the crawl has been idle this long (0: serve forever)")
 	fs.BoolVar(&o.flush, "flush", false, "start clean: delete the crawl's frontier, filter and stats first, and empty the --out file")
@@ -190,6 +192,7 @@ func (o *options) setup() error {
 		}
 	}
 	errs = append(errs, o.checkOutput()...)
+	errs = append(errs, o.session.check()...)
 	if err := errors.Join(errs...); err != nil {
 		return &exitError{code: 2, err: err}
 	}
@@ -323,6 +326,7 @@ func (o *options) engineConfig() engine.Config {
 		Fetch:          engine.FetchOptions{UserAgent: o.userAgent, AllowPrivate: o.allowPrivate, Logger: o.log},
 		Logger:         o.log,
 	}
+	o.session.apply(&cfg.Fetch)
 	if o.retryTimes == 0 {
 		cfg.MaxRetries = -1 // engine.Config's 0 means the default
 	}

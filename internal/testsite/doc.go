@@ -84,6 +84,24 @@
 //     ("star-rating Three"); links back to its listing page and to three
 //     other products.
 //
+// # Sitemaps, cookies
+//
+// Also counted apart (ExtrasServed), and the same in every site:
+//
+//   - /robots.txt ends with "Sitemap: http://HOST/sitemaps/index.xml".
+//   - /sitemap.xml: a urlset listing /hidden/0.
+//   - /sitemaps/index.xml: a sitemap index listing /sitemaps/hidden.xml.gz,
+//     /sitemaps/encoded.xml and http://external.invalid/sitemap.xml.
+//   - /sitemaps/hidden.xml.gz: a gzip file served as application/gzip,
+//     listing /hidden/1 to /hidden/20, /hidden/1 again, /private/hidden
+//     (disallowed by robots.txt) and http://external.invalid/hidden.
+//   - /sitemaps/encoded.xml: served with Content-Encoding: gzip, listing
+//     /hidden/21 to /hidden/29.
+//   - /hidden/N, N in [0, HiddenPages): small pages nothing links to, so a
+//     crawl finds them through the sitemaps alone (HiddenPaths).
+//   - /session/login sets the cookie SessionCookie (Path=/session/) and
+//     links to /session/members, which answers 403 without the cookie.
+//
 // Products returns the products a correct scrape finds; VerifyShop checks
 // that every listing and product page was fetched exactly once.
 //

@@ -96,11 +96,12 @@ type Site struct {
 
 	expected int
 
-	mu       sync.Mutex
-	pageHits []hit           // by page number
-	hits     map[string]*hit // every other canonical key
-	shopHits map[string]int  // requests under /shop/, see shop.go
-	calHits  map[string]int  // requests under /calendar/, see calendar.go
+	mu        sync.Mutex
+	pageHits  []hit           // by page number
+	hits      map[string]*hit // every other canonical key
+	shopHits  map[string]int  // requests under /shop/, see shop.go
+	calHits   map[string]int  // requests under /calendar/, see calendar.go
+	extraHits map[string]int  // sitemaps, hidden and session pages, see extras.go
 }
 
 // hit counts the requests for one canonical key.
@@ -188,6 +189,7 @@ func New(o Options) *Site {
 	}
 	s.shopHits = make(map[string]int)
 	s.calHits = make(map[string]int)
+	s.extraHits = make(map[string]int)
 	if s.pages <= 0 {
 		s.pages = DefaultPages
 	}
@@ -263,6 +265,7 @@ func (s *Site) Reset() {
 	clear(s.hits)
 	clear(s.shopHits)
 	clear(s.calHits)
+	clear(s.extraHits)
 }
 
 // Verify reports whether the requests served so far are those of a correct
@@ -475,6 +478,10 @@ func (s *Site) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.serveShop(w, r)
 		return
 	}
+	if isExtra(r.URL.Path) {
+		s.serveExtras(w, r)
+		return
+	}
 	if strings.HasPrefix(r.URL.Path, "/calendar/") {
 		s.serveCalendar(w, r)
 		return
@@ -503,7 +510,7 @@ func (s *Site) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case kHome:
 		s.serveHome(w, r)
 	case kRobots:
-		serveText(w, http.StatusOK, ctText, robotsTxt)
+		serveText(w, http.StatusOK, ctText, robotsTxt+"\nSitemap: "+scheme(r)+"://"+r.Host+"/sitemaps/index.xml\n")
 	case kFlaky:
 		if status == http.StatusServiceUnavailable {
 			h.Set("Retry-After", "1")
