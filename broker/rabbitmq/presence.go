@@ -173,6 +173,13 @@ func (p *presence) heard(r report, now time.Time) {
 		// baseline (Counts waits warmUp for the second).
 		pr = &peer{changed: map[string]time.Time{}}
 		p.peers[r.ID] = pr
+	} else if r.Seq <= pr.last.Seq {
+		// Overtaken by a later one (a delay announcement and a
+		// periodic report race): keep the later, note the change.
+		for name := range keysOf(r.Queues, pr.last.Queues) {
+			pr.changed[name] = now
+		}
+		return
 	} else {
 		gap := r.Seq != pr.last.Seq+1 // reports were missed
 		for name := range keysOf(r.Queues, pr.last.Queues) {

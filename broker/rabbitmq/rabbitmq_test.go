@@ -202,19 +202,114 @@ func TestForeignMessages(t *testing.T) {
 }
 
 // TestCountsSeeOtherConsumers: Counts counts what every consumer holds,
-// which the engine's "crawl done" check needs.
+// which the engine's "crawl done" check needs: from the management API,
+// and over AMQP alone.
 func TestCountsSeeOtherConsumers(t *testing.T) {
 	t.Parallel()
+	for _, mode := range []string{"management", "amqp"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			cfg := server(t)
+			if mode == "amqp" {
+				cfg.ManagementURL = ""
+			}
+			cfg.Lease = time.Minute
+			a, b := newBroker(t, cfg), newBroker(t, cfg)
+			q := integration.Name(t) + ":requests"
+			t.Cleanup(func() { (&queues{names: map[string]bool{q: true}}).deleteAll(t, cfg.URL) })
+			publish(t, a, q, msg("1", 0), msg("2", 0), msg("3", 0))
+			held := receiveN(t, a, q, 2, 5*time.Second)
+			waitCounts(t, b, q, broker.Counts{Ready: 1, InFlight: 2})
+			ackAll(t, held...)
+			waitCounts(t, b, q, broker.Counts{Ready: 1})
+			// A worker that goes away holding deliveries: they are
+			// ready again, and counted so.
+			held = receiveN(t, a, q, 1, 5*time.Second)
+			waitCounts(t, b, q, broker.Counts{InFlight: 1})
+			if err := a.Close(); err != nil {
+				t.Fatal(err)
+			}
+			waitCounts(t, b, q, broker.Counts{Ready: 1})
+		})
+	}
+}
+
+// TestCountsAMQPDelayLeftBehind: over AMQP, a broker that starts after
+// the worker that nacked a message with a delay went away still counts
+// that message (it looks for the delay queues a queue can have).
+func TestCountsAMQPDelayLeftBehind(t *testing.T) {
+	t.Parallel()
 	cfg := server(t)
-	cfg.Lease = time.Minute
-	a, b := newBroker(t, cfg), newBroker(t, cfg)
+	cfg.ManagementURL = ""
 	q := integration.Name(t) + ":requests"
 	t.Cleanup(func() { (&queues{names: map[string]bool{q: true}}).deleteAll(t, cfg.URL) })
-	publish(t, a, q, msg("1", 0), msg("2", 0), msg("3", 0))
-	held := receiveN(t, a, q, 2, 5*time.Second)
-	waitCounts(t, b, q, broker.Counts{Ready: 1, InFlight: 2})
-	ackAll(t, held...)
-	waitCounts(t, b, q, broker.Counts{Ready: 1})
+	a := newBroker(t, cfg)
+	publish(t, a, q, msg("later", 0))
+	d := receiveN(t, a, q, 1, 5*time.Second)[0]
+	if err := d.Nack(t.Context(), 50*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitCounts(t, newBroker(t, cfg), q, broker.Counts{Ready: 1})
+}
+
+// TestCountsAMQPSilentWorker: over AMQP, a worker that stopped reporting
+// while its connection stays open is waited for (it may hold pages), with
+// a warning; once its connection closes it is gone and holds nothing.
+func TestCountsAMQPSilentWorker(t *testing.T) {
+	t.Parallel()
+	cfg := server(t)
+	cfg.ManagementURL = ""
+	logs := &logRecorder{}
+	cfg.Logger = slog.New(logs)
+	obs := newBroker(t, cfg) // declares the presence exchange
+	q := integration.Name(t) + ":requests"
+	t.Cleanup(func() { (&queues{names: map[string]bool{q: true}}).deleteAll(t, cfg.URL) })
+
+	// A worker that reports once, holding a delivery, then falls silent.
+	conn, err := amqp.Dial(cfg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pq, err := ch.QueueDeclare("", false, true, true, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := json.Marshal(map[string]any{"id": pq.Name, "seq": 1, "queues": map[string]any{q: map[string]int{"t": 1, "f": 1}}})
+	if err := ch.PublishWithContext(t.Context(), "trawl.presence", "", false, false, amqp.Publishing{Body: body}); err != nil {
+		t.Fatal(err)
+	}
+	waitCounts(t, obs, q, broker.Counts{InFlight: 1})
+	const warning = "waiting for workers that stopped reporting but are still connected; a crawl cannot be done while they may hold pages"
+	deadline := time.Now().Add(10 * time.Second)
+	for !logs.has(slog.LevelWarn, warning) {
+		c, err := obs.Counts(t.Context(), q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.InFlight < 1 {
+			t.Fatalf("Counts = %+v while a silent worker is connected, want InFlight >= 1", c)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no warning about the silent worker within 10s; logs: %q", logs.all())
+		}
+		select {
+		case <-time.After(50 * time.Millisecond):
+		case <-t.Context().Done():
+			return
+		}
+	}
+	if err := conn.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitCounts(t, obs, q, broker.Counts{})
 }
 
 func waitCounts(t *testing.T, b *rabbitmq.Broker, q string, want broker.Counts) {

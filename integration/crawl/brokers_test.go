@@ -45,6 +45,13 @@ func TestRabbitMQStockThreeWorkers(t *testing.T) {
 	threeWorkers(t, rabbitArgs(t, integration.RabbitMQStockContainer(t)))
 }
 
+// TestRabbitMQStockKill9: kill -9 of a worker on a server without the
+// management plugin: the survivor tells the dead worker from a silent
+// one (its presence queue is gone), finishes and exits.
+func TestRabbitMQStockKill9(t *testing.T) {
+	kill9(t, rabbitArgs(t, integration.RabbitMQStockContainer(t)))
+}
+
 // TestRabbitMQManagementUnauthorized: a management URL that answers 401
 // is said on stderr within 10s, naming the flag, and the crawl still
 // finishes, counting over AMQP.
