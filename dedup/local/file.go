@@ -24,39 +24,49 @@ var ErrMismatch = errors.New("file made for other settings")
 // errNoFile is returned by readFile when the file does not exist.
 var errNoFile = errors.New("no file")
 
-// The file layout, all integers little-endian:
+// The file layout (format version 2), all integers little-endian:
 //
 //	offset  size  field
 //	0       8     magic "TRAWLBF\x00"
-//	8       4     format version (1)
-//	12      4     bit-position scheme (1: see Filter.testAndSet)
-//	16      8     capacity
-//	24      8     false-positive rate (IEEE 754 bits)
-//	32      8     m, the number of bits
-//	40      8     k, the number of bit positions per fingerprint
-//	48      8     n, the number of fingerprints added
-//	56      8·⌈m/64⌉  the bits, in 64-bit words
+//	8       4     format version (2)
+//	12      4     bit-position scheme (1: see layer.testAndSet)
+//	16      8     Config.Capacity when the file was first written
+//	24      8     Config.FPRate, the bound (IEEE 754 bits)
+//	32      8     n, the number of fingerprints added
+//	40      8     the number of layers
+//	48      …     each layer: its capacity, false-positive rate, m (bits),
+//	              k (bit positions per fingerprint), n (8 bytes each), then
+//	              its bits in ⌈m/64⌉ 64-bit words
 //	end     4     CRC-32C of everything before
+//
+// Version 1, written by trawl before filters grew, has one fixed layer:
+// capacity, rate, m, k and n at offsets 16 to 48, the bits, the CRC. It is
+// read as a filter whose first layer is that one.
 const (
-	fileMagic   = "TRAWLBF\x00"
-	fileVersion = 1
-	fileScheme  = 1
-	headerSize  = 56
+	fileMagic       = "TRAWLBF\x00"
+	fileVersion     = 2
+	fileScheme      = 1
+	headerSize      = 48
+	layerHeaderSize = 40
+	v1HeaderSize    = 56
+	maxLayers       = 64
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// fileHeader holds the fields of a file before the bits.
-type fileHeader struct {
-	capacity uint64
-	fpRate   float64
-	m, k, n  uint64
+// snapshot is what a filter file holds.
+type snapshot struct {
+	version  uint32
+	capacity uint64  // Config.Capacity
+	fpRate   float64 // Config.FPRate
+	n        uint64
+	layers   []*layer
 }
 
 // writeFile writes a filter file atomically: a temporary file in the same
 // directory is written, synced and renamed over path, and the directory is
 // synced.
-func writeFile(path string, h fileHeader, words []uint64) (err error) {
+func writeFile(path string, s snapshot) (err error) {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -74,26 +84,34 @@ func writeFile(path string, h fileHeader, words []uint64) (err error) {
 
 	crc := crc32.New(castagnoli)
 	w := bufio.NewWriterSize(io.MultiWriter(tmp, crc), 1<<20)
-	var hdr [headerSize]byte
-	copy(hdr[:], fileMagic)
-	binary.LittleEndian.PutUint32(hdr[8:], fileVersion)
-	binary.LittleEndian.PutUint32(hdr[12:], fileScheme)
-	binary.LittleEndian.PutUint64(hdr[16:], h.capacity)
-	binary.LittleEndian.PutUint64(hdr[24:], math.Float64bits(h.fpRate))
-	binary.LittleEndian.PutUint64(hdr[32:], h.m)
-	binary.LittleEndian.PutUint64(hdr[40:], h.k)
-	binary.LittleEndian.PutUint64(hdr[48:], h.n)
-	w.Write(hdr[:])
+	hdr := make([]byte, 0, headerSize)
+	hdr = append(hdr, fileMagic...)
+	hdr = binary.LittleEndian.AppendUint32(hdr, fileVersion)
+	hdr = binary.LittleEndian.AppendUint32(hdr, fileScheme)
+	hdr = binary.LittleEndian.AppendUint64(hdr, s.capacity)
+	hdr = binary.LittleEndian.AppendUint64(hdr, math.Float64bits(s.fpRate))
+	hdr = binary.LittleEndian.AppendUint64(hdr, s.n)
+	hdr = binary.LittleEndian.AppendUint64(hdr, uint64(len(s.layers)))
+	w.Write(hdr)
 	buf := make([]byte, 0, 64<<10)
-	for len(words) > 0 {
-		chunk := words[:min(len(words), cap(buf)/8)]
-		words = words[len(chunk):]
+	for _, l := range s.layers {
 		buf = buf[:0]
-		for _, x := range chunk {
-			buf = binary.LittleEndian.AppendUint64(buf, x)
-		}
-		if _, err := w.Write(buf); err != nil {
-			return err
+		buf = binary.LittleEndian.AppendUint64(buf, l.capacity)
+		buf = binary.LittleEndian.AppendUint64(buf, math.Float64bits(l.fpRate))
+		buf = binary.LittleEndian.AppendUint64(buf, l.m)
+		buf = binary.LittleEndian.AppendUint64(buf, l.k)
+		buf = binary.LittleEndian.AppendUint64(buf, l.n)
+		w.Write(buf)
+		for words := l.words; len(words) > 0; {
+			chunk := words[:min(len(words), cap(buf)/8)]
+			words = words[len(chunk):]
+			buf = buf[:0]
+			for _, x := range chunk {
+				buf = binary.LittleEndian.AppendUint64(buf, x)
+			}
+			if _, err := w.Write(buf); err != nil {
+				return err
+			}
 		}
 	}
 	if err := w.Flush(); err != nil {
@@ -111,30 +129,37 @@ func writeFile(path string, h fileHeader, words []uint64) (err error) {
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return err
 	}
-	if d, err := os.Open(dir); err == nil { // make the rename durable
-		defer d.Close()
-		if err := d.Sync(); err != nil {
-			return fmt.Errorf("sync directory: %w", err)
-		}
+	return syncDir(dir)
+}
+
+// syncDir makes renames and removals in dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return nil // not every system opens directories
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync directory: %w", err)
 	}
 	return nil
 }
 
 // readFile reads and checks a filter file. It returns errNoFile if there is
 // none, and an error wrapping ErrCorrupt if it is not a valid filter file.
-func readFile(path string) (fileHeader, []uint64, error) {
-	var h fileHeader
+func readFile(path string) (snapshot, error) {
+	var s snapshot
 	file, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return h, nil, errNoFile
+		return s, errNoFile
 	}
 	if err != nil {
-		return h, nil, err
+		return s, err
 	}
 	defer file.Close()
 	st, err := file.Stat()
 	if err != nil {
-		return h, nil, err
+		return s, err
 	}
 	corrupt := func(format string, a ...any) error {
 		return fmt.Errorf("%w: %s", ErrCorrupt, fmt.Sprintf(format, a...))
@@ -142,51 +167,96 @@ func readFile(path string) (fileHeader, []uint64, error) {
 
 	crc := crc32.New(castagnoli)
 	r := io.TeeReader(bufio.NewReaderSize(file, 1<<20), crc)
-	var hdr [headerSize]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return h, nil, corrupt("header: %v", err)
+	var hdr [v1HeaderSize]byte
+	if _, err := io.ReadFull(r, hdr[:headerSize]); err != nil {
+		return s, corrupt("header: %v", err)
 	}
 	if string(hdr[:8]) != fileMagic {
-		return h, nil, corrupt("not a trawl filter file")
+		return s, corrupt("not a trawl filter file")
 	}
-	if v := binary.LittleEndian.Uint32(hdr[8:]); v != fileVersion {
-		return h, nil, corrupt("format version %d, want %d", v, fileVersion)
+	s.version = binary.LittleEndian.Uint32(hdr[8:])
+	if s.version != fileVersion && s.version != 1 {
+		return s, corrupt("format version %d, want 1 or %d (a file from a newer trawl?)", s.version, fileVersion)
 	}
-	if s := binary.LittleEndian.Uint32(hdr[12:]); s != fileScheme {
-		return h, nil, corrupt("bit-position scheme %d, want %d", s, fileScheme)
+	if v := binary.LittleEndian.Uint32(hdr[12:]); v != fileScheme {
+		return s, corrupt("bit-position scheme %d, want %d", v, fileScheme)
 	}
-	h.capacity = binary.LittleEndian.Uint64(hdr[16:])
-	h.fpRate = math.Float64frombits(binary.LittleEndian.Uint64(hdr[24:]))
-	h.m = binary.LittleEndian.Uint64(hdr[32:])
-	h.k = binary.LittleEndian.Uint64(hdr[40:])
-	h.n = binary.LittleEndian.Uint64(hdr[48:])
-	if h.m == 0 || h.m > maxBits || h.k == 0 || h.k > 64 {
-		return h, nil, corrupt("bad parameters m=%d k=%d", h.m, h.k)
+	s.capacity = binary.LittleEndian.Uint64(hdr[16:])
+	s.fpRate = math.Float64frombits(binary.LittleEndian.Uint64(hdr[24:]))
+	size := uint64(headerSize) + 4 // what the file must hold, so far
+	var nlayers uint64
+	var layerHdr []byte
+	if s.version == 1 {
+		// One layer, whose header shares the file's: m, k, n follow.
+		if _, err := io.ReadFull(r, hdr[headerSize:]); err != nil {
+			return s, corrupt("header: %v", err)
+		}
+		nlayers, size = 1, v1HeaderSize+4
+		layerHdr = hdr[16:56] // capacity, rate, m, k, n: a layer's header
+		s.n = binary.LittleEndian.Uint64(hdr[48:])
+	} else {
+		s.n = binary.LittleEndian.Uint64(hdr[32:])
+		nlayers = binary.LittleEndian.Uint64(hdr[40:])
+		if nlayers == 0 || nlayers > maxLayers {
+			return s, corrupt("%d layers", nlayers)
+		}
 	}
-	nw := wordsFor(h.m)
-	if want := headerSize + 8*nw + 4; uint64(st.Size()) != want {
-		return h, nil, corrupt("size %d bytes, want %d for %d bits", st.Size(), want, h.m)
+	if math.IsNaN(s.fpRate) || s.fpRate <= 0 || s.fpRate >= 1 {
+		return s, corrupt("false-positive rate %v", s.fpRate)
 	}
 
-	words := make([]uint64, nw)
+	var total uint64
 	buf := make([]byte, 64<<10)
-	for i := uint64(0); i < nw; {
-		chunk := buf[:min(uint64(len(buf)), 8*(nw-i))]
-		if _, err := io.ReadFull(r, chunk); err != nil {
-			return h, nil, corrupt("bits: %v", err)
+	for i := range nlayers {
+		if s.version != 1 {
+			layerHdr = buf[:layerHeaderSize]
+			if _, err := io.ReadFull(r, layerHdr); err != nil {
+				return s, corrupt("layer %d: %v", i, err)
+			}
+			size += layerHeaderSize
 		}
-		for ; len(chunk) > 0; chunk = chunk[8:] {
-			words[i] = binary.LittleEndian.Uint64(chunk)
-			i++
+		l := &layer{
+			capacity: binary.LittleEndian.Uint64(layerHdr[0:]),
+			fpRate:   math.Float64frombits(binary.LittleEndian.Uint64(layerHdr[8:])),
+			m:        binary.LittleEndian.Uint64(layerHdr[16:]),
+			k:        binary.LittleEndian.Uint64(layerHdr[24:]),
+			n:        binary.LittleEndian.Uint64(layerHdr[32:]),
 		}
+		if l.m == 0 || l.m > maxBits || l.k == 0 || l.k > 64 || l.capacity == 0 ||
+			math.IsNaN(l.fpRate) || l.fpRate <= 0 || l.fpRate >= 1 {
+			return s, corrupt("layer %d: bad parameters capacity=%d rate=%v m=%d k=%d", i, l.capacity, l.fpRate, l.m, l.k)
+		}
+		nw := wordsFor(l.m)
+		if size += 8 * nw; size > uint64(st.Size()) {
+			return s, corrupt("size %d bytes, too short for layer %d of %d bits", st.Size(), i, l.m)
+		}
+		l.words = make([]uint64, nw)
+		for j := uint64(0); j < nw; {
+			chunk := buf[:min(uint64(len(buf)), 8*(nw-j))]
+			if _, err := io.ReadFull(r, chunk); err != nil {
+				return s, corrupt("layer %d bits: %v", i, err)
+			}
+			for ; len(chunk) > 0; chunk = chunk[8:] {
+				l.words[j] = binary.LittleEndian.Uint64(chunk)
+				j++
+			}
+		}
+		total += l.n
+		s.layers = append(s.layers, l)
+	}
+	if size != uint64(st.Size()) {
+		return s, corrupt("size %d bytes, want %d", st.Size(), size)
+	}
+	if total != s.n {
+		return s, corrupt("layers hold %d fingerprints, header says %d", total, s.n)
 	}
 	sum := crc.Sum32()
 	var tail [4]byte
 	if _, err := io.ReadFull(r, tail[:]); err != nil {
-		return h, nil, corrupt("checksum: %v", err)
+		return s, corrupt("checksum: %v", err)
 	}
 	if got := binary.LittleEndian.Uint32(tail[:]); got != sum {
-		return h, nil, corrupt("checksum %08x, computed %08x", got, sum)
+		return s, corrupt("checksum %08x, computed %08x", got, sum)
 	}
-	return h, words, nil
+	return s, nil
 }

@@ -2,45 +2,54 @@ package local
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"math"
-	"math/bits"
 	"sync"
-
-	"github.com/bits-and-blooms/bloom/v3"
 
 	"github.com/trawlhq/trawl/dedup"
 )
 
 // Defaults for the zero values of Config.
 const (
-	DefaultCapacity = 10_000_000
+	DefaultCapacity = 1024
 	DefaultFPRate   = 0.001
 )
 
-// maxBits bounds the size of a filter (8 GiB of bits), so that a typo in
+// maxBits bounds the size of one layer (8 GiB of bits), so that a typo in
 // Capacity or FPRate is an error rather than an out-of-memory crash.
 const maxBits = 1 << 36
 
-// Config configures a Filter. The zero value is a 10-million-fingerprint,
-// 0.1% false-positive, unpersisted filter (about 18 MB).
+// minJournalLimit is the journal size below which a filter never saves
+// itself on its own.
+const minJournalLimit = 1 << 20
+
+// Config configures a Filter. The zero value is an unpersisted filter that
+// starts at 1024 fingerprints (about 2.5 KB), grows as needed and keeps
+// its false-positive rate under 0.1% at any size.
 type Config struct {
-	// Capacity is the expected number of distinct fingerprints; 0 means
-	// DefaultCapacity. Past it the filter still works, but its
-	// false-positive rate rises above FPRate.
+	// Capacity is the number of fingerprints the first layer holds; 0
+	// means DefaultCapacity. When a layer is full the filter adds one
+	// twice as large, so Capacity only sets where growth starts: a larger
+	// value spends memory up front to save a few layers.
 	Capacity uint
-	// FPRate is the target false-positive rate at Capacity, in (0, 1); 0
-	// means DefaultFPRate.
+	// FPRate bounds the false-positive rate, in (0, 1), at any number of
+	// fingerprints; 0 means DefaultFPRate.
 	FPRate float64
-	// Path is the file the filter is loaded from, if it exists, and saved to
-	// by Save and Close. "" means the filter is not persisted.
+	// Path is the file the filter is loaded from, if it exists, and saved
+	// to. "" means the filter is not persisted. Fingerprints added between
+	// saves go to journal files beside it (Path.journal.N), so that they
+	// survive a crash.
 	Path string
-	// Logger receives lifecycle messages (load, save, over capacity); nil
-	// discards them.
+	// JournalLimit is the journal size in bytes past which the filter
+	// saves itself to Path and starts a new journal. 0 means the larger of
+	// 1 MiB and the size of the filter's bits; negative means never (only
+	// Save and Close write Path).
+	JournalLimit int64
+	// Logger receives lifecycle messages (load, save, growth, torn
+	// journal records); nil discards them.
 	Logger *slog.Logger
 }
 
@@ -65,59 +74,139 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("local filter: false-positive rate %v is not in (0, 1)", c.FPRate))
 	} else if d := c.withDefaults(); d.Capacity > maxBits {
 		errs = append(errs, fmt.Errorf("local filter: capacity %d is too large", c.Capacity))
-	} else if m, _ := bloom.EstimateParameters(d.Capacity, d.FPRate); m > maxBits {
+	} else if m := layerBits(uint64(d.Capacity), layerRate(d.FPRate, 0)); m > maxBits {
 		errs = append(errs, fmt.Errorf("local filter: capacity %d at false-positive rate %v needs %d bits, more than the limit of %d",
 			d.Capacity, d.FPRate, m, uint64(maxBits)))
 	}
 	return errors.Join(errs...)
 }
 
-// Filter is a Bloom filter of fingerprints held in memory. It implements
-// dedup.Filter, dedup.Checker and dedup.Purger; it is safe for concurrent use.
+// Filter is a scalable Bloom filter of fingerprints held in memory, with
+// a journal on disk when it has a Path. It implements dedup.Filter,
+// dedup.Checker and dedup.Purger; it is safe for concurrent use.
 type Filter struct {
-	cfg  Config // with defaults
-	m, k uint64 // bits, hash functions
-	log  *slog.Logger
+	cfg Config // with defaults
+	log *slog.Logger
 
 	saveMu sync.Mutex // serializes Save and Close, so files are written in order
 
-	mu     sync.Mutex // guards the fields below
-	words  []uint64   // the m bits; nil once closed
-	n      uint64     // fingerprints reported new
-	closed bool
-	warned bool // over-capacity warning given
+	mu        sync.Mutex // guards the fields below
+	layers    []*layer   // oldest first; only the last one is added to; nil once closed
+	n         uint64     // fingerprints reported new
+	closed    bool
+	jr        *journal // nil without Path
+	compactAt int64    // journal size past which the compactor is woken
+
+	compact  chan struct{} // wakes the compactor; buffered, sends never block
+	stop     chan struct{} // closed by Close: the compactor returns
+	stopped  chan struct{} // closed by the compactor when it returns
+	stopOnce sync.Once
 }
 
-// New returns a filter sized for cfg.Capacity fingerprints at cfg.FPRate.
-// If cfg.Path names an existing file, the filter is loaded from it; a file
-// that is not a filter or is damaged is an error wrapping ErrCorrupt, one
-// made for another Capacity or FPRate an error wrapping ErrMismatch.
+// New returns a filter whose false-positive rate stays under cfg.FPRate.
+// If cfg.Path names an existing file, the filter is loaded from it, then
+// the journal files beside it are replayed; a torn record at the end of a
+// journal (a write cut short by a crash) is ignored and logged. A file or
+// journal that is not a filter's or is damaged is an error wrapping
+// ErrCorrupt, a file made for another FPRate an error wrapping
+// ErrMismatch. With a Path, the filter runs a goroutine that saves it when
+// the journal passes cfg.JournalLimit, until Close.
 func New(cfg Config) (*Filter, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	m, k := bloom.EstimateParameters(cfg.Capacity, cfg.FPRate)
-	f := &Filter{cfg: cfg, m: uint64(m), k: uint64(k), log: cfg.Logger.With("backend", "local")}
-	if cfg.Path != "" {
-		loaded, err := f.load()
-		if err != nil {
-			return nil, err
-		}
-		if loaded {
-			f.log.Info("dedup filter loaded", "path", cfg.Path, "fingerprints", f.n)
-			return f, nil
+	f := &Filter{cfg: cfg, log: cfg.Logger.With("backend", "local")}
+	if cfg.Path == "" {
+		f.layers = []*layer{f.firstLayer()}
+		return f, nil
+	}
+	if err := f.open(); err != nil {
+		return nil, fmt.Errorf("local filter: load %q: %w", cfg.Path, err)
+	}
+	f.compact = make(chan struct{}, 1)
+	f.stop = make(chan struct{})
+	f.stopped = make(chan struct{})
+	go f.compactor()
+	return f, nil
+}
+
+// firstLayer returns an empty first layer.
+func (f *Filter) firstLayer() *layer {
+	return newLayer(uint64(f.cfg.Capacity), layerRate(f.cfg.FPRate, 0))
+}
+
+// open loads the file and replays the journals, saves the result if there
+// were journals, and starts a new journal.
+func (f *Filter) open() error {
+	path := f.cfg.Path
+	s, err := readFile(path)
+	switch {
+	case errors.Is(err, errNoFile):
+		f.layers = []*layer{f.firstLayer()}
+	case err != nil:
+		return err
+	case s.fpRate != f.cfg.FPRate:
+		return fmt.Errorf("%w: the file holds a filter for false-positive rate %v, the configuration asks for %v "+
+			"(use the same rate, or start a fresh filter)", ErrMismatch, s.fpRate, f.cfg.FPRate)
+	default:
+		f.layers, f.n = s.layers, s.n
+		if s.version == 1 {
+			f.log.Info("dedup filter file is in format 1 (fixed size); it is kept as the first layer and rewritten in format 2 on the next save",
+				"path", path)
 		}
 	}
-	f.words = make([]uint64, wordsFor(f.m))
-	return f, nil
+	gens, err := journalFiles(path)
+	if err != nil {
+		return err
+	}
+	records := 0
+	isNew := make([]bool, 0, 64)
+	for _, gen := range gens {
+		r, torn, err := replayJournal(path, gen, func(fps []dedup.Fingerprint) {
+			if fps == nil {
+				f.reset()
+				return
+			}
+			isNew = append(isNew[:0], make([]bool, len(fps))...)
+			_ = f.addLocked(fps, isNew, nil) // no journal: cannot fail
+		})
+		if err != nil {
+			return err
+		}
+		if torn {
+			f.log.Warn("dedup filter journal ends in a torn record (a write cut short by a crash); ignored",
+				"journal", journalName(path, gen))
+		}
+		records += r
+	}
+	next := uint64(1)
+	if len(gens) > 0 {
+		next = gens[len(gens)-1] + 1
+		// Fold the journals into the file now, so that they do not pile up
+		// over restarts.
+		if err := f.save(f.snapshotLocked()); err != nil {
+			f.log.Warn("dedup filter journals kept: saving the filter failed", "err", err)
+		} else {
+			f.removeJournals(gens[len(gens)-1])
+		}
+	}
+	if f.jr, err = createJournal(path, next); err != nil {
+		return err
+	}
+	f.setCompactAt()
+	f.log.Info("dedup filter loaded", "path", path, "fingerprints", f.n, "layers", len(f.layers),
+		"bytes", f.sizeBytesLocked(), "journal_records", records)
+	return nil
 }
 
 // Add inserts fingerprints and reports, for each, whether it was new. The
 // batch is one atomic test-and-set: a fingerprint repeated within it is new
 // at most once. A fingerprint never added may be reported as seen (a false
-// positive, at about FPRate when Len is Capacity); one added before is never
-// reported as new. Add fails if ctx is already done, or with an error
+// positive, at a rate under FPRate); one added before is never reported as
+// new. With a Path, the new fingerprints are appended to the journal in
+// one write before Add returns; if that write fails, Add fails and the
+// filter is unchanged. Add fails if ctx is already done, or with an error
 // wrapping dedup.ErrClosed after Close.
 func (f *Filter) Add(ctx context.Context, fps ...dedup.Fingerprint) ([]bool, error) {
 	if err := ctx.Err(); err != nil {
@@ -129,27 +218,23 @@ func (f *Filter) Add(ctx context.Context, fps ...dedup.Fingerprint) ([]bool, err
 	if f.closed {
 		return nil, fmt.Errorf("local filter: add: %w", dedup.ErrClosed)
 	}
-	var added uint64
-	for i := range fps {
-		if f.testAndSet(&fps[i]) {
-			isNew[i] = true
-			added++
-		}
+	if err := f.addLocked(fps, isNew, f.jr); err != nil {
+		return nil, fmt.Errorf("local filter: add: %w", err)
 	}
-	f.n += added
-	if f.n > uint64(f.cfg.Capacity) && !f.warned {
-		f.warned = true
-		f.log.Warn("dedup filter over capacity: false positives will rise above the target rate",
-			"capacity", f.cfg.Capacity, "fp_rate", f.cfg.FPRate)
+	if f.jr != nil && f.jr.size > f.compactAt {
+		select {
+		case f.compact <- struct{}{}:
+		default:
+		}
 	}
 	return isNew, nil
 }
 
-// Contains reports, for each fingerprint, whether all its bits are set,
-// without setting any: true for every fingerprint added before, and for a
-// never-added one at the filter's false-positive rate. It implements
-// dedup.Checker. It fails if ctx is already done, or with an error wrapping
-// dedup.ErrClosed after Close.
+// Contains reports, for each fingerprint, whether some layer holds it,
+// without adding any: true for every fingerprint added before, and for a
+// never-added one at a rate under FPRate. It implements dedup.Checker. It
+// fails if ctx is already done, or with an error wrapping dedup.ErrClosed
+// after Close.
 func (f *Filter) Contains(ctx context.Context, fps ...dedup.Fingerprint) ([]bool, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("local filter: contains: %w", err)
@@ -161,81 +246,149 @@ func (f *Filter) Contains(ctx context.Context, fps ...dedup.Fingerprint) ([]bool
 		return nil, fmt.Errorf("local filter: contains: %w", dedup.ErrClosed)
 	}
 	for i := range fps {
-		in[i] = f.test(&fps[i])
+		h1, h2 := baseHashes(&fps[i])
+		in[i] = f.containsIn(f.layers, h1, h2)
 	}
 	return in, nil
 }
 
-// test reports whether the k bits of fp are all set (see testAndSet).
-func (f *Filter) test(fp *dedup.Fingerprint) bool {
-	h1, h2 := baseHashes(fp)
-	for i := uint64(0); i < f.k; i++ {
-		loc, _ := bits.Mul64(h1, f.m)
-		if f.words[loc>>6]&(uint64(1)<<(loc&63)) == 0 {
-			return false
+// addLocked is Add with f.mu held. It tests every fingerprint against all
+// layers, writes those no layer holds to jr (if not nil), then sets them in
+// the last layer, adding a layer whenever one fills up.
+func (f *Filter) addLocked(fps []dedup.Fingerprint, isNew []bool, jr *journal) error {
+	candidates := 0
+	for i := range fps {
+		h1, h2 := baseHashes(&fps[i])
+		if !f.containsIn(f.layers, h1, h2) {
+			isNew[i] = true
+			candidates++
 		}
-		h1 += h2
-		h2 += i
 	}
-	return true
-}
-
-// testAndSet sets the k bits of fp and reports whether any was clear.
-//
-// The bit positions come straight from the fingerprint, which is already a
-// uniform hash: its two 64-bit halves are mixed with the murmur3 finalizer
-// (see baseHashes), then enhanced double hashing gives k positions, each
-// mapped onto [0, m) by a multiply-high. This is about three times faster
-// than hashing the 16 bytes again with bloom's TestAndAdd (see
-// BenchmarkLocations). The scheme is recorded in saved files.
-func (f *Filter) testAndSet(fp *dedup.Fingerprint) bool {
-	h1, h2 := baseHashes(fp)
-	fresh := false
-	for i := uint64(0); i < f.k; i++ {
-		loc, _ := bits.Mul64(h1, f.m)
-		w, bit := loc>>6, uint64(1)<<(loc&63)
-		if f.words[w]&bit == 0 {
-			f.words[w] |= bit
-			fresh = true
+	if candidates == 0 {
+		return nil
+	}
+	if jr != nil {
+		// A fingerprint repeated in the batch is written twice; replaying
+		// it twice does no harm.
+		if err := jr.add(fps, isNew); err != nil {
+			clear(isNew)
+			return err
 		}
-		h1 += h2
-		h2 += i
 	}
-	return fresh
+	first := len(f.layers) - 1
+	for i := range fps {
+		if !isNew[i] {
+			continue
+		}
+		h1, h2 := baseHashes(&fps[i])
+		last := len(f.layers) - 1
+		// Layers filled during this batch were tested before the earlier
+		// fingerprints of the batch went in: test them again.
+		if last > first && f.containsIn(f.layers[first:last], h1, h2) {
+			isNew[i] = false
+			continue
+		}
+		l := f.layers[last]
+		if !l.testAndSet(h1, h2) {
+			isNew[i] = false
+			continue
+		}
+		l.n++
+		f.n++
+		if l.full() {
+			f.grow()
+		}
+	}
+	return nil
 }
 
-// baseHashes returns the two hashes that double hashing starts from. Each
-// depends on all 128 bits of fp, so that fingerprints differing in one half
-// only (counters, in tests) still get unrelated bit positions.
-func baseHashes(fp *dedup.Fingerprint) (h1, h2 uint64) {
-	lo := binary.LittleEndian.Uint64(fp[:8])
-	hi := binary.LittleEndian.Uint64(fp[8:])
-	h1 = fmix64(hi ^ fmix64(lo+0x9e3779b97f4a7c15))
-	h2 = fmix64(lo ^ fmix64(hi+0xc2b2ae3d27d4eb4f))
-	return h1, h2
+// containsIn reports whether any of layers holds the fingerprint, newest
+// first (a duplicate is most often a recent fingerprint).
+func (f *Filter) containsIn(layers []*layer, h1, h2 uint64) bool {
+	for i := len(layers) - 1; i >= 0; i-- {
+		if layers[i].contains(h1, h2) {
+			return true
+		}
+	}
+	return false
 }
 
-// fmix64 is the 64-bit finalizer of MurmurHash3.
-func fmix64(x uint64) uint64 {
-	x ^= x >> 33
-	x *= 0xff51afd7ed558ccd
-	x ^= x >> 33
-	x *= 0xc4ceb9fe1a85ec53
-	x ^= x >> 33
-	return x
+// grow adds a layer twice as large as the last one at a tighter
+// false-positive rate (see growth and tightening).
+func (f *Filter) grow() {
+	last := f.layers[len(f.layers)-1]
+	if len(f.layers) >= maxLayers {
+		return // unreachable in practice: the last layer fills on
+	}
+	capacity, rate := last.capacity*growth, layerRate(f.cfg.FPRate, len(f.layers))
+	if layerBits(capacity, rate) > maxBits {
+		capacity = last.capacity
+	}
+	f.layers = append(f.layers, newLayer(capacity, rate))
+	f.setCompactAt()
+	f.log.Debug("dedup filter grew", "layers", len(f.layers), "capacity", capacity, "fp_rate", rate,
+		"fingerprints", f.n, "bytes", f.sizeBytesLocked())
+}
+
+// reset empties the filter; f.mu is held.
+func (f *Filter) reset() {
+	f.layers = []*layer{f.firstLayer()}
+	f.n = 0
+	f.setCompactAt()
+}
+
+// setCompactAt sets the journal size past which the filter saves itself.
+func (f *Filter) setCompactAt() {
+	switch {
+	case f.cfg.JournalLimit > 0:
+		f.compactAt = f.cfg.JournalLimit
+	case f.cfg.JournalLimit < 0:
+		f.compactAt = math.MaxInt64
+	default:
+		f.compactAt = max(minJournalLimit, int64(f.sizeBytesLocked()))
+	}
+}
+
+// compactor saves the filter whenever Add finds the journal past its
+// limit, until Close. It is owned by the filter: Close stops it and waits.
+func (f *Filter) compactor() {
+	defer close(f.stopped)
+	for {
+		select {
+		case <-f.stop:
+			return
+		case <-f.compact:
+			if err := f.Save(); err != nil && !errors.Is(err, dedup.ErrClosed) {
+				f.log.Warn("dedup filter not compacted: the journal keeps growing", "err", err)
+			}
+		}
+	}
 }
 
 // Purge forgets every fingerprint. It implements dedup.Purger; ctx is not
-// used.
+// used. With a Path, the purge is written to the journal and synced before
+// the filter is emptied, so that a crash does not bring the fingerprints
+// back.
 func (f *Filter) Purge(ctx context.Context) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
 		return fmt.Errorf("local filter: purge: %w", dedup.ErrClosed)
 	}
-	clear(f.words)
-	f.n = 0
-	f.warned = false
+	if f.jr != nil {
+		err := f.jr.purge()
+		if err == nil {
+			err = f.jr.file.Sync()
+		}
+		if err != nil {
+			return fmt.Errorf("local filter: purge: %w", err)
+		}
+		select { // the file can shrink now
+		case f.compact <- struct{}{}:
+		default:
+		}
+	}
+	f.reset()
 	return nil
 }
 
@@ -247,23 +400,39 @@ func (f *Filter) Len() uint {
 	return uint(f.n)
 }
 
-// Cap returns the capacity the filter was sized for.
-func (f *Filter) Cap() uint { return f.cfg.Capacity }
-
-// SizeBytes returns the memory the filter's bits take.
-func (f *Filter) SizeBytes() uint64 { return wordsFor(f.m) * 8 }
-
-// EstimatedFPRate returns the false-positive rate expected for a
-// fingerprint never added, given Len: (1 - e^(-k·n/m))^k.
-func (f *Filter) EstimatedFPRate() float64 {
-	n := float64(f.Len())
-	return math.Pow(1-math.Exp(-float64(f.k)*n/float64(f.m)), float64(f.k))
+// SizeBytes returns the memory the filter's bits take; it grows with Len.
+func (f *Filter) SizeBytes() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.sizeBytesLocked()
 }
 
-// Save writes the filter to Config.Path atomically: to a temporary file in
-// the same directory, synced, then renamed over the old file. Adds may go on
-// while it writes; the file holds the state at the start of Save. It fails
-// if the filter has no Path or is closed.
+func (f *Filter) sizeBytesLocked() uint64 {
+	var b uint64
+	for _, l := range f.layers {
+		b += l.sizeBytes()
+	}
+	return b
+}
+
+// EstimatedFPRate returns the false-positive rate expected for a
+// fingerprint never added, given how full each layer is: the chance that
+// at least one layer claims it.
+func (f *Filter) EstimatedFPRate() float64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	none := 1.0
+	for _, l := range f.layers {
+		none *= 1 - l.estimatedFPRate()
+	}
+	return 1 - none
+}
+
+// Save writes the filter to Config.Path atomically (a temporary file in
+// the same directory, synced, then renamed over the old file) and deletes
+// the journal files it makes redundant. Adds may go on while it writes:
+// they go to a new journal file, started when Save takes its copy. It
+// fails if the filter has no Path or is closed.
 func (f *Filter) Save() error {
 	if f.cfg.Path == "" {
 		return errors.New("local filter: save: no path configured")
@@ -275,17 +444,39 @@ func (f *Filter) Save() error {
 		f.mu.Unlock()
 		return fmt.Errorf("local filter: save: %w", dedup.ErrClosed)
 	}
-	words, n := make([]uint64, len(f.words)), f.n
-	copy(words, f.words)
+	s := f.snapshotLocked()
+	for i, l := range s.layers {
+		s.layers[i] = l.clone()
+	}
+	old := f.jr
+	jr, err := createJournal(f.cfg.Path, old.gen+1)
+	if err != nil {
+		f.mu.Unlock()
+		return fmt.Errorf("local filter: save: start a new journal: %w", err)
+	}
+	f.jr = jr
 	f.mu.Unlock()
-	return f.save(words, n)
+	if err := old.close(false); err != nil {
+		f.log.Warn("dedup filter journal not closed", "err", err)
+	}
+	if err := f.save(s); err != nil {
+		return err // the journals stay: the next New replays them
+	}
+	f.removeJournals(old.gen)
+	return nil
 }
 
 // Close saves the filter if it has a Path, then releases it. Later calls
 // return nil; Add, Purge and Save after Close fail with dedup.ErrClosed. If
-// saving fails the filter is closed all the same, and the old file, if any,
-// is left as it was.
+// saving fails the filter is closed all the same; the old file and the
+// journal, synced, are left for the next New.
 func (f *Filter) Close() error {
+	f.stopOnce.Do(func() {
+		if f.stop != nil {
+			close(f.stop)
+			<-f.stopped
+		}
+	})
 	f.saveMu.Lock()
 	defer f.saveMu.Unlock()
 	f.mu.Lock()
@@ -294,56 +485,61 @@ func (f *Filter) Close() error {
 		return nil
 	}
 	f.closed = true
-	words, n := f.words, f.n
-	f.words = nil
+	s, jr := f.snapshotLocked(), f.jr
+	f.layers, f.jr = nil, nil
 	f.mu.Unlock()
-	if f.cfg.Path == "" {
+	if jr == nil {
 		return nil
 	}
-	return f.save(words, n)
-}
-
-// save writes words and n to the file and logs the outcome.
-func (f *Filter) save(words []uint64, n uint64) error {
-	if err := writeFile(f.cfg.Path, f.header(n), words); err != nil {
-		f.log.Error("dedup filter not saved", "path", f.cfg.Path, "err", err)
-		return fmt.Errorf("local filter: save %q: %w", f.cfg.Path, err)
+	jerr := jr.close(true)
+	if err := f.save(s); err != nil {
+		if jerr != nil {
+			err = errors.Join(err, fmt.Errorf("local filter: journal: %w", jerr))
+		}
+		return err
 	}
-	f.log.Info("dedup filter saved", "path", f.cfg.Path, "fingerprints", n)
+	f.removeJournals(jr.gen)
 	return nil
 }
 
-// load reads the filter's file into f. It reports false if there is none.
-func (f *Filter) load() (bool, error) {
-	h, words, err := readFile(f.cfg.Path)
-	if errors.Is(err, errNoFile) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("local filter: load %q: %w", f.cfg.Path, err)
-	}
-	if h.capacity != uint64(f.cfg.Capacity) || h.fpRate != f.cfg.FPRate {
-		return false, fmt.Errorf("local filter: load %q: %w: the file holds a filter for capacity %d at false-positive rate %v, "+
-			"the configuration asks for capacity %d at %v (use the same settings, or start a fresh filter)",
-			f.cfg.Path, ErrMismatch, h.capacity, h.fpRate, f.cfg.Capacity, f.cfg.FPRate)
-	}
-	f.m, f.k, f.n, f.words = h.m, h.k, h.n, words
-	return true, nil
-}
-
-// header describes the filter for its file.
-func (f *Filter) header(n uint64) fileHeader {
-	return fileHeader{
+// snapshotLocked returns the filter's state, sharing its layers.
+func (f *Filter) snapshotLocked() snapshot {
+	return snapshot{
 		capacity: uint64(f.cfg.Capacity),
 		fpRate:   f.cfg.FPRate,
-		m:        f.m,
-		k:        f.k,
-		n:        n,
+		n:        f.n,
+		layers:   append([]*layer(nil), f.layers...),
 	}
 }
 
-// wordsFor returns the number of 64-bit words that hold m bits.
-func wordsFor(m uint64) uint64 { return (m + 63) / 64 }
+// save writes s to the file and logs the outcome.
+func (f *Filter) save(s snapshot) error {
+	if err := writeFile(f.cfg.Path, s); err != nil {
+		f.log.Error("dedup filter not saved", "path", f.cfg.Path, "err", err)
+		return fmt.Errorf("local filter: save %q: %w", f.cfg.Path, err)
+	}
+	f.log.Info("dedup filter saved", "path", f.cfg.Path, "fingerprints", s.n, "layers", len(s.layers))
+	return nil
+}
+
+// removeJournals deletes the journal files up to generation gen, which
+// the file now holds. A file that cannot be deleted is only logged: it is
+// replayed, harmlessly, by the next New.
+func (f *Filter) removeJournals(gen uint64) {
+	gens, err := journalFiles(f.cfg.Path)
+	if err != nil {
+		f.log.Warn("dedup filter journals not removed", "err", err)
+		return
+	}
+	for _, g := range gens {
+		if g > gen {
+			break
+		}
+		if err := removeFile(journalName(f.cfg.Path, g)); err != nil {
+			f.log.Warn("dedup filter journal not removed", "err", err)
+		}
+	}
+}
 
 var _ interface {
 	dedup.Filter

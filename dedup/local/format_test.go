@@ -1,0 +1,147 @@
+package local
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"hash/crc32"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/trawlhq/trawl/dedup"
+)
+
+// writeV1 writes l as a format-1 file, the fixed-size filter of trawl
+// before filters grew.
+func writeV1(t *testing.T, path string, l *layer) {
+	t.Helper()
+	b := []byte(fileMagic)
+	b = binary.LittleEndian.AppendUint32(b, 1)
+	b = binary.LittleEndian.AppendUint32(b, fileScheme)
+	b = binary.LittleEndian.AppendUint64(b, l.capacity)
+	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(l.fpRate))
+	b = binary.LittleEndian.AppendUint64(b, l.m)
+	b = binary.LittleEndian.AppendUint64(b, l.k)
+	b = binary.LittleEndian.AppendUint64(b, l.n)
+	for _, w := range l.words {
+		b = binary.LittleEndian.AppendUint64(b, w)
+	}
+	b = binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func randomFPs(seed uint64, n int) []dedup.Fingerprint {
+	r := rand.New(rand.NewPCG(seed, 1))
+	fps := make([]dedup.Fingerprint, n)
+	for i := range fps {
+		binary.LittleEndian.PutUint64(fps[i][:8], r.Uint64())
+		binary.LittleEndian.PutUint64(fps[i][8:], r.Uint64())
+	}
+	return fps
+}
+
+// TestReadsFormat1 opens a file written by the fixed-size filter: its
+// fingerprints are known, it becomes the first layer, the filter grows
+// past it, and Close rewrites the file in the current format.
+func TestReadsFormat1(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "dupefilter.bloom")
+	old := newLayer(500, 0.01)
+	fps := randomFPs(1, 1500)
+	for i := range fps[:500] {
+		if old.testAndSet(baseHashes(&fps[i])) {
+			old.n++
+		}
+	}
+	writeV1(t, path, old)
+
+	if _, err := New(Config{Path: path, FPRate: 0.001}); !errors.Is(err, ErrMismatch) {
+		t.Errorf("New with another rate over a format-1 file: %v, want ErrMismatch", err)
+	}
+	cfg := Config{Path: path, FPRate: 0.01}
+	f, err := New(cfg)
+	if err != nil {
+		t.Fatalf("New over a format-1 file: %v", err)
+	}
+	if f.Len() != uint(old.n) {
+		t.Errorf("Len = %d, want the file's %d", f.Len(), old.n)
+	}
+	isNew, err := f.Add(context.Background(), fps...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, b := range isNew[:500] {
+		if b {
+			t.Fatalf("fingerprint %d of the format-1 file reported new", i)
+		}
+	}
+	if len(f.layers) < 2 || f.layers[0].capacity != 500 {
+		t.Errorf("layers %d, first of capacity %d; want the old filter first and the filter grown past it", len(f.layers), f.layers[0].capacity)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := readFile(path)
+	if err != nil || s.version != fileVersion {
+		t.Fatalf("after Close, file version %d (%v), want %d", s.version, err, fileVersion)
+	}
+	g, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	isNew, err = g.Add(context.Background(), fps...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, b := range isNew {
+		if b {
+			t.Fatalf("after rewriting, fingerprint %d reported new", i)
+		}
+	}
+}
+
+// TestFailedJournalWriteChangesNothing makes the journal write fail: Add
+// fails, and the fingerprints it was given are still new afterwards, so a
+// caller that retries loses none.
+func TestFailedJournalWriteChangesNothing(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "f")
+	f, err := New(Config{Capacity: 10, Path: path, JournalLimit: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ctx := context.Background()
+	fps := randomFPs(2, 30)
+	if _, err := f.Add(ctx, fps[:5]...); err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	f.jr.file.Close() // every write fails now
+	layers, n := len(f.layers), f.n
+	f.mu.Unlock()
+	if _, err := f.Add(ctx, fps...); err == nil {
+		t.Fatal("Add with a failing journal succeeded")
+	}
+	f.mu.Lock()
+	if len(f.layers) != layers || f.n != n {
+		t.Errorf("failed Add changed the filter: %d layers, %d fingerprints; was %d, %d", len(f.layers), f.n, layers, n)
+	}
+	if f.jr, err = createJournal(path, f.jr.gen+1); err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Unlock()
+	isNew, err := f.Add(ctx, fps...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, b := range isNew {
+		if b != (i >= 5) {
+			t.Errorf("after the failed Add, fingerprint %d new = %v, want %v", i, b, i >= 5)
+		}
+	}
+}
