@@ -16,11 +16,14 @@
 //     scalable Bloom filter (Almeida et al., 2007): layer i holds
 //     Capacity·2^i fingerprints at a rate of FPRate·0.1·0.9^i, and a new
 //     layer is added when the last one is full, so the rates sum to less
-//     than FPRate. At 0.1% a full layer takes about 2.5 bytes per
-//     fingerprint, and the newest layer may be up to half empty: a 300-page
-//     crawl takes a few kilobytes, a million fingerprints 3 to 6 MB, ten
-//     million 23 to 46 MB (a fixed filter sized for exactly ten million
-//     takes 18 MB, from the first fingerprint on).
+//     than FPRate. The default bound is one in a million, because a false
+//     positive is a page never crawled: a crawl of ten million URLs expects
+//     to lose a few, not thousands. A full layer then takes about 4.4 bytes
+//     per fingerprint, and the newest layer may be up to half empty: a
+//     300-page crawl takes 4 KB, a million fingerprints 5 to 9 MB, ten
+//     million 38 to 76 MB (at 0.1%, 2.5 bytes per fingerprint; the fixed
+//     filter of earlier versions took 18 MB from the first fingerprint on,
+//     sized for ten million at 0.1%).
 //   - Durability: with a Path, each Add that finds new fingerprints appends
 //     them to a journal file (Path.journal.N) in one write, before it
 //     returns. New loads the file, then replays the journals, so a kill -9

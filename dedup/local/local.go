@@ -15,7 +15,7 @@ import (
 // Defaults for the zero values of Config.
 const (
 	DefaultCapacity = 1024
-	DefaultFPRate   = 0.001
+	DefaultFPRate   = 1e-6
 )
 
 // maxBits bounds the size of one layer (8 GiB of bits), so that a typo in
@@ -27,8 +27,8 @@ const maxBits = 1 << 36
 const minJournalLimit = 1 << 20
 
 // Config configures a Filter. The zero value is an unpersisted filter that
-// starts at 1024 fingerprints (about 2.5 KB), grows as needed and keeps
-// its false-positive rate under 0.1% at any size.
+// starts at 1024 fingerprints (about 4 KB), grows as needed and keeps its
+// false-positive rate under one in a million at any size.
 type Config struct {
 	// Capacity is the number of fingerprints the first layer holds; 0
 	// means DefaultCapacity. When a layer is full the filter adds one
