@@ -146,24 +146,6 @@ func (o *options) crawl(ctx context.Context, args []string, seed bool) error {
 			}
 		})
 	}
-	if saver, ok := b.filter.(interface{ Save() error }); ok && o.broker != "memory" { // memory: nothing persists
-		// A local filter is saved on Close; saving it now and then too
-		// bounds what a kill -9 makes the next run fetch again.
-		wg.Go(func() {
-			t := time.NewTicker(30 * time.Second)
-			defer t.Stop()
-			for {
-				select {
-				case <-side.Done():
-					return
-				case <-t.C:
-					if err := saver.Save(); err != nil {
-						o.log.Warn("saving the duplicate filter failed", "err", err)
-					}
-				}
-			}
-		})
-	}
 	runErr := c.Run(ctx)
 	stopSide()
 	wg.Wait()

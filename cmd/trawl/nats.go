@@ -38,7 +38,7 @@ func (o *options) openEmbedded(ctx context.Context, b *backends, order broker.Or
 	if o.dedup != "" && o.dedup != "local" {
 		return o.sharedFilter(ctx, b)
 	}
-	f, err := local.New(local.Config{Capacity: o.bloomCapacity, FPRate: o.bloomFPRate, Path: filepath.Join(dir, "dupefilter.bloom"), Logger: o.log})
+	f, err := local.New(local.Config{FPRate: o.bloomFPRate, Path: filepath.Join(dir, "dupefilter.bloom"), Logger: o.log})
 	if err != nil {
 		return fmt.Errorf("duplicate filter in %s: %w", dir, err)
 	}
@@ -83,7 +83,7 @@ func (o *options) openRabbitMQ(ctx context.Context, b *backends, order broker.Or
 // kept in the data directory.
 func (o *options) sharedFilter(ctx context.Context, b *backends) error {
 	if o.dedup == "local" {
-		f, err := local.New(local.Config{Capacity: o.bloomCapacity, FPRate: o.bloomFPRate, Path: filepath.Join(o.dataDir(), "dupefilter.bloom"), Logger: o.log})
+		f, err := local.New(local.Config{FPRate: o.bloomFPRate, Path: filepath.Join(o.dataDir(), "dupefilter.bloom"), Logger: o.log})
 		if err != nil {
 			return err
 		}

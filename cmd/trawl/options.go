@@ -79,8 +79,8 @@ func (o *options) addBackendFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.amqpManagementURL, "amqp-management-url", "", "RabbitMQ management API for queue counts, optional (default: none, counts over AMQP; without credentials, the AMQP URL's)")
 	fs.BoolVar(&o.amqpDurable, "amqp-durable", true, "RabbitMQ: durable queues and persistent messages")
 	fs.BoolVar(&o.startSet, "start-urls-set", false, "keep Redis start URLs in a set instead of a list")
-	fs.UintVar(&o.bloomCapacity, "bloom-capacity", 10_000_000, "expected number of fingerprints, about 3 per page (its URL, its published and expanded marks); sizes the duplicate filters")
-	fs.Float64Var(&o.bloomFPRate, "bloom-fp-rate", 0.001, "target false-positive rate, for Bloom filters")
+	fs.UintVar(&o.bloomCapacity, "bloom-capacity", 10_000_000, "expected number of fingerprints, about 3 per page (its URL, its published and expanded marks); sizes the Redis duplicate filters (the local one grows as needed)")
+	fs.Float64Var(&o.bloomFPRate, "bloom-fp-rate", 0, "false-positive rate of Bloom filters (default: 0.001 in Redis; 1e-6 for the local filter, which grows with the crawl)")
 }
 
 // addHiddenCrawlFlags registers the crawl flags on fs hidden: accepted,
@@ -180,8 +180,8 @@ func (o *options) setup() error {
 	if o.retryBackoff <= 0 {
 		errs = append(errs, fmt.Errorf("--retry-backoff %v: want a positive duration", o.retryBackoff))
 	}
-	if o.bloomFPRate <= 0 || o.bloomFPRate >= 1 {
-		errs = append(errs, fmt.Errorf("--bloom-fp-rate %v: want a rate between 0 and 1", o.bloomFPRate))
+	if o.bloomFPRate < 0 || o.bloomFPRate >= 1 {
+		errs = append(errs, fmt.Errorf("--bloom-fp-rate %v: want a rate between 0 and 1 (0: the filter's default)", o.bloomFPRate))
 	}
 	for _, e := range o.extract {
 		name, sel, ok := strings.Cut(e, "=")
@@ -283,7 +283,7 @@ func (o *options) open(ctx context.Context) (*backends, error) {
 	case "", "local":
 		// The in-memory frontier does not survive the process, so neither
 		// may its filter: a resumed crawl would filter its own start URLs.
-		f, err := local.New(local.Config{Capacity: o.bloomCapacity, FPRate: o.bloomFPRate})
+		f, err := local.New(local.Config{FPRate: o.bloomFPRate})
 		if err != nil {
 			b.Close()
 			return nil, err

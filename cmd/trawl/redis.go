@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -111,6 +112,10 @@ func (o *options) redisExtras(ctx context.Context, b *backends, client goredis.U
 	return nil
 }
 
+// redisBloomFPRate is the false-positive rate of --dedup=bloom when
+// --bloom-fp-rate is not given.
+const redisBloomFPRate = 0.001
+
 // redisFilter opens the duplicate filter --dedup names for a Redis
 // deployment: the set (default) or the Bloom filter.
 func (o *options) redisFilter(ctx context.Context, client goredis.UniversalClient) (dedup.Filter, error) {
@@ -119,7 +124,7 @@ func (o *options) redisFilter(ctx context.Context, client goredis.UniversalClien
 	case "", "set":
 		return dedupredis.NewSet(ctx, dedupredis.SetConfig{Client: client, Key: key, Capacity: o.bloomCapacity, Logger: o.log})
 	case "bloom":
-		return dedupredis.NewBloom(ctx, dedupredis.BloomConfig{Client: client, Key: key, Capacity: o.bloomCapacity, FPRate: o.bloomFPRate, Logger: o.log})
+		return dedupredis.NewBloom(ctx, dedupredis.BloomConfig{Client: client, Key: key, Capacity: o.bloomCapacity, FPRate: cmp.Or(o.bloomFPRate, redisBloomFPRate), Logger: o.log})
 	}
 	return nil, usageError("--dedup=%s cannot be shared by the workers of a Redis crawl; use set or bloom", o.dedup)
 }
