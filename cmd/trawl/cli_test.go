@@ -267,6 +267,8 @@ func TestPasswordsRedacted(t *testing.T) {
 		{"nats bad escape", 2, []string{"stats", "--broker=nats", "--nats-url", "nats://u:" + pw + "%zz@127.0.0.1:4222"}, ""},
 		{"nats refused", 1, []string{"stats", "--broker=nats", "--nats-url", "nats://u:" + pw + "@127.0.0.1:1"}, ""},
 		{"nats second url", 2, []string{"seed", "--broker=nats", "--nats-url", "nats://127.0.0.1:1,nats://u:" + pw + "@h:x", "http://example.com/"}, ""},
+		{"proxy bad port", 2, []string{"crawl", "--proxy", "http://u:" + pw + "@127.0.0.1:x", "http://example.com/"}, ""},
+		{"proxy bad escape", 2, []string{"crawl", "--proxy", "http://u:" + pw + "%zz@127.0.0.1:3128", "http://example.com/"}, ""},
 		{"unreachable site", 1, []string{"crawl", "--log-level=debug", "--idle-timeout=100ms", "--ignore-robots", "http://u:" + pw + "@127.0.0.1:1/"}, ""},
 		{"bad start url", 2, []string{"crawl", "http://u:" + pw + "@127.0.0.1:x/"}, ""},
 		{"crawl", 0, []string{"crawl", "--log-level=debug", "--idle-timeout=300ms", withCreds}, ""},
