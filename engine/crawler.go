@@ -738,6 +738,7 @@ func (c *Crawler) redirect(ctx context.Context, req *Request, resp *Response) ac
 // The message keeps its priority. Past MaxRetries it is dead-lettered with
 // the reason.
 func (c *Crawler) retry(req *Request, prior int, why error, wait time.Duration) action {
+	why = redactErr(why) // it goes to logs and dead-letter reasons
 	if prior >= c.cfg.MaxRetries {
 		c.stats.Inc(StatRetriesExceeded)
 		c.fail(ErrorRetries, fmt.Errorf("%s: %w", Redact(req.URL), why))

@@ -3,6 +3,7 @@ package engine
 import (
 	"net/url"
 	"regexp"
+	"strings"
 )
 
 // userinfo matches the user information of URLs written in free text:
@@ -13,6 +14,9 @@ var userinfo = regexp.MustCompile(`([a-zA-Z][a-zA-Z0-9+.-]*://)([^/?#\s"'<>]*)@`
 // url.URL.Redacted does, whether or not the URL parses: a message about a
 // malformed URL must not print its password either.
 func Redact(s string) string {
+	if !strings.Contains(s, "@") {
+		return s // no user information: the common case, without a regexp
+	}
 	return userinfo.ReplaceAllStringFunc(s, func(m string) string {
 		sub := userinfo.FindStringSubmatch(m)
 		scheme, info := sub[1], sub[2]

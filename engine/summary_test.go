@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -155,4 +156,34 @@ func (s *memSink) pages() []*engine.Page {
 		out = append(out, it.(*engine.Page))
 	}
 	return out
+}
+
+// TestNoPasswordInErrors (9.8): a start URL with a password that cannot be
+// fetched: neither Run's error nor the dead letter's reason names the
+// password, and no item carries it.
+func TestNoPasswordInErrors(t *testing.T) {
+	const pw = "Pl4ntedS3cret"
+	b, f := newBackends(t)
+	var sink memSink
+	c, err := engine.New(b, f, engine.Config{
+		IdleTimeout: 200 * time.Millisecond, IgnoreRobots: true, MaxRetries: 1, RetryBackoff: time.Millisecond,
+		TrustedHosts: []string{"127.0.0.1"}, ErrorItems: true, Sink: &sink,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Seed(t.Context(), engine.StartURL{URL: "http://user:" + pw + "@127.0.0.1:1/"})
+	err = c.Run(t.Context())
+	if err == nil || strings.Contains(err.Error(), pw) {
+		t.Errorf("run: %v, want an error without the password", err)
+	}
+	dls, derr := b.DeadLetters(t.Context(), engine.RequestsQueue("trawl"), 10)
+	if derr != nil || len(dls) != 1 || strings.Contains(dls[0].Reason, pw) {
+		t.Errorf("dead letters %+v (%v), want one whose reason has no password", dls, derr)
+	}
+	for _, p := range sink.pages() {
+		if strings.Contains(p.URL+p.Error, pw) {
+			t.Errorf("item %+v names the password", p)
+		}
+	}
 }
