@@ -78,3 +78,75 @@ func TestRedisPolitenessAcrossWorkers(t *testing.T) {
 		}
 	}
 }
+
+// TestRedisKill9FreesHostSlots: a worker killed with kill -9 while it
+// holds all --per-host slots of a host does not stall the next worker
+// beyond --lease (issue 13.4: the slots stayed taken for two minutes).
+func TestRedisKill9FreesHostSlots(t *testing.T) {
+	const pages, perHost = 30, 8
+	var (
+		mu      sync.Mutex
+		active  int
+		blocked = true
+		first   time.Time // the first request after the kill
+		killed  time.Time
+	)
+	full := make(chan struct{}) // perHost requests hang at once
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/robots.txt" {
+			http.NotFound(w, r)
+			return
+		}
+		mu.Lock()
+		if !killed.IsZero() && first.IsZero() {
+			first = time.Now()
+		}
+		hang := blocked && r.URL.Path != "/p/0"
+		if hang {
+			active++
+			if active == perHost {
+				close(full)
+			}
+		}
+		mu.Unlock()
+		if hang {
+			<-r.Context().Done() // the worker dies holding the slot
+			return
+		}
+		w.Header().Set("Content-Type", "text/html")
+		if r.URL.Path == "/p/0" {
+			for i := 1; i < pages; i++ {
+				fmt.Fprintf(w, `<a href="/p/%d">%d</a>`, i, i)
+			}
+		}
+	}))
+	defer srv.Close()
+	name := integration.Name(t)
+	args := redisArgs(t, name, "--per-host="+strconv.Itoa(perHost), "--lease=2s")
+	mustRun(t, append([]string{"seed"}, append(args, srv.URL+"/p/0")...)...)
+	victim := start(t, append([]string{"worker"}, args...)...)
+	select {
+	case <-full:
+	case <-time.After(time.Minute):
+		t.Fatalf("the victim never held %d slots; stderr:\n%s", perHost, victim.stderr.String())
+	}
+	_ = victim.cmd.Process.Kill()
+	victim.wait(t, 10*time.Second)
+	mu.Lock()
+	killed, blocked = time.Now(), false
+	mu.Unlock()
+	next := start(t, append([]string{"worker"}, args...)...)
+	if code := next.wait(t, 2*time.Minute); code != 0 {
+		t.Fatalf("next worker exit %d:\n%s", code, next.stderr.String())
+	}
+	mu.Lock()
+	stall := first.Sub(killed)
+	mu.Unlock()
+	t.Logf("first request %v after the kill (--lease=2s)", stall.Round(10*time.Millisecond))
+	if first.IsZero() || stall > 8*time.Second {
+		t.Errorf("the next worker's first request came %v after the kill, want within the 2s lease (plus start-up)", stall)
+	}
+	if d, _ := union(t, victim, next); d != pages {
+		t.Errorf("%d pages crawled, want all %d", d, pages)
+	}
+}
