@@ -47,6 +47,19 @@
 // returned, and the page is acknowledged only after that: at least once,
 // end to end (see package engine).
 //
+// # Sitemaps, headers, cookies, output
+//
+// Everything the CLI's flags do is a field of Config.Crawl:
+// Crawl.Sitemaps (--sitemaps) also crawls the pages the sitemaps of the
+// start URLs' hosts list, handed to the same handlers as the start URLs;
+// Crawl.Fetch.Header (--header), Crawl.Fetch.NoCookies (--no-cookies; a
+// cookie jar per worker by default), Crawl.Fetch.Proxy (--proxy; else the
+// standard proxy variables) and Crawl.Fetch.Timeout (--timeout) shape the
+// requests; Crawl.Extract (--extract) adds fields to the default items.
+// Items go to Crawl.Sink when set: engine.NewCSV writes CSV, and any type
+// with Write and Close is a sink (see engine.Sink for the contract: Write
+// safe for concurrent use, returning once the items are durable).
+//
 // # Many workers
 //
 // Give every worker the same shared broker and filter (Redis, RabbitMQ or

@@ -392,7 +392,7 @@ func (c *Crawler) takeStarts(ctx context.Context) (int, error) {
 			c.deadLetter(ctx, d, err)
 			continue
 		}
-		if err := c.enqueue(ctx, nil, []*Request{req}); err != nil {
+		if err := c.enqueue(ctx, nil, c.withSitemaps(req)); err != nil {
 			c.writes.fail(err)
 			c.settle(ctx, d, nack(c.cfg.retryDelay(d.Attempt())))
 			c.giveBack(ctx, ds[i+1:]...) // not tried
@@ -420,7 +420,7 @@ func (c *Crawler) takeExternalStarts(ctx context.Context) (int, error) {
 			c.rejectStart(ctx, p, err)
 			continue
 		}
-		reqs = append(reqs, req)
+		reqs = append(reqs, c.withSitemaps(req)...)
 	}
 	if err := c.enqueue(ctx, nil, reqs); err != nil {
 		// Put them back, or they are lost.
@@ -544,6 +544,9 @@ func (c *Crawler) process(ctx, work context.Context, req *Request, prior int) ac
 	// this worker does not have is not fetched for nothing.
 	cb, ok := c.cfg.Callbacks[req.Callback]
 	if !ok {
+		cb, ok = c.builtinCallback(req.Callback)
+	}
+	if !ok {
 		if req.Callback != "" {
 			reason := c.unknownCallback(ctx, req)
 			c.fail(ErrorCallback, errors.New(reason))
@@ -584,7 +587,7 @@ func (c *Crawler) process(ctx, work context.Context, req *Request, prior int) ac
 		c.started.Add(1)
 	}
 	c.stats.Inc(StatRequests)
-	resp, err := c.fetcher.Fetch(work, req)
+	resp, err := c.fetchRequest(work, req)
 	release()
 	if errors.Is(err, ErrLocalRefusal) {
 		c.started.Add(-1)
@@ -670,7 +673,7 @@ func (c *Crawler) process(ctx, work context.Context, req *Request, prior int) ac
 // failed for good, when then (how the delivery is settled) is final: an
 // ack or a reject, not a retry. A failed write nacks the page instead.
 func (c *Crawler) errorItem(ctx context.Context, req *Request, resp *Response, why error, then action) action {
-	if !c.cfg.ErrorItems || c.cfg.Sink == nil || !(then.is(ackKind) || then.is(rejectKind)) {
+	if !c.cfg.ErrorItems || c.cfg.Sink == nil || isSitemap(req) || !(then.is(ackKind) || then.is(rejectKind)) {
 		return then
 	}
 	p := &Page{Depth: req.Depth, Referrer: req.Referrer, FetchedAt: time.Now().UTC(), Meta: req.Meta}
@@ -913,7 +916,9 @@ func (c *Crawler) enqueue(ctx context.Context, parent *Request, reqs []*Request)
 				c.log.Debug("url too long; not followed", "bytes", len(r.URL), "limit", MaxURLLength)
 				continue
 			case tooDeep, excluded:
-				continue
+				if !isSitemap(r) { // sitemaps are not pages: depth and patterns are for what they list
+					continue
+				}
 			}
 		}
 		keep = append(keep, r)

@@ -57,6 +57,32 @@
 // descends from, see Request.Scope), within Config.MaxDepth and the
 // include and exclude patterns.
 //
+// # Sitemaps, headers, cookies, proxies
+//
+// With Config.Sitemaps, each start URL also seeds its host's robots.txt
+// (read for Sitemap: lines) and /sitemap.xml, as requests for the
+// engine's own callbacks (CallbackRobotsSitemaps, CallbackSitemap): they
+// travel through the broker and the filter like pages, so any worker
+// fetches them, once per crawl, with the same guarantees. Sitemap indexes
+// are followed; gzip is read; the URLs listed are enqueued as links of the
+// sitemap, through scope and the filter (see ParseSitemap for the
+// protocol's limits).
+//
+// FetchOptions.Header goes with every request; a request's own Header (a
+// JSON start URL's "headers", say) wins. Each Fetcher, so each worker,
+// keeps a cookie jar (FetchOptions.Jar, NoCookies): a page that needs a
+// cookie set by an earlier page gets it when the same worker fetched the
+// earlier page, which a single worker always does; workers do not share
+// cookies. FetchOptions.Proxy, or else HTTP_PROXY, HTTPS_PROXY and
+// NO_PROXY, choose the proxy; FetchOptions.Timeout bounds each request.
+//
+// # Items
+//
+// The default callback emits a Page per fetched 2xx page, with the fields
+// of Config.Extract (see Extraction: ::text, ::attr(NAME), ::html). A Sink
+// stores items: JSONLines, CSV (PageColumns) and QueueSink ship with the
+// engine; implement Sink for anything else.
+//
 // # Wire format
 //
 // Requests travel as a compact binary encoding with a version byte

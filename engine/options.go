@@ -66,6 +66,20 @@ type Config struct {
 	// are nacked, never acknowledged. It must outlast a broker restart.
 	// 0 = 1 minute; negative = never give up.
 	FailureTimeout time.Duration
+	// Sitemaps also crawls the pages the sitemaps of each start URL's host
+	// list: the sitemaps named by the Sitemap: lines of its robots.txt and
+	// /sitemap.xml, following sitemap indexes, plain or gzip-compressed
+	// (by Content-Encoding, or a .gz file served as application/gzip).
+	// Listed URLs go through scope, the include and exclude patterns and
+	// the duplicate filter like links, at depth 1, with the start URLs'
+	// callback. A file is read up to the protocol's limits
+	// (SitemapMaxURLs, SitemapMaxSize; the rest is ignored with a
+	// warning), and may be that large whatever FetchOptions.MaxBodySize.
+	// Sitemaps are fetched as requests of the crawl (callbacks
+	// CallbackSitemap and CallbackRobotsSitemaps, handled by every
+	// worker), so they are shared, retried and filtered like pages; they
+	// count towards MaxPages and emit no item.
+	Sitemaps bool
 	// IgnoreRobots skips robots.txt.
 	IgnoreRobots bool
 	// StartBatch is how many start URLs an idle worker takes at once. 0 = 16.

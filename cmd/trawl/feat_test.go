@@ -227,3 +227,52 @@ func TestProxyAndTimeout(t *testing.T) {
 		t.Errorf("--timeout 300ms on a page that takes 20s: exit %d, stderr %q; want a failure naming the timeout", r.code, r.stderr)
 	}
 }
+
+// TestSitemaps (issue 12): with --sitemaps, the pages nothing links to,
+// listed only in sitemaps (a gzip file behind an index named by robots.txt,
+// a sitemap served with Content-Encoding: gzip, /sitemap.xml), are crawled
+// once each, and the rest of the crawl is as correct as without; what the
+// sitemaps list off the site or under a disallowed path is not fetched.
+// Without --sitemaps none of them is.
+func TestSitemaps(t *testing.T) {
+	site, base := serveSite(t, testsite.Options{Pages: 20, NoTraps: true})
+	items, r := crawlItems(t, "--sitemaps", base+"/")
+	if err := site.Verify(); err != nil {
+		t.Errorf("the site's own crawl is wrong with --sitemaps: %v", err)
+	}
+	got := map[string]int{}
+	for _, it := range items {
+		got[strings.TrimPrefix(it.URL, base)]++
+	}
+	served := site.ExtrasServed()
+	for _, p := range testsite.HiddenPaths() {
+		if got[p] != 1 || served[p] != 1 {
+			t.Errorf("%s: %d items, fetched %d times; want 1 and 1 (listed in a sitemap only)", p, got[p], served[p])
+		}
+	}
+	for _, p := range []string{"/sitemap.xml", "/sitemaps/index.xml", "/sitemaps/hidden.xml.gz", "/sitemaps/encoded.xml"} {
+		if served[p] != 1 {
+			t.Errorf("%s fetched %d times, want 1", p, served[p])
+		}
+		if got[p] != 0 {
+			t.Errorf("%s: a sitemap became an item", p)
+		}
+	}
+	if want := site.Expected() + testsite.HiddenPages; len(items) != want {
+		t.Errorf("%d items, want %d (the site's %d and the %d hidden pages)", len(items), want, site.Expected(), testsite.HiddenPages)
+	}
+	if !strings.Contains(r.stderr, "done") {
+		t.Errorf("stderr: %s", r.stderr)
+	}
+
+	site.Reset()
+	items, _ = crawlItems(t, base+"/")
+	for _, it := range items {
+		if strings.Contains(it.URL, "/hidden/") {
+			t.Errorf("without --sitemaps: %s crawled", it.URL)
+		}
+	}
+	if s := site.ExtrasServed(); len(s) != 0 {
+		t.Errorf("without --sitemaps the crawl asked for %v", s)
+	}
+}

@@ -50,6 +50,7 @@ type options struct {
 	retryBackoff                     time.Duration
 	failureTimeout                   time.Duration
 	session                          session // headers, cookies, proxy, timeout
+	sitemaps                         bool
 }
 
 // addFlags registers every flag on fs: the root's scratch set, which
@@ -108,6 +109,7 @@ func (o *options) addCrawlFlags(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&o.exclude, "exclude", nil, "do not follow URLs matching this regular expression, taken whole (repeat the flag for more)")
 	fs.StringVar(&o.out, "out", "-", "items: - for stdout, a FILE (JSON Lines, or CSV when its name ends in .csv; appended to; --flush empties it), redis for the Redis list {NAME}:items, or queue for the broker queue NAME:items")
 	o.session.addFlags(fs)
+	fs.BoolVar(&o.sitemaps, "sitemaps", false, "also crawl the URLs the sitemaps of each start URL's host list (robots.txt Sitemap: lines and /sitemap.xml; indexes followed, gzip read), through scope and the filter like links")
 	fs.StringVar(&o.outFormat, "format", "", "items' format for a file or stdout: jsonl or csv (default: csv for an --out ending in .csv, else jsonl)")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", 3*time.Second, "exit once the crawl has been idle this long (0: serve forever)")
 	fs.BoolVar(&o.flush, "flush", false, "start clean: delete the crawl's frontier, filter and stats first, and empty the --out file")
@@ -327,6 +329,7 @@ func (o *options) engineConfig() engine.Config {
 		Logger:         o.log,
 	}
 	o.session.apply(&cfg.Fetch)
+	cfg.Sitemaps = o.sitemaps
 	if o.retryTimes == 0 {
 		cfg.MaxRetries = -1 // engine.Config's 0 means the default
 	}
