@@ -37,11 +37,6 @@ const DefaultIdleTimeout = 3 * time.Second
 // exact, so the crawl is done the moment it is idle.
 const inMemoryIdle = 100 * time.Millisecond
 
-// filterSaveInterval is how often Run saves a persisted local filter it
-// opened (it is saved on close too): it bounds what a kill -9 makes the
-// next run fetch again.
-const filterSaveInterval = 30 * time.Second
-
 // Config configures a Crawler. The zero value is the CLI's default: an
 // embedded, persistent broker and a local duplicate filter in
 // ./.trawl/trawl, items as JSON Lines on standard output, and an exit once
@@ -297,12 +292,7 @@ func (c *Crawler) Run(ctx context.Context, startURLs ...string) (err error) {
 	if err := ec.Seed(ctx, starts...); err != nil {
 		return err
 	}
-	var wg sync.WaitGroup
-	side, stopSide := context.WithCancel(ctx)
-	defer func() { stopSide(); wg.Wait() }() // before closeAll, which runs later
-	if saver, ok := f.(*local.Filter); ok && c.cfg.Filter == nil && !c.cfg.InMemory {
-		wg.Go(func() { saveEvery(side, saver, cfg) })
-	}
+	// A persisted local filter journals what it adds and saves itself.
 	return ec.Run(ctx)
 }
 
@@ -313,22 +303,6 @@ func join(err, e error) error {
 		return err
 	}
 	return errors.Join(err, e)
-}
-
-// saveEvery saves a local filter every filterSaveInterval until ctx ends.
-func saveEvery(ctx context.Context, f *local.Filter, cfg engine.Config) {
-	t := time.NewTicker(filterSaveInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if err := f.Save(); err != nil && cfg.Logger != nil {
-				cfg.Logger.Warn("saving the duplicate filter failed", "err", err)
-			}
-		}
-	}
 }
 
 // open returns the broker and filter of the crawl, opening those not given,
