@@ -1,0 +1,48 @@
+package engine
+
+import (
+	"errors"
+	"net/http"
+	"slices"
+	"testing"
+)
+
+// TestHeaders: --header lines parse or are refused with a reason; a
+// request's own header replaces the common one of the same name; a JSON
+// start URL's headers survive Marshal and ParseStartURL, and bad ones are
+// refused as a bad payload.
+func TestHeaders(t *testing.T) {
+	for line, want := range map[string][2]string{
+		"X-Test: yes":               {"X-Test", "yes"},
+		"accept-language:  fr, en ": {"Accept-Language", "fr, en"},
+		"Authorization: Bearer a:b": {"Authorization", "Bearer a:b"},
+		"X-Empty:":                  {"X-Empty", ""},
+	} {
+		n, v, err := ParseHeader(line)
+		if err != nil || n != want[0] || v != want[1] {
+			t.Errorf("ParseHeader(%q) = %q, %q, %v; want %q", line, n, v, err, want)
+		}
+	}
+	for _, bad := range []string{"no colon", ": no name", "Bad Name: x", "X-A: a\nX-B: b", "X-A: a\rb"} {
+		if _, _, err := ParseHeader(bad); err == nil {
+			t.Errorf("ParseHeader(%q) accepted", bad)
+		}
+	}
+	h := requestHeader(http.Header{"X-A": {"common"}, "X-B": {"common"}}, http.Header{"X-B": {"own"}})
+	if h.Get("X-A") != "common" || !slices.Equal(h["X-B"], []string{"own"}) {
+		t.Errorf("merged header %v: want X-A common, X-B own alone", h)
+	}
+
+	s := StartURL{URL: "http://a.test/", Headers: map[string]string{"X-Start": "1"}}
+	p, err := ParseStartURL(s.Marshal())
+	if err != nil || p.Headers["X-Start"] != "1" {
+		t.Errorf("ParseStartURL(%s) = %+v, %v; want the header kept", s.Marshal(), p, err)
+	}
+	req, err := startRequest(s.Marshal())
+	if err != nil || req.Header.Get("X-Start") != "1" {
+		t.Errorf("startRequest: %+v, %v; want the header on the request", req, err)
+	}
+	if _, err := ParseStartURL([]byte(`{"url": "http://a.test/", "headers": {"X-A": "a\nb"}}`)); !errors.Is(err, ErrBadPayload) {
+		t.Errorf("a header value with a line break: %v, want ErrBadPayload", err)
+	}
+}
