@@ -168,6 +168,14 @@ func (c *Crawler) Seed(ctx context.Context, starts ...StartURL) error {
 // looks at the start URLs and at whether the crawl is done.
 const pollInterval = 200 * time.Millisecond
 
+// startsPoll is how long the receiver waits on an empty frontier while
+// start URLs remain to be taken.
+const startsPoll = 5 * time.Millisecond
+
+// startsCooldown is how long a worker whose frontier has work waits
+// before it looks at start URLs again after finding none.
+const startsCooldown = time.Second
+
 // settleTimeout bounds acks and give-backs made after Run's context ended.
 const settleTimeout = 10 * time.Second
 
@@ -226,10 +234,27 @@ func (c *Crawler) Run(ctx context.Context) error {
 func (c *Crawler) receive(ctx context.Context, sem chan struct{}, dispatch func(broker.Delivery)) error {
 	queue := RequestsQueue(c.cfg.Name)
 	var idleSince time.Time
-	// Start URLs first: a fresh crawl has nothing else.
-	if _, err := c.takeStarts(ctx); err != nil && ctx.Err() == nil {
-		c.log.Warn("taking start urls failed", "err", err)
+	// startsEmpty is when the start URLs were last found empty: while the
+	// frontier has work, they are looked at again only startsCooldown
+	// later (an empty start queue costs a poll).
+	var startsEmpty time.Time
+	// startsLeft: the last take found start URLs, so more may wait; the
+	// frontier is then polled briefly, and start URLs taken as soon as it
+	// is empty.
+	startsLeft := false
+	takeStarts := func() int {
+		took, err := c.takeStarts(ctx)
+		if err != nil && ctx.Err() == nil {
+			c.log.Warn("taking start urls failed", "err", err)
+		}
+		startsLeft = took > 0
+		if took == 0 {
+			startsEmpty = time.Now()
+		}
+		return took
 	}
+	// Start URLs first: a fresh crawl has nothing else.
+	takeStarts()
 	for {
 		if c.cfg.MaxPages > 0 && c.started.Load() >= int64(c.cfg.MaxPages) {
 			c.log.Info("page limit reached", "pages", c.cfg.MaxPages)
@@ -259,7 +284,11 @@ func (c *Crawler) receive(ctx context.Context, sem chan struct{}, dispatch func(
 				break more
 			}
 		}
-		pctx, cancel := context.WithTimeout(ctx, pollInterval)
+		poll := pollInterval
+		if startsLeft {
+			poll = startsPoll
+		}
+		pctx, cancel := context.WithTimeout(ctx, poll)
 		ds, err := c.broker.Receive(pctx, queue, n)
 		cancel()
 		for range n - len(ds) {
@@ -293,14 +322,16 @@ func (c *Crawler) receive(ctx context.Context, sem chan struct{}, dispatch func(
 			for _, d := range ds {
 				dispatch(d)
 			}
+			// The frontier had fewer than this worker's free slots: top it
+			// up with start URLs before it runs dry, so that a long seed
+			// list flows at broker speed rather than a batch per poll.
+			if len(ds) < n && (startsLeft || time.Since(startsEmpty) >= startsCooldown) {
+				takeStarts()
+			}
 			continue
 		}
 		// The frontier is empty: feed start URLs, then see if we are done.
-		took, err := c.takeStarts(ctx)
-		if err != nil && ctx.Err() == nil {
-			c.log.Warn("taking start urls failed", "err", err)
-		}
-		if took > 0 {
+		if took := takeStarts(); took > 0 {
 			idleSince = time.Time{}
 			continue
 		}
@@ -384,7 +415,10 @@ func (c *Crawler) takeStarts(ctx context.Context) (int, error) {
 	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return 0, err
 	}
-	for i, d := range ds {
+	// One enqueue for the batch: one filter call, one publish.
+	good := make([]broker.Delivery, 0, len(ds))
+	reqs := make([]*Request, 0, len(ds))
+	for _, d := range ds {
 		c.stats.Inc(StatStartURLs)
 		req, err := startRequest(d.Message().Body)
 		if err != nil {
@@ -392,13 +426,20 @@ func (c *Crawler) takeStarts(ctx context.Context) (int, error) {
 			c.deadLetter(ctx, d, err)
 			continue
 		}
-		if err := c.enqueue(ctx, nil, c.withSitemaps(req)); err != nil {
-			c.writes.fail(err)
+		good = append(good, d)
+		reqs = append(reqs, c.withSitemaps(req)...)
+	}
+	if err := c.enqueue(ctx, nil, reqs); err != nil {
+		c.writes.fail(err)
+		for _, d := range good {
 			c.settle(ctx, d, nack(c.cfg.retryDelay(d.Attempt())))
-			c.giveBack(ctx, ds[i+1:]...) // not tried
-			return len(ds), err
 		}
+		return len(ds), err
+	}
+	if len(reqs) > 0 {
 		c.writes.ok()
+	}
+	for _, d := range good {
 		c.settle(ctx, d, ack())
 	}
 	return len(ds), nil

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trawlhq/trawl/broker"
 	"github.com/trawlhq/trawl/engine"
 	"github.com/trawlhq/trawl/internal/testsite"
 )
@@ -113,5 +114,61 @@ func TestCalendarTrapEnds(t *testing.T) {
 		if served[k] != 0 {
 			t.Errorf("%s, %d hops deep, was fetched", k, d+1)
 		}
+	}
+}
+
+// TestManyStartURLs seeds 3,000 start URLs (each twice) in one batch and
+// garbage after them: every page is fetched exactly once, taken in batches
+// while the frontier still has work, and the garbage is dead-lettered.
+func TestManyStartURLs(t *testing.T) {
+	const n = 3000
+	var mu sync.Mutex
+	hits := map[string]int{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		hits[r.URL.Path]++
+		mu.Unlock()
+		w.Header().Set("Content-Type", "text/plain")
+		fmt.Fprint(w, "ok")
+	}))
+	t.Cleanup(srv.Close)
+	b, f := newBackends(t)
+	c, err := engine.New(b, f, engine.Config{
+		Concurrency: 32, PerHost: 32, IdleTimeout: 200 * time.Millisecond, IgnoreRobots: true,
+		TrustedHosts: []string{srv.Listener.Addr().String()},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	starts := make([]engine.StartURL, 0, 2*n)
+	for i := range 2 * n {
+		starts = append(starts, engine.StartURL{URL: fmt.Sprintf("%s/s/%d", srv.URL, i%n)})
+	}
+	if err := c.Seed(ctx, starts...); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Publish(ctx, engine.StartQueue("trawl"), broker.Message{Body: []byte("garbage")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(hits) != n {
+		t.Errorf("%d distinct pages fetched, want %d", len(hits), n)
+	}
+	for p, k := range hits {
+		if k != 1 {
+			t.Errorf("%s fetched %d times", p, k)
+		}
+	}
+	if got := c.Stats().Get(engine.StatStartURLsRejected); got != 1 {
+		t.Errorf("%d start urls rejected, want 1", got)
+	}
+	if q, _ := b.Counts(ctx, engine.StartQueue("trawl")); q.Dead != 1 || q.Ready != 0 || q.InFlight != 0 {
+		t.Errorf("start queue after the crawl: %+v, want one dead letter", q)
 	}
 }

@@ -82,7 +82,9 @@ type Config struct {
 	Sitemaps bool
 	// IgnoreRobots skips robots.txt.
 	IgnoreRobots bool
-	// StartBatch is how many start URLs an idle worker takes at once. 0 = 16.
+	// StartBatch is how many start URLs a worker moves into the frontier
+	// at once (one filter call, one publish), whenever the frontier holds
+	// fewer requests than the worker has free slots. 0 = 256.
 	StartBatch int
 	// Starts holds the start URLs when they are not kept in the broker's
 	// NAME:start_urls queue. nil = the broker's queue.
@@ -210,7 +212,7 @@ func (c Config) compile() (*compiled, error) {
 		cc.FailureTimeout = time.Minute
 	}
 	if cc.StartBatch == 0 {
-		cc.StartBatch = 16
+		cc.StartBatch = 256
 	}
 	if cc.Logger == nil {
 		cc.Logger = slog.New(slog.DiscardHandler)
