@@ -224,7 +224,7 @@ func TestCountsSeeOtherConsumers(t *testing.T) {
 			waitCounts(t, b, q, broker.Counts{Ready: 1})
 			// A worker that goes away holding deliveries: they are
 			// ready again, and counted so.
-			held = receiveN(t, a, q, 1, 5*time.Second)
+			receiveN(t, a, q, 1, 5*time.Second)
 			waitCounts(t, b, q, broker.Counts{InFlight: 1})
 			if err := a.Close(); err != nil {
 				t.Fatal(err)
