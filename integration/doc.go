@@ -20,13 +20,15 @@
 // TRAWL_TEST_NATS_URL, images from TRAWL_RABBITMQ_IMAGE and
 // TRAWL_NATS_IMAGE. RabbitMQContainer and NATSContainer start a server for
 // one test alone, on a fixed host port, with a Restart method for the tests
-// of a broker that restarts.
+// of a broker that restarts. RabbitMQStockContainer starts one for one test
+// with no plugin enabled (no management API), as a stock deployment has it.
 //
 // A server that cannot be started or reached fails the test with a message
 // saying why; it is never skipped in silence. Under -short (make unit) no
 // container is started: a test that would need one is skipped, with a
 // message naming the variable that points it at a running server instead
-// (RabbitMQContainer and NATSContainer always skip under -short).
+// (RabbitMQContainer, RabbitMQStockContainer and NATSContainer always skip
+// under -short).
 //
 // # Cleanup
 //

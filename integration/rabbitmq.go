@@ -147,6 +147,7 @@ func RabbitMQContainer(t testing.TB) *RabbitMQServer {
 // the container cannot be started.
 func RabbitMQStockContainer(t testing.TB) *RabbitMQServer {
 	t.Helper()
+	skipShort(t, "RabbitMQ", "")
 	s, err := startRabbitMQ(nil, true)
 	if s != nil && s.ctr != nil {
 		t.Cleanup(func() {

@@ -100,9 +100,10 @@ func (b *Broker) family(ctx context.Context, q string) ([]queueStats, error) {
 //     worker that took from queue went away.
 //
 // Why an engine that sees Counts report nothing ready and nothing in
-// flight over its whole idle timeout (--idle-timeout, 3s by default,
-// longer than reportEvery plus quietFor's margin) can conclude that the
-// crawl is done: a message of the crawl is always ready in some queue of
+// flight over its whole idle timeout (--idle-timeout, 3s by default; it
+// must exceed a report interval, reportEvery = 0.5s, plus the time a
+// report takes to arrive and the engine's poll interval) can conclude that
+// the crawl is done: a message of the crawl is always ready in some queue of
 // the family, or held by one worker. A message held long enough to be in
 // its holder's report is counted; one taken since is counted for quietFor
 // once the next report (within reportEvery) arrives; so a message can

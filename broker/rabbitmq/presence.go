@@ -26,7 +26,8 @@ import (
 // the rule built on it.
 const (
 	presenceExchange = "trawl.presence"
-	// reportEvery is how often a Broker reports.
+	// reportEvery is how often a Broker reports. An engine's idle
+	// timeout must be longer (MinIdleTimeout).
 	reportEvery = 500 * time.Millisecond
 	// quietFor is how long a change in another worker's report counts as
 	// a delivery in flight: longer than a report interval plus the time a
@@ -50,6 +51,12 @@ const (
 	// silentWarnEvery bounds the warnings about silent workers.
 	silentWarnEvery = 10 * time.Second
 )
+
+// MinIdleTimeout is the shortest idle timeout with which an engine may
+// conclude from Counts over AMQP that a crawl is done: a report interval
+// and a margin for the report's way and the engine's polling (see
+// Broker.Counts).
+const MinIdleTimeout = 2 * reportEvery
 
 // report is what a Broker publishes about itself.
 type report struct {

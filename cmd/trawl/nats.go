@@ -65,6 +65,10 @@ func (o *options) openNATS(ctx context.Context, b *backends, order broker.Order)
 
 // openRabbitMQ connects to --amqp-url.
 func (o *options) openRabbitMQ(ctx context.Context, b *backends, order broker.Order) error {
+	if o.amqpManagementURL == "" && o.idleTimeout > 0 && o.idleTimeout < rabbitmq.MinIdleTimeout {
+		o.log.Warn("--idle-timeout is shorter than RabbitMQ workers need to see each other's pages; the crawl may be found done too early",
+			"idle_timeout", o.idleTimeout, "min", rabbitmq.MinIdleTimeout)
+	}
 	rb, err := rabbitmq.New(ctx, rabbitmq.Config{
 		URL: o.amqpURL, ManagementURL: o.amqpManagementURL, Name: "trawl " + o.name, Order: order, Lease: o.lease,
 		NonDurable: !o.amqpDurable, Recreate: o.amqpRecreate, Prefetch: o.prefetch, MaxDeliveries: o.maxDeliveries(), Logger: o.log,
