@@ -48,7 +48,23 @@
 // a fetch: a 3xx becomes a new request through scope and filter, so a
 // redirect loop ends at the filter. A guard refuses to dial loopback,
 // private, link-local and metadata addresses, on every hop, except for the
-// hosts in Config.TrustedHosts (see Fetcher).
+// host:port pairs in Config.TrustedHosts (see Fetcher). Such a refusal
+// depends on the worker's configuration, not on the request
+// (ErrLocalRefusal): the request is given back for another worker, never
+// settled as done; the worker logs one Error per host naming
+// --allow-private, backs off when it refuses everything, and past
+// MaxDeferrals the request is dead-lettered with the reason. An
+// unreachable robots.txt (5xx, network error) disallows its host until it
+// can be fetched (RFC 9309): the host's requests are retried then.
+//
+// # Limits
+//
+// URLs are at most MaxURLLength (8 KiB) wherever they enter; responses at
+// most FetchOptions.MaxHeaderSize of header (1 MiB) and MaxBodySize of body
+// (10 MiB), so a worker's responses take at most Config.Concurrency times
+// their sum; robots.txt is parsed on its first 500 KiB. Links are followed
+// to DefaultMaxDepth (32) unless Config.MaxDepth says otherwise: the guard
+// against URL traps.
 //
 // # Scope
 //
