@@ -63,6 +63,8 @@ type FetchOptions struct {
 	Logger         *slog.Logger  // nil = discard
 	// Header is sent with every request, robots.txt and sitemaps included;
 	// a request's own Header replaces a header of the same name.
+	// Accept-Encoding is the transport's (it asks for gzip and decodes
+	// it): one set here or in a request is not sent.
 	Header http.Header
 	// Jar keeps cookies. nil = a fresh jar per Fetcher (so per worker)
 	// that stores Set-Cookie per host as a browser does, domain cookies

@@ -36,17 +36,23 @@ func proxyFunc(o FetchOptions) func(*http.Request) (*url.URL, error) {
 
 // requestHeader is the header of a request: the Fetcher's headers, then
 // the request's own, which replace the Fetcher's of the same name.
+//
+// Accept-Encoding is dropped: the transport asks for gzip and decodes it
+// only when the request does not set the header itself.
 func requestHeader(common, own http.Header) http.Header {
-	if len(common) == 0 {
-		if own == nil {
-			return make(http.Header)
+	var h http.Header
+	switch {
+	case len(common) == 0 && own == nil:
+		return make(http.Header)
+	case len(common) == 0:
+		h = own.Clone()
+	default:
+		h = common.Clone()
+		for k, vs := range own {
+			h[k] = append([]string(nil), vs...)
 		}
-		return own.Clone()
 	}
-	h := common.Clone()
-	for k, vs := range own {
-		h[k] = append([]string(nil), vs...)
-	}
+	h.Del("Accept-Encoding")
 	return h
 }
 
@@ -69,6 +75,9 @@ func ParseHeader(line string) (name, value string, err error) {
 func checkHeader(name, value string) error {
 	if !httpguts.ValidHeaderFieldName(name) {
 		return fmt.Errorf("header name %q: not a valid header field name", name)
+	}
+	if http.CanonicalHeaderKey(name) == "Accept-Encoding" {
+		return fmt.Errorf("header %s: the fetcher asks for gzip itself and decodes it; a value set here would reach the parser undecoded", name)
 	}
 	if !httpguts.ValidHeaderFieldValue(value) {
 		return fmt.Errorf("header %s: the value has a control character or line break", name)

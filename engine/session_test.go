@@ -23,14 +23,14 @@ func TestHeaders(t *testing.T) {
 			t.Errorf("ParseHeader(%q) = %q, %q, %v; want %q", line, n, v, err, want)
 		}
 	}
-	for _, bad := range []string{"no colon", ": no name", "Bad Name: x", "X-A: a\nX-B: b", "X-A: a\rb"} {
+	for _, bad := range []string{"no colon", ": no name", "Bad Name: x", "X-A: a\nX-B: b", "X-A: a\rb", "accept-encoding: gzip"} {
 		if _, _, err := ParseHeader(bad); err == nil {
 			t.Errorf("ParseHeader(%q) accepted", bad)
 		}
 	}
-	h := requestHeader(http.Header{"X-A": {"common"}, "X-B": {"common"}}, http.Header{"X-B": {"own"}})
-	if h.Get("X-A") != "common" || !slices.Equal(h["X-B"], []string{"own"}) {
-		t.Errorf("merged header %v: want X-A common, X-B own alone", h)
+	h := requestHeader(http.Header{"X-A": {"common"}, "X-B": {"common"}, "Accept-Encoding": {"br"}}, http.Header{"X-B": {"own"}})
+	if h.Get("X-A") != "common" || !slices.Equal(h["X-B"], []string{"own"}) || h.Get("Accept-Encoding") != "" {
+		t.Errorf("merged header %v: want X-A common, X-B own alone, no Accept-Encoding (the transport's)", h)
 	}
 
 	s := StartURL{URL: "http://a.test/", Headers: map[string]string{"X-Start": "1"}}
