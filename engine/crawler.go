@@ -199,11 +199,13 @@ func (c *Crawler) Run(ctx context.Context) error {
 	sem := make(chan struct{}, c.cfg.Concurrency)
 	err := c.receive(ctx, sem, func(d broker.Delivery) {
 		c.inflight.Add(1)
+		c.stats.AddInFlight(1)
 		c.leases.Store(d, struct{}{})
 		wg.Go(func() {
 			defer func() {
 				c.leases.Delete(d)
 				c.inflight.Add(-1)
+				c.stats.AddInFlight(-1)
 				<-sem
 			}()
 			c.handle(ctx, work, d)
@@ -628,7 +630,9 @@ func (c *Crawler) process(ctx, work context.Context, req *Request, prior int) ac
 		c.started.Add(1)
 	}
 	c.stats.Inc(StatRequests)
+	began := time.Now()
 	resp, err := c.fetchRequest(work, req)
+	c.stats.ObserveFetch(time.Since(began))
 	release()
 	if errors.Is(err, ErrLocalRefusal) {
 		c.started.Add(-1)

@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Stat names, as Scrapy users know them.
@@ -45,10 +46,56 @@ const (
 type Stats struct {
 	mu sync.RWMutex
 	m  map[string]*atomic.Int64
+
+	// Not counters, so not in Snapshot (whose values are shared as sums).
+	inFlight atomic.Int64                         // pages held by this worker now
+	fetches  [len(FetchBuckets) + 1]atomic.Uint64 // by bucket; the last is +Inf
+	fetchNs  atomic.Int64                         // sum of fetch durations
 }
 
 // NewStats returns empty counters.
 func NewStats() *Stats { return &Stats{m: make(map[string]*atomic.Int64)} }
+
+// FetchBuckets are the upper bounds, in seconds, of the buckets of
+// fetch durations (Stats.FetchDurations).
+var FetchBuckets = [...]float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+
+// ObserveFetch records the duration of one fetch (request sent to body
+// read, or failure).
+func (s *Stats) ObserveFetch(d time.Duration) {
+	sec := d.Seconds()
+	i := 0
+	for i < len(FetchBuckets) && sec > FetchBuckets[i] {
+		i++
+	}
+	s.fetches[i].Add(1)
+	s.fetchNs.Add(int64(d))
+}
+
+// Durations is a histogram of durations.
+type Durations struct {
+	Count   uint64             // observations
+	Sum     time.Duration      // their total
+	Buckets map[float64]uint64 // upper bound in seconds -> observations at most that long (cumulative; +Inf is Count)
+}
+
+// FetchDurations returns the histogram of fetch durations so far.
+func (s *Stats) FetchDurations() Durations {
+	h := Durations{Buckets: make(map[float64]uint64, len(FetchBuckets)), Sum: time.Duration(s.fetchNs.Load())}
+	for i, le := range FetchBuckets {
+		h.Count += s.fetches[i].Load()
+		h.Buckets[le] = h.Count
+	}
+	h.Count += s.fetches[len(FetchBuckets)].Load()
+	return h
+}
+
+// AddInFlight adds n (negative when a page is done) to the pages this
+// worker holds.
+func (s *Stats) AddInFlight(n int64) { s.inFlight.Add(n) }
+
+// InFlight returns how many pages this worker holds now.
+func (s *Stats) InFlight() int64 { return s.inFlight.Load() }
 
 // Add adds n to counter name.
 func (s *Stats) Add(name string, n int64) {

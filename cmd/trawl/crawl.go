@@ -13,13 +13,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
 	"github.com/trawlhq/trawl/broker"
 	"github.com/trawlhq/trawl/dedup"
 	"github.com/trawlhq/trawl/engine"
+	"github.com/trawlhq/trawl/metrics"
 )
 
 // newCrawlCmd builds "crawl" (seed, then work) or "worker" (work only).
@@ -93,7 +92,7 @@ func (o *options) crawl(ctx context.Context, args []string, seed bool) error {
 	var wg sync.WaitGroup
 	side, stopSide := context.WithCancel(ctx)
 	if o.metricsAddr != "" {
-		srv, err := o.serveMetrics(cfg.Stats)
+		srv, err := o.serveMetrics(cfg.Stats, b)
 		if err != nil {
 			stopSide()
 			sink.Close()
@@ -232,12 +231,15 @@ func (o *options) purge(ctx context.Context, b *backends) error {
 	return nil
 }
 
-// serveMetrics serves the counters on /metrics.
-func (o *options) serveMetrics(s *engine.Stats) (*http.Server, error) {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(statsCollector{s: s, crawl: o.name})
+// serveMetrics serves the crawl's metrics (package metrics) on /metrics.
+func (o *options) serveMetrics(s *engine.Stats, b *backends) (*http.Server, error) {
+	queues := []string{engine.RequestsQueue(o.name), engine.StartQueue(o.name)}
+	if b.starts != nil {
+		queues = queues[:1] // start URLs are not a broker queue
+	}
+	c := metrics.New(metrics.Config{Name: o.name, Stats: s, Broker: b.broker, Queues: queues, Filter: b.filter, Logger: o.log})
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", metrics.Handler(metrics.NewRegistry(c)))
 	ln, err := net.Listen("tcp", o.metricsAddr)
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-addr: %w", err)
@@ -245,22 +247,6 @@ func (o *options) serveMetrics(s *engine.Stats) (*http.Server, error) {
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go srv.Serve(ln) // ends with Shutdown
 	return srv, nil
-}
-
-var statDesc = prometheus.NewDesc("trawl_stat_total", "trawl crawl counters, by Scrapy-style stat name.", []string{"crawl", "stat"}, nil)
-
-// statsCollector exports engine stats as Prometheus counters.
-type statsCollector struct {
-	s     *engine.Stats
-	crawl string
-}
-
-func (c statsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- statDesc }
-
-func (c statsCollector) Collect(ch chan<- prometheus.Metric) {
-	for k, v := range c.s.Snapshot() {
-		ch <- prometheus.MustNewConstMetric(statDesc, prometheus.CounterValue, float64(v), c.crawl, k)
-	}
 }
 
 // progressLines logs a progress line every interval, for a stderr that
