@@ -172,3 +172,40 @@ func TestManyStartURLs(t *testing.T) {
 		t.Errorf("start queue after the crawl: %+v, want one dead letter", q)
 	}
 }
+
+// TestLongURLFromQueueDeadLettered: a request read from the frontier whose
+// URL is over MaxURLLength (written by something other than this engine)
+// is dead-lettered with the reason, not fetched.
+func TestLongURLFromQueueDeadLettered(t *testing.T) {
+	var mu sync.Mutex
+	hits := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		hits++
+		mu.Unlock()
+	}))
+	t.Cleanup(srv.Close)
+	b, f := newBackends(t)
+	c, err := engine.New(b, f, engine.Config{
+		IdleTimeout: 100 * time.Millisecond, IgnoreRobots: true, TrustedHosts: []string{srv.Listener.Addr().String()},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	body, _ := (&engine.Request{URL: srv.URL + "/" + strings.Repeat("x", engine.MaxURLLength)}).MarshalBinary()
+	if err := b.Publish(ctx, engine.RequestsQueue("trawl"), broker.Message{Body: body}); err != nil {
+		t.Fatal(err)
+	}
+	c.Run(ctx) // no page: ErrNoPages
+	mu.Lock()
+	if hits != 0 {
+		t.Errorf("a %d-byte URL was fetched", engine.MaxURLLength+len(srv.URL)+1)
+	}
+	mu.Unlock()
+	dls, err := b.DeadLetters(ctx, engine.RequestsQueue("trawl"), 10)
+	if err != nil || len(dls) != 1 || !strings.Contains(dls[0].Reason, "too long") {
+		t.Errorf("dead letters %+v (err %v), want one saying too long", dls, err)
+	}
+}
