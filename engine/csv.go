@@ -25,7 +25,7 @@ func PageColumns(fields ...string) []string {
 }
 
 // pageTail are the columns of a Page after its fields.
-var pageTail = []string{"title", "depth", "content_type", "length", "links", "fetched_at"}
+var pageTail = []string{"title", "depth", "content_type", "length", "links", "fetched_at", "referrer", "error"}
 
 // ErrColumns is wrapped by the error of CreateCSV when the file already
 // starts with another header row.
@@ -196,6 +196,10 @@ func (p *Page) cell(c string) string {
 		return strconv.Itoa(p.Links)
 	case "fetched_at":
 		return p.FetchedAt.Format(time.RFC3339Nano)
+	case "referrer":
+		return p.Referrer
+	case "error":
+		return p.Error
 	}
 	if v, ok := p.Fields[c]; ok {
 		return strings.Join(v, "\n")

@@ -23,7 +23,7 @@ func TestCSVSink(t *testing.T) {
 		t.Fatal(err)
 	}
 	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	page := &Page{URL: "http://a.test/x", Status: 200, Title: `say "hi", then`, Depth: 1, Length: 10, Links: 2, FetchedAt: at,
+	page := &Page{URL: "http://a.test/x", Status: 200, Title: `say "hi", then`, Depth: 1, Length: 10, Links: 2, FetchedAt: at, Referrer: "http://a.test/",
 		Fields: map[string][]string{"price": {"£1"}, "tags": {"a", "b,c"}}}
 	type other struct {
 		URL   string  `json:"url"`
@@ -47,15 +47,15 @@ func TestCSVSink(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Write(ctx, []any{Page{URL: "http://a.test/z", Status: 404, FetchedAt: at}}); err != nil {
+	if err := s.Write(ctx, []any{Page{URL: "http://a.test/z", Status: 404, FetchedAt: at, Error: "Not Found"}}); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
 	want := [][]string{
 		cols,
-		{"http://a.test/x", "200", "£1", "a\nb,c", `say "hi", then`, "1", "", "10", "2", "2026-01-02T03:04:05Z"},
-		{"http://a.test/y", "", "2.5", "", "", "", "", "", "", ""},
-		{"http://a.test/z", "404", "", "", "", "0", "", "0", "0", "2026-01-02T03:04:05Z"},
+		{"http://a.test/x", "200", "£1", "a\nb,c", `say "hi", then`, "1", "", "10", "2", "2026-01-02T03:04:05Z", "http://a.test/", ""},
+		{"http://a.test/y", "", "2.5", "", "", "", "", "", "", "", "", ""},
+		{"http://a.test/z", "404", "", "", "", "0", "", "0", "0", "2026-01-02T03:04:05Z", "", "Not Found"},
 	}
 	if got := readCSV(t, path); !slices.EqualFunc(got, want, slices.Equal) {
 		t.Errorf("rows:\n%q\nwant\n%q", got, want)

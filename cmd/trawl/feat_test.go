@@ -78,7 +78,7 @@ func TestCSVOut(t *testing.T) {
 	if err != nil {
 		t.Fatalf("encoding/csv cannot read %s: %v", out, err)
 	}
-	wantHead := []string{"url", "status", "price", "name", "title", "depth", "content_type", "length", "links", "fetched_at"}
+	wantHead := []string{"url", "status", "price", "name", "title", "depth", "content_type", "length", "links", "fetched_at", "referrer", "error"}
 	if !slices.Equal(rows[0], wantHead) {
 		t.Fatalf("header %q, want %q", rows[0], wantHead)
 	}
@@ -124,6 +124,26 @@ func TestCSVOut(t *testing.T) {
 	r = trawlIn(t, dir, time.Minute, "crawl", "--out", out, "--extract", "other=h1", base+"/shop/")
 	if r.code != 2 || !strings.Contains(r.stderr, "columns") {
 		t.Errorf("other columns on the same file: exit %d, stderr %q; want 2 and the columns named", r.code, r.stderr)
+	}
+
+	// --error-items in CSV: the broken link's row names its referrer and error.
+	nb := numberSite(t)
+	broken := filepath.Join(dir, "broken.csv")
+	if r := trawl(t, time.Minute, "crawl", "--idle-timeout", "300ms", "--error-items", "--out", broken, nb+"/book"); r.code != 0 {
+		t.Fatalf("--error-items: exit %d: %s", r.code, r.stderr)
+	}
+	f, _ = os.Open(broken)
+	rows, err = csv.NewReader(f).ReadAll()
+	f.Close()
+	if err != nil || len(rows) != 3 {
+		t.Fatalf("--error-items CSV: %q, %v; want a header and two rows", rows, err)
+	}
+	missing := rows[1]
+	if !strings.HasSuffix(missing[0], "/missing") {
+		missing = rows[2]
+	}
+	if missing[0] != nb+"/missing" || missing[1] != "404" || missing[8] != nb+"/book" || missing[9] == "" {
+		t.Errorf("the broken link's row: %q; want status 404, referrer /book and an error", missing)
 	}
 }
 
