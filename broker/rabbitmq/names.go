@@ -41,6 +41,20 @@ func delayFamily(name string) (string, bool) {
 	return name[:i], true
 }
 
+// delayOf returns the delay of a delay queue's name (maxDelay if it cannot
+// tell).
+func delayOf(name string) time.Duration {
+	i := strings.LastIndex(name, ":delay:")
+	if i < 0 {
+		return maxDelay
+	}
+	ms, err := strconv.ParseInt(name[i+len(":delay:"):], 10, 64)
+	if err != nil || ms < 0 || time.Duration(ms) > maxDelay/time.Millisecond {
+		return maxDelay
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
 // maxDelay caps the delay of a nack.
 const maxDelay = 24 * time.Hour
 

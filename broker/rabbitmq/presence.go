@@ -245,7 +245,9 @@ func (b *Broker) report(ctx context.Context, s *session, ask bool) error {
 	now := time.Now()
 	for _, ds := range p.delays {
 		for name, used := range ds {
-			if !used.IsZero() && now.Sub(used) < maxDelay+delayExpiry {
+			// It may hold messages until its delay after the last
+			// use, and exists until delayExpiry after that.
+			if !used.IsZero() && now.Sub(used) < delayOf(name)+delayExpiry {
 				r.Delays = append(r.Delays, name)
 			}
 		}
