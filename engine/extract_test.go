@@ -48,3 +48,12 @@ func TestExtraction(t *testing.T) {
 		}
 	}
 }
+
+// TestValidateExtract: Config.Validate reports a bad extraction rule, so
+// the front door reports it before it opens anything.
+func TestValidateExtract(t *testing.T) {
+	err := Config{Extract: map[string]string{"a": "h1::txt"}}.Validate()
+	if !errors.Is(err, ErrBadExtract) {
+		t.Errorf("Validate: %v, want ErrBadExtract", err)
+	}
+}

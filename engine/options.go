@@ -165,6 +165,9 @@ func (c Config) compile() (*compiled, error) {
 		errs = append(errs, errors.New("limits must not be negative"))
 	}
 	cc := &compiled{Config: c}
+	if _, err := compileExtract(c.Extract); err != nil {
+		errs = append(errs, err)
+	}
 	for _, p := range c.Include {
 		re, err := regexp.Compile(p)
 		if err != nil {
