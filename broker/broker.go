@@ -21,6 +21,10 @@ var (
 	ErrLeaseLost = errors.New("broker: lease lost")
 	// ErrInvalid is returned for bad arguments (empty queue name, max < 1).
 	ErrInvalid = errors.New("broker: invalid argument")
+	// ErrNotFound is returned by Metadata.GetMeta for a key with no value.
+	ErrNotFound = errors.New("broker: not found")
+	// ErrExists is returned by Metadata.CreateMeta for a key that has a value.
+	ErrExists = errors.New("broker: already exists")
 )
 
 // Message is what a broker carries: an opaque body and a priority.
@@ -148,4 +152,39 @@ type DeadLetters interface {
 	DeadLetters(ctx context.Context, queue string, max int) ([]DeadLetter, error)
 	// Requeue moves up to max dead letters back to queue and says how many moved.
 	Requeue(ctx context.Context, queue string, max int) (int, error)
+}
+
+// Metadata is implemented by brokers (and other stores of a deployment)
+// that keep a few small values with a crawl, next to its queues: the
+// crawl's settings (see engine.Settings). It is an optional interface,
+// found by type assertion, rather than a message in a queue: a value that
+// every worker reads when it joins, that one worker may replace, and that
+// purging the crawl deletes, is a key-value record on every backend (a
+// Redis hash, a NATS KV bucket, a map in memory), whereas a queue message
+// is consumed by whoever reads it first. Values are at most a few KiB.
+type Metadata interface {
+	// GetMeta returns the value of key in crawl, or an error wrapping
+	// ErrNotFound.
+	GetMeta(ctx context.Context, crawl, key string) ([]byte, error)
+	// SetMeta stores value under key in crawl, replacing any value.
+	SetMeta(ctx context.Context, crawl, key string, value []byte) error
+	// CreateMeta stores value under key in crawl if the key has none, and
+	// returns an error wrapping ErrExists otherwise: of several workers
+	// joining at once, exactly one creates the value.
+	CreateMeta(ctx context.Context, crawl, key string, value []byte) error
+	// PurgeMeta deletes every value of crawl.
+	PurgeMeta(ctx context.Context, crawl string) error
+}
+
+// Presence is implemented by brokers on which the workers of a crawl
+// announce themselves, so that a command that would spoil a running crawl
+// (trawl purge) can tell whether one runs.
+type Presence interface {
+	// Announce says that worker id works on crawl, for ttl from now; a
+	// worker announces again well within ttl for as long as it runs.
+	Announce(ctx context.Context, crawl, id string, ttl time.Duration) error
+	// Leave withdraws worker id's announcement at once.
+	Leave(ctx context.Context, crawl, id string) error
+	// Live counts the workers of crawl whose announcement has not expired.
+	Live(ctx context.Context, crawl string) (int, error)
 }

@@ -65,6 +65,9 @@ type Store struct {
 	mu     sync.Mutex
 	queues map[string]*queue
 	seq    uint64 // publish sequence, store-wide
+
+	meta    map[string]map[string][]byte // crawl -> key -> value (Metadata)
+	workers map[string]map[string]int64  // crawl -> worker id -> announced until (now())
 }
 
 // NewStore returns an empty store configured by cfg, or cfg's problems.

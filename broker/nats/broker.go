@@ -46,6 +46,7 @@ type Broker struct {
 	epoch  context.Context // ends on Close and on every reconnection
 	bump   context.CancelFunc
 	queues map[string]*queue
+	meta   jetstream.KeyValue     // the metadata bucket, once opened (see kv)
 	held   map[*delivery]struct{} // handed out, not settled
 	active sync.WaitGroup         // Publish and Receive calls in progress
 }
