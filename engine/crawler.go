@@ -110,6 +110,9 @@ type Crawler struct {
 	countWarn     atomic.Int64          // when (unix ns) idle last warned that counting failed
 
 	leases sync.Map // broker.Delivery -> struct{}: deliveries to keep extended
+
+	joinMu sync.Mutex // guards joined
+	joined bool       // the crawl's settings were adopted (joinCrawl)
 }
 
 // New returns a crawler over b and f. The crawler does not own them: the
@@ -122,13 +125,28 @@ func New(b broker.Broker, f dedup.Filter, cfg Config) (*Crawler, error) {
 	if b == nil || f == nil {
 		return nil, errors.New("engine: a broker and a filter are required")
 	}
-	c := &Crawler{cfg: cc, broker: b, filter: f, stats: cc.Stats, log: cc.Logger, scope: newScope(cc)}
+	c := &Crawler{broker: b, filter: f, stats: cc.Stats, log: cc.Logger}
 	if c.stats == nil {
 		c.stats = NewStats()
 	}
-	if c.extract, err = compileExtract(cc.Extract); err != nil {
-		return nil, fmt.Errorf("engine config: %w", err)
+	if err := c.build(cc); err != nil {
+		return nil, err
 	}
+	c.limiter = cc.Limiter
+	if c.limiter == nil {
+		c.limiter = NewPoliteness(PolitenessOptions{PerHost: cc.PerHost, Delay: cc.Delay})
+	}
+	return c, nil
+}
+
+// build makes cc the crawler's configuration, with the parts that derive
+// from its settings: scope, extraction, fetcher and robots.
+func (c *Crawler) build(cc *compiled) error {
+	extract, err := compileExtract(cc.Extract)
+	if err != nil {
+		return fmt.Errorf("engine config: %w", err)
+	}
+	c.cfg, c.scope, c.extract, c.robots = cc, newScope(cc), extract, nil
 	fo := cc.Fetch
 	if fo.Logger == nil {
 		fo.Logger = c.log
@@ -144,11 +162,7 @@ func New(b broker.Broker, f dedup.Filter, cfg Config) (*Crawler, error) {
 		}
 		c.robots = NewRobots(c.fetcher, ua, 0)
 	}
-	c.limiter = cc.Limiter
-	if c.limiter == nil {
-		c.limiter = NewPoliteness(PolitenessOptions{PerHost: cc.PerHost, Delay: cc.Delay})
-	}
-	return c, nil
+	return nil
 }
 
 // Stats returns the crawler's counters.
@@ -158,6 +172,9 @@ func (c *Crawler) Stats() *Stats { return c.stats }
 // its frontier is idle. Unless Config.AllowedDomains is set, the links
 // followed from a start URL stay on its host's domain (see Request.Scope).
 func (c *Crawler) Seed(ctx context.Context, starts ...StartURL) error {
+	if err := c.joinCrawl(ctx); err != nil {
+		return err
+	}
 	if c.cfg.Starts != nil {
 		return SeedSource(ctx, c.cfg.Starts, starts...)
 	}
@@ -184,6 +201,10 @@ const settleTimeout = 10 * time.Second
 // are finished (their fetches are bounded by the fetch timeout) and
 // deliveries not yet started are given back; Run then returns ctx.Err().
 func (c *Crawler) Run(ctx context.Context) error {
+	if err := c.joinCrawl(ctx); err != nil {
+		c.fetcher.Close()
+		return err
+	}
 	defer c.fetcher.Close()
 	c.log.Info("crawl started", "crawl", c.cfg.Name, "concurrency", c.cfg.Concurrency)
 
@@ -195,6 +216,9 @@ func (c *Crawler) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	keeperDone := make(chan struct{})
 	wg.Go(func() { c.keepLeases(work, keeperDone) })
+	if p := c.presence(); p != nil {
+		wg.Go(func() { c.announce(work, p, keeperDone) })
+	}
 
 	sem := make(chan struct{}, c.cfg.Concurrency)
 	err := c.receive(ctx, sem, func(d broker.Delivery) {

@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"regexp"
 	"time"
+
+	"github.com/trawlhq/trawl/broker"
 )
 
 // Config configures a Crawler. The zero value is usable: every field
@@ -120,6 +122,21 @@ type Config struct {
 	Extract map[string]string
 	// Logger receives the crawl's log. nil = discard.
 	Logger *slog.Logger
+	// Adopt names the settings (SettingNames) this crawler takes from the
+	// crawl's stored settings instead of its own fields above; it insists
+	// on the others, and Seed and Run fail with ErrSettingsConflict if the
+	// crawl has them with other values. nil = insist on every one. See
+	// Settings.
+	Adopt []string
+	// OverrideSettings makes a crawler that insists on settings the crawl
+	// has with other values replace them (a warning each) instead of
+	// failing. Workers already running keep the settings they adopted.
+	OverrideSettings bool
+	// Metadata keeps the crawl's settings and its workers' presence
+	// (when it implements broker.Presence). nil = the broker, if it
+	// implements broker.Metadata; a crawler with neither crawls by its own
+	// settings, with a warning.
+	Metadata broker.Metadata
 }
 
 // DefaultMaxDepth is the maximum link depth of a crawl that sets none. It

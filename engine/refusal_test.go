@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trawlhq/trawl/broker"
 	"github.com/trawlhq/trawl/engine"
 	"github.com/trawlhq/trawl/internal/testsite"
 )
@@ -34,9 +35,17 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// noMetadata hides a broker's Metadata and Presence: a worker on it
+// cannot adopt the crawl's settings and crawls by its own.
+type noMetadata struct {
+	broker.Broker
+	broker.Counter
+}
+
 // TestMisconfiguredWorkerLosesNothing runs two crawlers on one broker over
 // a loopback site: one may fetch private addresses, the other may not
-// (no --allow-private, no trust). The second refuses what it takes and
+// (no --allow-private, no trust) and, on a broker that keeps no settings,
+// cannot adopt the crawl's. The second refuses what it takes and
 // gives it back, never settling a page as done: every page is fetched
 // exactly once, nothing is dead-lettered, and the refusing worker says
 // loudly, once, what it lacks.
@@ -52,7 +61,7 @@ func TestMisconfiguredWorkerLosesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs syncBuffer
-	bad, err := engine.New(b, f, engine.Config{
+	bad, err := engine.New(noMetadata{b, b}, f, engine.Config{
 		Concurrency: 8, PerHost: 8, IdleTimeout: time.Second, RetryBackoff: 10 * time.Millisecond,
 		Sink: sink, Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
