@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"sort"
 	"strings"
@@ -59,6 +60,21 @@ func newSeedCmd(o *options) *cobra.Command {
 				return err
 			}
 			defer b.Close()
+			if m := b.metadata(); m != nil {
+				// The settings given here (and the start URLs' addresses,
+				// trusted) are the crawl's, as for trawl crawl.
+				cfg := o.engineConfig()
+				for _, s := range starts {
+					u, _ := url.Parse(s.URL)
+					cfg.TrustedHosts = append(cfg.TrustedHosts, engine.TrustedAddr(u))
+				}
+				_, err := engine.JoinSettings(cmd.Context(), m, o.name, engine.SettingsOf(cfg), engine.JoinOptions{
+					Adopt: adopt(cmd.Flags()), Override: o.overrideSettings, Logger: o.log,
+				})
+				if err != nil {
+					return err
+				}
+			}
 			if b.starts != nil {
 				err = engine.SeedSource(cmd.Context(), b.starts, starts...)
 			} else {
@@ -178,7 +194,7 @@ func newPurgeCmd(o *options) *cobra.Command {
 				return err
 			}
 			defer b.Close()
-			if err := o.purge(cmd.Context(), b); err != nil {
+			if err := o.purge(cmd.Context(), b, o.force); err != nil {
 				return err
 			}
 			if b.redis != nil {
@@ -190,6 +206,7 @@ func newPurgeCmd(o *options) *cobra.Command {
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&o.force, "force", false, "purge even while workers of the crawl are running (they then crawl the whole site again)")
 	o.addBackendFlags(cmd.Flags())
 	o.addHiddenCrawlFlags(cmd.Flags())
 	return cmd

@@ -34,14 +34,14 @@ func newCrawlCmd(o *options, seed bool) *cobra.Command {
 		cmd.Args = cobra.ArbitraryArgs
 	}
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		return o.crawl(cmd.Context(), args, seed)
+		return o.crawl(cmd.Context(), args, seed, adopt(cmd.Flags()))
 	}
 	o.addBackendFlags(cmd.Flags())
 	o.addCrawlFlags(cmd.Flags())
 	return cmd
 }
 
-func (o *options) crawl(ctx context.Context, args []string, seed bool) error {
+func (o *options) crawl(ctx context.Context, args []string, seed bool, adopt []string) error {
 	starts := make([]engine.StartURL, 0, len(args))
 	var trusted []string
 	for _, a := range args {
@@ -65,7 +65,7 @@ func (o *options) crawl(ctx context.Context, args []string, seed bool) error {
 		return usageError("worker needs a shared broker: --broker=redis, rabbitmq or nats")
 	}
 	if o.flush {
-		if err := o.purge(ctx, b); err != nil {
+		if err := o.purge(ctx, b, false); err != nil {
 			return err
 		}
 	}
@@ -79,6 +79,7 @@ func (o *options) crawl(ctx context.Context, args []string, seed bool) error {
 	cfg.Stats = engine.NewStats()
 	cfg.Starts = b.starts
 	cfg.Limiter = b.limit
+	cfg.Adopt, cfg.OverrideSettings, cfg.Metadata = adopt, o.overrideSettings, b.meta
 	c, err := engine.New(b.broker, b.filter, cfg)
 	if err != nil {
 		sink.Close()
@@ -209,8 +210,25 @@ func (o *options) openSink(b *backends) (engine.Sink, error) {
 	return o.openFileSink()
 }
 
-// purge deletes the crawl's queues and filter.
-func (o *options) purge(ctx context.Context, b *backends) error {
+// errWorkersLive is the error of a purge while workers run the crawl.
+var errWorkersLive = errors.New("workers are running this crawl")
+
+// purge deletes the crawl's queues, filter and settings. It refuses while
+// workers of the crawl are running (a purge under them restarts the crawl
+// from its start URLs: every page fetched again), unless force.
+func (o *options) purge(ctx context.Context, b *backends, force bool) error {
+	if p := b.presence(); p != nil {
+		n, err := engine.LiveWorkers(ctx, p, o.name)
+		switch {
+		case err != nil && !force:
+			return fmt.Errorf("purge: %w (--force purges anyway)", err)
+		case n > 0 && !force:
+			return fmt.Errorf("purge %s: %w: %d live %s (announced within the last %v); stop %s first, or purge anyway with trawl purge --force (the running workers then crawl the whole site again)",
+				o.name, errWorkersLive, n, plural(int64(n), "worker"), engine.PresenceTTL, map[bool]string{true: "it", false: "them"}[n == 1])
+		case n > 0:
+			o.log.Warn("purging while workers run (--force): they will crawl the whole site again", "crawl", o.name, "workers", n)
+		}
+	}
 	if p, ok := b.broker.(broker.Purger); ok {
 		for _, q := range []string{engine.RequestsQueue(o.name), engine.StartQueue(o.name)} {
 			if err := p.Purge(ctx, q); err != nil {
@@ -225,6 +243,11 @@ func (o *options) purge(ctx context.Context, b *backends) error {
 	}
 	for _, purge := range b.purges {
 		if err := purge(ctx); err != nil {
+			return err
+		}
+	}
+	if m := b.metadata(); m != nil {
+		if err := engine.PurgeSettings(ctx, m, o.name); err != nil {
 			return err
 		}
 	}

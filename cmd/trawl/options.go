@@ -17,6 +17,7 @@ import (
 
 	"github.com/trawlhq/trawl/broker"
 	"github.com/trawlhq/trawl/broker/memory"
+	redisbroker "github.com/trawlhq/trawl/broker/redis"
 	"github.com/trawlhq/trawl/dedup"
 	"github.com/trawlhq/trawl/dedup/local"
 	"github.com/trawlhq/trawl/engine"
@@ -40,6 +41,7 @@ type options struct {
 	amqpManagementURL                string
 	prefetch                         int
 	flush, allowPrivate, ignoreRobot bool
+	overrideSettings, force          bool
 	allowEmpty, errorItems           bool
 	progressEvery                    time.Duration
 	startSet                         bool
@@ -121,6 +123,7 @@ func (o *options) addCrawlFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.errorItems, "error-items", false, "also write an item for each page that fails for good (4xx, 5xx past the retries, unreachable): its status, error and referring page, to check a site for broken links")
 	fs.BoolVar(&o.allowPrivate, "allow-private", false, "allow private, loopback and link-local addresses")
 	fs.BoolVar(&o.ignoreRobot, "ignore-robots", false, "do not fetch or obey robots.txt")
+	fs.BoolVar(&o.overrideSettings, "override-settings", false, "replace the crawl's stored settings (--allow-domain, --allow-private, --include, --exclude, --max-depth, --extract, --ignore-robots) by the ones given here where they differ, instead of refusing to start; workers already running keep theirs")
 	fs.StringVar(&o.userAgent, "user-agent", engine.DefaultUserAgent, "User-Agent header")
 	fs.BoolVar(&o.amqpRecreate, "amqp-recreate", false, "RabbitMQ: delete and redeclare a queue that exists with other arguments (loses its messages)")
 	fs.IntVar(&o.prefetch, "prefetch", 0, "RabbitMQ: prefetch count (0: sized from --concurrency)")
@@ -217,6 +220,7 @@ type backends struct {
 	limit  engine.HostLimiter        // per-host limits shared by the workers, or nil
 	redis  goredis.UniversalClient   // the deployment's Redis, or nil
 	keys   func(queue string) string // a queue's name as its broker shows it (Redis keys), or nil
+	meta   broker.Metadata           // the crawl's settings and presence, when the broker keeps none, or nil
 	purges []func(context.Context) error
 	closes []func() error
 }
@@ -278,6 +282,10 @@ func (o *options) open(ctx context.Context) (*backends, error) {
 			return nil, err
 		}
 	}
+	if _, ok := b.broker.(broker.Metadata); !ok && b.redis != nil {
+		// RabbitMQ keeps no values: the deployment's Redis does.
+		b.meta = redisbroker.NewMeta(b.redis)
+	}
 	if b.filter != nil {
 		return b, nil
 	}
@@ -297,6 +305,34 @@ func (o *options) open(ctx context.Context) (*backends, error) {
 		return nil, fmt.Errorf("--dedup=%s needs --broker=redis (or a Redis URL)", o.dedup)
 	}
 	return b, nil
+}
+
+// metadata is where the crawl's settings are kept, or nil.
+func (b *backends) metadata() broker.Metadata {
+	if b.meta != nil {
+		return b.meta
+	}
+	m, _ := b.broker.(broker.Metadata)
+	return m
+}
+
+// presence is where the crawl's workers announce themselves, or nil.
+func (b *backends) presence() broker.Presence {
+	p, _ := b.metadata().(broker.Presence)
+	return p
+}
+
+// adopt names the crawl settings whose flags were not given: the worker
+// takes those from the crawl (see engine.Config.Adopt). The settings are
+// named as their flags.
+func adopt(fs *pflag.FlagSet) []string {
+	var out []string
+	for _, n := range engine.SettingNames {
+		if f := fs.Lookup(n); f == nil || !f.Changed {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // maxDeliveries is the brokers' MaxDeliveries: the engine retries a page
