@@ -48,8 +48,9 @@
 //     rejected by New with ErrCorrupt, one made for another FPRate with
 //     ErrMismatch; neither is silently replaced by an empty filter. The
 //     file format is versioned: a format-1 file (the fixed-size filter of
-//     earlier versions) is read as the first layer and rewritten in format
-//     2 on the next save; past its capacity the bound is (1+0.9)·FPRate.
+//     earlier versions) is read as the first layer and rewritten in the
+//     current format 3 on the next save; past its capacity the bound is
+//     (1+0.9)·FPRate. Format-2 files are read too.
 //   - Close saves (if Config.Path is set) and is idempotent; afterwards Add,
 //     Contains, Purge and Save fail with dedup.ErrClosed.
 //
@@ -61,7 +62,9 @@
 // Config.Capacity is only the size of the first layer.
 //
 // Bit positions are derived from the fingerprint's own 128 bits (mixed with
-// the murmur3 finalizer, then enhanced double hashing) instead of hashing it
-// again, which is about three times faster; the file records the scheme, so
-// a change of scheme is detected on load.
+// the murmur3 finalizer, enhanced double hashing, each value mixed again)
+// instead of hashing it again with bloom's murmur3, which is faster; each
+// layer records its scheme in the file. Plain double hashing, used by files
+// of formats 1 and 2 (and kept for their layers), has a false-positive
+// floor far above 1e-7 in small layers.
 package local

@@ -8,9 +8,11 @@ import (
 	"hash/crc32"
 	"io"
 	"io/fs"
+	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // ErrCorrupt is wrapped by New's error when the file at Config.Path is not a
@@ -24,30 +26,31 @@ var ErrMismatch = errors.New("file made for other settings")
 // errNoFile is returned by readFile when the file does not exist.
 var errNoFile = errors.New("no file")
 
-// The file layout (format version 2), all integers little-endian:
+// The file layout (format version 3), all integers little-endian:
 //
 //	offset  size  field
 //	0       8     magic "TRAWLBF\x00"
-//	8       4     format version (2)
-//	12      4     bit-position scheme (1: see layer.testAndSet)
+//	8       4     format version (3)
+//	12      4     bit-position scheme of new layers (2: see layer.testAndSet)
 //	16      8     Config.Capacity when the file was first written
 //	24      8     Config.FPRate, the bound (IEEE 754 bits)
 //	32      8     n, the number of fingerprints added
 //	40      8     the number of layers
 //	48      …     each layer: its capacity, false-positive rate, m (bits),
-//	              k (bit positions per fingerprint), n (8 bytes each), then
-//	              its bits in ⌈m/64⌉ 64-bit words
+//	              k (bit positions per fingerprint), n, bit-position scheme
+//	              (8 bytes each), then its bits in ⌈m/64⌉ 64-bit words
 //	end     4     CRC-32C of everything before
 //
-// Version 1, written by trawl before filters grew, has one fixed layer:
-// capacity, rate, m, k and n at offsets 16 to 48, the bits, the CRC. It is
-// read as a filter whose first layer is that one.
+// Older versions are read, their layers in schemeDoubleHashing (the header's
+// scheme must be 1). Version 2 has no scheme in the layer headers (40
+// bytes). Version 1, written by trawl before filters grew, has one fixed
+// layer: capacity, rate, m, k and n at offsets 16 to 48, the bits, the
+// CRC; it is read as a filter whose first layer is that one.
 const (
 	fileMagic       = "TRAWLBF\x00"
-	fileVersion     = 2
-	fileScheme      = 1
+	fileVersion     = 3
 	headerSize      = 48
-	layerHeaderSize = 40
+	layerHeaderSize = 48
 	v1HeaderSize    = 56
 	maxLayers       = 64
 )
@@ -87,7 +90,7 @@ func writeFile(path string, s snapshot) (err error) {
 	hdr := make([]byte, 0, headerSize)
 	hdr = append(hdr, fileMagic...)
 	hdr = binary.LittleEndian.AppendUint32(hdr, fileVersion)
-	hdr = binary.LittleEndian.AppendUint32(hdr, fileScheme)
+	hdr = binary.LittleEndian.AppendUint32(hdr, schemeMixed)
 	hdr = binary.LittleEndian.AppendUint64(hdr, s.capacity)
 	hdr = binary.LittleEndian.AppendUint64(hdr, math.Float64bits(s.fpRate))
 	hdr = binary.LittleEndian.AppendUint64(hdr, s.n)
@@ -101,6 +104,7 @@ func writeFile(path string, s snapshot) (err error) {
 		buf = binary.LittleEndian.AppendUint64(buf, l.m)
 		buf = binary.LittleEndian.AppendUint64(buf, l.k)
 		buf = binary.LittleEndian.AppendUint64(buf, l.n)
+		buf = binary.LittleEndian.AppendUint64(buf, l.scheme)
 		w.Write(buf)
 		for words := l.words; len(words) > 0; {
 			chunk := words[:min(len(words), cap(buf)/8)]
@@ -130,6 +134,23 @@ func writeFile(path string, s snapshot) (err error) {
 		return err
 	}
 	return syncDir(dir)
+}
+
+// removeTemps removes the temporary files of saves that a crash cut short.
+func removeTemps(path string, log *slog.Logger) {
+	entries, err := os.ReadDir(filepath.Dir(path))
+	if err != nil {
+		return // no directory yet, or one New reports on its own
+	}
+	prefix := filepath.Base(path) + ".tmp-"
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), prefix) {
+			name := filepath.Join(filepath.Dir(path), e.Name())
+			if err := os.Remove(name); err != nil {
+				log.Warn("dedup filter: leftover temporary file not removed", "file", name, "err", err)
+			}
+		}
+	}
 }
 
 // syncDir makes renames and removals in dir durable.
@@ -175,11 +196,11 @@ func readFile(path string) (snapshot, error) {
 		return s, corrupt("not a trawl filter file")
 	}
 	s.version = binary.LittleEndian.Uint32(hdr[8:])
-	if s.version != fileVersion && s.version != 1 {
-		return s, corrupt("format version %d, want 1 or %d (a file from a newer trawl?)", s.version, fileVersion)
+	if s.version < 1 || s.version > fileVersion {
+		return s, corrupt("format version %d, want 1 to %d (a file from a newer trawl?)", s.version, fileVersion)
 	}
-	if v := binary.LittleEndian.Uint32(hdr[12:]); v != fileScheme {
-		return s, corrupt("bit-position scheme %d, want %d", v, fileScheme)
+	if v := binary.LittleEndian.Uint32(hdr[12:]); s.version < 3 && v != schemeDoubleHashing {
+		return s, corrupt("bit-position scheme %d, want %d", v, schemeDoubleHashing)
 	}
 	s.capacity = binary.LittleEndian.Uint64(hdr[16:])
 	s.fpRate = math.Float64frombits(binary.LittleEndian.Uint64(hdr[24:]))
@@ -208,12 +229,21 @@ func readFile(path string) (snapshot, error) {
 	var total uint64
 	buf := make([]byte, 64<<10)
 	for i := range nlayers {
-		if s.version != 1 {
-			layerHdr = buf[:layerHeaderSize]
+		scheme := uint64(schemeDoubleHashing)
+		switch s.version {
+		case 2, 3:
+			n := layerHeaderSize
+			if s.version == 2 {
+				n = 40 // no scheme
+			}
+			layerHdr = buf[:n]
 			if _, err := io.ReadFull(r, layerHdr); err != nil {
 				return s, corrupt("layer %d: %v", i, err)
 			}
-			size += layerHeaderSize
+			size += uint64(n)
+			if s.version == 3 {
+				scheme = binary.LittleEndian.Uint64(layerHdr[40:])
+			}
 		}
 		l := &layer{
 			capacity: binary.LittleEndian.Uint64(layerHdr[0:]),
@@ -221,6 +251,10 @@ func readFile(path string) (snapshot, error) {
 			m:        binary.LittleEndian.Uint64(layerHdr[16:]),
 			k:        binary.LittleEndian.Uint64(layerHdr[24:]),
 			n:        binary.LittleEndian.Uint64(layerHdr[32:]),
+			scheme:   scheme,
+		}
+		if l.scheme != schemeDoubleHashing && l.scheme != schemeMixed {
+			return s, corrupt("layer %d: bit-position scheme %d, want %d or %d", i, l.scheme, schemeDoubleHashing, schemeMixed)
 		}
 		if l.m == 0 || l.m > maxBits || l.k == 0 || l.k > 64 || l.capacity == 0 ||
 			math.IsNaN(l.fpRate) || l.fpRate <= 0 || l.fpRate >= 1 {

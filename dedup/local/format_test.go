@@ -20,7 +20,7 @@ func writeV1(t *testing.T, path string, l *layer) {
 	t.Helper()
 	b := []byte(fileMagic)
 	b = binary.LittleEndian.AppendUint32(b, 1)
-	b = binary.LittleEndian.AppendUint32(b, fileScheme)
+	b = binary.LittleEndian.AppendUint32(b, schemeDoubleHashing)
 	b = binary.LittleEndian.AppendUint64(b, l.capacity)
 	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(l.fpRate))
 	b = binary.LittleEndian.AppendUint64(b, l.m)
@@ -51,6 +51,7 @@ func randomFPs(seed uint64, n int) []dedup.Fingerprint {
 func TestReadsFormat1(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "dupefilter.bloom")
 	old := newLayer(500, 0.01)
+	old.scheme = schemeDoubleHashing // the scheme of format 1
 	fps := randomFPs(1, 1500)
 	for i := range fps[:500] {
 		if old.testAndSet(baseHashes(&fps[i])) {

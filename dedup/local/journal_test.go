@@ -20,16 +20,37 @@ import (
 
 // crash copies the files in dir, as they are now, to a new directory and
 // returns it: what a kill -9 at this moment would leave on disk. The filter
-// writing dir goes on; its Close affects dir only.
+// writing dir goes on (its compactor may be saving); a file that vanishes
+// during the copy means the copy mixes two moments, and it is taken again.
+// The filter's Close affects dir only.
 func crash(t *testing.T, dir string) string {
 	t.Helper()
-	dst := t.TempDir()
+	for range 10 {
+		dst := t.TempDir()
+		if copyFiles(t, dir, dst) {
+			return dst
+		}
+	}
+	t.Fatalf("files in %s kept vanishing during 10 copies", dir)
+	return ""
+}
+
+// copyFiles copies the files of dir to dst. It reports false if one
+// vanished before it was read.
+func copyFiles(t *testing.T, dir, dst string) bool {
+	t.Helper()
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, e := range entries {
+		if strings.Contains(e.Name(), ".tmp-") {
+			continue // a save under way; a kill leaves it behind, New ignores it
+		}
 		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if errors.Is(err, fs.ErrNotExist) {
+			return false
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -37,7 +58,7 @@ func crash(t *testing.T, dir string) string {
 			t.Fatal(err)
 		}
 	}
-	return dst
+	return true
 }
 
 // syncBuffer is a bytes.Buffer that goroutines may write to at once.
@@ -125,10 +146,17 @@ func TestKillKeepsEveryFingerprint(t *testing.T) {
 		t.Errorf("after opening, journal files %v; want the journals folded into the file and one new journal", got)
 	}
 	again := crash(t, killed)
+	temp := filepath.Join(again, "dupefilter.bloom.tmp-123") // a save cut short
+	if err := os.WriteFile(temp, []byte("half a filter"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	cfg.Path = filepath.Join(again, "dupefilter.bloom")
 	h := newFilter(t, cfg)
 	if n := count(add(t, h, fps...)); n != 0 {
 		t.Errorf("after a second kill, %d of %d fingerprints reported new", n, len(fps))
+	}
+	if _, err := os.Stat(temp); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the temporary file of a save cut short is still there (%v)", err)
 	}
 }
 

@@ -140,6 +140,7 @@ func (f *Filter) firstLayer() *layer {
 // were journals, and starts a new journal.
 func (f *Filter) open() error {
 	path := f.cfg.Path
+	removeTemps(path, f.log)
 	s, err := readFile(path)
 	switch {
 	case errors.Is(err, errNoFile):
@@ -383,9 +384,11 @@ func (f *Filter) Purge(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("local filter: purge: %w", err)
 		}
-		select { // the file can shrink now
-		case f.compact <- struct{}{}:
-		default:
+		if f.cfg.JournalLimit >= 0 {
+			select { // the file can shrink now
+			case f.compact <- struct{}{}:
+			default:
+			}
 		}
 	}
 	f.reset()

@@ -159,3 +159,38 @@ func TestFalsePositiveRate(t *testing.T) {
 		})
 	}
 }
+
+// TestSmallTightLayer fills the first layer of a default filter (1,024
+// fingerprints at 1e-7) and asks 8M never-added fingerprints: the
+// positions must be independent enough for such a small, tight layer.
+// Plain double hashing (schemeDoubleHashing) measures about 2.3e-6 here,
+// 23 times its target, and made the engine's crawl benchmark miss a page
+// in one run of three; the seeds are fixed, so the count is deterministic.
+func TestSmallTightLayer(t *testing.T) {
+	const queries = 8_000_000
+	for _, tc := range []struct {
+		scheme uint64
+		max    int
+	}{{schemeMixed, 4}, {schemeDoubleHashing, queries}} {
+		l := newLayer(DefaultCapacity, layerRate(DefaultFPRate, 0))
+		l.scheme = tc.scheme
+		for _, fp := range randomFPs(7, DefaultCapacity) {
+			l.testAndSet(baseHashes(&fp))
+		}
+		r := rand.New(rand.NewPCG(8, 9))
+		falsePositives := 0
+		for range queries {
+			var fp dedup.Fingerprint
+			binary.LittleEndian.PutUint64(fp[:8], r.Uint64())
+			binary.LittleEndian.PutUint64(fp[8:], r.Uint64())
+			if l.contains(baseHashes(&fp)) {
+				falsePositives++
+			}
+		}
+		t.Logf("scheme %d: %d false positives in %d (%.2g; target %.2g, m=%d, k=%d)",
+			tc.scheme, falsePositives, queries, float64(falsePositives)/queries, l.fpRate, l.m, l.k)
+		if falsePositives > tc.max {
+			t.Errorf("scheme %d: %d false positives in %d, want at most %d", tc.scheme, falsePositives, queries, tc.max)
+		}
+	}
+}
