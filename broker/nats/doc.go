@@ -112,5 +112,8 @@
 // a directory (locked against a second server), reachable through an
 // in-process connection and, if asked, a loopback TCP port. Streams,
 // messages, consumers and their acknowledgements survive a restart on the
-// same directory.
+// same directory. With EmbeddedConfig.Advertise the server requires a
+// random token and records its address and token in the directory, so
+// that another process (trawl stats, seed, deadletter) reaches it with
+// ConnectRunning while it runs.
 package nats

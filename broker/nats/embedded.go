@@ -2,6 +2,9 @@ package nats
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -35,7 +38,26 @@ type EmbeddedConfig struct {
 	// Logger receives the server's warnings and errors, and its notices
 	// at Debug level (default: discarded).
 	Logger *slog.Logger
+	// Advertise lets other processes of this machine reach the running
+	// server (ConnectRunning): it listens on Listen, by default a random
+	// loopback port, requires a random token from every client, and
+	// records both in Dir/client.json, readable by the owner only, until
+	// Shutdown.
+	Advertise bool
 }
+
+// ErrNotRunning is returned by ConnectRunning when no server advertises
+// itself in the directory.
+var ErrNotRunning = errors.New("nats embedded: no server running in the data directory")
+
+// advert is the content of Dir/client.json.
+type advert struct {
+	URL   string `json:"url"`
+	Token string `json:"token"`
+	PID   int    `json:"pid"`
+}
+
+const advertFile = "client.json"
 
 // Embedded is a NATS server with JetStream running inside this process,
 // for single-node crawls that need no server: the default of trawl crawl.
@@ -45,6 +67,8 @@ type Embedded struct {
 	lock   *os.File
 	log    *slog.Logger
 	listen bool
+	token  string // clients' token, or ""
+	advert string // the advert file, or ""
 
 	once sync.Once
 }
@@ -68,12 +92,25 @@ func StartEmbedded(ctx context.Context, cfg EmbeddedConfig) (*Embedded, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nats embedded: %s: %w", cfg.Dir, err)
 	}
+	var token string
+	if cfg.Advertise {
+		if cfg.Listen == "" {
+			cfg.Listen = "127.0.0.1:0"
+		}
+		var raw [32]byte
+		if _, err := rand.Read(raw[:]); err != nil {
+			_ = lock.Close()
+			return nil, fmt.Errorf("nats embedded: token: %w", err)
+		}
+		token = hex.EncodeToString(raw[:])
+	}
 	opts := &server.Options{
-		ServerName: "trawl-embedded",
-		JetStream:  true,
-		StoreDir:   cfg.Dir,
-		NoSigs:     true,
-		DontListen: cfg.Listen == "",
+		ServerName:    "trawl-embedded",
+		Authorization: token,
+		JetStream:     true,
+		StoreDir:      cfg.Dir,
+		NoSigs:        true,
+		DontListen:    cfg.Listen == "",
 	}
 	if cfg.Listen != "" {
 		host, port, err := net.SplitHostPort(cfg.Listen)
@@ -99,7 +136,7 @@ func StartEmbedded(ctx context.Context, cfg EmbeddedConfig) (*Embedded, error) {
 	}
 	srv.SetLoggerV2(serverLog{l: log, ready: new(atomic.Bool)}, false, false, false)
 	srv.Start()
-	e := &Embedded{srv: srv, lock: lock, log: log, listen: cfg.Listen != ""}
+	e := &Embedded{srv: srv, lock: lock, log: log, listen: cfg.Listen != "", token: token}
 	wait := 10 * time.Second
 	if dl, ok := ctx.Deadline(); ok {
 		wait = time.Until(dl)
@@ -112,10 +149,17 @@ func StartEmbedded(ctx context.Context, cfg EmbeddedConfig) (*Embedded, error) {
 		e.Shutdown()
 		return nil, fmt.Errorf("nats embedded: jetstream did not start in %s (see the log)", cfg.Dir)
 	}
-	e.nc, err = natsgo.Connect(srv.ClientURL(), natsgo.InProcessServer(srv), natsgo.Name("trawl-embedded"))
+	e.nc, err = natsgo.Connect(srv.ClientURL(), natsgo.InProcessServer(srv), natsgo.Name("trawl-embedded"), natsgo.Token(token))
 	if err != nil {
 		e.Shutdown()
 		return nil, fmt.Errorf("nats embedded: connect in-process: %w", err)
+	}
+	if cfg.Advertise {
+		if err := writeAdvert(filepath.Join(cfg.Dir, advertFile), advert{URL: srv.ClientURL(), Token: token, PID: os.Getpid()}); err != nil {
+			e.Shutdown()
+			return nil, fmt.Errorf("nats embedded: %w", err)
+		}
+		e.advert = filepath.Join(cfg.Dir, advertFile)
 	}
 	log.Info("embedded nats started", "dir", cfg.Dir, "url", e.ClientURL())
 	return e, nil
@@ -128,7 +172,7 @@ func (e *Embedded) Conn() *natsgo.Conn { return e.nc }
 // Connect opens another in-process connection to the server (another
 // worker, say). The caller closes it.
 func (e *Embedded) Connect(opts ...natsgo.Option) (*natsgo.Conn, error) {
-	opts = append([]natsgo.Option{natsgo.InProcessServer(e.srv)}, opts...)
+	opts = append([]natsgo.Option{natsgo.InProcessServer(e.srv), natsgo.Token(e.token)}, opts...)
 	nc, err := natsgo.Connect(e.srv.ClientURL(), opts...)
 	if err != nil {
 		return nil, fmt.Errorf("nats embedded: connect in-process: %w", err)
@@ -151,6 +195,11 @@ func (e *Embedded) ClientURL() string {
 // idempotent.
 func (e *Embedded) Shutdown() {
 	e.once.Do(func() {
+		if e.advert != "" {
+			if err := os.Remove(e.advert); err != nil {
+				e.log.Warn("removing the server's address failed", "err", err)
+			}
+		}
 		if e.nc != nil {
 			e.nc.Close()
 		}
@@ -159,6 +208,48 @@ func (e *Embedded) Shutdown() {
 		_ = e.lock.Close()
 		e.log.Info("embedded nats stopped")
 	})
+}
+
+// writeAdvert writes a atomically, readable by the owner only.
+func writeAdvert(path string, a advert) error {
+	data, err := json.Marshal(a)
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return fmt.Errorf("record the address: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("record the address: %w", err)
+	}
+	return nil
+}
+
+// ConnectRunning connects, as a TCP client, to the server that another
+// process started in dir with EmbeddedConfig.Advertise. It returns an error
+// wrapping ErrNotRunning when none does: no address is recorded, or the
+// one recorded (left by a process killed) refuses the connection. The
+// caller closes the connection.
+func ConnectRunning(ctx context.Context, dir string, o ConnectOptions) (*natsgo.Conn, error) {
+	data, err := os.ReadFile(filepath.Join(dir, advertFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%w: %s", ErrNotRunning, dir)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("nats embedded: %w", err)
+	}
+	var a advert
+	if err := json.Unmarshal(data, &a); err != nil || a.URL == "" {
+		return nil, fmt.Errorf("nats embedded: %s: not a server address (%v)", filepath.Join(dir, advertFile), err)
+	}
+	o.Token = a.Token
+	nc, err := Connect(ctx, a.URL, o)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s (the server of process %d): %w", ErrNotRunning, a.URL, a.PID, err)
+	}
+	return nc, nil
 }
 
 // serverLog adapts slog to the server's logger. The start-up banner (every

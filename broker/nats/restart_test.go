@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -243,4 +245,47 @@ func TestServerRestart(t *testing.T) {
 		t.Errorf("after received %d times, want once", seen["after"])
 	}
 	waitCounts(t, b, q, broker.Counts{})
+}
+
+// TestEmbeddedAdvertise: a server started with Advertise is reachable from
+// another client through its data directory, with the recorded token only;
+// once it stops, nothing is advertised.
+func TestEmbeddedAdvertise(t *testing.T) {
+	dir := t.TempDir()
+	ctx := t.Context()
+	if _, err := nats.ConnectRunning(ctx, dir, nats.ConnectOptions{}); !errors.Is(err, nats.ErrNotRunning) {
+		t.Fatalf("ConnectRunning with no server: %v, want ErrNotRunning", err)
+	}
+	e, err := nats.StartEmbedded(ctx, nats.EmbeddedConfig{Dir: dir, Advertise: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Shutdown()
+	if fi, err := os.Stat(filepath.Join(dir, "client.json")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("address file: %v, %v; want mode 0600", fi, err)
+	}
+	if _, err := nats.Connect(ctx, e.ClientURL(), nats.ConnectOptions{}); err == nil {
+		t.Fatal("a client without the token was let in")
+	}
+	nc, err := nats.ConnectRunning(ctx, dir, nats.ConnectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	// What one client publishes, the server's own connection receives.
+	remote := newBroker(t, nc, nats.Config{})
+	if err := remote.Publish(ctx, "books:start_urls", msg("seeded", 0)); err != nil {
+		t.Fatal(err)
+	}
+	local := newBroker(t, e.Conn(), nats.Config{})
+	if ds := receiveN(t, local, "books:start_urls", 1, 5*time.Second); !slices.Equal(bodies(ds), []string{"seeded/1"}) {
+		t.Fatalf("received %q", bodies(ds))
+	}
+	e.Shutdown()
+	if _, err := os.Stat(filepath.Join(dir, "client.json")); !os.IsNotExist(err) {
+		t.Errorf("the address outlives the server: %v", err)
+	}
+	if _, err := nats.ConnectRunning(ctx, dir, nats.ConnectOptions{}); !errors.Is(err, nats.ErrNotRunning) {
+		t.Errorf("ConnectRunning after Shutdown: %v, want ErrNotRunning", err)
+	}
 }

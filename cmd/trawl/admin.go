@@ -17,8 +17,12 @@ import (
 	"github.com/trawlhq/trawl/engine"
 )
 
-// openShared opens the backends and insists that they outlive the process.
+// openShared opens the backends and insists that they outlive the process;
+// in the default mode, the data directory's store (see openDefault).
 func (o *options) openShared(ctx context.Context, what string) (*backends, error) {
+	if o.broker == "" {
+		return o.openDefault(ctx, what)
+	}
 	b, err := o.open(ctx)
 	if err != nil {
 		return nil, err

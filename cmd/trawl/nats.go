@@ -21,10 +21,14 @@ func (o *options) dataDir() string {
 
 // openEmbedded starts the default single-node setup: an embedded NATS
 // server with JetStream file storage and the local Bloom filter, both in
-// the data directory, so that running the same command again resumes.
-func (o *options) openEmbedded(ctx context.Context, b *backends, order broker.Order) error {
+// the data directory, so that running the same command again resumes. The
+// counters are kept in the data directory too (stats.json). With
+// advertise (a crawl), the server also listens on a loopback port with a
+// token, recorded in the data directory, so that stats, seed and
+// deadletter reach the running crawl.
+func (o *options) openEmbedded(ctx context.Context, b *backends, order broker.Order, advertise bool) error {
 	dir := o.dataDir()
-	e, err := natsbroker.StartEmbedded(ctx, natsbroker.EmbeddedConfig{Dir: filepath.Join(dir, "nats"), Logger: o.log})
+	e, err := natsbroker.StartEmbedded(ctx, natsbroker.EmbeddedConfig{Dir: filepath.Join(dir, "nats"), Logger: o.log, Advertise: advertise})
 	if err != nil {
 		return fmt.Errorf("embedded broker in %s: %w", dir, err)
 	}
@@ -35,6 +39,9 @@ func (o *options) openEmbedded(ctx context.Context, b *backends, order broker.Or
 	}
 	b.broker = nb
 	b.closes = append(b.closes, nb.Close)
+	st := &fileStats{path: filepath.Join(dir, statsFile)}
+	b.stats = st
+	b.purges = append(b.purges, st.Purge)
 	if o.dedup != "" && o.dedup != "local" {
 		return o.sharedFilter(ctx, b)
 	}

@@ -255,7 +255,7 @@ func (o *options) open(ctx context.Context) (*backends, error) {
 	b := &backends{}
 	switch o.broker {
 	case "":
-		if err := o.openEmbedded(ctx, b, order); err != nil {
+		if err := o.openEmbeddedWaiting(ctx, b, order); err != nil {
 			b.Close()
 			return nil, err
 		}

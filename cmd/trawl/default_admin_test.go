@@ -1,0 +1,169 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// startTestsite runs "trawl testsite" and returns its URL.
+func startTestsite(t *testing.T, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, trawlBin, append([]string{"testsite"}, args...)...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); cmd.Wait() })
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		t.Fatalf("trawl testsite printed no URL: %v", err)
+	}
+	return strings.TrimSuffix(strings.TrimSpace(line), "/")
+}
+
+// statsJSON runs "trawl stats --json" in dir.
+func statsJSON(t *testing.T, dir string, args ...string) map[string]int64 {
+	t.Helper()
+	r := trawlIn(t, dir, 30*time.Second, append([]string{"stats", "--json"}, args...)...)
+	if r.code != 0 {
+		t.Fatalf("stats: exit %d: %s", r.code, r.stderr)
+	}
+	m := map[string]int64{}
+	if err := json.Unmarshal([]byte(r.stdout), &m); err != nil {
+		t.Fatalf("stats --json: %v: %q", err, r.stdout)
+	}
+	return m
+}
+
+// until polls cond (an observable state of the processes) until it holds
+// or the deadline passes.
+func until(t *testing.T, ctx context.Context, what string, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		if ctx.Err() != nil {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond) // polling an observable condition
+	}
+}
+
+// TestDefaultModeAdmin: stats, seed, deadletter and purge work on the
+// default mode's data directory (embedded NATS in ./.trawl/NAME), through
+// the running crawl while one runs and on the store itself after; their
+// numbers agree with the crawl's summary and its output.
+func TestDefaultModeAdmin(t *testing.T) {
+	site := startTestsite(t, "--pages", "300", "--latency", "20ms")
+	var broken atomic.Int64
+	bad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		broken.Add(1)
+		http.Error(w, "down", http.StatusInternalServerError)
+	}))
+	defer bad.Close()
+
+	dir := t.TempDir()
+	out := filepath.Join(dir, "items.jsonl")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	crawl := exec.CommandContext(ctx, trawlBin, "crawl", "--name", "books", "--out", out, "--concurrency", "2",
+		"--idle-timeout", "0", "--allow-private", "--retry-times", "0", site+"/")
+	crawl.Dir = dir
+	var crawlErr bytes.Buffer
+	crawl.Stderr = &crawlErr
+	if err := crawl.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer crawl.Process.Kill()
+	until(t, ctx, "the crawl to write items", func() bool { return lines(out) >= 5 })
+
+	// While the crawl runs: its counters and its queues.
+	var live map[string]int64
+	until(t, ctx, "stats to show the running crawl's items", func() bool {
+		live = statsJSON(t, dir, "--name", "books")
+		return live["item_scraped_count"] > 0
+	})
+	if _, ok := live["books:requests/ready"]; !ok {
+		t.Errorf("stats during the crawl has no queue counts: %v", live)
+	}
+
+	// A start URL seeded into the running crawl reaches it: its page fails
+	// for good and is dead-lettered, which deadletter list shows.
+	brokenURL := bad.URL + "/broken"
+	if r := trawlIn(t, dir, 30*time.Second, "seed", "--name", "books", brokenURL); r.code != 0 || !strings.Contains(r.stdout, "seeded 1 start URLs into books:start_urls") {
+		t.Fatalf("seed into the running crawl: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	until(t, ctx, "the seeded URL's dead letter", func() bool {
+		r := trawlIn(t, dir, 30*time.Second, "deadletter", "list", "--name", "books")
+		if r.code != 0 {
+			t.Fatalf("deadletter list during the crawl: exit %d: %s", r.code, r.stderr)
+		}
+		return strings.Contains(r.stdout, brokenURL)
+	})
+	if broken.Load() == 0 {
+		t.Error("the seeded URL was dead-lettered without a fetch")
+	}
+
+	// purge refuses while the crawl runs: the crawl holds the filter.
+	if r := trawlIn(t, dir, 30*time.Second, "purge", "--name", "books"); r.code == 0 || !strings.Contains(r.stderr, "a crawl is running") {
+		t.Errorf("purge during the crawl: exit %d, stderr %q; want a refusal", r.code, r.stderr)
+	}
+
+	crawl.Process.Signal(os.Interrupt)
+	if err := crawl.Wait(); crawl.ProcessState.ExitCode() != 130 {
+		t.Fatalf("crawl: %v, want exit 130; stderr:\n%s", err, crawlErr.String())
+	}
+	m := regexp.MustCompile(`crawl interrupted: (\d+) pages fetched, (\d+) items written, \d+ errors?.*?, (\d+) dead letters?`).FindStringSubmatch(crawlErr.String())
+	if m == nil {
+		t.Fatalf("no summary line:\n%s", crawlErr.String())
+	}
+	pages, _ := strconv.ParseInt(m[1], 10, 64)
+	items, _ := strconv.ParseInt(m[2], 10, 64)
+	dead, _ := strconv.ParseInt(m[3], 10, 64)
+
+	// After the crawl: the store itself, with the same numbers.
+	after := statsJSON(t, dir, "--name", "books")
+	if after["downloader/response_count"] != pages || after["item_scraped_count"] != items || after["deadletter/count"] != dead {
+		t.Errorf("stats after the crawl: pages %d, items %d, dead letters %d; the summary said %d, %d, %d",
+			after["downloader/response_count"], after["item_scraped_count"], after["deadletter/count"], pages, items, dead)
+	}
+	if int64(lines(out)) != items || dead < 1 {
+		t.Errorf("%d lines written, %d dead letters; the summary said %d items", lines(out), dead, items)
+	}
+	if after["books:requests/in_flight"] != 0 {
+		t.Errorf("in flight after the crawl: %d", after["books:requests/in_flight"])
+	}
+	if r := trawlIn(t, dir, 30*time.Second, "deadletter", "list", "--name", "books"); r.code != 0 || !strings.Contains(r.stdout, brokenURL) {
+		t.Errorf("deadletter list after the crawl: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(dir, ".trawl", "books", "nats", "client.json")); !os.IsNotExist(err) {
+		t.Errorf("the stopped crawl's server address is left behind: %v", err)
+	}
+
+	// purge works when no crawl runs, and deletes all of it.
+	if r := trawlIn(t, dir, 30*time.Second, "purge", "--name", "books"); r.code != 0 {
+		t.Fatalf("purge: exit %d: %s", r.code, r.stderr)
+	}
+	gone := statsJSON(t, dir, "--name", "books")
+	if gone["item_scraped_count"] != 0 || gone["books:requests/ready"] != 0 || gone["books:requests/dead"] != 0 {
+		t.Errorf("stats after purge: %v", gone)
+	}
+	if r := trawlIn(t, dir, 30*time.Second, "deadletter", "list", "--name", "books"); !strings.Contains(r.stdout, "no dead letters") {
+		t.Errorf("deadletter list after purge: %q", r.stdout)
+	}
+}

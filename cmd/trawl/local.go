@@ -1,0 +1,209 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/trawlhq/trawl/broker"
+	natsbroker "github.com/trawlhq/trawl/broker/nats"
+	"github.com/trawlhq/trawl/dedup/local"
+)
+
+// The default mode keeps a crawl in its data directory (./.trawl/NAME):
+// the embedded NATS store (nats/), the duplicate filter and the counters
+// (stats.json). One process at a time opens the store (a lock in nats/);
+// while a crawl runs, its server listens on loopback and records where in
+// nats/client.json, and the admin commands connect to it as clients.
+
+// statsFile holds the default mode's counters, in the data directory.
+const statsFile = "stats.json"
+
+// lockWait is how long a command waits for a data directory that another
+// process holds without serving it: a crawl starting or stopping, or
+// another command.
+const lockWait = 10 * time.Second
+
+// errCrawlRunning is the error of purge while a crawl runs in the data
+// directory.
+var errCrawlRunning = errors.New("a crawl is running")
+
+// openDefault opens the default mode's crawl for an admin command: the
+// store itself when no crawl runs, else through the running crawl's
+// server. purge needs the duplicate filter, which the running crawl holds:
+// it refuses while one runs.
+func (o *options) openDefault(ctx context.Context, what string) (*backends, error) {
+	order, _ := broker.ParseOrder(o.order)
+	dir := o.dataDir()
+	var waitSaid bool
+	deadline := time.Now().Add(lockWait)
+	for {
+		b := &backends{}
+		err := o.openEmbedded(ctx, b, order, false)
+		if err == nil {
+			return b, nil
+		}
+		b.Close()
+		if !errors.Is(err, natsbroker.ErrLocked) {
+			return nil, err
+		}
+		b = &backends{}
+		err = o.openRunning(ctx, b, order)
+		switch {
+		case err == nil && what == "purge":
+			b.Close()
+			return nil, fmt.Errorf("%w in %s: stop it before purging (the crawl holds the duplicate filter)", errCrawlRunning, dir)
+		case err == nil:
+			o.log.Debug("connected to the running crawl", "dir", dir)
+			return b, nil
+		case !errors.Is(err, natsbroker.ErrNotRunning):
+			b.Close()
+			return nil, err
+		}
+		b.Close()
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%s is in use by another process that serves no broker (a trawl command, or a program using the library): try again when it is done", dir)
+		}
+		if !waitSaid {
+			fmt.Fprintf(o.stderr, "trawl: waiting up to %v for %s: another process holds it (a crawl starting or stopping, or another command)\n", lockWait, dir)
+			waitSaid = true
+		}
+		if err := pause(ctx, 100*time.Millisecond); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// openRunning connects to the server of the crawl running in the data
+// directory; its counters are read from the file it keeps.
+func (o *options) openRunning(ctx context.Context, b *backends, order broker.Order) error {
+	dir := o.dataDir()
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	nc, err := natsbroker.ConnectRunning(cctx, filepath.Join(dir, "nats"), natsbroker.ConnectOptions{Name: "trawl " + o.name, Logger: o.log})
+	if err != nil {
+		return err
+	}
+	b.closes = append(b.closes, func() error { nc.Close(); return nil })
+	nb, err := natsbroker.New(ctx, natsbroker.Config{Conn: nc, Order: order, Lease: o.lease, MaxDeliveries: o.maxDeliveries(), Logger: o.log})
+	if err != nil {
+		return fmt.Errorf("the crawl running in %s: %w", dir, err)
+	}
+	b.broker, b.shared = nb, true
+	b.closes = append(b.closes, nb.Close)
+	b.stats = &fileStats{path: filepath.Join(dir, statsFile)}
+	// Seeding, counting and dead letters need no filter; a placeholder
+	// keeps the backends whole.
+	f, err := local.New(local.Config{FPRate: o.bloomFPRate})
+	if err != nil {
+		return err
+	}
+	b.filter = f
+	b.closes = append(b.closes, f.Close)
+	return nil
+}
+
+// openEmbeddedWaiting opens the default mode's store for a crawl, waiting
+// (and saying so) while a short-lived command holds it; a crawl already
+// running there is an error at once.
+func (o *options) openEmbeddedWaiting(ctx context.Context, b *backends, order broker.Order) error {
+	dir := o.dataDir()
+	deadline := time.Now().Add(lockWait)
+	var waitSaid bool
+	for {
+		err := o.openEmbedded(ctx, b, order, true)
+		if !errors.Is(err, natsbroker.ErrLocked) {
+			return err
+		}
+		if rb := (&backends{}); o.openRunning(ctx, rb, order) == nil {
+			rb.Close()
+			return fmt.Errorf("%w in %s: one crawl at a time per data directory (another --name or --data-dir runs another)", errCrawlRunning, dir)
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		if !waitSaid {
+			fmt.Fprintf(o.stderr, "trawl: waiting up to %v for %s: another process holds it\n", lockWait, dir)
+			waitSaid = true
+		}
+		if err := pause(ctx, 100*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// pause waits d or until ctx ends.
+func pause(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// fileStats are the default mode's counters, kept in a JSON file of the
+// data directory: the crawl adds to it (it alone, holding the directory),
+// commands read it.
+type fileStats struct {
+	path string
+	mu   sync.Mutex
+}
+
+// Load returns the counters; none before the first crawl.
+func (f *fileStats) Load(context.Context) (map[string]int64, error) {
+	m := map[string]int64{}
+	data, err := os.ReadFile(f.path)
+	if errors.Is(err, os.ErrNotExist) {
+		return m, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("stats: %w", err)
+	}
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, fmt.Errorf("stats: %s: %w", f.path, err)
+	}
+	return m, nil
+}
+
+// Add adds deltas to the counters, replacing the file atomically.
+func (f *fileStats) Add(ctx context.Context, deltas map[string]int64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	m, err := f.Load(ctx)
+	if err != nil {
+		return err
+	}
+	for k, v := range deltas {
+		if v != 0 {
+			m[k] += v
+		}
+	}
+	data, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	tmp := f.path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return fmt.Errorf("stats: %w", err)
+	}
+	if err := os.Rename(tmp, f.path); err != nil {
+		return fmt.Errorf("stats: %w", err)
+	}
+	return nil
+}
+
+// Purge deletes the counters.
+func (f *fileStats) Purge(context.Context) error {
+	if err := os.Remove(f.path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("stats: %w", err)
+	}
+	return nil
+}
