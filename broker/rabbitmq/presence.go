@@ -361,9 +361,22 @@ var errClosedWhileWaiting = errors.New("closed")
 
 // inspector passive-declares queues on one channel, and opens another
 // when the server closes it (it does for a queue that does not exist).
+// Its channel comes from, and goes back to, its session's pool: an idle
+// worker counts its queues several times a second.
 type inspector struct {
 	s  *session
 	ch *amqp.Channel
+}
+
+func newInspector(s *session) *inspector {
+	in := &inspector{s: s}
+	s.mu.Lock()
+	if n := len(s.looks); n > 0 {
+		in.ch = s.looks[n-1]
+		s.looks = s.looks[:n-1]
+	}
+	s.mu.Unlock()
+	return in
 }
 
 // inspect returns name's ready messages; exists is false for a queue that
@@ -392,10 +405,18 @@ func (in *inspector) inspect(name string) (ready int64, exists bool, err error) 
 	return 0, false, fmt.Errorf("inspect queue %q: %w", name, err)
 }
 
+// close gives the channel back to the pool.
 func (in *inspector) close() {
-	if in.ch != nil {
-		_ = in.ch.Close()
+	if in.ch == nil || in.ch.IsClosed() {
+		return
 	}
+	in.s.mu.Lock()
+	defer in.s.mu.Unlock()
+	if len(in.s.looks) >= 4 {
+		_ = in.ch.Close()
+		return
+	}
+	in.s.looks = append(in.s.looks, in.ch)
 }
 
 // scan looks, once per subscription, for the delay queues queue has,
@@ -422,7 +443,7 @@ func (b *Broker) scan(s *session, queue string) <-chan struct{} {
 	go func() {
 		defer b.wg.Done()
 		defer close(done)
-		in := &inspector{s: s}
+		in := newInspector(s)
 		defer in.close()
 		for _, d := range delaySteps {
 			name := delayQueue(queue, d)
@@ -452,7 +473,7 @@ func (b *Broker) countAMQP(ctx context.Context, s *session, queue string) (c bro
 	if err := b.waitWarm(ctx, s); err != nil {
 		return c, err
 	}
-	in := &inspector{s: s}
+	in := newInspector(s)
 	defer in.close()
 	p := b.pres
 	select {

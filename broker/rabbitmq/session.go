@@ -42,6 +42,7 @@ type session struct {
 	mu       sync.Mutex
 	pub      *amqp.Channel   // confirm-mode channel all publishes share; nil: open on next use
 	idle     []*rchan        // receive channels no Receive is using
+	looks    []*amqp.Channel // channels for passive declares no count is using
 	declared map[string]bool // queues declared on this connection
 }
 
