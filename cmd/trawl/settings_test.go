@@ -1,0 +1,49 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/trawlhq/trawl/internal/testsite"
+)
+
+// TestCrawlSettingsDefaultMode: in the default (embedded) mode the
+// crawl's settings are kept in its data directory. A rerun given an
+// --include the crawl does not have refuses, naming the flag and both
+// values; a rerun without the flag adopts the stored --max-depth and says
+// so; --override-settings replaces it with a warning; --flush starts a
+// crawl with new settings.
+func TestCrawlSettingsDefaultMode(t *testing.T) {
+	_, url := serveSite(t, testsite.Options{Pages: 30, Links: 4, Seed: 3, NoTraps: true})
+	dir := t.TempDir()
+	run := func(args ...string) result {
+		return trawlIn(t, dir, time.Minute, append(append([]string{"crawl", "--out", "/dev/null", "--idle-timeout", "500ms"}, args...), url+"/")...)
+	}
+	if r := run("--max-depth", "1"); r.code != 0 {
+		t.Fatalf("first crawl: exit %d\n%s", r.code, r.stderr)
+	}
+	r := run("--include", "/nope/")
+	if want := `--include: the crawl has (none), this worker was given "/nope/"`; r.code != 1 || !strings.Contains(r.stderr, want) {
+		t.Errorf("contradicting --include: exit %d, want 1 and %q:\n%s", r.code, want, r.stderr)
+	}
+	r = run("--allow-empty", "--log-level", "info")
+	if r.code != 0 || !strings.Contains(r.stderr, "crawl settings adopted from the crawl") || !strings.Contains(r.stderr, "max-depth=1") {
+		t.Errorf("rerun without flags: exit %d, want the stored max-depth=1 adopted:\n%s", r.code, r.stderr)
+	}
+	r = run("--allow-empty", "--max-depth", "3")
+	if r.code != 1 || !strings.Contains(r.stderr, "--max-depth: the crawl has 1, this worker was given 3") {
+		t.Errorf("contradicting --max-depth: exit %d:\n%s", r.code, r.stderr)
+	}
+	r = run("--allow-empty", "--max-depth", "3", "--override-settings")
+	if r.code != 0 || !strings.Contains(r.stderr, "overriding the crawl's setting") {
+		t.Errorf("--override-settings: exit %d, want 0 and a warning:\n%s", r.code, r.stderr)
+	}
+	r = run("--allow-empty", "--log-level", "info")
+	if r.code != 0 || !strings.Contains(r.stderr, "max-depth=3") {
+		t.Errorf("after the override: exit %d, want max-depth=3 adopted:\n%s", r.code, r.stderr)
+	}
+	if r = run("--flush", "--include", "/nope/"); r.code != 0 {
+		t.Errorf("--flush with new settings: exit %d:\n%s", r.code, r.stderr)
+	}
+}
