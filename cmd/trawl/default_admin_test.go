@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/trawlhq/trawl/internal/testsite"
 )
 
 // startTestsite runs "trawl testsite" and returns its URL.
@@ -165,5 +167,56 @@ func TestDefaultModeAdmin(t *testing.T) {
 	}
 	if r := trawlIn(t, dir, 30*time.Second, "deadletter", "list", "--name", "books"); !strings.Contains(r.stdout, "no dead letters") {
 		t.Errorf("deadletter list after purge: %q", r.stdout)
+	}
+}
+
+// TestOutQueueDefault: in the default mode, --out queue writes the items
+// into the data directory's store, where "trawl items" takes them: every
+// item once, as JSON lines; a second call finds none.
+func TestOutQueueDefault(t *testing.T) {
+	_, url := serveSite(t, testsite.Options{Pages: 60, Links: 4, Seed: 3, NoTraps: true})
+	dir := t.TempDir()
+	r := trawlIn(t, dir, time.Minute, "crawl", "--name", "q", "--out", "queue", "--idle-timeout", "300ms", url+"/")
+	if r.code != 0 {
+		t.Fatalf("crawl: exit %d: %s", r.code, r.stderr)
+	}
+	m := regexp.MustCompile(`(\d+) items? written`).FindStringSubmatch(r.stderr)
+	if m == nil {
+		t.Fatalf("no summary: %s", r.stderr)
+	}
+	written, _ := strconv.Atoi(m[1])
+	if written < 50 {
+		t.Fatalf("the crawl wrote %d items; want the site's pages", written)
+	}
+	if got := statsJSON(t, dir, "--name", "q"); got["item_scraped_count"] != int64(written) {
+		t.Errorf("stats: %d items; the summary said %d", got["item_scraped_count"], written)
+	}
+	first := trawlIn(t, dir, time.Minute, "items", "--name", "q", "--max", "10")
+	rest := trawlIn(t, dir, time.Minute, "items", "--name", "q")
+	if first.code != 0 || rest.code != 0 {
+		t.Fatalf("items: exit %d, %d: %s%s", first.code, rest.code, first.stderr, rest.stderr)
+	}
+	seen := map[string]bool{}
+	for _, l := range strings.Split(strings.TrimSpace(first.stdout+rest.stdout), "\n") {
+		var it struct {
+			URL    string `json:"url"`
+			Status int    `json:"status"`
+		}
+		if err := json.Unmarshal([]byte(l), &it); err != nil || it.URL == "" {
+			t.Fatalf("item line %q: %v", l, err)
+		}
+		if seen[it.URL] {
+			t.Errorf("item %s taken twice", it.URL)
+		}
+		seen[it.URL] = true
+	}
+	if strings.Count(first.stdout, "\n") != 10 || len(seen) != written {
+		t.Errorf("--max 10 took %d; both calls took %d distinct items, want %d", strings.Count(first.stdout, "\n"), len(seen), written)
+	}
+	if !strings.Contains(rest.stderr, "taken from q:items") {
+		t.Errorf("items should say what it took from where: %q", rest.stderr)
+	}
+	if again := trawlIn(t, dir, time.Minute, "items", "--name", "q"); again.code != 0 || again.stdout != "" || !strings.Contains(again.stderr, "0 items taken") {
+		t.Errorf("items on an empty queue: exit %d, stdout %q, stderr %q", again.code, again.stdout, again.stderr)
 	}
 }

@@ -186,6 +186,7 @@ func newRoot(o *options) *cobra.Command {
 		newStatsCmd(o),
 		newPurgeCmd(o),
 		newDeadLetterCmd(o),
+		newItemsCmd(o),
 		newTestsiteCmd(o),
 		newVersionCmd(o),
 	)

@@ -1,0 +1,89 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/trawlhq/trawl/broker"
+	"github.com/trawlhq/trawl/engine"
+)
+
+// itemsWait is how long items waits for more items from a broker that
+// cannot count its queue.
+const itemsWait = 2 * time.Second
+
+func newItemsCmd(o *options) *cobra.Command {
+	var max int
+	cmd := &cobra.Command{
+		Use:   "items",
+		Short: "Take the items a crawl wrote with --out queue off NAME:items and print them, one JSON line each",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if max < 0 {
+				return usageError("--max %d: want 0 (all) or more", max)
+			}
+			b, err := o.openShared(cmd.Context(), "items")
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			n, err := o.takeItems(cmd.Context(), b, max)
+			fmt.Fprintf(o.stderr, "trawl: %d %s taken from %s\n", n, plural(int64(n), "item"), b.name(engine.ItemsQueue(o.name)))
+			return err
+		},
+	}
+	cmd.Flags().IntVar(&max, "max", 0, "take at most this many (0: all there are)")
+	o.addBackendFlags(cmd.Flags())
+	o.addHiddenCrawlFlags(cmd.Flags())
+	return cmd
+}
+
+// takeItems writes the items of the crawl's items queue to stdout and
+// acknowledges each once written: until the queue is empty (by its count,
+// or after itemsWait with nothing more) or max are taken.
+func (o *options) takeItems(ctx context.Context, b *backends, max int) (int, error) {
+	q := engine.ItemsQueue(o.name)
+	counter, _ := b.broker.(broker.Counter)
+	taken := 0
+	for max == 0 || taken < max {
+		if counter != nil {
+			n, err := counter.Counts(ctx, q)
+			if err != nil {
+				return taken, err
+			}
+			if n.Ready == 0 {
+				return taken, nil
+			}
+		}
+		want := 100
+		if max > 0 {
+			want = min(want, max-taken)
+		}
+		rctx, cancel := context.WithTimeout(ctx, itemsWait)
+		ds, err := b.broker.Receive(rctx, q, want)
+		cancel()
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			return taken, nil // nothing more within itemsWait
+		}
+		if err != nil {
+			return taken, err
+		}
+		for i, d := range ds {
+			if _, err := fmt.Fprintf(o.stdout, "%s\n", d.Message().Body); err != nil {
+				for _, d := range ds[i:] { // back to the queue at once
+					_ = d.Nack(context.WithoutCancel(ctx), 0)
+				}
+				return taken, fmt.Errorf("write: %w", err)
+			}
+			if err := d.Ack(ctx); err != nil {
+				return taken, fmt.Errorf("acknowledge an item: %w", err)
+			}
+			taken++
+		}
+	}
+	return taken, nil
+}
