@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -219,4 +221,59 @@ func TestOutQueueDefault(t *testing.T) {
 	if again := trawlIn(t, dir, time.Minute, "items", "--name", "q"); again.code != 0 || again.stdout != "" || !strings.Contains(again.stderr, "0 items taken") {
 		t.Errorf("items on an empty queue: exit %d, stdout %q, stderr %q", again.code, again.stdout, again.stderr)
 	}
+}
+
+// TestMetricsAddr: --metrics-addr serves the crawl's families while it
+// runs (counters, the fetch histogram, the embedded broker's queue gauges,
+// the local filter's size, the Go collector), not the old catch-all.
+func TestMetricsAddr(t *testing.T) {
+	_, url := serveSite(t, testsite.Options{Pages: 200, Links: 5, Seed: 3, NoTraps: true, Latency: 20 * time.Millisecond})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // the crawl listens there; another process taking it meanwhile fails the test loudly
+	dir := t.TempDir()
+	out := filepath.Join(dir, "items.jsonl")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	crawl := exec.CommandContext(ctx, trawlBin, "crawl", "--out", out, "--concurrency", "2", "--idle-timeout", "0", "--metrics-addr", addr, url+"/")
+	crawl.Dir = dir
+	var crawlErr bytes.Buffer
+	crawl.Stderr = &crawlErr
+	if err := crawl.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer crawl.Process.Kill()
+	until(t, ctx, "items", func() bool { return lines(out) >= 10 })
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatalf("scrape: %v; stderr:\n%s", err, crawlErr.String())
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	text := string(body)
+	for _, want := range []string{
+		"# TYPE trawl_requests_total counter",
+		"# TYPE trawl_responses_total counter",
+		`trawl_responses_total{crawl="trawl",status="200"}`,
+		"# TYPE trawl_items_total counter",
+		"# TYPE trawl_fetch_duration_seconds histogram",
+		`trawl_fetch_duration_seconds_bucket{crawl="trawl",le="0.05"}`,
+		"# TYPE trawl_in_flight_pages gauge",
+		`trawl_queue_messages{crawl="trawl",queue="trawl:requests",state="ready"}`,
+		"# TYPE trawl_filter_entries gauge",
+		"go_goroutines",
+		"process_resident_memory_bytes",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if strings.Contains(text, "trawl_stat_total") {
+		t.Error("/metrics still serves trawl_stat_total")
+	}
+	crawl.Process.Signal(os.Interrupt)
+	crawl.Wait()
 }
