@@ -41,8 +41,9 @@ func PublishedMark(fp Fingerprint) Fingerprint { return mark(fp, publishedDomain
 
 // ExpandedMark returns the fingerprint of the record "the page of the
 // request with fingerprint fp reached the point of claiming its links".
-// The engine adds it in the same Add call as the links, ahead of them, so
-// the filter holds it whenever it holds any link of that page. When it was
+// The engine adds it in a call of its own before it claims the links (a
+// batch need not be all or nothing), so the filter holds it whenever it
+// holds any link of that page. When it was
 // already there, the page is being processed again (a redelivery after a
 // crash, a requeued dead letter, a duplicate message), and the engine
 // publishes the links that are in the filter without a PublishedMark.

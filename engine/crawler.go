@@ -935,9 +935,9 @@ func (c *Crawler) deadLetter(ctx context.Context, d broker.Delivery, err error) 
 // claimed and never published (see dedup.PublishedMark).
 //
 // parent is the request whose page yielded reqs; nil means reqs are start
-// URLs, which skip the domain and pattern checks. The links are claimed
-// with one Add that also adds the parent's dedup.ExpandedMark, ahead of
-// them. If that mark was new, no earlier attempt of the parent got this
+// URLs, which skip the domain and pattern checks. The parent's
+// dedup.ExpandedMark is added first, in a call of its own, then the links
+// are claimed with one more Add. If that mark was new, no earlier attempt of the parent got this
 // far, and only the links new to the filter are published. If it was not
 // (a redelivery after a crash, a requeued dead letter, a second message
 // for one page), and always for start URLs, the links the filter already
@@ -997,12 +997,24 @@ func (c *Crawler) enqueue(ctx context.Context, parent *Request, reqs []*Request)
 	}
 	var published []dedup.Fingerprint // of the filtered requests published
 	if len(fps) > marked {
+		// The parent's mark goes first, in a call of its own: a filter's
+		// batch need not be all or nothing (a pipeline of SADDs under
+		// Redis's maxmemory, or across Cluster nodes, can fail in part),
+		// and a link claimed without its parent's mark would never be
+		// published again by a later attempt: lost.
+		recheck := start
+		if marked == 1 {
+			first, err := c.filter.Add(ctx, fps[0])
+			if err != nil {
+				return fmt.Errorf("engine: filter: %w", err)
+			}
+			recheck = !first[0]
+		}
+		fps = fps[marked:]
 		fresh, err := c.filter.Add(ctx, fps...)
 		if err != nil {
 			return fmt.Errorf("engine: filter: %w", err)
 		}
-		recheck := start || (marked == 1 && !fresh[0])
-		fresh, fps = fresh[marked:], fps[marked:]
 		var again []bool // per fps: claimed before, but not published
 		if recheck {
 			if again, err = c.unpublished(ctx, fps, fresh); err != nil {

@@ -15,7 +15,7 @@
 // when it is consumed, so a redelivered request is not mistaken for a
 // duplicate. The filter also keeps a durable record of what was published
 // (see dedup.PublishedMark and dedup.ExpandedMark): a page's links are
-// claimed in one Add together with a mark that the page got that far, and
+// claimed right after a mark that the page got that far is added, and
 // each published link gets a publication mark afterwards. A page processed
 // again (a redelivery after a crash, whatever the broker says about it, a
 // requeued dead letter, a second message for one page) publishes exactly
