@@ -372,6 +372,8 @@ func (s *suite) tests() []test {
 		{"Counts", s.testCounts},
 		{"Purge", s.testPurge},
 		{"IndependentQueues", s.testIndependentQueues},
+		{"Metadata", s.testMetadata},
+		{"Presence", s.testPresence},
 	}
 	if s.order == broker.Priority {
 		ts = append(ts, test{"NackKeepsPriority", s.testNackKeepsPriority})

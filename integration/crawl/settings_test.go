@@ -10,27 +10,66 @@ import (
 	"github.com/trawlhq/trawl/internal/testsite"
 )
 
+// deployment returns the flags of a process of crawl name, given more.
+type deployment func(name string, more ...string) []string
+
 // settingsArgs are the flags of a process of crawl name on the shared
 // Redis, without --allow-private: the crawl's settings decide it.
-func settingsArgs(t *testing.T, name string, more ...string) []string {
-	return append([]string{"--broker=redis", "--redis-url", integration.Redis(t), "--name", name,
-		"--idle-timeout=2s", "--concurrency=8", "--per-host=16"}, more...)
+func settingsArgs(t *testing.T) deployment {
+	redis := integration.Redis(t)
+	return func(name string, more ...string) []string {
+		return append([]string{"--broker=redis", "--redis-url", redis, "--name", name,
+			"--idle-timeout=2s", "--concurrency=8", "--per-host=16"}, more...)
+	}
 }
 
-// TestRedisJoiningWorkerAdoptsSettings is issue 13.1's failing scenario:
+// natsSettingsArgs are settingsArgs on NATS JetStream (settings in its
+// KV bucket, the filter in Redis).
+func natsSettingsArgs(t *testing.T) deployment {
+	nats, redis := integration.NATS(t), integration.Redis(t)
+	return func(name string, more ...string) []string {
+		return append([]string{"--broker=nats", "--nats-url", nats, "--redis-url", redis, "--name", name,
+			"--idle-timeout=2s", "--concurrency=8", "--per-host=16"}, more...)
+	}
+}
+
+// rabbitSettingsArgs are settingsArgs on RabbitMQ (settings and presence
+// in the deployment's Redis).
+func rabbitSettingsArgs(t *testing.T) deployment {
+	srv := sharedRabbit(t)
+	redis := integration.Redis(t)
+	return func(name string, more ...string) []string {
+		return append([]string{"--broker=rabbitmq", "--amqp-url", srv.URL, "--amqp-management-url", srv.ManagementURL,
+			"--redis-url", redis, "--name", name, "--idle-timeout=2s", "--concurrency=8", "--per-host=16"}, more...)
+	}
+}
+
+func TestRedisJoiningWorkerAdoptsSettings(t *testing.T) { joiningWorkerAdopts(t, settingsArgs(t)) }
+func TestNATSJoiningWorkerAdoptsSettings(t *testing.T)  { joiningWorkerAdopts(t, natsSettingsArgs(t)) }
+func TestRabbitMQJoiningWorkerAdoptsSettings(t *testing.T) {
+	joiningWorkerAdopts(t, rabbitSettingsArgs(t))
+}
+
+func TestRedisPurgeRefusedWhileWorkersRun(t *testing.T) { purgeRefused(t, settingsArgs(t), true) }
+func TestNATSPurgeRefusedWhileWorkersRun(t *testing.T)  { purgeRefused(t, natsSettingsArgs(t), false) }
+func TestRabbitMQPurgeRefusedWhileWorkersRun(t *testing.T) {
+	purgeRefused(t, rabbitSettingsArgs(t), true)
+}
+
+// joiningWorkerAdopts is issue 13.1's failing scenario:
 // a crawl of a loopback site runs with --allow-private and a second
 // worker joins without it. It used to refuse every page (1,540 of 2,018
 // lost). Now it adopts the crawl's settings, says so, and fetches its
 // share: every page fetched exactly once, no error logged. Then a worker
 // given an --include the crawl does not have refuses to start, naming
 // the flag and both values.
-func TestRedisJoiningWorkerAdoptsSettings(t *testing.T) {
+func joiningWorkerAdopts(t *testing.T, args deployment) {
 	site, url := serveSite(t, testsite.Options{Pages: 2000, Links: 10, Seed: 31, NoTraps: true, Latency: 5 * time.Millisecond})
 	name := integration.Name(t)
-	a := start(t, append([]string{"crawl"}, settingsArgs(t, name, "--allow-private", "--log-level=info", url)...)...)
+	a := start(t, append([]string{"crawl"}, args(name, "--allow-private", "--log-level=info", url)...)...)
 	a.waitStderr(t, "crawl settings stored with the crawl", time.Minute)
 	a.waitItems(t, 20, time.Minute)
-	b := start(t, append([]string{"worker"}, settingsArgs(t, name, "--log-level=info")...)...)
+	b := start(t, append([]string{"worker"}, args(name, "--log-level=info")...)...)
 	for i, p := range []*proc{a, b} {
 		if code := p.wait(t, 5*time.Minute); code != 0 {
 			t.Fatalf("process %d exit %d:\n%s", i, code, p.stderr.String())
@@ -56,33 +95,33 @@ func TestRedisJoiningWorkerAdoptsSettings(t *testing.T) {
 	}
 	t.Logf("joining worker wrote %d of %d items", got, site.Expected())
 
-	code, stderr := run(t, append([]string{"worker"}, settingsArgs(t, name, "--include", "/nope/")...)...)
+	code, stderr := run(t, append([]string{"worker"}, args(name, "--include", "/nope/")...)...)
 	if code != 1 {
 		t.Errorf("worker with a contradicting --include: exit %d, want 1", code)
 	}
 	oneLine(t, stderr, `--include: the crawl has (none), this worker was given "/nope/"`)
 }
 
-// TestRedisPurgeRefusedWhileWorkersRun is issue 13.13: a purge under a
+// purgeRefused is issue 13.13: a purge under a
 // running crawl used to restart it silently (1,112-1,199 duplicate items).
 // While a worker runs, purge is refused, naming the live worker count,
 // and nothing is deleted; once the worker exited, purge works; purge
 // --force purges under a running worker, with a warning.
-func TestRedisPurgeRefusedWhileWorkersRun(t *testing.T) {
+func purgeRefused(t *testing.T, args deployment, redis bool) {
 	_, url := serveSite(t, testsite.Options{Pages: 50, Links: 4, NoTraps: true})
 	name := integration.Name(t)
 	client := integration.RedisClient(t)
-	w := start(t, append([]string{"crawl"}, settingsArgs(t, name, "--allow-private", "--idle-timeout=0", url)...)...)
+	w := start(t, append([]string{"crawl"}, args(name, "--allow-private", "--idle-timeout=0", url)...)...)
 	w.waitItems(t, 1, time.Minute)
 
-	code, stderr := run(t, append([]string{"purge"}, settingsArgs(t, name)...)...)
+	code, stderr := run(t, append([]string{"purge"}, args(name)...)...)
 	if code == 0 {
 		t.Fatal("purge while a worker runs: exit 0")
 	}
 	oneLine(t, stderr, "1 live worker")
 	t.Logf("refused: %s", stderr)
 	keys, err := client.Keys(t.Context(), "{"+name+"}:*").Result()
-	if err != nil || !slices.Contains(keys, "{"+name+"}:meta") || len(keys) < 3 {
+	if redis && (err != nil || !slices.Contains(keys, "{"+name+"}:meta") || len(keys) < 3) {
 		t.Errorf("after the refused purge the crawl's keys are %q (%v), want its settings and more", keys, err)
 	}
 
@@ -90,16 +129,16 @@ func TestRedisPurgeRefusedWhileWorkersRun(t *testing.T) {
 	if code := w.wait(t, time.Minute); code != 130 {
 		t.Fatalf("worker exit %d after SIGINT, want 130:\n%s", code, w.stderr.String())
 	}
-	if code, stderr := run(t, append([]string{"purge"}, settingsArgs(t, name)...)...); code != 0 {
+	if code, stderr := run(t, append([]string{"purge"}, args(name)...)...); code != 0 {
 		t.Fatalf("purge after the worker exited: exit %d:\n%s", code, stderr)
 	}
-	if keys, err := client.Keys(t.Context(), "{"+name+"}:*").Result(); err != nil || len(keys) != 0 {
+	if keys, err := client.Keys(t.Context(), "{"+name+"}:*").Result(); redis && (err != nil || len(keys) != 0) {
 		t.Errorf("after the purge the crawl's keys %q are left (%v)", keys, err)
 	}
 
-	w2 := start(t, append([]string{"crawl"}, settingsArgs(t, name, "--allow-private", "--idle-timeout=0", url)...)...)
+	w2 := start(t, append([]string{"crawl"}, args(name, "--allow-private", "--idle-timeout=0", url)...)...)
 	w2.waitItems(t, 1, time.Minute)
-	code, stderr = run(t, append([]string{"purge", "--force"}, settingsArgs(t, name)...)...)
+	code, stderr = run(t, append([]string{"purge", "--force"}, args(name)...)...)
 	if code != 0 || !strings.Contains(stderr, "purging while workers run") {
 		t.Errorf("purge --force under a running worker: exit %d, stderr:\n%s", code, stderr)
 	}
