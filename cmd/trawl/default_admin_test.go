@@ -19,6 +19,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	natsbroker "github.com/trawlhq/trawl/broker/nats"
 	"github.com/trawlhq/trawl/internal/testsite"
 )
 
@@ -273,6 +276,58 @@ func TestMetricsAddr(t *testing.T) {
 	}
 	if strings.Contains(text, "trawl_stat_total") {
 		t.Error("/metrics still serves trawl_stat_total")
+	}
+	crawl.Process.Signal(os.Interrupt)
+	crawl.Wait()
+}
+
+// TestDefaultModeAdminKeepsLease: a command reaching a running crawl opens
+// its queues with the crawl's lease, not its own flags' (the last broker to
+// open a NATS queue sets the consumers' AckWait): stats and seed without
+// --lease leave a crawl run with --lease 2m at 2m.
+func TestDefaultModeAdminKeepsLease(t *testing.T) {
+	_, url := serveSite(t, testsite.Options{Pages: 200, Links: 5, Seed: 3, NoTraps: true, Latency: 20 * time.Millisecond})
+	dir := t.TempDir()
+	out := filepath.Join(dir, "items.jsonl")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	crawl := exec.CommandContext(ctx, trawlBin, "crawl", "--out", out, "--concurrency", "2", "--idle-timeout", "0", "--lease", "2m", url+"/")
+	crawl.Dir = dir
+	var crawlErr bytes.Buffer
+	crawl.Stderr = &crawlErr
+	if err := crawl.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer crawl.Process.Kill()
+	until(t, ctx, "items", func() bool { return lines(out) >= 5 })
+	statsJSON(t, dir)
+	if r := trawlIn(t, dir, 30*time.Second, "seed", url+"/?again"); r.code != 0 {
+		t.Fatalf("seed: exit %d: %s", r.code, r.stderr)
+	}
+	nc, err := natsbroker.ConnectRunning(ctx, filepath.Join(dir, ".trawl", "trawl", "nats"), natsbroker.ConnectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	consumers := 0
+	for name := range js.StreamNames(ctx).Name() {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for info := range s.ListConsumers(ctx).Info() {
+			consumers++
+			if info.Config.AckWait != 2*time.Minute {
+				t.Errorf("consumer %s > %s: AckWait %v, want the crawl's lease 2m", name, info.Name, info.Config.AckWait)
+			}
+		}
+	}
+	if consumers == 0 {
+		t.Fatal("no consumer found: nothing was checked")
 	}
 	crawl.Process.Signal(os.Interrupt)
 	crawl.Wait()

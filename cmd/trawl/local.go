@@ -90,7 +90,18 @@ func (o *options) openRunning(ctx context.Context, b *backends, order broker.Ord
 		return err
 	}
 	b.closes = append(b.closes, func() error { nc.Close(); return nil })
-	nb, err := natsbroker.New(ctx, natsbroker.Config{Conn: nc, Order: order, Lease: o.lease, MaxDeliveries: o.maxDeliveries(), Logger: o.log})
+	// Open the queues as the running crawl does, whatever the flags here:
+	// the last broker to open a queue sets its AckWait.
+	cfg := natsbroker.Config{Conn: nc, Order: order, Lease: o.lease, MaxDeliveries: o.maxDeliveries(), Logger: o.log}
+	if st, err := readBrokerSettings(dir); err == nil {
+		if cfg.Order, err = broker.ParseOrder(st.Order); err != nil {
+			return fmt.Errorf("%s: %w", filepath.Join(dir, brokerFile), err)
+		}
+		cfg.Lease, cfg.MaxDeliveries = st.Lease, st.MaxDeliveries
+	} else {
+		o.log.Warn("the running crawl's broker settings are unknown; using the flags", "err", err)
+	}
+	nb, err := natsbroker.New(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("the crawl running in %s: %w", dir, err)
 	}
@@ -135,6 +146,44 @@ func (o *options) openEmbeddedWaiting(ctx context.Context, b *backends, order br
 			return err
 		}
 	}
+}
+
+// brokerFile records, in the data directory, how the crawl running there
+// opened its queues.
+const brokerFile = "broker.json"
+
+// brokerSettings are the broker settings of the crawl of a data directory.
+type brokerSettings struct {
+	Order         string        `json:"order"`
+	Lease         time.Duration `json:"lease"`
+	MaxDeliveries int           `json:"max_deliveries"`
+}
+
+func writeBrokerSettings(dir string, s brokerSettings) error {
+	data, err := json.Marshal(s)
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(dir, brokerFile)
+	if err := os.WriteFile(path+".tmp", data, 0o644); err != nil {
+		return fmt.Errorf("broker settings: %w", err)
+	}
+	if err := os.Rename(path+".tmp", path); err != nil {
+		return fmt.Errorf("broker settings: %w", err)
+	}
+	return nil
+}
+
+func readBrokerSettings(dir string) (brokerSettings, error) {
+	var s brokerSettings
+	data, err := os.ReadFile(filepath.Join(dir, brokerFile))
+	if err != nil {
+		return s, err
+	}
+	if err := json.Unmarshal(data, &s); err != nil {
+		return s, fmt.Errorf("%s: %w", filepath.Join(dir, brokerFile), err)
+	}
+	return s, nil
 }
 
 // pause waits d or until ctx ends.

@@ -33,6 +33,13 @@ func (o *options) openEmbedded(ctx context.Context, b *backends, order broker.Or
 		return fmt.Errorf("embedded broker in %s: %w", dir, err)
 	}
 	b.closes = append(b.closes, func() error { e.Shutdown(); return nil })
+	if advertise {
+		// Commands reaching this crawl open its queues as it does: a
+		// broker's Lease sets the queue's AckWait.
+		if err := writeBrokerSettings(dir, brokerSettings{Order: o.order, Lease: o.lease, MaxDeliveries: o.maxDeliveries()}); err != nil {
+			return err
+		}
+	}
 	nb, err := natsbroker.New(ctx, natsbroker.Config{Conn: e.Conn(), Order: order, Lease: o.lease, MaxDeliveries: o.maxDeliveries(), Logger: o.log})
 	if err != nil {
 		return err
