@@ -146,3 +146,80 @@ func TestFailedJournalWriteChangesNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestReadsFormat2 opens a file in format 2 (layers without a scheme,
+// all in schemeDoubleHashing, as trawl wrote for a while): its
+// fingerprints are known, and the layers added after it use schemeMixed.
+func TestReadsFormat2(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "dupefilter.bloom")
+	fps := randomFPs(3, 3000)
+	var layers []*layer
+	for i, c := range []uint64{100, 200} {
+		l := newLayer(c, layerRate(0.01, i))
+		l.scheme = schemeDoubleHashing
+		layers = append(layers, l)
+	}
+	var n uint64
+	for i := range fps[:300] {
+		l := layers[0]
+		if i >= 100 {
+			l = layers[1]
+		}
+		if l.testAndSet(baseHashes(&fps[i])) {
+			l.n++
+			n++
+		}
+	}
+	b := []byte(fileMagic)
+	b = binary.LittleEndian.AppendUint32(b, 2)
+	b = binary.LittleEndian.AppendUint32(b, schemeDoubleHashing)
+	b = binary.LittleEndian.AppendUint64(b, 100)
+	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(0.01))
+	b = binary.LittleEndian.AppendUint64(b, n)
+	b = binary.LittleEndian.AppendUint64(b, uint64(len(layers)))
+	for _, l := range layers {
+		for _, x := range []uint64{l.capacity, math.Float64bits(l.fpRate), l.m, l.k, l.n} {
+			b = binary.LittleEndian.AppendUint64(b, x)
+		}
+		for _, w := range l.words {
+			b = binary.LittleEndian.AppendUint64(b, w)
+		}
+	}
+	b = binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	f, err := New(Config{Path: path, FPRate: 0.01})
+	if err != nil {
+		t.Fatalf("New over a format-2 file: %v", err)
+	}
+	defer f.Close()
+	if f.Len() != uint(n) {
+		t.Errorf("Len = %d, want the file's %d", f.Len(), n)
+	}
+	isNew, err := f.Add(context.Background(), fps...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, b := range isNew[:300] {
+		if b {
+			t.Fatalf("fingerprint %d of the format-2 file reported new", i)
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.layers) < 3 || f.layers[1].n != 200 {
+		t.Errorf("%d layers, the file's last holding %d of 200: the filter did not grow past the file's full layer",
+			len(f.layers), f.layers[1].n)
+	}
+	for i, l := range f.layers {
+		want := uint64(schemeMixed)
+		if i < 2 {
+			want = schemeDoubleHashing
+		}
+		if l.scheme != want {
+			t.Errorf("layer %d: scheme %d, want %d", i, l.scheme, want)
+		}
+	}
+}

@@ -283,6 +283,10 @@ func (f *Filter) addLocked(fps []dedup.Fingerprint, isNew []bool, jr *journal) e
 		}
 		h1, h2 := baseHashes(&fps[i])
 		last := len(f.layers) - 1
+		if f.layers[last].full() { // filled by this batch, or loaded full
+			f.grow()
+			last = len(f.layers) - 1
+		}
 		// Layers filled during this batch were tested before the earlier
 		// fingerprints of the batch went in: test them again.
 		if last > first && f.containsIn(f.layers[first:last], h1, h2) {
@@ -296,9 +300,6 @@ func (f *Filter) addLocked(fps []dedup.Fingerprint, isNew []bool, jr *journal) e
 		}
 		l.n++
 		f.n++
-		if l.full() {
-			f.grow()
-		}
 	}
 	return nil
 }
@@ -315,11 +316,13 @@ func (f *Filter) containsIn(layers []*layer, h1, h2 uint64) bool {
 }
 
 // grow adds a layer twice as large as the last one at a tighter
-// false-positive rate (see growth and tightening).
+// false-positive rate (see growth and tightening), unless there are
+// maxLayers already (unreachable in practice: the last layer then fills
+// on).
 func (f *Filter) grow() {
 	last := f.layers[len(f.layers)-1]
 	if len(f.layers) >= maxLayers {
-		return // unreachable in practice: the last layer fills on
+		return
 	}
 	capacity, rate := last.capacity*growth, layerRate(f.cfg.FPRate, len(f.layers))
 	if layerBits(capacity, rate) > maxBits {
