@@ -57,6 +57,19 @@
 // unreachable robots.txt (5xx, network error) disallows its host until it
 // can be fetched (RFC 9309): the host's requests are retried then.
 //
+// # Settings
+//
+// What a page yields must not depend on which worker took it, so the
+// settings that decide it (Settings: allowed domains, the address guard and
+// trusted hosts, include and exclude, depth, extraction, robots) belong to
+// the crawl. Seed and Run store them with the crawl (broker.Metadata, or
+// Config.Metadata) if it has none, and otherwise adopt the crawl's for the
+// settings named in Config.Adopt, logging them at Info; a crawler that
+// insists on a setting the crawl has with another value fails with a
+// *SettingsError (ErrSettingsConflict) unless Config.OverrideSettings.
+// While Run runs, the worker announces itself (broker.Presence), so that
+// a purge can refuse while workers are live (LiveWorkers).
+//
 // # Limits
 //
 // URLs are at most MaxURLLength (8 KiB) wherever they enter; responses at

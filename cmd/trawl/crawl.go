@@ -228,6 +228,8 @@ func (o *options) purge(ctx context.Context, b *backends, force bool) error {
 		case n > 0:
 			o.log.Warn("purging while workers run (--force): they will crawl the whole site again", "crawl", o.name, "workers", n)
 		}
+	} else if b.shared {
+		o.log.Warn("this deployment cannot tell whether workers of the crawl run (RabbitMQ without Redis): purging anyway", "crawl", o.name)
 	}
 	if p, ok := b.broker.(broker.Purger); ok {
 		for _, q := range []string{engine.RequestsQueue(o.name), engine.StartQueue(o.name)} {
