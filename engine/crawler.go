@@ -1073,7 +1073,10 @@ func (c *Crawler) enqueue(ctx context.Context, parent *Request, reqs []*Request)
 
 // unpublished reports, for each fingerprint the filter held already (not
 // fresh), whether it lacks its publication mark: claimed by a worker that
-// may have died before publishing it. A fingerprint repeated in fps is
+// may have died before publishing it. A link whose own page was expanded
+// (its dedup.ExpandedMark is there) was published whatever its marks say,
+// so it is not reported: a worker killed between publishing a link and
+// recording its mark costs no refetch of a page fetched since. A fingerprint repeated in fps is
 // reported once. Without a dedup.Checker every fingerprint held already
 // is reported (the links are published again past the filter), and that
 // is logged once.
@@ -1089,7 +1092,7 @@ func (c *Crawler) unpublished(ctx context.Context, fps []dedup.Fingerprint, fres
 		seen[fp] = true
 		if !fresh[i] {
 			idx = append(idx, i)
-			marks = append(marks, dedup.PublishedMark(fp))
+			marks = append(marks, dedup.PublishedMark(fp), dedup.ExpandedMark(fp))
 		}
 	}
 	if len(marks) == 0 {
@@ -1111,7 +1114,7 @@ func (c *Crawler) unpublished(ctx context.Context, fps []dedup.Fingerprint, fres
 		return nil, fmt.Errorf("engine: filter: check publication marks: %w", err)
 	}
 	for k, i := range idx {
-		again[i] = !in[k]
+		again[i] = !in[2*k] && !in[2*k+1]
 	}
 	return again, nil
 }

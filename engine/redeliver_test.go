@@ -250,3 +250,29 @@ func TestPartialFilterAddLosesNothing(t *testing.T) {
 		t.Fatalf("fetches of /, /a, /b, /c = %v, want %v (/ twice: it was retried)", got, want)
 	}
 }
+
+// TestRedeliveryTrustsExpandedLinks: a claimed link without its publication
+// mark but whose own page was expanded was published (its page was
+// fetched), so a redelivered parent does not publish it again. That is a
+// worker killed between publishing /b and recording its mark, after /b's
+// page was fetched by another worker.
+func TestRedeliveryTrustsExpandedLinks(t *testing.T) {
+	s := newLinkSite(t)
+	b, f := newMemoryBackends(t)
+	ctx := t.Context()
+	root, a, bb, c := s.fp(t, "/"), s.fp(t, "/a"), s.fp(t, "/b"), s.fp(t, "/c")
+	for _, batch := range [][]dedup.Fingerprint{
+		{root, dedup.PublishedMark(root)},
+		{dedup.ExpandedMark(root), a, bb, c},
+		{dedup.ExpandedMark(bb)},
+	} {
+		if _, err := f.Add(ctx, batch...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	queueRoot(t, b, s, 2)
+	runUntilIdle(t, b, f)
+	if got := s.counts(); got != [4]int{1, 1, 0, 1} {
+		t.Errorf("fetches of /, /a, /b, /c = %v, want [1 1 0 1]: /b was expanded, so it was published", got)
+	}
+}
