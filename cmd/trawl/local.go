@@ -57,7 +57,7 @@ func (o *options) openDefault(ctx context.Context, what string) (*backends, erro
 		switch {
 		case err == nil && what == "purge":
 			b.Close()
-			return nil, fmt.Errorf("%w in %s: stop it before purging (the crawl holds the duplicate filter)", errCrawlRunning, dir)
+			return nil, fmt.Errorf("%w in %s: stop it before purging (--force cannot help: the running crawl holds the duplicate filter, which only it can empty)", errCrawlRunning, dir)
 		case err == nil:
 			o.log.Debug("connected to the running crawl", "dir", dir)
 			return b, nil
