@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -243,7 +244,7 @@ func TestMetricsAddr(t *testing.T) {
 	defer cancel()
 	crawl := exec.CommandContext(ctx, trawlBin, "crawl", "--out", out, "--concurrency", "2", "--idle-timeout", "0", "--metrics-addr", addr, url+"/")
 	crawl.Dir = dir
-	var crawlErr bytes.Buffer
+	var crawlErr syncBuffer
 	crawl.Stderr = &crawlErr
 	if err := crawl.Start(); err != nil {
 		t.Fatal(err)
@@ -331,4 +332,58 @@ func TestDefaultModeAdminKeepsLease(t *testing.T) {
 	}
 	crawl.Process.Signal(os.Interrupt)
 	crawl.Wait()
+}
+
+// syncBuffer is a bytes.Buffer safe to read while a process writes it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestDefaultModeDirectoryInUse: a crawl whose data directory another
+// process holds without serving it (a command) waits, saying so, and runs
+// once it is free; a second crawl on a directory whose crawl runs is
+// refused at once.
+func TestDefaultModeDirectoryInUse(t *testing.T) {
+	_, url := serveSite(t, testsite.Options{Pages: 100, Links: 4, Seed: 3, NoTraps: true, Latency: 10 * time.Millisecond})
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	holder, err := natsbroker.StartEmbedded(ctx, natsbroker.EmbeddedConfig{Dir: filepath.Join(dir, ".trawl", "trawl", "nats")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "items.jsonl")
+	crawl := exec.CommandContext(ctx, trawlBin, "crawl", "--out", out, "--concurrency", "2", "--idle-timeout", "0", url+"/")
+	crawl.Dir = dir
+	var crawlErr syncBuffer
+	crawl.Stderr = &crawlErr
+	if err := crawl.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer crawl.Process.Kill()
+	until(t, ctx, "the crawl to say it waits", func() bool { return strings.Contains(crawlErr.String(), "waiting up to") })
+	holder.Shutdown()
+	until(t, ctx, "the crawl to run once the directory is free", func() bool { return lines(out) >= 5 })
+
+	second := trawlIn(t, dir, time.Minute, "crawl", "--out", filepath.Join(dir, "second.jsonl"), url+"/")
+	if second.code == 0 || !strings.Contains(second.stderr, "a crawl is running in .trawl/trawl") {
+		t.Errorf("a second crawl on a running crawl's directory: exit %d, stderr %q; want a refusal naming it", second.code, second.stderr)
+	}
+	crawl.Process.Signal(os.Interrupt)
+	if err := crawl.Wait(); crawl.ProcessState.ExitCode() != 130 {
+		t.Errorf("crawl: %v; stderr:\n%s", err, crawlErr.String())
+	}
 }
