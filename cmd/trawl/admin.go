@@ -216,6 +216,35 @@ func newPurgeCmd(o *options) *cobra.Command {
 	return cmd
 }
 
+// defaultListMax is how many dead letters per queue deadletter list shows
+// unless --max says otherwise.
+const defaultListMax = 100
+
+// requeueBatch is how many dead letters one Requeue call moves.
+const requeueBatch = 1000
+
+// requeueAll moves queue's dead letters back to it, in batches, until none
+// is left or max were moved (max <= 0: all). Every dead letter must go back
+// unless the user said how many: one left behind is a page lost for good.
+func requeueAll(ctx context.Context, dl broker.DeadLetters, queue string, max int) (int, error) {
+	total := 0
+	for max <= 0 || total < max {
+		batch := requeueBatch
+		if max > 0 {
+			batch = min(batch, max-total)
+		}
+		n, err := dl.Requeue(ctx, queue, batch)
+		total += n
+		if err != nil {
+			return total, err
+		}
+		if n < batch {
+			break
+		}
+	}
+	return total, nil
+}
+
 func newDeadLetterCmd(o *options) *cobra.Command {
 	var max int
 	cmd := &cobra.Command{
@@ -243,7 +272,11 @@ func newDeadLetterCmd(o *options) *cobra.Command {
 			for _, q := range queues {
 				switch args[0] {
 				case "list":
-					ls, err := dl.DeadLetters(ctx, q, max)
+					n := max
+					if n <= 0 {
+						n = defaultListMax
+					}
+					ls, err := dl.DeadLetters(ctx, q, n)
 					if err != nil {
 						return err
 					}
@@ -252,11 +285,11 @@ func newDeadLetterCmd(o *options) *cobra.Command {
 					}
 					total += len(ls)
 				case "requeue":
-					n, err := dl.Requeue(ctx, q, max)
-					if err != nil {
-						return err
-					}
+					n, err := requeueAll(ctx, dl, q, max)
 					total += n
+					if err != nil {
+						return fmt.Errorf("requeued %d dead letters, then: %w", total, err)
+					}
 				}
 			}
 			switch {
@@ -268,7 +301,7 @@ func newDeadLetterCmd(o *options) *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().IntVar(&max, "max", 100, "at most this many per queue")
+	cmd.Flags().IntVar(&max, "max", 0, fmt.Sprintf("at most this many per queue (0: list %d, requeue all)", defaultListMax))
 	o.addBackendFlags(cmd.Flags())
 	o.addHiddenCrawlFlags(cmd.Flags())
 	return cmd

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -126,5 +127,49 @@ func TestRedisKeyNames(t *testing.T) {
 	}
 	if err := site.Verify(); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestRedisDeadLetterRequeueAll (13.2): "deadletter requeue" without --max
+// moves every dead letter of both queues back, not the first 100 of each:
+// a dead letter left behind is a page never fetched. With --max it moves
+// at most that many per queue.
+func TestRedisDeadLetterRequeueAll(t *testing.T) {
+	name := integration.Name(t)
+	client := integration.RedisClient(t)
+	ctx := t.Context()
+	bury := func(queue string, n int) {
+		key := "{" + name + "}:" + queue + ":dead"
+		vs := make([]any, n)
+		for i := range vs {
+			vs[i] = fmt.Sprintf("4:test0:http://127.0.0.1:1/%s/%d", queue, i) // reason "test", priority 0
+		}
+		if err := client.RPush(ctx, key, vs...).Err(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			client.Del(context.Background(), key, "{"+name+"}:"+queue, "{"+name+"}:"+queue+":seq", "{"+name+"}:"+queue+":notify")
+		})
+	}
+	dead := func(queue string) int64 {
+		n, err := client.LLen(ctx, "{"+name+"}:"+queue+":dead").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	bury("requests", 2345)
+	bury("start_urls", 150)
+
+	code, out, stderr := runOut(t, append([]string{"deadletter", "requeue", "--max", "40"}, redisArgs(t, name)...)...)
+	if code != 0 || out != "requeued 80 dead letters\n" {
+		t.Errorf("deadletter requeue --max 40: exit %d, stdout %q, want 80 requeued; stderr: %s", code, out, stderr)
+	}
+	code, out, stderr = runOut(t, append([]string{"deadletter", "requeue"}, redisArgs(t, name)...)...)
+	if code != 0 || out != "requeued 2415 dead letters\n" {
+		t.Errorf("deadletter requeue: exit %d, stdout %q, want all 2,415 left requeued; stderr: %s", code, out, stderr)
+	}
+	if r, s := dead("requests"), dead("start_urls"); r != 0 || s != 0 {
+		t.Errorf("after deadletter requeue, %d dead letters left in requests and %d in start_urls, want none", r, s)
 	}
 }
