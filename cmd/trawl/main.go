@@ -147,6 +147,11 @@ func signalContext(stderr io.Writer) (context.Context, func()) {
 }
 
 func newRoot(o *options) *cobra.Command {
+	// Every option gets its default; each command then shows and takes
+	// only the flags it uses. all also names the keys a config file may
+	// hold.
+	all := pflag.NewFlagSet("defaults", pflag.ContinueOnError)
+	o.addFlags(all)
 	root := &cobra.Command{
 		Use:           "trawl",
 		Short:         "A distributed web crawler",
@@ -154,16 +159,14 @@ func newRoot(o *options) *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			if err := bindEnv(cmd.Flags()); err != nil {
+			if err := o.settle(cmd.Flags(), all); err != nil {
 				return err
 			}
 			return o.setup()
 		},
 	}
-	// Every option gets its default; each command then shows and takes
-	// only the flags it uses.
-	o.addFlags(pflag.NewFlagSet("defaults", pflag.ContinueOnError))
 	o.addLogFlags(root.PersistentFlags())
+	root.PersistentFlags().StringVar(&o.configPath, "config", "", "TOML file of settings, keyed by flag name (concurrency = 32, include = [\"a\", \"b\"]); flags given beat it, it beats TRAWL_* variables (default: TRAWL_CONFIG)")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return asUsage(err) })
 	// Cobra would print the help for an unknown command and exit 0.
 	root.RunE = func(cmd *cobra.Command, args []string) error {
@@ -189,6 +192,7 @@ func newRoot(o *options) *cobra.Command {
 		newItemsCmd(o),
 		newTestsiteCmd(o),
 		newVersionCmd(o),
+		newConfigCmd(o),
 	)
 	root.Version = version()
 	root.SetVersionTemplate("trawl {{.Version}}\n")
@@ -200,13 +204,14 @@ func newRoot(o *options) *cobra.Command {
 	return root
 }
 
-// bindEnv sets every flag not given on the command line from TRAWL_NAME
-// (upper case, dashes as underscores), if set. A repeatable flag takes one
-// value per line of the variable.
-func bindEnv(fs *pflag.FlagSet) error {
+// bindEnv sets every flag without a source yet (not given on the command
+// line nor in the config file) from TRAWL_NAME (upper case, dashes as
+// underscores), if set, and records it in sources. A repeatable flag takes
+// one value per line of the variable.
+func bindEnv(fs *pflag.FlagSet, sources map[string]string) error {
 	var errs []error
 	fs.VisitAll(func(f *pflag.Flag) {
-		if f.Changed {
+		if f.Changed || sources[f.Name] != "" || f.Name == "config" {
 			return
 		}
 		env := "TRAWL_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
@@ -219,11 +224,13 @@ func bindEnv(fs *pflag.FlagSet) error {
 			if err := sv.Replace(strings.Split(strings.TrimSpace(v), "\n")); err != nil {
 				errs = append(errs, fmt.Errorf("%s: %w", env, err))
 			}
+			sources[f.Name] = fromEnv
 			return
 		}
 		if err := f.Value.Set(v); err != nil {
 			errs = append(errs, fmt.Errorf("%s=%q: %w", env, v, err))
 		}
+		sources[f.Name] = fromEnv
 	})
 	if err := errors.Join(errs...); err != nil {
 		return &exitError{code: 2, err: err}

@@ -53,6 +53,8 @@ type options struct {
 	failureTimeout                   time.Duration
 	session                          session // headers, cookies, proxy, timeout
 	sitemaps                         bool
+	configPath                       string            // --config, else TRAWL_CONFIG
+	sources                          map[string]string // flag name → fromFlag, fromFile, fromEnv
 }
 
 // addFlags registers every flag on fs: the root's scratch set, which
