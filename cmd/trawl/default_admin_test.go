@@ -387,3 +387,18 @@ func TestDefaultModeDirectoryInUse(t *testing.T) {
 		t.Errorf("crawl: %v; stderr:\n%s", err, crawlErr.String())
 	}
 }
+
+// TestDefaultModeNoCrawl: stats, deadletter, items and purge of a crawl
+// that never ran say so, and create nothing.
+func TestDefaultModeNoCrawl(t *testing.T) {
+	dir := t.TempDir()
+	for _, args := range [][]string{{"stats"}, {"deadletter", "list"}, {"items"}, {"purge"}} {
+		r := trawlIn(t, dir, time.Minute, append(args, "--name", "typo")...)
+		if r.code != 1 || !strings.Contains(r.stderr, "no crawl in .trawl/typo") {
+			t.Errorf("%v: exit %d, stderr %q; want exit 1 and no crawl in .trawl/typo", args, r.code, r.stderr)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, ".trawl")); !os.IsNotExist(err) {
+		t.Errorf("a command on a crawl that never ran created its directory: %v", err)
+	}
+}

@@ -40,6 +40,10 @@ var errCrawlRunning = errors.New("a crawl is running")
 func (o *options) openDefault(ctx context.Context, what string) (*backends, error) {
 	order, _ := broker.ParseOrder(o.order)
 	dir := o.dataDir()
+	if _, err := os.Stat(filepath.Join(dir, "nats")); errors.Is(err, os.ErrNotExist) && what != "seed" {
+		// Not a typo's new empty crawl: say there is none.
+		return nil, fmt.Errorf("%s: no crawl in %s (check --name or --data-dir)", what, dir)
+	}
 	var waitSaid bool
 	deadline := time.Now().Add(lockWait)
 	for {
