@@ -113,6 +113,9 @@ type Crawler struct {
 
 	joinMu sync.Mutex // guards joined
 	joined bool       // the crawl's settings were adopted (joinCrawl)
+	// shared: this worker's guard is the crawl's (its settings came from,
+	// or were stored with, the crawl), so its refusals are the crawl's.
+	shared atomic.Bool
 }
 
 // New returns a crawler over b and f. The crawler does not own them: the

@@ -37,10 +37,20 @@ type refusals struct {
 	pausedAt atomic.Int64 // unix nanoseconds of the last back-off logged
 }
 
-// refuse handles a request this worker refused because of its own
-// configuration: it is given back for another worker (or dead-lettered
-// past MaxDeferrals), never settled as done.
+// refuse handles a request this worker's address guard refused. When the
+// worker's settings are the crawl's (stored with it, see Settings), every
+// worker would refuse it alike: the page fails, once, as a forbidden
+// address. Otherwise the refusal is this worker's own: the request is
+// given back for another worker (or dead-lettered past MaxDeferrals),
+// never settled as done.
 func (c *Crawler) refuse(req *Request, u *url.URL, err error) action {
+	if c.shared.Load() {
+		// The guard is the crawl's: every worker would refuse it alike,
+		// so the page fails here, once, as a forbidden address.
+		c.fail(ErrorForbiddenAddress, err)
+		c.log.Info("address refused by the crawl's guard", "url", Redact(req.URL), "err", redactErr(err))
+		return ack()
+	}
 	c.stats.Inc(StatRefused)
 	c.refused.streak.Add(1)
 	if c.refused.nhosts.Load() < maxRefusedHosts {

@@ -167,3 +167,42 @@ func TestRobotsUnreachableDefers(t *testing.T) {
 		t.Errorf("%d dead letters", n.Dead)
 	}
 }
+
+// TestCrawlGuardRefusalFailsOnce: when a worker's settings are the crawl's
+// (the memory broker keeps them), a link to a private address is refused
+// by every worker alike, so it fails once as a forbidden address: not
+// given back again and again, not dead-lettered.
+func TestCrawlGuardRefusalFailsOnce(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		fmt.Fprint(w, `<html><a href="http://10.255.255.1/secret">private</a></html>`)
+	}))
+	t.Cleanup(srv.Close)
+	b, f := newMemoryBackends(t)
+	c, err := engine.New(b, f, engine.Config{
+		Concurrency: 2, IdleTimeout: 100 * time.Millisecond, IgnoreRobots: true,
+		TrustedHosts:   []string{strings.TrimPrefix(srv.URL, "http://")},
+		AllowedDomains: []string{"127.0.0.1", "10.255.255.1"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if err := c.Seed(ctx, engine.StartURL{URL: srv.URL + "/"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st := c.Stats()
+	if n := st.Get(engine.StatErrorKindPrefix + engine.ErrorForbiddenAddress); n != 1 {
+		t.Errorf("forbidden-address errors = %d, want 1", n)
+	}
+	if n := st.Get(engine.StatRefused); n != 0 {
+		t.Errorf("%s = %d, want 0: the crawl's own guard gives nothing back", engine.StatRefused, n)
+	}
+	if n := st.Get(engine.StatDeadLetters); n != 0 {
+		t.Errorf("%s = %d, want 0", engine.StatDeadLetters, n)
+	}
+}

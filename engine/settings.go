@@ -421,6 +421,7 @@ func (c *Crawler) joinCrawl(ctx context.Context) error {
 		}
 	}
 	c.joined = true
+	c.shared.Store(true)
 	return nil
 }
 
