@@ -33,6 +33,22 @@ var errConfig = errors.New("config file")
 // configEnv names the config file when --config is not given.
 const configEnv = "TRAWL_CONFIG"
 
+// configKeys is every flag of every command of root: the keys a config
+// file may hold.
+func configKeys(root *cobra.Command) *pflag.FlagSet {
+	keys := pflag.NewFlagSet("keys", pflag.ContinueOnError)
+	add := func(f *pflag.Flag) {
+		if keys.Lookup(f.Name) == nil && f.Name != "help" && f.Name != "version" {
+			keys.AddFlag(f)
+		}
+	}
+	root.PersistentFlags().VisitAll(add)
+	for _, c := range root.Commands() {
+		c.Flags().VisitAll(add)
+	}
+	return keys
+}
+
 // settle sets the flags of fs that the command line left alone, first from
 // the config file (--config, else TRAWL_CONFIG), then from TRAWL_*
 // variables, and records where each flag's value came from in o.sources.

@@ -148,18 +148,17 @@ func signalContext(stderr io.Writer) (context.Context, func()) {
 
 func newRoot(o *options) *cobra.Command {
 	// Every option gets its default; each command then shows and takes
-	// only the flags it uses. all also names the keys a config file may
-	// hold.
-	all := pflag.NewFlagSet("defaults", pflag.ContinueOnError)
-	o.addFlags(all)
-	root := &cobra.Command{
+	// only the flags it uses.
+	o.addFlags(pflag.NewFlagSet("defaults", pflag.ContinueOnError))
+	var root *cobra.Command
+	root = &cobra.Command{
 		Use:           "trawl",
 		Short:         "A distributed web crawler",
 		Long:          "trawl crawls the web with workers on any number of machines sharing one frontier (Redis, RabbitMQ, NATS JetStream or in memory) and one duplicate filter.",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.settle(cmd.Flags(), all); err != nil {
+			if err := o.settle(cmd.Flags(), configKeys(root)); err != nil {
 				return err
 			}
 			return o.setup()
