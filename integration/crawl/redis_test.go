@@ -144,7 +144,11 @@ func TestRedisOutOfMemory(t *testing.T) {
 		t.Errorf("stderr does not say that Redis refuses writes (OOM, keeps failing):\n%s", a.stderr.String())
 	}
 	lift()
-	mustRun(t, append([]string{"deadletter", "requeue"}, redisArgs(t, name)...)...)
+	code, out, stderr := runOut(t, append([]string{"deadletter", "requeue"}, redisArgs(t, name)...)...)
+	if code != 0 {
+		t.Fatalf("deadletter requeue: exit %d: %s", code, stderr)
+	}
+	t.Logf("deadletter requeue: %s", strings.TrimSpace(out))
 	b := start(t, append([]string{"worker"}, redisArgs(t, name, "--lease=3s")...)...)
 	if code := b.wait(t, 3*time.Minute); code != 0 {
 		t.Fatalf("worker after the limit was lifted: exit %d:\n%s", code, b.stderr.String())
