@@ -12,10 +12,10 @@ STATICCHECK_VERSION := v0.8.2
 GOBIN_DIR   ?= $(or $(shell $(GO) env GOBIN),$(firstword $(subst :, ,$(shell $(GO) env GOPATH)))/bin)
 STATICCHECK ?= $(GOBIN_DIR)/staticcheck
 
-.PHONY: help build test unit bench demo lint vet tools images fuzz
+.PHONY: help build test unit bench demo lint vet tools images fuzz docs-check
 
 help: ## list the targets
-	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
 
 build: ## build bin/trawl
 	$(GO) build -o bin/trawl ./cmd/trawl
@@ -61,6 +61,13 @@ fuzz: ## run every fuzz target for FUZZTIME (30s) each
 	$(GO) test -run '^$$' -fuzz '^FuzzExtractLinks$$' -fuzztime $(FUZZTIME) ./engine/
 	$(GO) test -run '^$$' -fuzz '^FuzzExtractLinksDifferential$$' -fuzztime $(FUZZTIME) ./engine/
 	$(GO) test -run '^$$' -fuzz '^FuzzUnmarshalRequest$$' -fuzztime $(FUZZTIME) ./engine/
+
+# Every sh block of docs/*.md is marked <!-- check --> (run), <!-- check
+# needs=redis --> (run with a server in Docker) or <!-- skip: REASON -->.
+docs-check: ## run the shell commands of docs/*.md against a local test site (servers in Docker)
+	@env_line=""; \
+	if [ -z "$$TRAWL_REDIS_IMAGE" ] && [ -f "$(IMAGES)" ]; then env_line=$$(bash $(IMAGES)); fi; \
+	env $$env_line bash docs/check.sh
 
 demo: build ## serve the test site and crawl it (no server needed)
 	@set -e; rm -f demo.jsonl /tmp/trawl-demo-url; \
