@@ -483,6 +483,7 @@ func (c *Crawler) takeExternalStarts(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	reqs := make([]*Request, 0, len(ps))
+	good := make([][]byte, 0, len(ps)) // the payloads of reqs, to put back
 	for _, p := range ps {
 		c.stats.Inc(StatStartURLs)
 		req, err := startRequest(p)
@@ -490,14 +491,27 @@ func (c *Crawler) takeExternalStarts(ctx context.Context) (int, error) {
 			c.rejectStart(ctx, p, err)
 			continue
 		}
+		good = append(good, p)
 		reqs = append(reqs, c.withSitemaps(req)...)
 	}
 	if err := c.enqueue(ctx, nil, reqs); err != nil {
-		// Put them back, or they are lost.
-		if e := c.cfg.Starts.AddStarts(ctx, ps...); e != nil {
-			c.log.Error("start urls lost", "count", len(ps), "err", e)
+		c.writes.fail(err)
+		// Put them back, or they are lost. The writes that just failed
+		// may fail a push too (a Redis server out of memory): a source
+		// that can return what it gave is asked to.
+		put := c.cfg.Starts.AddStarts
+		if r, ok := c.cfg.Starts.(StartReturner); ok {
+			put = r.ReturnStarts
+		}
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+		defer cancel()
+		if e := put(pctx, good...); e != nil {
+			c.log.Error("start urls lost: taken, not moved into the frontier, and not put back", "count", len(good), "err", e)
 		}
 		return len(ps), err
+	}
+	if len(reqs) > 0 {
+		c.writes.ok()
 	}
 	return len(ps), nil
 }

@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -274,5 +275,75 @@ func TestRedeliveryTrustsExpandedLinks(t *testing.T) {
 	runUntilIdle(t, b, f)
 	if got := s.counts(); got != [4]int{1, 1, 0, 1} {
 		t.Errorf("fetches of /, /a, /b, /c = %v, want [1 1 0 1]: /b was expanded, so it was published", got)
+	}
+}
+
+// oomFilter refuses its first n Adds, as a Redis server out of memory does.
+type oomFilter struct {
+	*local.Filter
+	mu   sync.Mutex
+	left int
+}
+
+func (f *oomFilter) Add(ctx context.Context, fps ...dedup.Fingerprint) ([]bool, error) {
+	f.mu.Lock()
+	fail := f.left > 0
+	f.left--
+	f.mu.Unlock()
+	if fail {
+		return nil, errors.New("OOM command not allowed when used memory > 'maxmemory'")
+	}
+	return f.Filter.Add(ctx, fps...)
+}
+
+// fullStarts is a start source on a Redis server out of memory: taking
+// works (a pop frees memory), adding is refused, and, with returner,
+// ReturnStarts puts back what was taken.
+type fullStarts struct {
+	sliceStarts
+	returned int
+}
+
+func (s *fullStarts) AddStarts(context.Context, ...[]byte) error {
+	return errors.New("OOM command not allowed when used memory > 'maxmemory'")
+}
+
+type returningStarts struct{ *fullStarts }
+
+func (s returningStarts) ReturnStarts(ctx context.Context, ps ...[]byte) error {
+	s.mu.Lock()
+	s.returned += len(ps)
+	s.ps = append(ps[:len(ps):len(ps)], s.ps...)
+	s.mu.Unlock()
+	return nil
+}
+
+// TestStartURLsKeptWhenWritesFail: start URLs taken from a StartSource
+// whose move into the frontier fails (the filter refuses writes) go back
+// to the source through StartReturner, although the source refuses
+// AddStarts as the filter refuses writes; the crawl then fetches them.
+// Before, they were put back with AddStarts, refused: lost.
+func TestStartURLsKeptWhenWritesFail(t *testing.T) {
+	s := newLinkSite(t)
+	b, f := newMemoryBackends(t)
+	fs := &fullStarts{sliceStarts: sliceStarts{ps: [][]byte{[]byte(s.URL + "/"), []byte("not a url")}}}
+	of := &oomFilter{Filter: f, left: 2}
+	c, err := engine.New(b, of, engine.Config{
+		Concurrency: 4, IdleTimeout: 100 * time.Millisecond, IgnoreRobots: true,
+		TrustedHosts: []string{"127.0.0.1"}, Starts: returningStarts{fs},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if err := c.Run(ctx); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if fs.returned != 2 {
+		t.Errorf("%d start URLs returned, want 2: the good one, once per refused Add", fs.returned)
+	}
+	if got, want := s.counts(), [4]int{1, 1, 1, 1}; got != want {
+		t.Fatalf("fetches of /, /a, /b, /c = %v, want %v: the start URL was lost", got, want)
 	}
 }

@@ -108,6 +108,18 @@ type StartSource interface {
 	PendingStarts(ctx context.Context) (int64, error)
 }
 
+// StartReturner is implemented by start sources that can put back
+// payloads taken by TakeStarts when they could not be moved into the
+// frontier, even where AddStarts would be refused: a Redis server out of
+// memory (maxmemory, noeviction) refuses every push, but returning what
+// was just taken grows nothing on balance. Without it the engine puts them
+// back with AddStarts; a start URL that cannot be put back is lost.
+type StartReturner interface {
+	// ReturnStarts puts back payloads taken by TakeStarts, where they are
+	// taken next.
+	ReturnStarts(ctx context.Context, payloads ...[]byte) error
+}
+
 // StartRejecter is implemented by start sources that keep the payloads
 // the engine rejects (not a start URL, too long), with the reason, where an
 // operator can see them: Redis keeps them in the list

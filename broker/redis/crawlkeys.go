@@ -92,6 +92,57 @@ func (s *StartURLs) TakeStarts(ctx context.Context, max int) ([][]byte, error) {
 	return out, nil
 }
 
+// returnStartsScript puts taken start URLs back at the front of the list
+// (or into the set).
+//
+// Redis refuses a script under maxmemory only at its first write that may
+// grow memory, and only if nothing was written before: PERSIST, a write
+// that never grows memory (the key has no expiry), comes first, so the
+// push is not refused. Returning what was just taken grows nothing on
+// balance, and refusing it would lose the start URLs for good.
+//
+// KEYS: start_urls
+// ARGV: "set" or "list", payloads in the order they were taken
+var returnStartsScript = goredis.NewScript(`
+redis.call('PERSIST', KEYS[1])
+-- from the last chunk to the first, each pushed from its end: the first
+-- payload ends at the front
+for j = #ARGV, 2, -1000 do
+  local i = math.max(2, j - 999)
+  if ARGV[1] == 'set' then
+    redis.call('SADD', KEYS[1], unpack(ARGV, i, j))
+  else
+    local rev = {}
+    for k = j, i, -1 do rev[#rev + 1] = ARGV[k] end
+    redis.call('LPUSH', KEYS[1], unpack(rev))
+  end
+end
+return #ARGV - 1
+`)
+
+// ReturnStarts puts back payloads taken by TakeStarts that could not be
+// moved into the frontier, at the front of the list, in their order. Unlike
+// AddStarts it is not refused by a server out of memory (maxmemory with
+// noeviction): see returnStartsScript. It implements engine.StartReturner.
+func (s *StartURLs) ReturnStarts(ctx context.Context, payloads ...[]byte) error {
+	if len(payloads) == 0 {
+		return nil
+	}
+	args := make([]any, 0, len(payloads)+1)
+	mode := "list"
+	if s.set {
+		mode = "set"
+	}
+	args = append(args, mode)
+	for _, p := range payloads {
+		args = append(args, p)
+	}
+	if err := returnStartsScript.Run(ctx, s.client, []string{s.key}, args...).Err(); err != nil {
+		return fmt.Errorf("redis start urls: return %d to %q: %w", len(payloads), s.key, err)
+	}
+	return nil
+}
+
 // AddStarts appends payloads.
 func (s *StartURLs) AddStarts(ctx context.Context, payloads ...[]byte) error {
 	if len(payloads) == 0 {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -93,5 +94,64 @@ func TestRejectedStartsKept(t *testing.T) {
 	}
 	if !strings.Contains(reasons[1], "too long") || !strings.Contains(reasons[0], "start url") {
 		t.Errorf("reasons %q, want the first to say why, the second to say too long", reasons)
+	}
+}
+
+// TestReturnStartsOutOfMemory: on a server out of memory (maxmemory,
+// noeviction), AddStarts is refused but start URLs taken can be returned,
+// to the front of the list in their order (or into the set): a worker
+// that took them and cannot move them into the frontier loses none.
+func TestReturnStartsOutOfMemory(t *testing.T) {
+	client := integration.RedisClient(t)
+	ctx := t.Context()
+	for _, set := range []bool{false, true} {
+		name := integration.Name(t)
+		starts := redis.NewStartURLs(client, name, set)
+		t.Cleanup(func() { starts.Purge(context.Background()) })
+		if err := starts.AddStarts(ctx, []byte("a"), []byte("b"), []byte("c"), []byte("d")); err != nil {
+			t.Fatal(err)
+		}
+		taken, err := starts.TakeStarts(ctx, 3)
+		if err != nil || len(taken) != 3 {
+			t.Fatalf("take: %q, %v", taken, err)
+		}
+		lift := func() {
+			if err := client.ConfigSet(context.Background(), "maxmemory", "0").Err(); err != nil {
+				t.Errorf("lift maxmemory: %v", err)
+			}
+		}
+		t.Cleanup(lift)
+		for _, kv := range [][2]string{{"maxmemory-policy", "noeviction"}, {"maxmemory", "1"}} {
+			if err := client.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := starts.AddStarts(ctx, []byte("e")); err == nil || !strings.Contains(err.Error(), "OOM") {
+			lift()
+			t.Fatalf("set %v: AddStarts out of memory: %v, want an OOM error (the test tests nothing)", set, err)
+		}
+		err = starts.ReturnStarts(ctx, taken...)
+		lift()
+		if err != nil {
+			t.Fatalf("set %v: ReturnStarts out of memory: %v", set, err)
+		}
+		all, err := starts.TakeStarts(ctx, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make([]string, len(all))
+		for i, p := range all {
+			got[i] = string(p)
+		}
+		if !set {
+			if want := []string{string(taken[0]), string(taken[1]), string(taken[2]), "d"}; strings.Join(got, " ") != strings.Join(want, " ") {
+				t.Errorf("list after return: %q, want %q", got, want)
+			}
+			continue
+		}
+		slices.Sort(got)
+		if strings.Join(got, " ") != "a b c d" {
+			t.Errorf("set after return: %q, want a b c d", got)
+		}
 	}
 }
