@@ -76,7 +76,8 @@ start() {
 		docker run -d --rm --name "$c" -p 127.0.0.1::4222 "${TRAWL_NATS_IMAGE:-nats:2}" -js -sd /data >/dev/null
 		containers+=("$c")
 		export TRAWL_NATS_URL="nats://127.0.0.1:$(port "$c" 4222)"
-		wait_for nats bash -c "exec 3<>/dev/tcp/127.0.0.1/${TRAWL_NATS_URL##*:}"
+		# Docker's port proxy accepts connections before the server does.
+		wait_for nats bash -c "docker logs $c 2>&1 | grep -q 'Server is ready'"
 		;;
 	rabbitmq)
 		docker run -d --rm --name "$c" -p 127.0.0.1::5672 "${TRAWL_RABBITMQ_IMAGE:-rabbitmq:3}" >/dev/null
