@@ -5,6 +5,7 @@
 #   <!-- check -->                 run it
 #   <!-- check needs=redis -->     run it with a Redis server (also nats, rabbitmq;
 #                                  comma-separated), started here in Docker
+#   <!-- check dir=repo -->        run it in the repository's root (go commands)
 #   <!-- skip: REASON -->          do not run it, for the stated reason
 # An unmarked sh block is an error. The blocks of one file run in order, in one
 # fresh folder, each with bash -euo pipefail and a time limit, and must exit 0.
@@ -94,7 +95,7 @@ start() {
 # $work/blocks/FILE.LINE; fail on an unmarked sh block.
 extract() {
 	awk -v dir="$work/blocks" -v base="$(basename "$1")" '
-		/^<!-- (check( needs=[a-z,]+)?|skip: .+) -->$/ { marker = $0; mline = NR; next }
+		/^<!-- (check( needs=[a-z,]+)?( dir=repo)?|skip: .+) -->$/ { marker = $0; mline = NR; next }
 		/^```sh[[:space:]]*$/ && !inblock {
 			if (marker == "" || mline != NR - 1) { printf "%s:%d: sh block without <!-- check --> or <!-- skip: REASON --> on the line before\n", FILENAME, NR > "/dev/stderr"; bad = 1 }
 			inblock = 1; start = NR; out = dir "/" base "." NR; printf "" > out
@@ -130,7 +131,9 @@ for f in docs/*.md; do
 		fi
 		for s in ${needs//,/ }; do start "$s"; done
 		say "$f:$line: running"
-		if ! (cd "$dir" && timeout "$BLOCK_TIMEOUT" bash -euo pipefail "$body") >"$work/out" 2>&1; then
+		rundir=$dir
+		[[ $marker == *"dir=repo"* ]] && rundir=$root
+		if ! (cd "$rundir" && timeout "$BLOCK_TIMEOUT" bash -euo pipefail "$body") >"$work/out" 2>&1; then
 			say "$f:$line: FAILED; the block:"; cat "$body" >&2
 			say "its output:"; tail -40 "$work/out" >&2
 			failed=$((failed + 1))
