@@ -478,7 +478,19 @@ func (c *Crawler) takeStarts(ctx context.Context) (int, error) {
 // not a start URL is counted, logged at Warn and, when the source is a
 // StartRejecter, kept there with the reason.
 func (c *Crawler) takeExternalStarts(ctx context.Context) (int, error) {
-	ps, err := c.cfg.Starts.TakeStarts(ctx, c.cfg.StartBatch)
+	var (
+		ps    [][]byte
+		batch StartBatch
+		err   error
+	)
+	if l, ok := c.cfg.Starts.(StartLeaser); ok {
+		batch, err = l.TakeLeased(ctx, c.cfg.StartBatch, c.startLease())
+		if batch != nil {
+			ps = batch.Payloads()
+		}
+	} else {
+		ps, err = c.cfg.Starts.TakeStarts(ctx, c.cfg.StartBatch)
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -503,17 +515,43 @@ func (c *Crawler) takeExternalStarts(ctx context.Context) (int, error) {
 		if r, ok := c.cfg.Starts.(StartReturner); ok {
 			put = r.ReturnStarts
 		}
+		if batch != nil {
+			put = batch.Return
+		}
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 		defer cancel()
 		if e := put(pctx, good...); e != nil {
-			c.log.Error("start urls lost: taken, not moved into the frontier, and not put back", "count", len(good), "err", e)
+			if batch != nil {
+				c.log.Warn("start urls not put back: they come back when their lease is over", "count", len(good), "lease", c.startLease(), "err", e)
+			} else {
+				c.log.Error("start urls lost: taken, not moved into the frontier, and not put back", "count", len(good), "err", e)
+			}
 		}
 		return len(ps), err
 	}
 	if len(reqs) > 0 {
 		c.writes.ok()
 	}
+	if batch != nil {
+		// In the frontier: confirm. A confirmation that fails leaves the
+		// batch to come back after its lease, to be rechecked and not
+		// published again.
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+		defer cancel()
+		if e := batch.Done(pctx); e != nil {
+			c.log.Warn("start url batch not confirmed: it comes back when its lease is over, and is not published twice", "count", len(ps), "lease", c.startLease(), "err", e)
+		}
+	}
 	return len(ps), nil
+}
+
+// startLease is how long a batch taken from a StartLeaser stays with this
+// worker: Config.Lease, 30s if unset.
+func (c *Crawler) startLease() time.Duration {
+	if c.cfg.Lease > 0 {
+		return c.cfg.Lease
+	}
+	return 30 * time.Second
 }
 
 // startRequest turns a start-URL payload into a request scoped to its host.

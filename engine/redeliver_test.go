@@ -347,3 +347,96 @@ func TestStartURLsKeptWhenWritesFail(t *testing.T) {
 		t.Fatalf("fetches of /, /a, /b, /c = %v, want %v: the start URL was lost", got, want)
 	}
 }
+
+// leasingStarts is a StartLeaser over a slice: it records the leases asked
+// for, the batches confirmed and returned, and counts the batches out as
+// pending.
+type leasingStarts struct {
+	sliceStarts
+	plainTakes, out, done, returned int
+	leases                          []time.Duration
+}
+
+func (s *leasingStarts) TakeStarts(ctx context.Context, max int) ([][]byte, error) {
+	s.mu.Lock()
+	s.plainTakes++
+	s.mu.Unlock()
+	return s.sliceStarts.TakeStarts(ctx, max)
+}
+
+func (s *leasingStarts) TakeLeased(ctx context.Context, max int, lease time.Duration) (engine.StartBatch, error) {
+	ps, _ := s.sliceStarts.TakeStarts(ctx, max)
+	if len(ps) == 0 {
+		return nil, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.out++
+	s.leases = append(s.leases, lease)
+	return &sliceBatch{s: s, ps: ps}, nil
+}
+
+func (s *leasingStarts) PendingStarts(ctx context.Context) (int64, error) {
+	n, _ := s.sliceStarts.PendingStarts(ctx)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return n + int64(s.out), nil
+}
+
+type sliceBatch struct {
+	s  *leasingStarts
+	ps [][]byte
+}
+
+func (b *sliceBatch) Payloads() [][]byte { return b.ps }
+
+func (b *sliceBatch) Done(context.Context) error {
+	b.s.mu.Lock()
+	defer b.s.mu.Unlock()
+	b.s.out--
+	b.s.done++
+	return nil
+}
+
+func (b *sliceBatch) Return(_ context.Context, ps ...[]byte) error {
+	b.s.mu.Lock()
+	defer b.s.mu.Unlock()
+	b.s.out--
+	b.s.returned++
+	b.s.ps = append(ps[:len(ps):len(ps)], b.s.ps...)
+	return nil
+}
+
+// TestLeasedStartsConfirmed: a StartLeaser's batches are taken for
+// Config.Lease, returned (not added) when the move into the frontier fails,
+// and confirmed once it succeeds; its plain TakeStarts is never used.
+func TestLeasedStartsConfirmed(t *testing.T) {
+	s := newLinkSite(t)
+	b, f := newMemoryBackends(t)
+	ls := &leasingStarts{sliceStarts: sliceStarts{ps: [][]byte{[]byte(s.URL + "/"), []byte("not a url")}}}
+	of := &oomFilter{Filter: f, left: 2}
+	c, err := engine.New(b, of, engine.Config{
+		Concurrency: 4, IdleTimeout: 100 * time.Millisecond, IgnoreRobots: true, Lease: 7 * time.Second,
+		TrustedHosts: []string{"127.0.0.1"}, Starts: ls,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if err := c.Run(ctx); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if ls.plainTakes != 0 || ls.returned != 2 || ls.done != 1 || ls.out != 0 {
+		t.Errorf("%d plain takes, %d batches returned, %d confirmed, %d out; want 0, 2 (once per refused Add), 1, 0",
+			ls.plainTakes, ls.returned, ls.done, ls.out)
+	}
+	for _, l := range ls.leases {
+		if l != 7*time.Second {
+			t.Errorf("lease %v, want Config.Lease (7s)", l)
+		}
+	}
+	if got, want := s.counts(), [4]int{1, 1, 1, 1}; got != want {
+		t.Fatalf("fetches of /, /a, /b, /c = %v, want %v", got, want)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/trawlhq/trawl/broker"
 	"github.com/trawlhq/trawl/dedup"
@@ -118,6 +119,35 @@ type StartReturner interface {
 	// ReturnStarts puts back payloads taken by TakeStarts, where they are
 	// taken next.
 	ReturnStarts(ctx context.Context, payloads ...[]byte) error
+}
+
+// StartLeaser is implemented by start sources that take start URLs at
+// least once: a batch taken by TakeLeased stays recorded in the source
+// until it is confirmed (StartBatch.Done) once its requests are in the
+// frontier, or returned (StartBatch.Return) when they could not be moved
+// there. A batch neither confirmed nor returned when lease is over (its
+// worker died) goes back where it is taken next, and PendingStarts counts
+// it until then, so the crawl is not found done meanwhile. Taking a batch
+// again is safe: start URLs are rechecked against the publication marks
+// and only what was not published is. The engine prefers it to TakeStarts
+// and leases for Config.Lease.
+type StartLeaser interface {
+	// TakeLeased takes up to max payloads for lease without blocking; it
+	// returns a nil batch when none is waiting.
+	TakeLeased(ctx context.Context, max int, lease time.Duration) (StartBatch, error)
+}
+
+// StartBatch is a batch of start URLs taken by StartLeaser.TakeLeased.
+type StartBatch interface {
+	// Payloads are the payloads taken, in order.
+	Payloads() [][]byte
+	// Done confirms the batch: it is dropped from the source for good.
+	Done(ctx context.Context) error
+	// Return drops the lease and puts payloads (those of the batch that
+	// could not be moved into the frontier) back where they are taken
+	// next, in their order, even where AddStarts would be refused (see
+	// StartReturner).
+	Return(ctx context.Context, payloads ...[]byte) error
 }
 
 // StartRejecter is implemented by start sources that keep the payloads

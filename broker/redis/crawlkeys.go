@@ -2,12 +2,17 @@ package redis
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/trawlhq/trawl/engine"
 )
 
 // CrawlKey returns the Redis key of a crawl's part ("start_urls", "items",
@@ -18,9 +23,13 @@ func CrawlKey(crawl, part string) string { return "{" + crawl + "}:" + part }
 // StartURLs keeps a crawl's start URLs in a plain Redis list (or set) at
 // {NAME}:start_urls, as scrapy-redis does: "redis-cli rpush '{books}:start_urls'
 // https://example.com/" feeds a running crawl. It implements
-// engine.StartSource. Taking is a destructive pop, like scrapy-redis: a
-// worker killed between the pop and the publish of the request (one round
-// trip) loses that start URL.
+// engine.StartSource and engine.StartLeaser. Taking is at least once: a
+// taken batch is moved, in the same script, into a lease record of the
+// crawl (the sorted set {NAME}:start_urls:taken of batch tokens scored by
+// lease deadline, and the hash {NAME}:start_urls:leased of each token's
+// payloads) until the engine confirms the batch is in the frontier. A
+// worker killed in between (kill -9) loses nothing: once the lease is over,
+// the next take of any worker puts the batch back at the head of the list.
 //
 // Payloads the engine rejects (not a start URL, too long) are kept with the
 // reason in the list {NAME}:start_urls:dead, one JSON object
@@ -29,6 +38,8 @@ type StartURLs struct {
 	client goredis.UniversalClient
 	key    string
 	dead   string
+	taken  string // sorted set: batch token -> lease deadline (Unix ms)
+	leased string // hash: batch token -> msgpack array of its payloads
 	set    bool
 }
 
@@ -42,7 +53,14 @@ const maxRejectedPayload = 1 << 10
 // NewStartURLs returns the start URLs of crawl; with set, a Redis set
 // (no duplicates, no order) instead of a list.
 func NewStartURLs(client goredis.UniversalClient, crawl string, set bool) *StartURLs {
-	return &StartURLs{client: client, key: CrawlKey(crawl, "start_urls"), dead: CrawlKey(crawl, "start_urls:dead"), set: set}
+	return &StartURLs{
+		client: client,
+		key:    CrawlKey(crawl, "start_urls"),
+		dead:   CrawlKey(crawl, "start_urls:dead"),
+		taken:  CrawlKey(crawl, "start_urls:taken"),
+		leased: CrawlKey(crawl, "start_urls:leased"),
+		set:    set,
+	}
 }
 
 // RejectStart keeps a rejected payload (its first KiB) with the reason in
@@ -68,17 +86,82 @@ func (s *StartURLs) RejectStart(ctx context.Context, payload []byte, reason stri
 	return nil
 }
 
-// TakeStarts pops up to max payloads.
+// luaPushFront defines pushFront(key, mode, t, i, j): it puts t[i..j]
+// back at the front of the list (the first ends first), or into the set,
+// in chunks of 1,000 (unpack is bounded by the Lua stack).
+const luaPushFront = `
+local function pushFront(key, mode, t, i, j)
+  for hi = j, i, -1000 do
+    local lo = math.max(i, hi - 999)
+    if mode == 'set' then
+      redis.call('SADD', key, unpack(t, lo, hi))
+    else
+      local rev = {}
+      for k = hi, lo, -1 do rev[#rev + 1] = t[k] end
+      redis.call('LPUSH', key, unpack(rev))
+    end
+  end
+end
+`
+
+// takeStartsScript recovers the batches whose lease is over (their worker
+// died before confirming them), putting them back at the front of the
+// list, earliest deadline first, and then takes up to max payloads; with a
+// token, the batch taken is leased: recorded under the token until
+// confirmDeadline + lease, the server's clock. Recovery writes ZREM (which
+// never grows memory) before its push, so that a server out of memory
+// (maxmemory, noeviction) does not refuse it: see returnStartsScript.
+//
+// KEYS: start_urls, start_urls:taken, start_urls:leased
+// ARGV: "set" or "list", max, lease in ms, token ("" for a plain pop)
+// Returns the payloads taken, in order.
+var takeStartsScript = goredis.NewScript(luaPushFront + `
+local mode, max, lease, token = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
+-- the latest deadline first, each to the front: the earliest ends first
+for e = #expired, 1, -1 do
+  local tok = expired[e]
+  local blob = redis.call('HGET', KEYS[3], tok)
+  redis.call('ZREM', KEYS[2], tok)
+  if blob then
+    local ps = cmsgpack.unpack(blob)
+    if #ps > 0 then pushFront(KEYS[1], mode, ps, 1, #ps) end
+    redis.call('HDEL', KEYS[3], tok)
+  end
+end
+local vals
+if mode == 'set' then
+  vals = redis.call('SPOP', KEYS[1], max)
+else
+  vals = redis.call('LPOP', KEYS[1], max)
+end
+if not vals or #vals == 0 then return {} end
+if token ~= '' then
+  redis.call('HSET', KEYS[3], token, cmsgpack.pack(vals))
+  redis.call('ZADD', KEYS[2], now + lease, token)
+end
+return vals
+`)
+
+// TakeStarts takes up to max payloads for good (no lease), after putting
+// back the batches whose lease is over.
 func (s *StartURLs) TakeStarts(ctx context.Context, max int) ([][]byte, error) {
-	var (
-		vals []string
-		err  error
-	)
-	if s.set {
-		vals, err = s.client.SPopN(ctx, s.key, int64(max)).Result()
-	} else {
-		vals, err = s.client.LPopCount(ctx, s.key, max).Result()
+	return s.take(ctx, max, 0, "")
+}
+
+// take runs takeStartsScript.
+func (s *StartURLs) take(ctx context.Context, max int, lease time.Duration, token string) ([][]byte, error) {
+	if max <= 0 {
+		return nil, nil
 	}
+	mode := "list"
+	if s.set {
+		mode = "set"
+	}
+	vals, err := takeStartsScript.Run(ctx, s.client, []string{s.key, s.taken, s.leased},
+		mode, max, lease.Milliseconds(), token).StringSlice()
 	if errors.Is(err, goredis.Nil) {
 		return nil, nil
 	}
@@ -92,8 +175,58 @@ func (s *StartURLs) TakeStarts(ctx context.Context, max int) ([][]byte, error) {
 	return out, nil
 }
 
+// TakeLeased takes up to max payloads under a lease: until the batch is
+// confirmed (Done) or returned (Return), it stays in the lease record of
+// the crawl, and once lease is over the next take of any worker puts it
+// back at the front of the list. It implements engine.StartLeaser.
+func (s *StartURLs) TakeLeased(ctx context.Context, max int, lease time.Duration) (engine.StartBatch, error) {
+	if lease <= 0 {
+		return nil, fmt.Errorf("redis start urls: lease %v: must be positive", lease)
+	}
+	var b [16]byte
+	rand.Read(b[:]) // never fails (crypto/rand)
+	token := hex.EncodeToString(b[:])
+	ps, err := s.take(ctx, max, lease, token)
+	if err != nil || len(ps) == 0 {
+		return nil, err
+	}
+	return &leasedStarts{s: s, token: token, payloads: ps}, nil
+}
+
+// leasedStarts is a batch taken by TakeLeased.
+type leasedStarts struct {
+	s        *StartURLs
+	token    string
+	payloads [][]byte
+}
+
+func (b *leasedStarts) Payloads() [][]byte { return b.payloads }
+
+// confirmStartsScript drops a lease: its batch is in the frontier. Both
+// writes shrink memory only.
+//
+// KEYS: start_urls:taken, start_urls:leased
+// ARGV: token
+// Returns 1 if the lease was still held, 0 if it was over and recovered.
+var confirmStartsScript = goredis.NewScript(`
+redis.call('HDEL', KEYS[2], ARGV[1])
+return redis.call('ZREM', KEYS[1], ARGV[1])
+`)
+
+func (b *leasedStarts) Done(ctx context.Context) error {
+	if err := confirmStartsScript.Run(ctx, b.s.client, []string{b.s.taken, b.s.leased}, b.token).Err(); err != nil {
+		return fmt.Errorf("redis start urls: confirm batch %s in %q: %w", b.token, b.s.taken, err)
+	}
+	return nil
+}
+
+func (b *leasedStarts) Return(ctx context.Context, payloads ...[]byte) error {
+	return b.s.returnStarts(ctx, b.token, payloads)
+}
+
 // returnStartsScript puts taken start URLs back at the front of the list
-// (or into the set).
+// (or into the set), and drops the lease of their batch if they were
+// leased.
 //
 // Redis refuses a script under maxmemory only at its first write that may
 // grow memory, and only if nothing was written before: PERSIST, a write
@@ -101,23 +234,18 @@ func (s *StartURLs) TakeStarts(ctx context.Context, max int) ([][]byte, error) {
 // push is not refused. Returning what was just taken grows nothing on
 // balance, and refusing it would lose the start URLs for good.
 //
-// KEYS: start_urls
-// ARGV: "set" or "list", payloads in the order they were taken
-var returnStartsScript = goredis.NewScript(`
+// KEYS: start_urls, start_urls:taken, start_urls:leased
+// ARGV: "set" or "list", token ("" if not leased), payloads in the order
+// they were taken
+// Returns the number of payloads put back.
+var returnStartsScript = goredis.NewScript(luaPushFront + `
 redis.call('PERSIST', KEYS[1])
--- from the last chunk to the first, each pushed from its end: the first
--- payload ends at the front
-for j = #ARGV, 2, -1000 do
-  local i = math.max(2, j - 999)
-  if ARGV[1] == 'set' then
-    redis.call('SADD', KEYS[1], unpack(ARGV, i, j))
-  else
-    local rev = {}
-    for k = j, i, -1 do rev[#rev + 1] = ARGV[k] end
-    redis.call('LPUSH', KEYS[1], unpack(rev))
-  end
+if ARGV[2] ~= '' then
+  redis.call('ZREM', KEYS[2], ARGV[2])
+  redis.call('HDEL', KEYS[3], ARGV[2])
 end
-return #ARGV - 1
+if #ARGV > 2 then pushFront(KEYS[1], ARGV[1], ARGV, 3, #ARGV) end
+return #ARGV - 2
 `)
 
 // ReturnStarts puts back payloads taken by TakeStarts that could not be
@@ -128,16 +256,21 @@ func (s *StartURLs) ReturnStarts(ctx context.Context, payloads ...[]byte) error 
 	if len(payloads) == 0 {
 		return nil
 	}
-	args := make([]any, 0, len(payloads)+1)
+	return s.returnStarts(ctx, "", payloads)
+}
+
+// returnStarts runs returnStartsScript.
+func (s *StartURLs) returnStarts(ctx context.Context, token string, payloads [][]byte) error {
+	args := make([]any, 0, len(payloads)+2)
 	mode := "list"
 	if s.set {
 		mode = "set"
 	}
-	args = append(args, mode)
+	args = append(args, mode, token)
 	for _, p := range payloads {
 		args = append(args, p)
 	}
-	if err := returnStartsScript.Run(ctx, s.client, []string{s.key}, args...).Err(); err != nil {
+	if err := returnStartsScript.Run(ctx, s.client, []string{s.key, s.taken, s.leased}, args...).Err(); err != nil {
 		return fmt.Errorf("redis start urls: return %d to %q: %w", len(payloads), s.key, err)
 	}
 	return nil
@@ -164,24 +297,29 @@ func (s *StartURLs) AddStarts(ctx context.Context, payloads ...[]byte) error {
 	return nil
 }
 
-// PendingStarts counts the waiting payloads.
+// PendingStarts counts the waiting payloads plus the leased batches not
+// confirmed yet (each counts one, whatever its size): a crawl is not done
+// while a batch is out, for its worker may have died with it.
 func (s *StartURLs) PendingStarts(ctx context.Context) (int64, error) {
-	var cmd *goredis.IntCmd
-	if s.set {
-		cmd = s.client.SCard(ctx, s.key)
-	} else {
-		cmd = s.client.LLen(ctx, s.key)
-	}
-	n, err := cmd.Result()
+	var waiting, leased *goredis.IntCmd
+	_, err := s.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		if s.set {
+			waiting = p.SCard(ctx, s.key)
+		} else {
+			waiting = p.LLen(ctx, s.key)
+		}
+		leased = p.ZCard(ctx, s.taken)
+		return nil
+	})
 	if err != nil {
-		return 0, fmt.Errorf("redis start urls: count %q: %w", s.key, err)
+		return 0, fmt.Errorf("redis start urls: count %q and %q: %w", s.key, s.taken, err)
 	}
-	return n, nil
+	return waiting.Val() + leased.Val(), nil
 }
 
-// Purge deletes the start URLs and the rejected ones.
+// Purge deletes the start URLs, the leased batches and the rejected ones.
 func (s *StartURLs) Purge(ctx context.Context) error {
-	if err := s.client.Del(ctx, s.key, s.dead).Err(); err != nil {
+	if err := s.client.Del(ctx, s.key, s.dead, s.taken, s.leased).Err(); err != nil {
 		return fmt.Errorf("redis start urls: purge %q: %w", s.key, err)
 	}
 	return nil

@@ -155,3 +155,133 @@ func TestReturnStartsOutOfMemory(t *testing.T) {
 		}
 	}
 }
+
+// TestLeasedStartsComeBack: a batch taken with TakeLeased and never
+// confirmed (its worker died) comes back once its lease is over, at the
+// front of the list and in its order, taken by any worker's next take; a
+// confirmed batch never comes back; PendingStarts counts the batches out.
+func TestLeasedStartsComeBack(t *testing.T) {
+	client := integration.RedisClient(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	for _, set := range []bool{false, true} {
+		name := integration.Name(t)
+		starts := redis.NewStartURLs(client, name, set)
+		t.Cleanup(func() { starts.Purge(context.Background()) })
+		if err := starts.AddStarts(ctx, []byte("a"), []byte("b"), []byte("c"), []byte("d"), []byte("e")); err != nil {
+			t.Fatal(err)
+		}
+		dead, err := starts.TakeLeased(ctx, 2, 300*time.Millisecond)
+		if err != nil || dead == nil || len(dead.Payloads()) != 2 {
+			t.Fatalf("set %v: take leased: %v, %v", set, dead, err)
+		}
+		kept, err := starts.TakeLeased(ctx, 1, time.Hour)
+		if err != nil || kept == nil || len(kept.Payloads()) != 1 {
+			t.Fatalf("set %v: take leased: %v, %v", set, kept, err)
+		}
+		if n, err := starts.PendingStarts(ctx); err != nil || n != 4 {
+			t.Errorf("set %v: pending %d, %v; want 4 (2 waiting, 2 batches out)", set, n, err)
+		}
+		if err := kept.Done(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := starts.PendingStarts(ctx); err != nil || n != 3 {
+			t.Errorf("set %v: pending %d, %v after a confirmation; want 3", set, n, err)
+		}
+		// Wait, by the server's clock, for the end of the lease.
+		taken := redis.CrawlKey(name, "start_urls:taken")
+		deadlines, err := client.ZRangeWithScores(ctx, taken, 0, -1).Result()
+		if err != nil || len(deadlines) != 1 {
+			t.Fatalf("set %v: %s: %v, %v; want the one batch out", set, taken, deadlines, err)
+		}
+		tick := time.NewTicker(20 * time.Millisecond)
+		for {
+			now, err := client.Time(ctx).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if float64(now.UnixMilli()) > deadlines[0].Score {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("set %v: the lease never ended by the server's clock", set)
+			case <-tick.C:
+			}
+		}
+		tick.Stop()
+		all, err := starts.TakeStarts(ctx, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make([]string, len(all))
+		for i, p := range all {
+			got[i] = string(p)
+		}
+		var want []string
+		if set {
+			slices.Sort(got)
+			want = slices.DeleteFunc([]string{"a", "b", "c", "d", "e"}, func(s string) bool { return s == string(kept.Payloads()[0]) })
+		} else {
+			want = []string{"a", "b", "d", "e"}
+		}
+		if strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Errorf("set %v: after the lease: %q, want %q (the unconfirmed batch back first, the confirmed one gone)", set, got, want)
+		}
+		if n, err := starts.PendingStarts(ctx); err != nil || n != 0 {
+			t.Errorf("set %v: pending %d, %v after all was taken; want 0", set, n, err)
+		}
+		// A late confirmation of a recovered batch changes nothing.
+		if err := dead.Done(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestLeasedStartsReturn: a leased batch returned goes back to the front
+// of the list at once, even on a server out of memory, and is no longer
+// counted as out.
+func TestLeasedStartsReturn(t *testing.T) {
+	client := integration.RedisClient(t)
+	ctx := t.Context()
+	name := integration.Name(t)
+	starts := redis.NewStartURLs(client, name, false)
+	t.Cleanup(func() { starts.Purge(context.Background()) })
+	if err := starts.AddStarts(ctx, []byte("a"), []byte("b"), []byte("c")); err != nil {
+		t.Fatal(err)
+	}
+	b, err := starts.TakeLeased(ctx, 2, time.Hour)
+	if err != nil || b == nil {
+		t.Fatalf("take leased: %v, %v", b, err)
+	}
+	lift := func() {
+		if err := client.ConfigSet(context.Background(), "maxmemory", "0").Err(); err != nil {
+			t.Errorf("lift maxmemory: %v", err)
+		}
+	}
+	t.Cleanup(lift)
+	for _, kv := range [][2]string{{"maxmemory-policy", "noeviction"}, {"maxmemory", "1"}} {
+		if err := client.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := starts.AddStarts(ctx, []byte("e")); err == nil || !strings.Contains(err.Error(), "OOM") {
+		lift()
+		t.Fatalf("AddStarts out of memory: %v, want an OOM error (the test tests nothing)", err)
+	}
+	err = b.Return(ctx, b.Payloads()...)
+	lift()
+	if err != nil {
+		t.Fatalf("Return out of memory: %v", err)
+	}
+	if n, err := starts.PendingStarts(ctx); err != nil || n != 3 {
+		t.Errorf("pending %d, %v after the return; want 3 (no batch out)", n, err)
+	}
+	all, err := starts.TakeStarts(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(slices.Concat(all...)); got != "abc" {
+		t.Errorf("after the return: %q, want a b c in order", all)
+	}
+}
