@@ -94,7 +94,11 @@ func applyConfig(fs, known *pflag.FlagSet, path string, sources map[string]strin
 	var errs []error
 	for _, k := range keys {
 		if k == "config" || known.Lookup(k) == nil {
-			errs = append(errs, fmt.Errorf("%w %s: unknown key %q (the keys are the flags' names, as in concurrency = 32)", errConfig, path, k))
+			hint := "the keys are the flags' names, as in concurrency = 32"
+			if near := nearest(known, k); near != "" {
+				hint = "did you mean " + near + "? " + hint
+			}
+			errs = append(errs, fmt.Errorf("%w %s: unknown key %q (%s)", errConfig, path, k, hint))
 			continue
 		}
 		f := fs.Lookup(k)
@@ -108,6 +112,38 @@ func applyConfig(fs, known *pflag.FlagSet, path string, sources map[string]strin
 		sources[k] = fromFile
 	}
 	return errors.Join(errs...)
+}
+
+// nearest is the flag of fs closest to name, within two edits, or "".
+func nearest(fs *pflag.FlagSet, name string) string {
+	best, bestD := "", 3
+	fs.VisitAll(func(f *pflag.Flag) {
+		if d := editDistance(name, f.Name); d < bestD {
+			best, bestD = f.Name, d
+		}
+	})
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b, in bytes.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 // setFromTOML sets f from a decoded TOML value: a list for a repeatable

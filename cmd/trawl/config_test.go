@@ -67,7 +67,8 @@ func configLines(t *testing.T, stdout string) map[string]string {
 // which gave each value, and a crawl obeys the same order (the file's
 // --include, with a comma inside, is used rather than the environment's).
 func TestConfigPrecedence(t *testing.T) {
-	cfg := writeConfig(t, "concurrency = 32\nper-host = 7\ndelay = \"2s\"\ninclude = [\"a,b\", \"c\"]\n")
+	// json is a flag of trawl stats only: trawl config ignores it.
+	cfg := writeConfig(t, "concurrency = 32\nper-host = 7\ndelay = \"2s\"\ninclude = [\"a,b\", \"c\"]\njson = true\n")
 	env := []string{"TRAWL_CONCURRENCY=5", "TRAWL_PER_HOST=3", "TRAWL_MAX_PAGES=9", "TRAWL_DELAY=1s"}
 	r := trawlEnv(t, env, "config", "--config", cfg, "--per-host", "4")
 	if r.code != 0 {
@@ -112,7 +113,7 @@ func TestConfigPrecedence(t *testing.T) {
 // before anything is crawled.
 func TestConfigBadFile(t *testing.T) {
 	for _, c := range []struct{ name, text, msg string }{
-		{"unknown key", "concurency = 3\n", `unknown key "concurency"`},
+		{"unknown key", "concurency = 3\n", `unknown key "concurency" (did you mean concurrency?`},
 		{"table", "[redis]\nurl = \"redis://x\"\n", `unknown key "redis"`},
 		{"bad value", "concurrency = \"many\"\n", `key "concurrency"`},
 		{"list for a scalar", "delay = [\"1s\"]\n", `key "delay"`},
