@@ -515,9 +515,16 @@ func (b *Broker) hand(op, queue string, ds []*delivery) ([]broker.Delivery, erro
 
 // admit turns a message pulled from band consumer cons into a delivery,
 // or dead-letters it if it has been delivered more than MaxDeliveries
-// times (its last lease expired) and returns nil.
-func (b *Broker) admit(q *queue, cons int, m *natsgo.Msg) *delivery {
+// times (its last lease expired) and returns nil. sent, if not zero, is
+// when the request that brought m was sent: its lease is counted from
+// then, not from now, so that a process held up between the server's
+// sending and now cannot settle it after the server gave it to another.
+func (b *Broker) admit(q *queue, cons int, m *natsgo.Msg, sent time.Time) *delivery {
 	now := time.Now()
+	leased := now
+	if !sent.IsZero() {
+		leased = sent
+	}
 	meta, err := m.Metadata()
 	if err != nil {
 		b.log.Error("not a jetstream message; ignored", "queue", q.queue, "subject", m.Subject, "error", err)
@@ -545,7 +552,7 @@ func (b *Broker) admit(q *queue, cons int, m *natsgo.Msg) *delivery {
 		band:     cons,
 		attempt:  headerInt(m.Header, hdrAttempts) + delivered,
 		seq:      meta.Sequence.Stream,
-		deadline: b.leaseEnd(now),
+		deadline: b.leaseEnd(leased),
 	}
 	if d.attempt > b.cfg.MaxDeliveries {
 		ctx, cancel := b.detached()

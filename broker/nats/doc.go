@@ -37,7 +37,10 @@
 // before the server's AckWait ends (by a tenth of Lease, at most a
 // second): settling after that returns broker.ErrLeaseLost and sends
 // nothing, since JetStream would apply a late ack or nak to the message's
-// next delivery.
+// next delivery. The lease is counted from the sending of the pull request
+// where the server answers at once (a message that was ready), else from
+// the message's arrival, so that only there can a process held up for
+// longer than that margin settle a delivery the server has given away.
 //
 // Nack and Close give a message back by publishing a copy (to the end of
 // its band, or to the delay subject) and then acknowledging the delivery,

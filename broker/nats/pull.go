@@ -55,6 +55,10 @@ type puller struct {
 type request struct {
 	cons      int // index into names.consumers
 	want, got int
+	// at is when a request the server answers at once (no_wait, no
+	// expires) was sent, zero for others: the server sent its messages,
+	// and started their leases, after it.
+	at time.Time
 }
 
 // reply is a message or a final status for a request.
@@ -63,7 +67,8 @@ type reply struct {
 	msg    *natsgo.Msg // nil for a status
 	status int
 	desc   string
-	done   bool // the request is over
+	done   bool      // the request is over
+	at     time.Time // the request's at
 }
 
 // send asks consumer cons for up to batch messages. noWait: the server
@@ -90,10 +95,14 @@ func (p *puller) send(cons, batch int, noWait bool, expires time.Duration) error
 	default:
 		body = fmt.Appendf(nil, `{"batch":%d,"expires":%d}`, batch, int64(expires))
 	}
+	var at time.Time
+	if noWait && expires <= 0 {
+		at = time.Now()
+	}
 	if err := p.b.nc.PublishRequest(p.q.next[cons], p.inbox+"."+tok, body); err != nil {
 		return fmt.Errorf("pull request: %w", err)
 	}
-	p.reqs[tok] = &request{cons: cons, want: batch}
+	p.reqs[tok] = &request{cons: cons, want: batch, at: at}
 	p.byCons[cons] = tok
 	return nil
 }
@@ -151,7 +160,7 @@ func (p *puller) classify(m *natsgo.Msg) (reply, bool) {
 	if done {
 		p.end(tok, req)
 	}
-	return reply{cons: cons, msg: m, done: done}, true
+	return reply{cons: cons, msg: m, done: done, at: req.at}, true
 }
 
 // end forgets the request tok.
@@ -227,7 +236,7 @@ func (p *puller) accept(r reply) *delivery {
 		p.b.delayed(p.q, r.msg)
 		return nil
 	}
-	return p.b.admit(p.q, r.cons, r.msg)
+	return p.b.admit(p.q, r.cons, r.msg, r.at)
 }
 
 // failure turns a final status other than 404 and 408 into an error.
