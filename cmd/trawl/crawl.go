@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -47,7 +48,7 @@ func (o *options) crawl(ctx context.Context, args []string, seed bool, adopt []s
 	for _, a := range args {
 		s, err := engine.ParseStartURL([]byte(a))
 		if err != nil {
-			return usageError("bad start URL %q: want an absolute http or https URL", a)
+			return usageError("bad start URL %q: %v (want an absolute http or https URL, or JSON {\"url\": ...})", a, strings.TrimPrefix(err.Error(), engine.ErrBadPayload.Error()+": "))
 		}
 		starts = append(starts, s)
 		u, _ := url.Parse(s.URL)

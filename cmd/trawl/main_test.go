@@ -134,6 +134,8 @@ func TestBadInput(t *testing.T) {
 	}{
 		{"malformed url", []string{"crawl", "ht!tp://x y"}, 2, "bad start URL"},
 		{"relative url", []string{"crawl", "/just/a/path"}, 2, "bad start URL"},
+		{"json start url, unknown field", []string{"crawl", `{"url": "http://example.com/", "bogus": 1}`}, 2, `unknown field "bogus"`},
+		{"json start url, meta not a string", []string{"crawl", `{"url": "http://example.com/", "meta": {"a": 1}}`}, 2, "StartURL.meta of type string"},
 		{"unknown broker", []string{"crawl", "--broker=kafka", "http://example.com/"}, 2, "--broker"},
 		{"bad duration", []string{"crawl", "--delay=soon", "http://example.com/"}, 2, "delay"},
 		{"unknown flag", []string{"crawl", "--nope", "http://example.com/"}, 2, "unknown flag"},
