@@ -18,7 +18,7 @@ help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
 
 build: ## build bin/trawl
-	$(GO) build -o bin/trawl ./cmd/trawl
+	$(GO) build -buildvcs=auto -o bin/trawl ./cmd/trawl   # auto: stamp the commit where git is, even if GOFLAGS says -buildvcs=false
 
 vet: ## gofmt check, go vet, staticcheck; every fuzz target listed in make fuzz
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
