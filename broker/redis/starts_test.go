@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/trawlhq/trawl/broker/redis"
 	"github.com/trawlhq/trawl/dedup/local"
 	"github.com/trawlhq/trawl/engine"
@@ -160,8 +162,15 @@ func TestReturnStartsOutOfMemory(t *testing.T) {
 // confirmed (its worker died) comes back once its lease is over, at the
 // front of the list and in its order, taken by any worker's next take; a
 // confirmed batch never comes back; PendingStarts counts the batches out.
-func TestLeasedStartsComeBack(t *testing.T) {
-	client := integration.RedisClient(t)
+func TestLeasedStartsComeBack(t *testing.T) { leasedStartsComeBack(t, integration.RedisClient(t)) }
+
+// TestLeasedStartsComeBackCluster: the same on a Redis Cluster (the take
+// script's keys share the crawl's slot).
+func TestLeasedStartsComeBackCluster(t *testing.T) {
+	leasedStartsComeBack(t, integration.RedisClusterClient(t))
+}
+
+func leasedStartsComeBack(t *testing.T, client goredis.UniversalClient) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	for _, set := range []bool{false, true} {
