@@ -137,7 +137,9 @@ func New(b broker.Broker, f dedup.Filter, cfg Config) (*Crawler, error) {
 	}
 	c.limiter = cc.Limiter
 	if c.limiter == nil {
-		c.limiter = NewPoliteness(PolitenessOptions{PerHost: cc.PerHost, Delay: cc.Delay})
+		c.limiter = NewPoliteness(PolitenessOptions{PerHost: cc.PerHost, Delay: cc.Delay, AutoThrottle: cc.AutoThrottle})
+	} else if _, ok := c.limiter.(LatencyObserver); cc.AutoThrottle != nil && !ok {
+		c.log.Warn("autothrottle: the configured limiter does not implement engine.LatencyObserver; delays stay fixed")
 	}
 	return c, nil
 }
@@ -729,6 +731,9 @@ func (c *Crawler) process(ctx, work context.Context, req *Request, prior int) ac
 		c.fail(fetchErrorKind(err), err)
 		log.Info("fetch failed", "err", err)
 		return c.errorItem(work, req, nil, err, ack())
+	}
+	if o, ok := c.limiter.(LatencyObserver); ok {
+		o.Observe(u.Host, resp.Latency, resp.StatusCode)
 	}
 	c.stats.Inc(StatResponses)
 	c.stats.Inc(statusStat(resp.StatusCode))

@@ -262,6 +262,7 @@ func (f *Fetcher) fetch(ctx context.Context, r *Request, limit int64, truncate b
 		return nil, timedOut(err) // *url.Error names the method and URL
 	}
 	defer resp.Body.Close()
+	latency := time.Since(start)
 
 	if resp.ContentLength > limit && !truncate {
 		return nil, fmt.Errorf("fetch %s: %w: Content-Length %d over the limit of %d bytes",
@@ -290,6 +291,7 @@ func (f *Fetcher) fetch(ctx context.Context, r *Request, limit int64, truncate b
 		StatusCode: resp.StatusCode,
 		Header:     resp.Header,
 		Body:       buf.Bytes(),
+		Latency:    latency,
 	}, nil
 }
 

@@ -25,6 +25,12 @@ type Config struct {
 	PerHost int
 	// Delay is the minimum time between request starts to one host.
 	Delay time.Duration
+	// AutoThrottle, if not nil, adapts each host's delay to its latency,
+	// never below Delay nor robots.txt's Crawl-delay (see AutoThrottle).
+	// It configures the local limiter; a Limiter given here adapts if it
+	// implements LatencyObserver and was configured for it (the Redis
+	// limiter's LimiterConfig.AutoThrottle). nil = fixed delays.
+	AutoThrottle *AutoThrottle
 	// MaxDepth stops following links past this depth (start URLs have
 	// depth 0). 0 = DefaultMaxDepth; negative = unlimited.
 	MaxDepth int
@@ -180,6 +186,11 @@ func (c Config) compile() (*compiled, error) {
 	}
 	if c.MaxPages < 0 || c.StartBatch < 0 {
 		errs = append(errs, errors.New("limits must not be negative"))
+	}
+	if c.AutoThrottle != nil {
+		if err := c.AutoThrottle.Validate(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	cc := &compiled{Config: c}
 	if _, err := compileExtract(c.Extract); err != nil {

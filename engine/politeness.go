@@ -32,6 +32,9 @@ type HostLimiter interface {
 type PolitenessOptions struct {
 	PerHost int           // concurrent requests per host; 0 = 8
 	Delay   time.Duration // minimum time between request starts to one host; 0 = none
+	// AutoThrottle, if not nil, adapts each host's delay to its latency
+	// (see AutoThrottle; Observe feeds it). nil = fixed delays.
+	AutoThrottle *AutoThrottle
 }
 
 // hostIdleGrace is how long a host's entry is kept after it fell idle (nothing
@@ -52,23 +55,32 @@ const hostIdleGrace = time.Minute
 // forgotten host also forgets its SetDelay value, so callers set the delay
 // before each Acquire (the engine passes robots.txt's cached Crawl-delay).
 //
+// With AutoThrottle, a host's adapted delay is kept in its entry, so a
+// host idle for a minute starts again from the start delay.
+//
 // Politeness is safe for concurrent use.
 type Politeness struct {
-	perHost int
-	delay   time.Duration
-	now     func() time.Time
+	perHost  int
+	delay    time.Duration
+	throttle *AutoThrottle // nil = off; with defaults
+	now      func() time.Time
 
 	mu      sync.Mutex
 	hosts   map[string]*hostState
 	sweepAt int // sweep idle entries when len(hosts) reaches this
 }
 
-var _ HostLimiter = (*Politeness)(nil)
+var (
+	_ HostLimiter     = (*Politeness)(nil)
+	_ LatencyObserver = (*Politeness)(nil)
+)
 
 type hostState struct {
 	active    int           // requests in flight
 	waiters   list.List     // of *hostWaiter, first come first served
 	delay     time.Duration // minimum time between starts
+	auto      time.Duration // AutoThrottle's adapted delay; 0 = not yet adapted
+	lastStart time.Time     // the last request start
 	nextStart time.Time     // earliest next start (last start + delay)
 	backoff   time.Time     // no start before this
 	idleSince time.Time     // when the entry last fell idle
@@ -92,13 +104,64 @@ func NewPoliteness(o PolitenessOptions) *Politeness {
 	if o.Delay < 0 {
 		o.Delay = 0
 	}
-	return &Politeness{
+	p := &Politeness{
 		perHost: o.PerHost,
 		delay:   o.Delay,
 		now:     time.Now,
 		hosts:   make(map[string]*hostState),
 		sweepAt: minSweep,
 	}
+	if o.AutoThrottle != nil {
+		a := o.AutoThrottle.WithDefaults()
+		p.throttle = &a
+	}
+	return p
+}
+
+// hostDelay is st's delay between request starts: its minimum delay, or
+// the adapted delay if larger.
+func (p *Politeness) hostDelay(st *hostState) time.Duration {
+	if p.throttle == nil {
+		return st.delay
+	}
+	if st.auto == 0 {
+		return max(st.delay, p.throttle.StartDelay)
+	}
+	return max(st.delay, st.auto)
+}
+
+// Delay returns host's current delay between request starts: the larger
+// of its minimum delay (Delay, SetDelay) and, with AutoThrottle, its
+// adapted delay.
+func (p *Politeness) Delay(host string) time.Duration {
+	host = strings.ToLower(host)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := p.hosts[host]
+	if st == nil {
+		st = &hostState{delay: p.delay}
+	}
+	return p.hostDelay(st)
+}
+
+// Observe adapts host's delay to a response's latency and status with
+// AutoThrottle (see AutoThrottle.Next); without it, Observe does nothing.
+// A lower delay applies to the next start at once.
+func (p *Politeness) Observe(host string, latency time.Duration, status int) {
+	if p.throttle == nil {
+		return
+	}
+	host = strings.ToLower(host)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := p.state(host)
+	st.auto = p.throttle.Next(p.hostDelay(st), st.delay, latency, status)
+	if !st.lastStart.IsZero() {
+		st.nextStart = st.lastStart.Add(p.hostDelay(st))
+	}
+	now := p.now()
+	p.dispatch(st, now)
+	p.markIdle(st, now)
 }
 
 // state returns host's entry, creating it. p.mu must be held.
@@ -204,7 +267,8 @@ func (p *Politeness) gate(st *hostState) time.Time {
 // start records a request start. p.mu must be held.
 func (p *Politeness) start(st *hostState, now time.Time) {
 	st.active++
-	st.nextStart = now.Add(st.delay)
+	st.lastStart = now
+	st.nextStart = now.Add(p.hostDelay(st))
 }
 
 // dispatch admits waiting requests that may start now and arms the host's

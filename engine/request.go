@@ -3,6 +3,7 @@ package engine
 import (
 	"net/http"
 	"net/url"
+	"time"
 )
 
 // Request is one page to fetch. It travels through the broker in a compact,
@@ -44,4 +45,7 @@ type Response struct {
 	StatusCode int
 	Header     http.Header
 	Body       []byte
+	// Latency is the time from sending the request to its response
+	// headers (Scrapy's download latency); AutoThrottle adapts to it.
+	Latency time.Duration
 }
