@@ -4,12 +4,15 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/trawlhq/trawl/engine"
 )
 
 // acquireScript takes a request slot of a host, shared by every worker of a
@@ -18,7 +21,10 @@ import (
 // KEYS[1] slots: sorted set of tokens of requests in progress, scored by
 // the time (ms) the token expires (a worker that died frees its slot then)
 // KEYS[2] next: the earliest time (ms) the next request may start
-// ARGV[1] token, ARGV[2] per-host cap, ARGV[3] delay (ms), ARGV[4] token TTL (ms)
+// KEYS[3] throttle: AutoThrottle's adapted delay (ms) of the host
+// ARGV[1] token, ARGV[2] per-host cap, ARGV[3] minimum delay (ms), ARGV[4]
+// token TTL (ms), ARGV[5] AutoThrottle's start delay (ms; 0 = off: KEYS[3]
+// is not read)
 // Returns 0 when the slot was taken, else the milliseconds to wait.
 var acquireScript = goredis.NewScript(luaLib + `
 local now = now_ms()
@@ -26,6 +32,10 @@ redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local nxt = tonumber(redis.call('GET', KEYS[2]) or '0')
 local n = redis.call('ZCARD', KEYS[1])
 local cap, delay, ttl = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local start = tonumber(ARGV[5])
+if start > 0 then
+  delay = math.max(delay, tonumber(redis.call('GET', KEYS[3]) or start))
+end
 if n < cap and now >= nxt then
   redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
   redis.call('PEXPIRE', KEYS[1], ttl)
@@ -39,6 +49,44 @@ if now < nxt then wait = nxt - now end
 if n >= cap then wait = math.max(wait, 1) end
 return wait
 `)
+
+// observeScript applies AutoThrottle's rule (engine.AutoThrottle.Next) to
+// a host's shared delay, so that every worker paces the host by one value
+// that each response moves. A lowered delay moves the next start time
+// earlier by as much.
+//
+// KEYS[1] throttle, KEYS[2] next. ARGV[1] latency (ms, fractional),
+// ARGV[2] target concurrency, ARGV[3] minimum delay (ms), ARGV[4] max
+// delay (ms), ARGV[5] start delay (ms), ARGV[6] "1" for a 2xx response,
+// ARGV[7] the throttle key's TTL (ms). Returns the delay (ms).
+var observeScript = goredis.NewScript(luaLib + `
+local lat, conc = tonumber(ARGV[1]), tonumber(ARGV[2])
+local floor, cap, start = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local old = math.max(floor, tonumber(redis.call('GET', KEYS[1]) or start))
+local target = math.min(lat / conc, cap)
+local new = math.max(target, (old + target) / 2)
+new = math.floor(math.max(floor, math.min(new, cap)) + 0.5)
+if ARGV[6] ~= '1' and new <= old then
+  return old
+end
+redis.call('SET', KEYS[1], new, 'PX', ARGV[7])
+if new < old then
+  local now = now_ms()
+  local nxt = tonumber(redis.call('GET', KEYS[2]) or '0')
+  if nxt > now then
+    local moved = nxt - (old - new)
+    if moved > now then
+      redis.call('SET', KEYS[2], moved, 'PX', moved - now)
+    else
+      redis.call('DEL', KEYS[2])
+    end
+  end
+end
+return new
+`)
+
+// throttleTTL is how long a host's adapted delay outlives its last update.
+const throttleTTL = time.Hour
 
 // backoffScript pushes a host's next start time to at least ARGV[1] ms from now.
 //
@@ -100,6 +148,13 @@ type LimiterConfig struct {
 	// Poll bounds how long a waiting Acquire sleeps before it asks again
 	// when all slots are taken (0 = 20ms).
 	Poll time.Duration
+	// AutoThrottle, if not nil, adapts each host's delay to its latency
+	// (see engine.AutoThrottle), never below Delay or the host's
+	// Crawl-delay. The adapted delay is kept in Redis, one key per host
+	// (CrawlKey(Crawl, "host:HOST:throttle"), expiring an hour after its
+	// last change), so every worker paces a host by the same value and
+	// every worker's responses move it. nil = fixed delays.
+	AutoThrottle *engine.AutoThrottle
 	// Logger receives warnings (default: discarded).
 	Logger *slog.Logger
 }
@@ -144,6 +199,13 @@ func NewHostLimiter(cfg LimiterConfig) (*HostLimiter, error) {
 	if cfg.SlotTTL != 0 && cfg.SlotTTL < 300*time.Millisecond {
 		return nil, fmt.Errorf("redis host limiter: SlotTTL %v: want 0 (default %v) or at least 300ms", cfg.SlotTTL, DefaultSlotTTL)
 	}
+	if cfg.AutoThrottle != nil {
+		if err := cfg.AutoThrottle.Validate(); err != nil {
+			return nil, fmt.Errorf("redis host limiter: %w", err)
+		}
+		a := cfg.AutoThrottle.WithDefaults()
+		cfg.AutoThrottle = &a
+	}
 	if cfg.PerHost == 0 {
 		cfg.PerHost = 8
 	}
@@ -178,7 +240,16 @@ func (l *HostLimiter) Close() error {
 
 func (l *HostLimiter) keys(host string) []string {
 	base := CrawlKey(l.cfg.Crawl, "host:"+host)
-	return []string{base + ":slots", base + ":next"}
+	return []string{base + ":slots", base + ":next", base + ":throttle"}
+}
+
+// startMs is AutoThrottle's start delay in ms for the acquire script
+// (at least 1), or 0 without AutoThrottle.
+func (l *HostLimiter) startMs() int64 {
+	if l.cfg.AutoThrottle == nil {
+		return 0
+	}
+	return max(l.cfg.AutoThrottle.StartDelay.Milliseconds(), 1)
 }
 
 func (l *HostLimiter) delay(host string) time.Duration {
@@ -207,7 +278,7 @@ func (l *HostLimiter) Acquire(ctx context.Context, host string) (func(), error) 
 	keys := l.keys(host)
 	delay := l.delay(host).Milliseconds()
 	for {
-		wait, err := acquireScript.Run(ctx, l.cfg.Client, keys, token, l.cfg.PerHost, delay, l.cfg.SlotTTL.Milliseconds()).Int64()
+		wait, err := acquireScript.Run(ctx, l.cfg.Client, keys, token, l.cfg.PerHost, delay, l.cfg.SlotTTL.Milliseconds(), l.startMs()).Int64()
 		if err != nil {
 			// The script may have run without its reply reaching us:
 			// make sure the token goes.
@@ -335,7 +406,7 @@ func (l *HostLimiter) Backoff(host string, until time.Time) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := backoffScript.Run(ctx, l.cfg.Client, l.keys(host)[1:], ms).Err(); err != nil {
+	if err := backoffScript.Run(ctx, l.cfg.Client, l.keys(host)[1:2], ms).Err(); err != nil {
 		l.log.Warn("redis host limiter: backoff failed", "host", host, "err", err)
 	}
 }
@@ -350,4 +421,48 @@ func (l *HostLimiter) SetDelay(host string, d time.Duration) {
 	} else {
 		delete(l.delays, host)
 	}
+}
+
+var _ engine.LatencyObserver = (*HostLimiter)(nil)
+
+// Observe moves host's shared delay by a response's latency and status
+// with AutoThrottle (see engine.AutoThrottle.Next), in one round trip;
+// without AutoThrottle it does nothing. A failure is logged: the delay
+// stays as it was.
+func (l *HostLimiter) Observe(host string, latency time.Duration, status int) {
+	a := l.cfg.AutoThrottle
+	if a == nil {
+		return
+	}
+	keys := l.keys(host)
+	ok := "0"
+	if status >= 200 && status <= 299 {
+		ok = "1"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := observeScript.Run(ctx, l.cfg.Client, []string{keys[2], keys[1]},
+		float64(latency)/float64(time.Millisecond), a.TargetConcurrency, l.delay(host).Milliseconds(),
+		a.MaxDelay.Milliseconds(), l.startMs(), ok, throttleTTL.Milliseconds()).Err()
+	if err != nil {
+		l.log.Warn("redis host limiter: autothrottle update failed; the host's delay stays as it was", "host", host, "err", err)
+	}
+}
+
+// Delay returns host's current delay between request starts across the
+// crawl: the minimum delay (Delay, SetDelay) or, with AutoThrottle, the
+// shared adapted delay if larger (the start delay before any response).
+func (l *HostLimiter) Delay(ctx context.Context, host string) (time.Duration, error) {
+	floor := l.delay(host)
+	if l.cfg.AutoThrottle == nil {
+		return floor, nil
+	}
+	ms, err := l.cfg.Client.Get(ctx, l.keys(host)[2]).Int64()
+	switch {
+	case errors.Is(err, goredis.Nil):
+		ms = l.startMs()
+	case err != nil:
+		return 0, fmt.Errorf("redis host limiter: delay of %q: %w", host, err)
+	}
+	return max(floor, time.Duration(ms)*time.Millisecond), nil
 }

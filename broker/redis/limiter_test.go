@@ -13,6 +13,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/trawlhq/trawl/broker/redis"
+	"github.com/trawlhq/trawl/engine"
 	"github.com/trawlhq/trawl/integration"
 )
 
@@ -259,5 +260,72 @@ func (p *cutProxy) cut(down bool) {
 			_ = c.Close()
 		}
 		clear(p.conns)
+	}
+}
+
+// TestHostLimiterAutoThrottleShared: two workers' limiters with
+// AutoThrottle see one adapted delay per host, kept in Redis under the
+// crawl's hash tag; each one's responses move it by the averaging rule,
+// never below Delay nor lowered by a non-2xx; and it paces the other
+// worker's requests (a lowered delay at once).
+func TestHostLimiterAutoThrottleShared(t *testing.T) {
+	client := integration.RedisClient(t)
+	crawl := integration.Name(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg := redis.LimiterConfig{Client: client, Crawl: crawl, Delay: 100 * time.Millisecond, Poll: 5 * time.Millisecond,
+		AutoThrottle: &engine.AutoThrottle{StartDelay: time.Second, MaxDelay: 10 * time.Second}}
+	a, err := redis.NewHostLimiter(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := redis.NewHostLimiter(cfg)
+	t.Cleanup(func() { a.Close(); b.Close() })
+	both := func(host string, want time.Duration) {
+		t.Helper()
+		for i, l := range []*redis.HostLimiter{a, b} {
+			d, err := l.Delay(ctx, host)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d != want {
+				t.Errorf("worker %d: delay of %s %v, want %v", i, host, d, want)
+			}
+		}
+	}
+	both("slow.example", time.Second) // the start delay
+	a.Observe("slow.example", 3*time.Second, 200)
+	both("slow.example", 3*time.Second) // up at once
+	b.Observe("slow.example", time.Second, 200)
+	both("slow.example", 2*time.Second) // (3s + 1s) / 2
+	a.Observe("slow.example", time.Millisecond, 404)
+	both("slow.example", 2*time.Second) // a 404 never lowers
+	for i := range 8 {
+		[]*redis.HostLimiter{a, b}[i%2].Observe("fast.example", time.Millisecond, 200)
+	}
+	both("fast.example", 100*time.Millisecond) // down to Delay, no lower
+	both("other.example", time.Second)         // hosts apart
+	key := redis.CrawlKey(crawl, "host:slow.example:throttle")
+	if ttl, err := client.PTTL(ctx, key).Result(); err != nil || ttl <= 0 {
+		t.Errorf("throttle key %s: TTL %v, %v; want a key that expires", key, ttl, err)
+	}
+
+	// Pacing across workers: a starts, then a fast response lowers the
+	// shared delay from 1s to 505ms; b's start waits for that, not 1s.
+	release, err := a.Acquire(ctx, "paced.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	release()
+	a.Observe("paced.example", 10*time.Millisecond, 200)
+	release, err = b.Acquire(ctx, "paced.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gap := time.Since(t0)
+	release()
+	if gap < 450*time.Millisecond || gap > 900*time.Millisecond {
+		t.Errorf("b started %v after a, want the lowered shared delay of about 505ms", gap)
 	}
 }
