@@ -79,6 +79,12 @@ var scrapySettings = map[string]string{
 	"no-traps":            "",
 	"pages":               "",
 	"seed":                "",
+
+	// AutoThrottle (AUTOTHROTTLE_DEBUG: --log-level debug is the nearest).
+	"autothrottle":                    "`AUTOTHROTTLE_ENABLED`",
+	"autothrottle-target-concurrency": "`AUTOTHROTTLE_TARGET_CONCURRENCY`",
+	"autothrottle-start-delay":        "`AUTOTHROTTLE_START_DELAY` (Scrapy: 5s)",
+	"autothrottle-max-delay":          "`AUTOTHROTTLE_MAX_DELAY`",
 }
 
 // settingsTable renders the flags of every command as a Markdown table.

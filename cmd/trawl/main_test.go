@@ -150,6 +150,8 @@ func TestBadInput(t *testing.T) {
 		{"negative retries", []string{"crawl", "--retry-times=-1", "http://example.com/"}, 2, "--retry-times -1: want 0 or more"},
 		{"zero back-off", []string{"crawl", "--retry-backoff=0", "http://example.com/"}, 2, "--retry-backoff 0s: want a positive duration"},
 		{"negative failure timeout", []string{"crawl", "--failure-timeout=-1s", "http://example.com/"}, 2, "--failure-timeout -1s must not be negative"},
+		{"autothrottle target 0", []string{"crawl", "--autothrottle", "--autothrottle-target-concurrency=0", "http://example.com/"}, 2, "--autothrottle-target-concurrency 0: want a number above 0"},
+		{"autothrottle start above max", []string{"crawl", "--autothrottle-start-delay=2m", "http://example.com/"}, 2, "--autothrottle-max-delay 1m0s: want 0 < start ≤ max"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/url"
 	"slices"
 	"strings"
@@ -53,8 +54,10 @@ type options struct {
 	failureTimeout                   time.Duration
 	session                          session // headers, cookies, proxy, timeout
 	sitemaps                         bool
-	configPath                       string            // --config, else TRAWL_CONFIG
-	sources                          map[string]string // flag name → fromFlag, fromFile, fromEnv
+	autothrottle                     bool
+	throttle                         engine.AutoThrottle // --autothrottle-*
+	configPath                       string              // --config, else TRAWL_CONFIG
+	sources                          map[string]string   // flag name → fromFlag, fromFile, fromEnv
 }
 
 // addFlags registers every flag on fs: the root's scratch set, which
@@ -106,6 +109,10 @@ func (o *options) addCrawlFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.concurrency, "concurrency", 16, "pages processed at once by this worker")
 	fs.IntVar(&o.perHost, "per-host", 8, "concurrent requests per host")
 	fs.DurationVar(&o.delay, "delay", 0, "minimum delay between requests to one host")
+	fs.BoolVar(&o.autothrottle, "autothrottle", false, "adapt each host's delay to its latency, like Scrapy's AutoThrottle (never below --delay nor robots.txt's Crawl-delay; shared by the workers with Redis)")
+	fs.Float64Var(&o.throttle.TargetConcurrency, "autothrottle-target-concurrency", 1, "--autothrottle: requests in progress per host the delay aims at (delay = latency / this, averaged)")
+	fs.DurationVar(&o.throttle.StartDelay, "autothrottle-start-delay", engine.DefaultThrottleStartDelay, "--autothrottle: a host's delay until its first response")
+	fs.DurationVar(&o.throttle.MaxDelay, "autothrottle-max-delay", engine.DefaultThrottleMaxDelay, "--autothrottle: the most a host's adapted delay may grow to")
 	fs.IntVar(&o.maxDepth, "max-depth", engine.DefaultMaxDepth, "maximum link depth from the start URLs, a guard against URL traps (0: unlimited)")
 	fs.IntVar(&o.maxPages, "max-pages", 0, "stop this worker after that many pages (0: unlimited)")
 	fs.StringArrayVar(&o.allowDomains, "allow-domain", nil, "domain links may lead to, with subdomains (repeat the flag for more; default: the start URLs' hosts)")
@@ -167,6 +174,12 @@ func (o *options) setup() error {
 		if l.v < 0 {
 			errs = append(errs, fmt.Errorf("%s must not be negative", l.flag))
 		}
+	}
+	if t := o.throttle; !(t.TargetConcurrency > 0) || math.IsInf(t.TargetConcurrency, 0) {
+		errs = append(errs, fmt.Errorf("--autothrottle-target-concurrency %v: want a number above 0", t.TargetConcurrency))
+	}
+	if t := o.throttle; t.StartDelay <= 0 || t.MaxDelay <= 0 || t.StartDelay > t.MaxDelay {
+		errs = append(errs, fmt.Errorf("--autothrottle-start-delay %v, --autothrottle-max-delay %v: want 0 < start ≤ max", t.StartDelay, t.MaxDelay))
 	}
 	for _, u := range []struct{ flag, value, schemes string }{
 		{"--redis-url", o.redisURL, "redis rediss unix"},
@@ -344,6 +357,15 @@ func adopt(fs *pflag.FlagSet) []string {
 // never dead-letters a page the engine would still retry.
 func (o *options) maxDeliveries() int { return max(5, o.retryTimes+2) }
 
+// autoThrottle is the --autothrottle configuration, or nil.
+func (o *options) autoThrottle() *engine.AutoThrottle {
+	if !o.autothrottle {
+		return nil
+	}
+	a := o.throttle
+	return &a
+}
+
 // engineConfig builds the crawl configuration from the flags.
 func (o *options) engineConfig() engine.Config {
 	cfg := engine.Config{
@@ -368,6 +390,7 @@ func (o *options) engineConfig() engine.Config {
 	}
 	o.session.apply(&cfg.Fetch)
 	cfg.Sitemaps = o.sitemaps
+	cfg.AutoThrottle = o.autoThrottle()
 	if o.retryTimes == 0 {
 		cfg.MaxRetries = -1 // engine.Config's 0 means the default
 	}

@@ -95,6 +95,7 @@ func (o *options) redisExtras(ctx context.Context, b *backends, client goredis.U
 	b.purges = append(b.purges, items.Purge, stats.Purge)
 	limit, err := redisbroker.NewHostLimiter(redisbroker.LimiterConfig{
 		Client: client, Crawl: o.name, PerHost: o.perHost, Delay: o.delay, Logger: o.log,
+		AutoThrottle: o.autoThrottle(),
 		// The slots of a worker that died come back within its lease.
 		SlotTTL: max(o.lease, time.Second),
 	})
