@@ -69,10 +69,54 @@ type Broker interface {
 	// leases and returns up to max of them, highest priority first. It
 	// returns ctx.Err() (wrapped) when ctx ends first.
 	Receive(ctx context.Context, queue string, max int) ([]Delivery, error)
+	// Consume opens a long-lived consumer of queue that reads ahead at
+	// most prefetch deliveries (prefetch >= 1). A worker opens one per
+	// queue and keeps it for the crawl; Receive is for one-off takes
+	// (tools, tests). See Consumer for its promises.
+	Consume(ctx context.Context, queue string, prefetch int) (Consumer, error)
 	// Close stops the broker gracefully; deliveries not yet settled come
 	// back to their queues (at once or after their lease). Close is
 	// idempotent.
 	Close() error
+}
+
+// Consumer is a long-lived subscription to one queue, opened once with
+// Broker.Consume, that keeps deliveries flowing with the backend's native
+// mechanism (RabbitMQ basic.consume under basic.qos, a JetStream pull
+// consumer, blocking pops on Redis) instead of a request per poll.
+//
+// Its promises, checked by broker/brokertest:
+//   - Next returns deliveries in the queue's order (priority first), except
+//     that read-ahead may reorder up to prefetch deliveries.
+//   - At most prefetch deliveries are read ahead (leased to the consumer
+//     but not yet returned by Next); the rest of the queue stays available
+//     to other consumers. A backend may also count deliveries returned by
+//     Next and not yet settled against prefetch (RabbitMQ's basic.qos does).
+//   - A delivery returned by Next is leased, settled and extended exactly
+//     like one returned by Receive.
+//   - Next returns an error wrapping ctx.Err() when ctx ends first, and one
+//     wrapping ErrClosed once the consumer or its broker is closed. A
+//     connection error (a broker restart) may be returned; the consumer
+//     stays open and, once the broker is back, Next delivers again
+//     (including messages published after the restart) without reopening.
+//   - Close stops delivery and gives read-ahead deliveries back at once
+//     (not after their lease); deliveries already returned by Next stay
+//     valid and can still be settled. Close is idempotent.
+//
+// Next must not be called from two goroutines at once.
+type Consumer interface {
+	// Next returns the next delivery, waiting until one is available.
+	Next(ctx context.Context) (Delivery, error)
+	// Close stops the consumer; see the type's promises.
+	Close() error
+}
+
+// BatchAcker is implemented by brokers that acknowledge many deliveries in
+// fewer round trips than one per delivery. Every delivery must come from
+// this broker; the batch is acknowledged as if by Ack on each, and the
+// error names the first that failed.
+type BatchAcker interface {
+	AckBatch(ctx context.Context, ds ...Delivery) error
 }
 
 // Order is how a queue orders messages of equal priority.
