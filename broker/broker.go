@@ -72,7 +72,10 @@ type Broker interface {
 	// Consume opens a long-lived consumer of queue that reads ahead at
 	// most prefetch deliveries (prefetch >= 1). A worker opens one per
 	// queue and keeps it for the crawl; Receive is for one-off takes
-	// (tools, tests). See Consumer for its promises.
+	// (tools, tests). ctx bounds the opening only: the consumer lives
+	// until its Close or the broker's. On a closed broker, Consume (or the
+	// first Next of what it returns) fails with an error wrapping
+	// ErrClosed. See Consumer for its promises.
 	Consume(ctx context.Context, queue string, prefetch int) (Consumer, error)
 	// Close stops the broker gracefully; deliveries not yet settled come
 	// back to their queues (at once or after their lease). Close is
@@ -99,9 +102,15 @@ type Broker interface {
 //     connection error (a broker restart) may be returned; the consumer
 //     stays open and, once the broker is back, Next delivers again
 //     (including messages published after the restart) without reopening.
+//   - A consumer delivers what is published (or nacked, or comes back
+//     from an expired lease) while it is open, promptly, for as long as
+//     it is open.
 //   - Close stops delivery and gives read-ahead deliveries back at once
 //     (not after their lease); deliveries already returned by Next stay
-//     valid and can still be settled. Close is idempotent.
+//     valid and can still be settled. Close is idempotent and returns nil
+//     when the consumer or its broker is already closed.
+//   - A Next cancelled by its ctx loses nothing: what it did not return
+//     the consumer returns later.
 //
 // Next must not be called from two goroutines at once.
 type Consumer interface {

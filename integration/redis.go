@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/network"
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/testcontainers/testcontainers-go"
 	tcexec "github.com/testcontainers/testcontainers-go/exec"
@@ -206,6 +208,92 @@ func waitClusterOK(ctx context.Context, addr string) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("cluster node %s never reached cluster_state:ok (last: %v): %w", addr, err, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// RedisServer is a Redis server in a container of its own.
+type RedisServer struct {
+	// URL is redis://127.0.0.1:port.
+	URL string
+
+	ctr testcontainers.Container
+}
+
+// RedisContainer starts a Redis container for t alone and removes it when
+// t ends. Its host port is fixed when it starts, so URL stays valid across
+// Restart and clients reconnect by themselves. It fails t if the container
+// cannot be started; it needs Docker even where TRAWL_TEST_REDIS_URL is
+// set.
+func RedisContainer(t testing.TB) *RedisServer {
+	t.Helper()
+	skipShort(t, "Redis", "")
+	hp, err := freePort()
+	if err != nil {
+		t.Fatalf("integration: pick a host port: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	ctr, err := testcontainers.Run(ctx, image(EnvRedisImage, "redis:7"),
+		testcontainers.WithExposedPorts("6379/tcp"),
+		testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
+			hc.PortBindings = network.PortMap{
+				network.MustParsePort("6379/tcp"): []network.PortBinding{{HostPort: hp}},
+			}
+		}),
+		testcontainers.WithWaitStrategy(wait.ForLog("Ready to accept connections")),
+	)
+	if ctr != nil {
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := ctr.Terminate(ctx, testcontainers.StopTimeout(time.Second)); err != nil {
+				t.Logf("integration: remove container %s: %v", ctr.GetContainerID(), err)
+			}
+		})
+	}
+	if err != nil {
+		t.Fatalf("integration: start a Redis container (image %q): %v", image(EnvRedisImage, "redis:7"), err)
+	}
+	s := &RedisServer{URL: "redis://127.0.0.1:" + hp, ctr: ctr}
+	if err := waitRedis(ctx, s.URL); err != nil {
+		t.Fatalf("integration: Redis container: %v", err)
+	}
+	return s
+}
+
+// Restart stops the server (gracefully, within a second: it saves its
+// data) and starts it again, returning once it answers on the same URL.
+func (s *RedisServer) Restart(ctx context.Context) error {
+	stop := time.Second
+	if err := s.ctr.Stop(ctx, &stop); err != nil {
+		return fmt.Errorf("integration: stop redis: %w", err)
+	}
+	if err := s.ctr.Start(ctx); err != nil {
+		return fmt.Errorf("integration: start redis: %w", err)
+	}
+	return waitRedis(ctx, s.URL)
+}
+
+// waitRedis waits until the server at url answers PING.
+func waitRedis(ctx context.Context, url string) error {
+	opt, err := goredis.ParseURL(url)
+	if err != nil {
+		return fmt.Errorf("parse %s: %w", url, err)
+	}
+	c := goredis.NewClient(opt)
+	defer c.Close()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		err := c.Ping(ctx).Err()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("redis at %s: %w (last: %v)", url, ctx.Err(), err)
 		case <-tick.C:
 		}
 	}

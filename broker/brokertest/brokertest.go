@@ -40,6 +40,22 @@ type Config struct {
 	// Lease is the shortest lease the backend supports, used by redelivery
 	// tests; 0 = 500ms.
 	Lease time.Duration
+	// Restartable, if not nil, returns a server of t's own that the suite
+	// may restart, to check that a consumer open across a restart delivers
+	// again without being reopened. A server shared with other subtests
+	// cannot be restarted under them, hence a server per call. Nil skips
+	// that test (it says so).
+	Restartable func(t *testing.T) Server
+}
+
+// Server is a backend server of one test's own (see Config.Restartable).
+type Server struct {
+	// New is Config.New on this server.
+	New func(t *testing.T, s Setup) broker.Broker
+	// Restart stops the server and starts it again at the same address,
+	// returning once it serves; queues and messages survive as they survive
+	// a graceful restart of the backend. It fails t if it cannot.
+	Restart func(t *testing.T)
 }
 
 // Run runs the conformance suite against the backend c describes.
@@ -375,6 +391,7 @@ func (s *suite) tests() []test {
 		{"Metadata", s.testMetadata},
 		{"Presence", s.testPresence},
 	}
+	ts = append(ts, s.consumerTests()...)
 	if s.order == broker.Priority {
 		ts = append(ts, test{"NackKeepsPriority", s.testNackKeepsPriority})
 	}

@@ -17,7 +17,13 @@
 // extension, a consumer closed with deliveries in hand, concurrent
 // consumers, wake-up of a blocked Receive, context cancellation (and that a
 // cancelled Receive loses nothing), closed brokers, invalid arguments,
-// counts, purge and queue independence.
+// counts, purge and queue independence; and the promises of
+// broker.Consumer: order within the read-ahead window, the read-ahead
+// bound, settling, lease expiry and extension of deliveries from Next,
+// wake-up, cancellation that loses nothing, Close of the consumer (read-ahead
+// given back at once) and of its broker, concurrent consumers, and, where
+// Config.Restartable offers a server of the test's own, a consumer open
+// across a restart of the server.
 //
 // Promises of optional interfaces (broker.Counter, broker.Purger,
 // broker.DeadLetters, broker.Extender) are checked when the backend

@@ -608,9 +608,16 @@ func (s *suite) testLeaseExpiry(t *testing.T) {
 // fails the test; a longer window voids the trial, which is run again (three
 // trials at most).
 func (s *suite) testExtend(t *testing.T) {
+	s.extend(t, func(t *testing.T, b broker.Broker, q string) broker.Delivery {
+		return receiveOne(t, b, q, prompt)
+	})
+}
+
+// extend runs the trials of testExtend with deliveries taken by take.
+func (s *suite) extend(t *testing.T, take func(t *testing.T, b broker.Broker, q string) broker.Delivery) {
 	const trials = 3
 	for i := 1; ; i++ {
-		stall := s.extendTrial(t)
+		stall := s.extendTrial(t, take)
 		if stall == 0 {
 			return
 		}
@@ -632,14 +639,14 @@ func settle(t *testing.T, ds []broker.Delivery) {
 
 // extendTrial is one trial of testExtend: 0 when it passed, or the window
 // longer than the lease in which the lease was lost.
-func (s *suite) extendTrial(t *testing.T) time.Duration {
+func (s *suite) extendTrial(t *testing.T, take func(t *testing.T, b broker.Broker, q string) broker.Delivery) time.Duration {
 	lease := s.c.Lease
 	bs := s.brokers(t, s.short(), 2)
 	b, thief := bs[0], bs[1]
 	q := queue(t)
 	publish(t, b, q, msg("busy", s.c.Priorities[0]))
 	renewed := time.Now() // the start of the call that last renewed the lease
-	d := receiveOne(t, b, q, prompt)
+	d := take(t, b, q)
 	start := time.Now()
 	e, ok := d.(broker.Extender)
 	if !ok {

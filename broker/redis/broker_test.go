@@ -47,7 +47,25 @@ func suiteConfig(client goredis.UniversalClient) brokertest.Config {
 
 func TestConformance(t *testing.T) {
 	c := integration.RedisClient(t)
-	brokertest.Run(t, suiteConfig(c))
+	cfg := suiteConfig(c)
+	cfg.Restartable = func(t *testing.T) brokertest.Server {
+		srv := integration.RedisContainer(t)
+		opt, err := goredis.ParseURL(srv.URL)
+		if err != nil {
+			t.Fatalf("parse %s: %v", srv.URL, err)
+		}
+		client := goredis.NewClient(opt)
+		t.Cleanup(func() { _ = client.Close() })
+		return brokertest.Server{
+			New: suiteConfig(client).New,
+			Restart: func(t *testing.T) {
+				if err := srv.Restart(t.Context()); err != nil {
+					t.Fatalf("restart Redis: %v", err)
+				}
+			},
+		}
+	}
+	brokertest.Run(t, cfg)
 }
 
 func TestConformanceCluster(t *testing.T) {
