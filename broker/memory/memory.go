@@ -189,6 +189,12 @@ func (b *Broker) Receive(ctx context.Context, queue string, max int) ([]broker.D
 	if max < 1 {
 		return nil, invalid("receive", queue, fmt.Sprintf("max %d < 1", max))
 	}
+	return b.receive(ctx, queue, max, nil)
+}
+
+// receive is Receive, and Next of consumer c when c is not nil: c's Close
+// ends the wait too.
+func (b *Broker) receive(ctx context.Context, queue string, max int, c *consumer) ([]broker.Delivery, error) {
 	s := b.s
 	var timer *time.Timer
 	defer func() {
@@ -196,12 +202,16 @@ func (b *Broker) Receive(ctx context.Context, queue string, max int) ([]broker.D
 			timer.Stop()
 		}
 	}()
+	var cdone chan struct{}
+	if c != nil {
+		cdone = c.done
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("memory broker: receive %q: %w", queue, err)
 		}
 		s.mu.Lock()
-		if b.closed {
+		if b.closed || c != nil && c.closed {
 			s.mu.Unlock()
 			return nil, closedErr("receive", queue)
 		}
@@ -234,6 +244,7 @@ func (b *Broker) Receive(ctx context.Context, queue string, max int) ([]broker.D
 		case <-wake:
 		case <-tick:
 		case <-b.done:
+		case <-cdone:
 		case <-ctx.Done():
 		}
 	}
