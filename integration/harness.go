@@ -15,6 +15,7 @@ import (
 
 	"github.com/moby/moby/client"
 	"github.com/testcontainers/testcontainers-go"
+	"go.uber.org/goleak"
 )
 
 // servers holds the containers shared by the tests of one binary. It is the
@@ -52,8 +53,10 @@ func (o *once[T]) get(start func() (T, error)) (T, error) {
 
 var shared = &servers{}
 
-// Main runs the tests of a package that uses the helpers of this package
-// and then removes the containers they started. Call it from TestMain:
+// Main runs the tests of a package that uses the helpers of this package,
+// removes the containers they started, and then fails the binary if a
+// goroutine outlives the tests (go.uber.org/goleak), unless the tests
+// already failed. Call it from TestMain:
 //
 //	func TestMain(m *testing.M) { integration.Main(m) }
 func Main(m *testing.M) {
@@ -75,7 +78,23 @@ func Main(m *testing.M) {
 		}
 		cancel()
 	}
+	if code == 0 {
+		if err := goleak.Find(leakIgnores...); err != nil {
+			fmt.Fprintf(os.Stderr, "integration: goroutines outlived the tests: %v\n", err)
+			code = 1
+		}
+	}
 	os.Exit(code)
+}
+
+// leakIgnores are the goroutines Main's leak check expects to outlive the
+// tests, each for a reason that is the library's, not trawl's.
+var leakIgnores = []goleak.Option{
+	// testcontainers-go keeps one Docker client for the process, whose
+	// HTTP transport holds idle keep-alive connections to the daemon;
+	// nothing closes that client.
+	goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
+	goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
 }
 
 // track registers a container for removal by Main.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -12,11 +11,13 @@ import (
 	"github.com/trawlhq/trawl/broker"
 	"github.com/trawlhq/trawl/broker/brokertest"
 	"github.com/trawlhq/trawl/broker/memory"
+	"go.uber.org/goleak"
 )
 
 // TestMain raises the default -test.parallel: the conformance subtests
 // spend their time waiting for leases and delays, not computing, and with
-// GOMAXPROCS of 2 the default would run them two at a time.
+// GOMAXPROCS of 2 the default would run them two at a time. It fails the
+// binary if a goroutine outlives the tests.
 func TestMain(m *testing.M) {
 	flag.Parse()
 	set := false
@@ -24,7 +25,7 @@ func TestMain(m *testing.M) {
 	if !set {
 		_ = flag.Set("test.parallel", "32")
 	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m)
 }
 
 // testLease is the suite's shortest lease: short enough for a quick suite,

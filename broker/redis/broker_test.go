@@ -134,7 +134,9 @@ func TestConfigValidate(t *testing.T) {
 			t.Errorf("Validate error %q does not mention %s", err, want)
 		}
 	}
-	if err := (redis.Config{Client: goredis.NewClient(&goredis.Options{})}).Validate(); err != nil {
+	c := goredis.NewClient(&goredis.Options{})
+	defer c.Close()
+	if err := (redis.Config{Client: c}).Validate(); err != nil {
 		t.Errorf("zero config with a client: %v", err)
 	}
 }
