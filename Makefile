@@ -12,10 +12,10 @@ STATICCHECK_VERSION := v0.8.2
 GOBIN_DIR   ?= $(or $(shell $(GO) env GOBIN),$(firstword $(subst :, ,$(shell $(GO) env GOPATH)))/bin)
 STATICCHECK ?= $(GOBIN_DIR)/staticcheck
 
-.PHONY: help build test unit bench demo lint vet tools images fuzz docs-check
+.PHONY: help build test unit bench bench-crawl soak demo lint vet tools images fuzz docs-check
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
 build: ## build bin/trawl
 	$(GO) build -buildvcs=auto -o bin/trawl ./cmd/trawl   # auto: stamp the commit where git is, even if GOFLAGS says -buildvcs=false
@@ -53,6 +53,15 @@ bench: ## benchmarks: broker, filters, crawl vs fetch limit (figures for BENCHMA
 	@env_line=""; \
 	if [ -z "$$TRAWL_REDIS_IMAGE" ] && [ -f "$(IMAGES)" ]; then env_line=$$(bash $(IMAGES)); fi; \
 	env $$env_line $(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -timeout 30m $(PKGS)
+
+# Whole crawls of the real binary (internal/benchcrawl); not part of make test.
+bench-crawl: build ## crawl/fetch-limit ratio per broker, broker CPU, idle cost, against issue 10's bars (about 8 minutes)
+	@env_line=""; \
+	if [ -z "$$TRAWL_REDIS_IMAGE" ] && [ -f "$(IMAGES)" ]; then env_line=$$(bash $(IMAGES)); fi; \
+	env $$env_line $(GO) run ./internal/benchcrawl -trawl bin/trawl $(BENCHCRAWL_FLAGS)
+
+soak: build ## crawl 100,000 pages with one worker (embedded default), RSS sampled every second: flat after warm-up?
+	$(GO) run ./internal/benchcrawl soak -trawl bin/trawl $(SOAK_FLAGS)
 
 # Every fuzz target, one line each (make vet checks that none is missing);
 # the patterns are anchored, since -fuzz must match exactly one target.

@@ -1,0 +1,521 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/trawlhq/trawl/broker/rabbitmq"
+)
+
+// mode is one way of running the crawl, with issue 10's bar for it.
+type mode struct {
+	name   string   // as the table shows it
+	flags  []string // trawl flags, beside the server's
+	server string   // the server it needs, or ""
+	bar    float64  // pages/s as a share of the fetch limit, at least
+	idle   time.Duration
+}
+
+// modes are the five of issue 10, in its order.
+var modes = []mode{
+	{name: "--broker=memory", flags: []string{"--broker=memory"}, bar: 0.75},
+	{name: "embedded default", bar: 0.5},
+	{name: "--broker=redis", server: "redis", bar: 0.5},
+	{name: "--broker=nats", server: "nats", bar: 0.4},
+	{name: "--broker=rabbitmq (stock)", server: "rabbitmq", bar: 0.35},
+}
+
+// Idle bars (issue 10).
+const (
+	idleRateBar  = 10.0 // requests per second, at most
+	idleConnsBar = 2    // connections, at most
+)
+
+// result is what one mode measured.
+type result struct {
+	mode mode
+	runs []*run
+	err  error       // the mode could not be measured (some runs may have been)
+	idle *idleResult // nil without a server
+}
+
+// run is one crawl of a mode, between two measures of the fetch limit.
+type run struct {
+	fetch     float64       // the fetch limit, pages/s: the mean of the measures before and after
+	crawl     window        // the crawl, as the site saw it
+	items     int           // lines of the item file
+	problems  []string      // what makes the crawl incomplete or wrong
+	brokerCPU time.Duration // the server's CPU over the crawl's window; -1 if no server
+	workerCPU time.Duration // the trawl process's CPU, its whole life
+	summary   string        // trawl's summary line
+}
+
+// ratio is the crawl's pages/s over the fetch limit's.
+func (r *run) ratio() float64 {
+	if r.fetch > 0 {
+		return r.crawl.Rate() / r.fetch
+	}
+	return 0
+}
+
+// idleResult is the idle cost of one server.
+type idleResult struct {
+	count float64 // requests per second
+	conns int
+	unit  string
+	err   error
+}
+
+func benchMain(ctx context.Context, args []string) error {
+	var c common
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	c.flags(fs, 10000)
+	idleFor := fs.Duration("idle", 10*time.Second, "how long the idle cost is measured, per server")
+	only := fs.String("modes", "", "comma-separated modes to run (memory, default, redis, nats, rabbitmq; default all)")
+	runs := fs.Int("runs", 3, "crawls per mode; the table shows their median")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *idleFor <= 0 || *runs < 1 {
+		return errors.New("-idle and -runs must be positive")
+	}
+	selected := modes
+	if *only != "" {
+		selected = nil
+		for w := range strings.SplitSeq(*only, ",") {
+			found := false
+			for _, m := range modes {
+				if key(m) == strings.TrimSpace(w) {
+					selected, found = append(selected, m), true
+				}
+			}
+			if !found {
+				return fmt.Errorf("-modes: unknown mode %q", w)
+			}
+		}
+	}
+	if err := c.setup(ctx); err != nil {
+		return err
+	}
+	defer os.RemoveAll(c.dir)
+
+	sctx, stopSite := context.WithCancel(ctx)
+	s, waitSite, err := serveSite(sctx, c.pages)
+	if err != nil {
+		stopSite()
+		return err
+	}
+	defer func() { stopSite(); waitSite() }()
+
+	started := time.Now().UTC()
+	load := loadavg()
+	var results []*result
+	for _, m := range selected {
+		if ctx.Err() != nil {
+			break
+		}
+		m.idle = *idleFor
+		results = append(results, c.runMode(ctx, s, m, *runs))
+	}
+	fmt.Printf("make bench-crawl, %s to %s, %s; load average %s before, %s after; %d-page test site (no traps, no latency), one worker, --concurrency %d --per-host %d, median of %d crawls per mode\n\n",
+		started.Format("2006-01-02 15:04"), time.Now().UTC().Format("15:04 UTC"), c.version(ctx), load, loadavg(), c.pages, c.concurrency, c.concurrency, *runs)
+	printTable(os.Stdout, results, c.pages)
+	return ctx.Err()
+}
+
+// key is the name -modes knows a mode by.
+func key(m mode) string {
+	switch {
+	case m.server != "":
+		return m.server
+	case len(m.flags) == 0:
+		return "default"
+	}
+	return "memory"
+}
+
+// runMode starts the mode's server, crawls runs times, each crawl between
+// two measures of the fetch limit, measures the idle cost, and removes the
+// server.
+func (c *common) runMode(ctx context.Context, s *site, m mode, runs int) *result {
+	r := &result{mode: m}
+	logf("%s: start", m.name)
+	var srv *server
+	if m.server != "" {
+		var err error
+		if srv, err = startServer(ctx, m.server); err != nil {
+			r.err = err
+			return r
+		}
+		defer srv.close()
+	}
+	before, err := fetchLimit(ctx, s, c.pages, c.concurrency)
+	if err != nil {
+		r.err = err
+		return r
+	}
+	for i := range runs {
+		one := &run{brokerCPU: -1}
+		if r.err = c.crawl(ctx, s, m, srv, one); r.err != nil {
+			return r
+		}
+		after, err := fetchLimit(ctx, s, c.pages, c.concurrency)
+		if err != nil {
+			r.err = err
+			return r
+		}
+		one.fetch = (before.Rate() + after.Rate()) / 2
+		before = after
+		r.runs = append(r.runs, one)
+		logf("%s: crawl %d of %d: %.0f pages/s, %.2f of the fetch limit (%.0f pages/s); trawl says %s",
+			m.name, i+1, runs, one.crawl.Rate(), one.ratio(), one.fetch, one.summary)
+	}
+	if srv != nil {
+		r.idle = c.idle(ctx, m, srv)
+		if r.idle.err == nil {
+			logf("%s: idle %.1f %s/s, %d connections", m.name, r.idle.count, r.idle.unit, r.idle.conns)
+		}
+	}
+	return r
+}
+
+// crawlDir is the mode's scratch directory: the trawl process's working
+// directory and data directory, the item file and the stderr log.
+func (c *common) crawlDir(m mode) string {
+	return filepath.Join(c.dir, key(m))
+}
+
+// trawlCmd is a trawl process in dir, its stderr in dir/name.log. On ctx's
+// end it gets SIGTERM, then SIGKILL after 30 s.
+func (c *common) trawlCmd(ctx context.Context, dir, name string, args ...string) (*exec.Cmd, *os.File, error) {
+	logf, err := os.Create(filepath.Join(dir, name+".log"))
+	if err != nil {
+		return nil, nil, err
+	}
+	cmd := exec.CommandContext(ctx, c.trawl, args...)
+	cmd.Dir, cmd.Env, cmd.Stderr = dir, trawlEnv(), logf
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 30 * time.Second
+	return cmd, logf, nil
+}
+
+// tail returns the last lines of the file at path.
+func tail(path string, lines int) string {
+	b, _ := os.ReadFile(path)
+	l := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(l[max(0, len(l)-lines):], "\n")
+}
+
+// crawl runs one `trawl crawl` of the mode and fills in r.
+func (c *common) crawl(ctx context.Context, s *site, m mode, srv *server, r *run) error {
+	dir := c.crawlDir(m)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	items := filepath.Join(dir, "items.jsonl")
+	idle := 3 * time.Second
+	if m.server == "rabbitmq" {
+		idle = max(idle, rabbitmq.MinIdleTimeout) // shorter, and it warns
+	}
+	args := append([]string{"crawl", "--flush", "--name", "bench", "--data-dir", dir, "--out", items,
+		"--concurrency", fmt.Sprint(c.concurrency), "--per-host", fmt.Sprint(c.concurrency),
+		"--idle-timeout", idle.String(), "--progress-interval", "0"}, m.flags...)
+	if srv != nil {
+		args = append(args, srv.flags...)
+	}
+	args = append(args, s.URL+"/")
+
+	cctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	cmd, logFile, err := c.trawlCmd(cctx, dir, "crawl", args...)
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	s.reset()
+	var smp *sampler
+	if srv != nil {
+		smp = startSampler(srv.cpu, 100*time.Millisecond)
+	}
+	err = cmd.Run()
+	var samples []sample
+	if smp != nil {
+		samples = smp.stop()
+	}
+	r.summary = summaryLine(logFile.Name())
+	if err != nil {
+		return fmt.Errorf("trawl %s: %w (%v)\n%s", strings.Join(args, " "), err, cctx.Err(), tail(logFile.Name(), 20))
+	}
+	r.crawl = s.window()
+	r.workerCPU = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	if smp != nil {
+		if r.brokerCPU, err = cpuOver(samples, r.crawl.First, r.crawl.Last); err != nil {
+			return fmt.Errorf("%s server's CPU: %w", srv.kind, err)
+		}
+	}
+	if err := s.Verify(); err != nil {
+		probs := strings.Split(err.Error(), "\n")
+		r.problems = append(r.problems, fmt.Sprintf("the site: %d problems, first: %s", len(probs), probs[0]))
+	}
+	b, err := os.ReadFile(items)
+	if err != nil {
+		return err
+	}
+	r.items = bytes.Count(b, []byte("\n"))
+	if want := s.Expected(); r.items != want {
+		r.problems = append(r.problems, fmt.Sprintf("%d items, want %d", r.items, want))
+	}
+	return nil
+}
+
+// summaryLine is trawl's "crawl done" line from its stderr log.
+func summaryLine(path string) string {
+	b, _ := os.ReadFile(path)
+	for line := range strings.Lines(string(b)) {
+		if _, rest, ok := strings.Cut(line, "trawl: crawl done: "); ok {
+			return strings.TrimSpace(rest)
+		}
+	}
+	return "(no summary line)"
+}
+
+// idle runs `trawl worker --idle-timeout 0` of the crawl just done (its
+// queues empty) and counts what reaches the server.
+func (c *common) idle(ctx context.Context, m mode, srv *server) *idleResult {
+	res := &idleResult{unit: srv.countUnit}
+	dir := c.crawlDir(m)
+	args := append([]string{"worker", "--name", "bench", "--data-dir", dir, "--out", filepath.Join(dir, "idle.jsonl"),
+		"--concurrency", fmt.Sprint(c.concurrency), "--per-host", fmt.Sprint(c.concurrency),
+		"--idle-timeout", "0", "--progress-interval", "0"}, m.flags...)
+	args = append(args, srv.flags...)
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	cmd, logFile, err := c.trawlCmd(wctx, dir, "idle", args...)
+	if err != nil {
+		res.err = err
+		return res
+	}
+	defer logFile.Close()
+	if err := cmd.Start(); err != nil {
+		res.err = err
+		return res
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }() // owned here: read below in every case
+
+	// Warm-up: until the worker holds a connection, then 2 s more for it
+	// to open its queues.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, conns, err := srv.requests(ctx)
+		if err == nil && conns > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			res.err = fmt.Errorf("idle worker: no connection to %s after 30 s (last: %v)\n%s", srv.kind, err, tail(logFile.Name(), 10))
+			stop()
+			<-exited
+			return res
+		}
+		select {
+		case err := <-exited:
+			res.err = fmt.Errorf("idle worker exited: %v\n%s", err, tail(logFile.Name(), 10))
+			return res
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	wait := func(d time.Duration) error {
+		select {
+		case err := <-exited:
+			return fmt.Errorf("idle worker exited: %v\n%s", err, tail(logFile.Name(), 10))
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(d):
+			return nil
+		}
+	}
+	if res.err = wait(2 * time.Second); res.err != nil {
+		return res
+	}
+	n0, _, err := srv.requests(ctx)
+	t0 := time.Now()
+	if err != nil {
+		res.err = err
+	} else if res.err = wait(m.idle); res.err == nil {
+		n1, conns, err := srv.requests(ctx)
+		res.count = float64(n1-n0) / time.Since(t0).Seconds()
+		res.conns, res.err = conns, err
+	}
+	stop()
+	if err := <-exited; err != nil && res.err == nil && !isSignalExit(err) {
+		res.err = fmt.Errorf("idle worker on SIGTERM: %v\n%s", err, tail(logFile.Name(), 10))
+	}
+	return res
+}
+
+// isSignalExit tells whether err is the exit of a process stopped by
+// SIGTERM (trawl exits 130 after a signal, having given back its work).
+func isSignalExit(err error) bool {
+	var ee *exec.ExitError
+	return errors.As(err, &ee) && (ee.ExitCode() == 130 || ee.ExitCode() == -1)
+}
+
+// sample is a CPU reading.
+type sample struct {
+	at  time.Time
+	cpu time.Duration
+	err error
+}
+
+// sampler reads a cpuMeter on a ticker until stopped.
+type sampler struct {
+	cancel  context.CancelFunc
+	done    chan struct{}
+	samples []sample
+}
+
+func startSampler(m cpuMeter, every time.Duration) *sampler {
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &sampler{cancel: cancel, done: make(chan struct{})}
+	read := func() {
+		v, err := m()
+		s.samples = append(s.samples, sample{at: time.Now(), cpu: v, err: err})
+	}
+	read()
+	go func() { // owned by stop
+		defer close(s.done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				read()
+				return
+			case <-t.C:
+				read()
+			}
+		}
+	}()
+	return s
+}
+
+// stop ends the sampling and returns the samples.
+func (s *sampler) stop() []sample {
+	s.cancel()
+	<-s.done
+	return s.samples
+}
+
+// cpuOver returns the CPU used from the last reading at or before from
+// to the first at or after to.
+func cpuOver(samples []sample, from, to time.Time) (time.Duration, error) {
+	var a, b *sample
+	for i := range samples {
+		sm := &samples[i]
+		if sm.err != nil {
+			return 0, sm.err
+		}
+		if !sm.at.After(from) {
+			a = sm
+		}
+		if b == nil && !sm.at.Before(to) {
+			b = sm
+		}
+	}
+	if a == nil || b == nil {
+		return 0, fmt.Errorf("no reading around the crawl's window (%d readings)", len(samples))
+	}
+	return b.cpu - a.cpu, nil
+}
+
+// median returns the median of f over runs (the mean of the middle two
+// for an even count), and the smallest and largest.
+func median(runs []*run, f func(*run) float64) (med, lo, hi float64) {
+	v := make([]float64, len(runs))
+	for i, r := range runs {
+		v[i] = f(r)
+	}
+	slices.Sort(v)
+	n := len(v)
+	if n == 0 {
+		return 0, 0, 0
+	}
+	if n%2 == 1 {
+		med = v[n/2]
+	} else {
+		med = (v[n/2-1] + v[n/2]) / 2
+	}
+	return med, v[0], v[n-1]
+}
+
+// printTable prints the results as a Markdown table, then the problems.
+func printTable(w io.Writer, results []*result, pages int) {
+	fmt.Fprintln(w, "| mode | fetch limit pages/s | crawl pages/s | crawl / fetch (min–max) | bar | | broker CPU s per 1,000 pages | worker CPU s | idle requests/s | idle connections | idle bar |")
+	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | --- |")
+	var notes []string
+	for _, r := range results {
+		if r.err != nil {
+			notes = append(notes, fmt.Sprintf("%s: %v", r.mode.name, r.err))
+		}
+		if len(r.runs) == 0 {
+			fmt.Fprintf(w, "| %s | | failed | | ≥ %.2f | MISS | | | | | |\n", r.mode.name, r.mode.bar)
+			continue
+		}
+		fetch, _, _ := median(r.runs, func(r *run) float64 { return r.fetch })
+		crawl, _, _ := median(r.runs, func(r *run) float64 { return r.crawl.Rate() })
+		ratio, lo, hi := median(r.runs, (*run).ratio)
+		worker, _, _ := median(r.runs, func(r *run) float64 { return r.workerCPU.Seconds() })
+		verdict := pass(ratio >= r.mode.bar)
+		for i, one := range r.runs {
+			if len(one.problems) > 0 {
+				verdict = "MISS (incomplete)"
+				notes = append(notes, fmt.Sprintf("%s, crawl %d: incomplete: %s", r.mode.name, i+1, strings.Join(one.problems, "; ")))
+			}
+		}
+		cpu := "—" // no broker server
+		switch {
+		case r.runs[0].brokerCPU >= 0:
+			per1k, _, _ := median(r.runs, func(r *run) float64 { return r.brokerCPU.Seconds() * 1000 / float64(r.crawl.Requests) })
+			cpu = fmt.Sprintf("%.3f", per1k)
+		case key(r.mode) == "default":
+			cpu = "in the worker"
+		}
+		idleRate, idleConns, idleVerdict := "—", "—", ""
+		if i := r.idle; i != nil {
+			if i.err != nil {
+				idleRate, idleVerdict = "failed", "MISS"
+				notes = append(notes, fmt.Sprintf("%s idle: %v", r.mode.name, i.err))
+			} else {
+				idleRate = fmt.Sprintf("%.1f %s", i.count, i.unit)
+				idleConns = fmt.Sprint(i.conns)
+				idleVerdict = pass(i.count <= idleRateBar && i.conns <= idleConnsBar)
+			}
+		}
+		fmt.Fprintf(w, "| %s | %.0f | %.0f | **%.2f** (%.2f–%.2f) | ≥ %.2f | %s | %s | %.2f | %s | %s | %s |\n",
+			r.mode.name, fetch, crawl, ratio, lo, hi, r.mode.bar, verdict, cpu, worker, idleRate, idleConns, idleVerdict)
+	}
+	fmt.Fprintf(w, "\nPages/s: requests the site served (%d pages, /, and robots.txt for a crawl) from the first request to the end of the last; "+
+		"each crawl is compared with the mean of the fetch limits measured just before and just after it. "+
+		"Worker CPU: the trawl process's user + system time, its whole life. Idle bar: ≤ %.0f requests/s and ≤ %d connections.\n", pages, idleRateBar, idleConnsBar)
+	for _, n := range notes {
+		fmt.Fprintf(w, "\n%s\n", n)
+	}
+}
+
+func pass(ok bool) string {
+	if ok {
+		return "PASS"
+	}
+	return "MISS"
+}

@@ -1,0 +1,52 @@
+// Command benchcrawl measures whole crawls of the real trawl binary against
+// the test site, as a user runs them. It is run by make bench-crawl and
+// make soak, not by make test: it prints figures, it asserts nothing.
+//
+//	go run ./internal/benchcrawl [-trawl bin/trawl] [-pages 10000] [-concurrency 32]
+//	go run ./internal/benchcrawl soak [-trawl bin/trawl] [-pages 100000]
+//
+// # bench (the default)
+//
+// One run, side by side, on one test site (internal/testsite, the site of
+// trawl testsite, with --no-traps and no latency) served by this process:
+//
+//   - the fetch limit: a bare loop of HTTP GETs over the site's pages
+//     (/ and /page/0 … /page/N-1) at the crawl's concurrency, in a process
+//     of its own, as the crawler is; it is measured again just before each
+//     crawl, and each crawl is compared with the one before it;
+//   - one `trawl crawl` process, --concurrency C --per-host C, per mode:
+//     --broker=memory, the embedded default (no --broker), --broker=redis,
+//     --broker=nats (an external server), --broker=rabbitmq (a stock
+//     server: no plugin, so no management API). Servers run in local
+//     containers (TRAWL_REDIS_IMAGE, TRAWL_NATS_IMAGE, TRAWL_RABBITMQ_IMAGE),
+//     one at a time, started just before their crawl and removed after it.
+//     NATS and RabbitMQ crawls use --dedup=local, so that their figures
+//     are the broker's alone (a multi-worker deployment adds a Redis
+//     filter).
+//
+// A crawl's time runs from the site's first request to the end of its
+// last response: the process start, the seeding and the idle timeout are
+// not in it. A crawl counts only if the site's Verify passes (every page
+// fetched exactly once, nothing else) and the item file holds one item per
+// page.
+//
+// Beside each crawl: the broker server's CPU seconds per 1,000 pages over
+// the same window (Redis: INFO cpu; NATS and RabbitMQ: the container's
+// cgroup CPU usage, or its processes' CPU from /proc where no cgroup is
+// readable) and the worker process's CPU over its whole life.
+//
+// Then the idle cost per server: `trawl worker --idle-timeout 0` of the
+// finished crawl (its queues empty) for -idle (10s) after a warm-up,
+// counting what reaches the server (Redis: total_commands_processed; NATS:
+// in_msgs of the client connections in /connz; RabbitMQ: recv_cnt of
+// rabbitmqctl list_connections, socket reads) and the connections it holds.
+//
+// Each figure is printed beside issue 10's bar with PASS or MISS.
+//
+// # soak
+//
+// One `trawl crawl` of -pages (100,000) pages on the embedded default
+// (or -broker memory), its RSS (VmRSS of /proc/PID/status) sampled every
+// second. After the warm-up (the first 20% of the pages), memory is flat
+// if its maximum stays within 20% of its value at the end of the warm-up.
+package main

@@ -1,0 +1,206 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// rssSample is one reading of the worker's memory.
+type rssSample struct {
+	wall      time.Time
+	at        time.Duration // since the process started
+	requests  int           // the site's requests so far
+	rss, peak int64         // VmRSS, VmHWM
+}
+
+// soakReport is what the soak makes of its samples.
+type soakReport struct {
+	warm               rssSample // the first sample past the warm-up
+	min, max, last     rssSample // after the warm-up
+	peak               int64     // VmHWM at the last sample
+	flat               bool      // max ≤ tolerance × warm.rss
+	tolerance, warmupF float64
+}
+
+// judge finds, in samples, the end of the warm-up (the first sample with
+// at least warmup×total requests) and the extremes after it.
+func judge(samples []rssSample, total int, warmup, tolerance float64) (soakReport, error) {
+	rep := soakReport{tolerance: tolerance, warmupF: warmup}
+	i := 0
+	for i < len(samples) && float64(samples[i].requests) < warmup*float64(total) {
+		i++
+	}
+	after := samples[i:]
+	if len(after) < 2 {
+		return rep, fmt.Errorf("%d samples after the warm-up: too few (a longer crawl, or more pages)", len(after))
+	}
+	rep.warm, rep.min, rep.max, rep.last = after[0], after[0], after[0], after[len(after)-1]
+	for _, s := range after {
+		if s.rss < rep.min.rss {
+			rep.min = s
+		}
+		if s.rss > rep.max.rss {
+			rep.max = s
+		}
+	}
+	rep.peak = rep.last.peak
+	rep.flat = float64(rep.max.rss) <= tolerance*float64(rep.warm.rss)
+	return rep, nil
+}
+
+func soakMain(ctx context.Context, args []string) error {
+	var c common
+	fs := flag.NewFlagSet("soak", flag.ContinueOnError)
+	c.flags(fs, 100000)
+	brokerFlag := fs.String("broker", "", "the crawl's --broker: empty for the embedded default, or memory")
+	warmup := fs.Float64("warmup", 0.2, "share of the pages that is warm-up")
+	tolerance := fs.Float64("tolerance", 1.2, "memory is flat if its maximum after the warm-up is at most this times its value at the warm-up's end")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *brokerFlag != "" && *brokerFlag != "memory" {
+		return errors.New("-broker: want empty (the embedded default) or memory")
+	}
+	if *warmup <= 0 || *warmup >= 1 || *tolerance < 1 {
+		return errors.New("-warmup must be in (0, 1) and -tolerance at least 1")
+	}
+	if err := c.setup(ctx); err != nil {
+		return err
+	}
+	defer os.RemoveAll(c.dir)
+	sctx, stopSite := context.WithCancel(ctx)
+	s, waitSite, err := serveSite(sctx, c.pages)
+	if err != nil {
+		stopSite()
+		return err
+	}
+	defer func() { stopSite(); waitSite() }()
+
+	load := loadavg()
+	dir := filepath.Join(c.dir, "soak")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	items := filepath.Join(dir, "items.jsonl")
+	cargs := []string{"crawl", "--flush", "--name", "soak", "--data-dir", dir, "--out", items,
+		"--concurrency", fmt.Sprint(c.concurrency), "--per-host", fmt.Sprint(c.concurrency),
+		"--idle-timeout", "3s", "--progress-interval", "0"}
+	mode := "embedded default"
+	if *brokerFlag != "" {
+		cargs = append(cargs, "--broker="+*brokerFlag)
+		mode = "--broker=" + *brokerFlag
+	}
+	cargs = append(cargs, s.URL+"/")
+	cctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	cmd, logFile, err := c.trawlCmd(cctx, dir, "crawl", cargs...)
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	s.reset()
+	logf("soak: crawling %d pages (%s, --concurrency %d)", c.pages, mode, c.concurrency)
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	start := time.Now()
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }() // read below
+	var samples []rssSample
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	var runErr error
+	for done := false; !done; {
+		select {
+		case runErr = <-exited:
+			done = true
+		case <-tick.C:
+			cur, peak, err := rss(cmd.Process.Pid)
+			if err != nil {
+				continue // exiting: the next select sees it
+			}
+			samples = append(samples, rssSample{wall: time.Now(), at: time.Since(start), requests: s.requests(), rss: cur, peak: peak})
+			if len(samples)%30 == 0 {
+				logf("soak: %v, %d requests, RSS %.1f MiB", samples[len(samples)-1].at.Round(time.Second), s.requests(), mib(cur))
+			}
+		}
+	}
+	if runErr != nil {
+		return fmt.Errorf("trawl %s: %w\n%s", strings.Join(cargs, " "), runErr, tail(logFile.Name(), 20))
+	}
+	win := s.window()
+	var problems []string
+	if err := s.Verify(); err != nil {
+		probs := strings.Split(err.Error(), "\n")
+		problems = append(problems, fmt.Sprintf("the site: %d problems, first: %s", len(probs), probs[0]))
+	}
+	b, err := os.ReadFile(items)
+	if err != nil {
+		return err
+	}
+	if n, want := bytes.Count(b, []byte("\n")), s.Expected(); n != want {
+		problems = append(problems, fmt.Sprintf("%d items, want %d", n, want))
+	}
+	// Judge the crawl, not the idle timeout and the shutdown after it.
+	crawling := samples
+	for len(crawling) > 0 && crawling[len(crawling)-1].wall.After(win.Last) {
+		crawling = crawling[:len(crawling)-1]
+	}
+	rep, err := judge(crawling, win.Requests, *warmup, *tolerance)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("make soak, %s, %s; load average %s before, %s after\n\n",
+		time.Now().UTC().Format("2006-01-02 15:04 UTC"), c.version(ctx), load, loadavg())
+	printSoak(os.Stdout, c, mode, win, crawling, rep, problems, summaryLine(logFile.Name()))
+	if len(problems) > 0 {
+		return errors.New("the crawl was incomplete")
+	}
+	return nil
+}
+
+func mib(b int64) float64 { return float64(b) / (1 << 20) }
+
+func printSoak(w io.Writer, c common, mode string, win window, samples []rssSample, rep soakReport, problems []string, summary string) {
+	fmt.Fprintf(w, "%d-page test site (no traps, no latency), one worker, %s, --concurrency %d --per-host %d: %d requests in %.1f s (%.0f pages/s); trawl says %s\n\n",
+		c.pages, mode, c.concurrency, c.concurrency, win.Requests, win.Elapsed().Seconds(), win.Rate(), summary)
+	fmt.Fprintln(w, "| pages served | time | RSS MiB |")
+	fmt.Fprintln(w, "| ---: | ---: | ---: |")
+	next := 0.0
+	for i, s := range samples {
+		if float64(s.requests) >= next*float64(win.Requests) || i == len(samples)-1 {
+			fmt.Fprintf(w, "| %d (%.0f%%) | %v | %.1f |\n", s.requests, 100*float64(s.requests)/float64(win.Requests), s.at.Round(time.Second), mib(s.rss))
+			for next*float64(win.Requests) <= float64(s.requests) {
+				next += 0.1
+			}
+		}
+	}
+	verdict := "FLAT"
+	if !rep.flat {
+		verdict = "NOT FLAT"
+	}
+	fmt.Fprintf(w, "\nAfter the warm-up (the first %.0f%% of the pages) to the crawl's last page, %d samples a second apart: RSS at its end %.1f MiB, min %.1f MiB (at %d pages), max %.1f MiB (at %d pages), last %.1f MiB; peak (VmHWM) %.1f MiB.\n",
+		100*rep.warmupF, countAfter(samples, rep.warm), mib(rep.warm.rss), mib(rep.min.rss), rep.min.requests, mib(rep.max.rss), rep.max.requests, mib(rep.last.rss), mib(rep.peak))
+	fmt.Fprintf(w, "Max / value at the warm-up's end: %.2f (flat: at most %.2f): **%s**\n", float64(rep.max.rss)/float64(rep.warm.rss), rep.tolerance, verdict)
+	for _, p := range problems {
+		fmt.Fprintf(w, "\nincomplete crawl: %s\n", p)
+	}
+}
+
+// countAfter counts the samples from warm on.
+func countAfter(samples []rssSample, warm rssSample) int {
+	for i, s := range samples {
+		if s.wall.Equal(warm.wall) {
+			return len(samples) - i
+		}
+	}
+	return 0
+}
