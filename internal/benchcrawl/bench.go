@@ -108,7 +108,17 @@ func benchMain(ctx context.Context, args []string) error {
 	if err := c.setup(ctx); err != nil {
 		return err
 	}
-	defer os.RemoveAll(c.dir)
+	var results []*result
+	defer func() {
+		keep := false
+		for _, r := range results {
+			keep = keep || r.err != nil || (r.idle != nil && r.idle.err != nil)
+			for _, one := range r.runs {
+				keep = keep || len(one.problems) > 0
+			}
+		}
+		c.cleanup(keep)
+	}()
 
 	sctx, stopSite := context.WithCancel(ctx)
 	s, waitSite, err := serveSite(sctx, c.pages)
@@ -120,7 +130,6 @@ func benchMain(ctx context.Context, args []string) error {
 
 	started := time.Now().UTC()
 	load := loadavg()
-	var results []*result
 	for _, m := range selected {
 		if ctx.Err() != nil {
 			break
@@ -175,6 +184,7 @@ func (c *common) runMode(ctx context.Context, s *site, m mode, runs int) *result
 			r.err = err
 			return r
 		}
+		keepLog(filepath.Join(c.crawlDir(m), "crawl.log"), i+1)
 		one.fetch = (before.Rate() + after.Rate()) / 2
 		before = after
 		r.runs = append(r.runs, one)
@@ -191,9 +201,17 @@ func (c *common) runMode(ctx context.Context, s *site, m mode, runs int) *result
 }
 
 // crawlDir is the mode's scratch directory: the trawl process's working
-// directory and data directory, the item file and the stderr log.
+// directory and data directory, the item file and the stderr logs.
 func (c *common) crawlDir(m mode) string {
 	return filepath.Join(c.dir, key(m))
+}
+
+// keepLog copies a crawl's stderr log beside it under another name, so
+// that the next crawl of the mode does not overwrite it.
+func keepLog(path string, n int) {
+	if b, err := os.ReadFile(path); err == nil {
+		_ = os.WriteFile(strings.TrimSuffix(path, ".log")+fmt.Sprintf("-%d.log", n), b, 0o644)
+	}
 }
 
 // trawlCmd is a trawl process in dir, its stderr in dir/name.log. On ctx's

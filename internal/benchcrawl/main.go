@@ -89,13 +89,28 @@ func (c *common) setup(ctx context.Context) error {
 	return nil
 }
 
-// version is what `trawl --version` says.
+// version is what `trawl --version` says, and the commit of the working
+// tree (where the binary is built from, as make builds it).
 func (c *common) version(ctx context.Context) string {
 	out, err := exec.CommandContext(ctx, c.trawl, "--version").Output()
+	v := strings.TrimSpace(string(out))
 	if err != nil {
-		return "trawl --version: " + err.Error()
+		v = "trawl --version: " + err.Error()
 	}
-	return strings.TrimSpace(string(out))
+	if out, err := exec.CommandContext(ctx, "git", "describe", "--always", "--dirty").Output(); err == nil {
+		v += ", tree at " + strings.TrimSpace(string(out))
+	}
+	return v
+}
+
+// cleanup removes the scratch directory, unless keep: then it says where
+// it is, for the logs of a crawl that went wrong.
+func (c *common) cleanup(keep bool) {
+	if keep {
+		logf("kept %s: the logs of each trawl process are in it", c.dir)
+		return
+	}
+	os.RemoveAll(c.dir)
 }
 
 // trawlEnv is the environment of a trawl process: this one's, without

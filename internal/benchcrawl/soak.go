@@ -75,7 +75,8 @@ func soakMain(ctx context.Context, args []string) error {
 	if err := c.setup(ctx); err != nil {
 		return err
 	}
-	defer os.RemoveAll(c.dir)
+	keep := true // unless all goes well
+	defer func() { c.cleanup(keep) }()
 	sctx, stopSite := context.WithCancel(ctx)
 	s, waitSite, err := serveSite(sctx, c.pages)
 	if err != nil {
@@ -164,6 +165,7 @@ func soakMain(ctx context.Context, args []string) error {
 	if len(problems) > 0 {
 		return errors.New("the crawl was incomplete")
 	}
+	keep = false
 	return nil
 }
 
