@@ -60,7 +60,7 @@ bench-crawl: build ## crawl/fetch-limit ratio per broker, broker CPU, idle cost,
 	if [ -z "$$TRAWL_REDIS_IMAGE" ] && [ -f "$(IMAGES)" ]; then env_line=$$(bash $(IMAGES)); fi; \
 	env $$env_line $(GO) run ./internal/benchcrawl -trawl bin/trawl $(BENCHCRAWL_FLAGS)
 
-soak: build ## crawl 100,000 pages with one worker (embedded default), RSS sampled every second: flat after warm-up?
+soak: build ## crawl 100,000 pages with one worker (embedded default), RSS every second: flat after the warm-up? (about 4 minutes)
 	$(GO) run ./internal/benchcrawl soak -trawl bin/trawl $(SOAK_FLAGS)
 
 # Every fuzz target, one line each (make vet checks that none is missing);

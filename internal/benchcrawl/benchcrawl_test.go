@@ -64,20 +64,26 @@ func TestCPUOver(t *testing.T) {
 
 func TestJudge(t *testing.T) {
 	mk := func(reqs int, mb int64) rssSample { return rssSample{requests: reqs, rss: mb << 20, peak: 200 << 20} }
-	warm := []rssSample{mk(0, 10), mk(100, 50), mk(200, 100), mk(400, 110), mk(700, 105), mk(1000, 119)}
-	rep, err := judge(warm, 1000, 0.2, 1.2)
+	// Warm-up to 200 of 1,000 pages; early fifth 200–399, late 800–1000.
+	samples := []rssSample{mk(0, 10), mk(100, 50), mk(200, 100), mk(300, 140), mk(390, 102),
+		mk(500, 180), mk(800, 110), mk(900, 95), mk(1000, 119)}
+	rep, err := judge(samples, 1000, 0.2, 1.2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.warm.rss != 100<<20 || rep.max.rss != 119<<20 || rep.min.rss != 100<<20 || !rep.flat {
-		t.Errorf("judge = warm %d, min %d, max %d, flat %v; want warm and min 100 MiB, max 119 MiB, flat", rep.warm.rss>>20, rep.min.rss>>20, rep.max.rss>>20, rep.flat)
+	if rep.early != 102<<20 || rep.late != 110<<20 || !rep.flat {
+		t.Errorf("judge: early %d MiB, late %d MiB, flat %v; want 102, 110, flat", rep.early>>20, rep.late>>20, rep.flat)
 	}
-	growing := append(warm[:len(warm)-1:len(warm)-1], mk(1000, 121))
+	if rep.max.rss != 180<<20 || rep.min.rss != 95<<20 || rep.after != 7 {
+		t.Errorf("judge: min %d, max %d MiB over %d samples; want 95, 180 over 7", rep.min.rss>>20, rep.max.rss>>20, rep.after)
+	}
+	growing := slices.Clone(samples)
+	growing[6], growing[7], growing[8] = mk(800, 120), mk(900, 123), mk(1000, 130)
 	if rep, err := judge(growing, 1000, 0.2, 1.2); err != nil || rep.flat {
-		t.Errorf("judge of a growth to 1.21× = flat %v, %v; want not flat", rep.flat, err)
+		t.Errorf("judge of a late median of 1.21× the early one: flat %v, %v; want not flat", rep.flat, err)
 	}
-	if _, err := judge(warm[:3], 1000, 0.2, 1.2); err == nil {
-		t.Error("judge with one sample after the warm-up: no error")
+	if _, err := judge(samples[:5], 1000, 0.2, 1.2); err == nil {
+		t.Error("judge with no sample in the last fifth: no error")
 	}
 }
 

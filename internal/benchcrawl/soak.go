@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -23,36 +24,63 @@ type rssSample struct {
 
 // soakReport is what the soak makes of its samples.
 type soakReport struct {
-	warm               rssSample // the first sample past the warm-up
-	min, max, last     rssSample // after the warm-up
-	peak               int64     // VmHWM at the last sample
-	flat               bool      // max ≤ tolerance × warm.rss
-	tolerance, warmupF float64
+	early, late    int64     // median RSS over the fifth of the pages after the warm-up, and over the last fifth
+	nEarly, nLate  int       // samples in each
+	min, max, last rssSample // after the warm-up
+	after          int       // samples after the warm-up
+	peak           int64     // VmHWM at the last sample
+	flat           bool      // late ≤ tolerance × early
+	tolerance      float64
+	warmup         float64
 }
 
-// judge finds, in samples, the end of the warm-up (the first sample with
-// at least warmup×total requests) and the extremes after it.
+// fifth is the share of the pages over which the soak takes a median.
+const fifth = 0.2
+
+// judge compares, in samples, the median RSS over the fifth of the pages
+// that follows the warm-up (the first warmup×total requests) with the
+// median over the last fifth: memory is flat if the later is at most
+// tolerance times the earlier. Medians, not extremes: the garbage
+// collector lets the heap grow to twice what is live between cycles, so a
+// single reading says little; a leak moves the median.
 func judge(samples []rssSample, total int, warmup, tolerance float64) (soakReport, error) {
-	rep := soakReport{tolerance: tolerance, warmupF: warmup}
-	i := 0
-	for i < len(samples) && float64(samples[i].requests) < warmup*float64(total) {
-		i++
-	}
-	after := samples[i:]
-	if len(after) < 2 {
-		return rep, fmt.Errorf("%d samples after the warm-up: too few (a longer crawl, or more pages)", len(after))
-	}
-	rep.warm, rep.min, rep.max, rep.last = after[0], after[0], after[0], after[len(after)-1]
-	for _, s := range after {
-		if s.rss < rep.min.rss {
+	rep := soakReport{tolerance: tolerance, warmup: warmup}
+	share := func(s rssSample) float64 { return float64(s.requests) / float64(total) }
+	var early, late []int64
+	for _, s := range samples {
+		f := share(s)
+		if f < warmup {
+			continue
+		}
+		if rep.after == 0 || s.rss < rep.min.rss {
 			rep.min = s
 		}
-		if s.rss > rep.max.rss {
+		if rep.after == 0 || s.rss > rep.max.rss {
 			rep.max = s
 		}
+		rep.after++
+		rep.last = s
+		if f < warmup+fifth {
+			early = append(early, s.rss)
+		}
+		if f >= 1-fifth {
+			late = append(late, s.rss)
+		}
 	}
+	if len(early) == 0 || len(late) == 0 || warmup+fifth > 1-fifth {
+		return rep, fmt.Errorf("%d samples after the warm-up, %d and %d in the fifths compared: too few (crawl more pages)", rep.after, len(early), len(late))
+	}
+	med := func(v []int64) int64 {
+		slices.Sort(v)
+		if len(v)%2 == 1 {
+			return v[len(v)/2]
+		}
+		return (v[len(v)/2-1] + v[len(v)/2]) / 2
+	}
+	rep.nEarly, rep.nLate = len(early), len(late)
+	rep.early, rep.late = med(early), med(late)
 	rep.peak = rep.last.peak
-	rep.flat = float64(rep.max.rss) <= tolerance*float64(rep.warm.rss)
+	rep.flat = float64(rep.late) <= tolerance*float64(rep.early)
 	return rep, nil
 }
 
@@ -62,15 +90,15 @@ func soakMain(ctx context.Context, args []string) error {
 	c.flags(fs, 100000)
 	brokerFlag := fs.String("broker", "", "the crawl's --broker: empty for the embedded default, or memory")
 	warmup := fs.Float64("warmup", 0.2, "share of the pages that is warm-up")
-	tolerance := fs.Float64("tolerance", 1.2, "memory is flat if its maximum after the warm-up is at most this times its value at the warm-up's end")
+	tolerance := fs.Float64("tolerance", 1.2, "memory is flat if its median over the last fifth of the pages is at most this times its median over the fifth after the warm-up")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *brokerFlag != "" && *brokerFlag != "memory" {
 		return errors.New("-broker: want empty (the embedded default) or memory")
 	}
-	if *warmup <= 0 || *warmup >= 1 || *tolerance < 1 {
-		return errors.New("-warmup must be in (0, 1) and -tolerance at least 1")
+	if *warmup <= 0 || *warmup+2*fifth > 1 || *tolerance < 1 {
+		return errors.New("-warmup must be in (0, 0.6] and -tolerance at least 1")
 	}
 	if err := c.setup(ctx); err != nil {
 		return err
@@ -189,20 +217,11 @@ func printSoak(w io.Writer, c common, mode string, win window, samples []rssSamp
 	if !rep.flat {
 		verdict = "NOT FLAT"
 	}
-	fmt.Fprintf(w, "\nAfter the warm-up (the first %.0f%% of the pages) to the crawl's last page, %d samples a second apart: RSS at its end %.1f MiB, min %.1f MiB (at %d pages), max %.1f MiB (at %d pages), last %.1f MiB; peak (VmHWM) %.1f MiB.\n",
-		100*rep.warmupF, countAfter(samples, rep.warm), mib(rep.warm.rss), mib(rep.min.rss), rep.min.requests, mib(rep.max.rss), rep.max.requests, mib(rep.last.rss), mib(rep.peak))
-	fmt.Fprintf(w, "Max / value at the warm-up's end: %.2f (flat: at most %.2f): **%s**\n", float64(rep.max.rss)/float64(rep.warm.rss), rep.tolerance, verdict)
+	fmt.Fprintf(w, "\nMedian RSS over pages %.0f–%.0f%% (%d samples a second apart): %.1f MiB; over pages %.0f–100%% (%d samples): %.1f MiB; ratio %.2f (flat: at most %.2f): **%s**.\n",
+		100*rep.warmup, 100*(rep.warmup+fifth), rep.nEarly, mib(rep.early), 100*(1-fifth), rep.nLate, mib(rep.late), float64(rep.late)/float64(rep.early), rep.tolerance, verdict)
+	fmt.Fprintf(w, "After the warm-up (the first %.0f%% of the pages) to the crawl's last page, %d samples: min %.1f MiB (at %d pages), max %.1f MiB (at %d pages), last %.1f MiB; peak (VmHWM) %.1f MiB.\n",
+		100*rep.warmup, rep.after, mib(rep.min.rss), rep.min.requests, mib(rep.max.rss), rep.max.requests, mib(rep.last.rss), mib(rep.peak))
 	for _, p := range problems {
 		fmt.Fprintf(w, "\nincomplete crawl: %s\n", p)
 	}
-}
-
-// countAfter counts the samples from warm on.
-func countAfter(samples []rssSample, warm rssSample) int {
-	for i, s := range samples {
-		if s.wall.Equal(warm.wall) {
-			return len(samples) - i
-		}
-	}
-	return 0
 }
