@@ -23,6 +23,14 @@
 // of a broker that restarts. RabbitMQStockContainer starts one for one test
 // with no plugin enabled (no management API), as a stock deployment has it.
 //
+// RedisContainer, RabbitMQContainer and NATSContainer take options:
+// WithTLS(ca) makes the server take TLS connections only, with a
+// certificate signed by ca (NewCA: a CA made at test time, its certificate
+// and a client certificate in PEM files for --tls-ca, --tls-cert and
+// --tls-key; no key is kept); WithPassword makes it want a user and
+// password; WithClientCerts (Redis) a client certificate. Their URLs
+// (rediss://, amqps:// and https://, tls://) carry the credentials.
+//
 // A server that cannot be started or reached fails the test with a message
 // saying why; it is never skipped in silence. Under -short (make unit) no
 // container is started: a test that would need one is skipped, with a

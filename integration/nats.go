@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -43,7 +45,7 @@ func NATS(t testing.TB) string {
 	skipShort(t, "NATS", EnvNATSURL)
 	shared.requireMain(t)
 	u, err := shared.nats.get(func() (string, error) {
-		s, err := startNATS("")
+		s, err := startNATS("", serverOptions{})
 		if s != nil && s.ctr != nil {
 			shared.track(s.ctr)
 		}
@@ -68,26 +70,22 @@ type NATSServer struct {
 }
 
 // NATSContainer starts a NATS container with JetStream file storage for t
-// alone and removes it when t ends. Its host port is fixed when it
-// starts, so URL stays valid across Restart and clients reconnect by
-// themselves. It fails t if the container cannot be started; it needs
-// Docker even where TRAWL_TEST_NATS_URL is set.
-func NATSContainer(t testing.TB) *NATSServer {
+// alone, configured by opts, and removes it when t ends. Its host port is
+// fixed when it starts, so URL stays valid across Restart and clients
+// reconnect by themselves. With WithTLS it accepts TLS connections only
+// (URL tls://…); with WithPassword only the user given. It fails t if the
+// container cannot be started; it needs Docker even where
+// TRAWL_TEST_NATS_URL is set.
+func NATSContainer(t testing.TB, opts ...ServerOption) *NATSServer {
 	t.Helper()
 	skipShort(t, "NATS", "")
 	hp, err := freePort()
 	if err != nil {
 		t.Fatalf("integration: pick a host port: %v", err)
 	}
-	s, err := startNATS(hp)
+	s, err := startNATS(hp, serverOpts(opts))
 	if s != nil && s.ctr != nil {
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			if err := s.ctr.Terminate(ctx, testcontainers.StopTimeout(time.Second)); err != nil {
-				t.Logf("integration: remove container %s: %v", s.ctr.GetContainerID(), err)
-			}
-		})
+		terminateOnCleanup(t, s.ctr)
 	}
 	if err != nil {
 		t.Fatalf("integration: start a NATS container (image %q): %v", image(EnvNATSImage, "nats:2"), err)
@@ -96,14 +94,21 @@ func NATSContainer(t testing.TB) *NATSServer {
 }
 
 // startNATS starts a container, its client port bound to hostPort (""
-// for any free one).
-func startNATS(hostPort string) (*NATSServer, error) {
+// for any free one), with TLS and credentials as o says.
+func startNATS(hostPort string, o serverOptions) (*NATSServer, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
-	opts := []testcontainers.ContainerCustomizer{
-		testcontainers.WithCmd(natsCmd...),
-		testcontainers.WithExposedPorts("4222/tcp"),
-		testcontainers.WithWaitStrategy(wait.ForLog("Server is ready").WithStartupTimeout(startTimeout)),
+	args := slices.Clone(natsCmd)
+	if o.password != "" {
+		args = append(args, "--user", o.user, "--pass", o.password)
+	}
+	ready := wait.ForLog("Server is ready").WithStartupTimeout(startTimeout)
+	opts := []testcontainers.ContainerCustomizer{testcontainers.WithExposedPorts("4222/tcp")}
+	if o.ca != nil {
+		args = append(args, "--tls", "--tlscert", tlsCertFile, "--tlskey", tlsKeyFile)
+		opts = append(opts, awaitTLS(append([]string{"/usr/bin/nats-server"}, args...)...)...)
+	} else {
+		opts = append(opts, testcontainers.WithCmd(args...), testcontainers.WithWaitStrategy(ready))
 	}
 	if hostPort != "" {
 		opts = append(opts, testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
@@ -116,6 +121,33 @@ func startNATS(hostPort string) (*NATSServer, error) {
 	s := &NATSServer{ctr: ctr}
 	if err != nil {
 		return s, fmt.Errorf("start nats container: %w", err)
+	}
+	if o.ca != nil || o.password != "" {
+		// The test process cannot ping a server it has no CA or
+		// password for: it waits for the log line and a TCP port.
+		if o.ca != nil {
+			if err := installTLS(ctx, ctr, o.ca, ready); err != nil {
+				return s, fmt.Errorf("nats with TLS: %w", err)
+			}
+		}
+		addr, err := Endpoint(ctx, ctr, "4222/tcp")
+		if err != nil {
+			return s, err
+		}
+		u := url.URL{Scheme: "nats", Host: addr}
+		if hostPort != "" {
+			if a, err := fixedEndpoint(ctx, ctr, hostPort); err == nil {
+				u.Host = a // survives a restart
+			}
+		}
+		if o.ca != nil {
+			u.Scheme = "tls"
+		}
+		if o.password != "" {
+			u.User = url.UserPassword(o.user, o.password)
+		}
+		s.URL = u.String()
+		return s, nil
 	}
 	// A fixed host port is reached on the loopback address; that address,
 	// unlike the container's, survives a restart.

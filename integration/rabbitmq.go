@@ -81,7 +81,7 @@ func sharedRabbitMQ(t testing.TB) RabbitMQServer {
 	skipShort(t, "RabbitMQ", EnvAMQPURL)
 	shared.requireMain(t)
 	s, err := shared.rabbitmq.get(func() (RabbitMQServer, error) {
-		s, err := startRabbitMQ(nil, false)
+		s, err := startRabbitMQ(nil, false, serverOptions{})
 		if s != nil && s.ctr != nil {
 			shared.track(s.ctr)
 		}
@@ -110,35 +110,57 @@ func externalManagement(amqpURL string) (string, error) {
 	return u.String(), nil
 }
 
-// RabbitMQContainer starts a RabbitMQ container for t alone and removes
-// it when t ends. Its host ports are fixed when it starts, so its URLs
-// stay valid across Restart. It fails t if the container cannot be
-// started; it needs Docker even where TRAWL_TEST_AMQP_URL is set.
-func RabbitMQContainer(t testing.TB) *RabbitMQServer {
+// RabbitMQContainer starts a RabbitMQ container for t alone, configured
+// by opts, and removes it when t ends. Its host ports are fixed when it
+// starts, so its URLs stay valid across Restart. With WithTLS it serves
+// AMQP over TLS only (URL amqps://…) and its management API over HTTPS;
+// with WithPassword its only user is the one given (no guest). It fails
+// t if the container cannot be started; it needs Docker even where
+// TRAWL_TEST_AMQP_URL is set.
+func RabbitMQContainer(t testing.TB, opts ...ServerOption) *RabbitMQServer {
 	t.Helper()
 	skipShort(t, "RabbitMQ", "")
+	o := serverOpts(opts)
 	ports := map[string]string{}
-	for _, p := range []string{"5672/tcp", "15672/tcp"} {
+	for _, p := range rabbitPorts(o) {
 		hp, err := freePort()
 		if err != nil {
 			t.Fatalf("integration: pick a host port: %v", err)
 		}
 		ports[p] = hp
 	}
-	s, err := startRabbitMQ(ports, false)
+	s, err := startRabbitMQ(ports, false, o)
 	if s != nil && s.ctr != nil {
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			if err := s.ctr.Terminate(ctx, testcontainers.StopTimeout(time.Second)); err != nil {
-				t.Logf("integration: remove container %s: %v", s.ctr.GetContainerID(), err)
-			}
-		})
+		terminateOnCleanup(t, s.ctr)
 	}
 	if err != nil {
 		t.Fatalf("integration: start a RabbitMQ container (image %q): %v", image(EnvRabbitMQImage, "rabbitmq:3-management"), err)
 	}
 	return s
+}
+
+// rabbitPorts are the container's AMQP and management ports.
+func rabbitPorts(o serverOptions) []string {
+	if o.ca != nil {
+		return []string{"5671/tcp", "15671/tcp"}
+	}
+	return []string{"5672/tcp", "15672/tcp"}
+}
+
+// rabbitConf is the rabbitmq.conf of a server with TLS or a password.
+func rabbitConf(o serverOptions) string {
+	var b strings.Builder
+	if o.ca != nil {
+		fmt.Fprintf(&b, "listeners.tcp = none\nlisteners.ssl.default = 5671\n")
+		for _, prefix := range []string{"ssl_options", "management.ssl"} {
+			fmt.Fprintf(&b, "%[1]s.cacertfile = %[2]s\n%[1]s.certfile = %[3]s\n%[1]s.keyfile = %[4]s\n", prefix, tlsCAFile, tlsCertFile, tlsKeyFile)
+		}
+		fmt.Fprintf(&b, "ssl_options.verify = verify_none\nssl_options.fail_if_no_peer_cert = false\nmanagement.ssl.port = 15671\n")
+	}
+	if o.password != "" {
+		fmt.Fprintf(&b, "default_user = %s\ndefault_pass = %s\nloopback_users = none\n", o.user, o.password)
+	}
+	return b.String()
 }
 
 // RabbitMQStockContainer starts a RabbitMQ container without any plugin
@@ -148,15 +170,9 @@ func RabbitMQContainer(t testing.TB) *RabbitMQServer {
 func RabbitMQStockContainer(t testing.TB) *RabbitMQServer {
 	t.Helper()
 	skipShort(t, "RabbitMQ", "")
-	s, err := startRabbitMQ(nil, true)
+	s, err := startRabbitMQ(nil, true, serverOptions{})
 	if s != nil && s.ctr != nil {
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			if err := s.ctr.Terminate(ctx, testcontainers.StopTimeout(time.Second)); err != nil {
-				t.Logf("integration: remove container %s: %v", s.ctr.GetContainerID(), err)
-			}
-		})
+		terminateOnCleanup(t, s.ctr)
 	}
 	if err != nil {
 		t.Fatalf("integration: start a RabbitMQ container without plugins (image %q): %v", image(EnvRabbitMQImage, "rabbitmq:3-management"), err)
@@ -176,15 +192,20 @@ func freePort() (string, error) {
 
 // startRabbitMQ starts a container, its ports bound to the given host
 // ports (nil: any free ones); stock: with no plugin enabled (no
-// management API).
-func startRabbitMQ(ports map[string]string, stock bool) (*RabbitMQServer, error) {
+// management API); o: TLS and credentials.
+func startRabbitMQ(ports map[string]string, stock bool, o serverOptions) (*RabbitMQServer, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
 	env := map[string]string{
 		"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": fmt.Sprintf("-rabbit collect_statistics_interval %d", rabbitStatsInterval),
 	}
-	exposed := []string{"5672/tcp", "15672/tcp"}
+	exposed := rabbitPorts(o)
+	amqpPort, mgmtPort := exposed[0], exposed[1]
 	var files []testcontainers.ContainerFile
+	if conf := rabbitConf(o); conf != "" {
+		env["RABBITMQ_CONFIG_FILE"] = "/etc/rabbitmq/trawl-test.conf"
+		files = append(files, testcontainers.ContainerFile{Reader: strings.NewReader(conf), ContainerFilePath: "/etc/rabbitmq/trawl-test.conf", FileMode: 0o644})
+	}
 	if stock {
 		// The image enables the management plugin in its enabled
 		// plugins file; point the server at an empty list instead.
@@ -192,11 +213,16 @@ func startRabbitMQ(ports map[string]string, stock bool) (*RabbitMQServer, error)
 		files = append(files, testcontainers.ContainerFile{Reader: strings.NewReader("[].\n"), ContainerFilePath: "/tmp/no-plugins", FileMode: 0o644})
 		exposed = exposed[:1]
 	}
+	ready := wait.ForLog("Server startup complete").WithStartupTimeout(startTimeout)
 	opts := []testcontainers.ContainerCustomizer{
 		testcontainers.WithExposedPorts(exposed...),
 		testcontainers.WithEnv(env),
 		testcontainers.WithFiles(files...),
-		testcontainers.WithWaitStrategy(wait.ForLog("Server startup complete").WithStartupTimeout(startTimeout)),
+	}
+	if o.ca != nil {
+		opts = append(opts, awaitTLS("/usr/lib/rabbitmq/bin/rabbitmq-server")...)
+	} else {
+		opts = append(opts, testcontainers.WithWaitStrategy(ready))
 	}
 	if ports != nil {
 		opts = append(opts, testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
@@ -211,6 +237,11 @@ func startRabbitMQ(ports map[string]string, stock bool) (*RabbitMQServer, error)
 	if err != nil {
 		return s, fmt.Errorf("start rabbitmq container: %w", err)
 	}
+	if o.ca != nil {
+		if err := installTLS(ctx, ctr, o.ca, ready); err != nil {
+			return s, fmt.Errorf("rabbitmq with TLS: %w", err)
+		}
+	}
 	addr := func(port string) (string, error) {
 		if hp, ok := ports[port]; ok {
 			// The fixed host port, which a restart keeps (the bridge IP
@@ -221,19 +252,27 @@ func startRabbitMQ(ports map[string]string, stock bool) (*RabbitMQServer, error)
 		}
 		return Endpoint(ctx, ctr, port)
 	}
-	amqpAddr, err := addr("5672/tcp")
+	amqpAddr, err := addr(amqpPort)
 	if err != nil {
 		return s, err
 	}
-	s.URL = "amqp://guest:guest@" + amqpAddr + "/"
+	user := url.UserPassword("guest", "guest")
+	if o.password != "" {
+		user = url.UserPassword(o.user, o.password)
+	}
+	amqpURL := url.URL{Scheme: "amqp", User: user, Host: amqpAddr, Path: "/"}
+	mgmtURL := url.URL{Scheme: "http", User: user}
+	if o.ca != nil {
+		amqpURL.Scheme, mgmtURL.Scheme = "amqps", "https"
+	}
+	s.URL = amqpURL.String()
 	if stock {
 		return s, nil
 	}
-	mgmtAddr, err := addr("15672/tcp")
-	if err != nil {
+	if mgmtURL.Host, err = addr(mgmtPort); err != nil {
 		return s, err
 	}
-	s.ManagementURL = "http://guest:guest@" + mgmtAddr
+	s.ManagementURL = mgmtURL.String()
 	return s, nil
 }
 

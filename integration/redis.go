@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"strings"
 	"testing"
@@ -215,57 +216,97 @@ func waitClusterOK(ctx context.Context, addr string) error {
 
 // RedisServer is a Redis server in a container of its own.
 type RedisServer struct {
-	// URL is redis://127.0.0.1:port.
+	// URL is redis://127.0.0.1:port, or rediss://user:password@host:port
+	// with WithTLS and WithPassword.
 	URL string
 
 	ctr testcontainers.Container
+	tls bool // the server speaks TLS only
 }
 
-// RedisContainer starts a Redis container for t alone and removes it when
-// t ends. Its host port is fixed when it starts, so URL stays valid across
-// Restart and clients reconnect by themselves. It fails t if the container
-// cannot be started; it needs Docker even where TRAWL_TEST_REDIS_URL is
-// set.
-func RedisContainer(t testing.TB) *RedisServer {
+// RedisContainer starts a Redis container for t alone, configured by
+// opts, and removes it when t ends. Its host port is fixed when it starts,
+// so URL stays valid across Restart and clients reconnect by themselves.
+// It fails t if the container cannot be started; it needs Docker even
+// where TRAWL_TEST_REDIS_URL is set.
+func RedisContainer(t testing.TB, opts ...ServerOption) *RedisServer {
 	t.Helper()
 	skipShort(t, "Redis", "")
+	o := serverOpts(opts)
 	hp, err := freePort()
 	if err != nil {
 		t.Fatalf("integration: pick a host port: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
-	ctr, err := testcontainers.Run(ctx, image(EnvRedisImage, "redis:7"),
+	args := []string{"redis-server", "--save", "", "--appendonly", "no"}
+	if o.password != "" {
+		args = append(args, "--user", "default", "off", "--user", o.user, "on", ">"+o.password, "~*", "&*", "+@all")
+	}
+	ready := wait.ForLog("Ready to accept connections").WithStartupTimeout(startTimeout)
+	custom := []testcontainers.ContainerCustomizer{
 		testcontainers.WithExposedPorts("6379/tcp"),
 		testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
 			hc.PortBindings = network.PortMap{
 				network.MustParsePort("6379/tcp"): []network.PortBinding{{HostPort: hp}},
 			}
 		}),
-		testcontainers.WithWaitStrategy(wait.ForLog("Ready to accept connections")),
-	)
+	}
+	switch {
+	case o.ca != nil:
+		auth := "no"
+		if o.clientCerts {
+			auth = "yes"
+		}
+		args = append(args, "--port", "0", "--tls-port", "6379", "--tls-cert-file", tlsCertFile, "--tls-key-file", tlsKeyFile,
+			"--tls-ca-cert-file", tlsCAFile, "--tls-auth-clients", auth)
+		custom = append(custom, awaitTLS(append([]string{"/usr/local/bin/docker-entrypoint.sh"}, args...)...)...)
+	case o.password != "":
+		custom = append(custom, testcontainers.WithCmd(args...), testcontainers.WithWaitStrategy(ready))
+	default:
+		custom = append(custom, testcontainers.WithWaitStrategy(ready)) // the image's command
+	}
+	ctr, err := testcontainers.Run(ctx, image(EnvRedisImage, "redis:7"), custom...)
 	if ctr != nil {
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			if err := ctr.Terminate(ctx, testcontainers.StopTimeout(time.Second)); err != nil {
-				t.Logf("integration: remove container %s: %v", ctr.GetContainerID(), err)
-			}
-		})
+		terminateOnCleanup(t, ctr)
 	}
 	if err != nil {
 		t.Fatalf("integration: start a Redis container (image %q): %v", image(EnvRedisImage, "redis:7"), err)
 	}
-	s := &RedisServer{URL: "redis://127.0.0.1:" + hp, ctr: ctr}
-	if err := waitRedis(ctx, s.URL); err != nil {
-		t.Fatalf("integration: Redis container: %v", err)
+	s := &RedisServer{ctr: ctr, tls: o.ca != nil}
+	if o.ca != nil {
+		if err := installTLS(ctx, ctr, o.ca, ready); err != nil {
+			t.Fatalf("integration: Redis with TLS: %v", err)
+		}
+	}
+	u := url.URL{Scheme: "redis", Host: "127.0.0.1:" + hp}
+	if _, err := fixedEndpoint(ctx, ctr, hp); err != nil {
+		if u.Host, err = Endpoint(ctx, ctr, "6379/tcp"); err != nil {
+			t.Fatalf("integration: Redis container: %v", err)
+		}
+	}
+	if o.ca != nil {
+		u.Scheme = "rediss"
+	}
+	if o.password != "" {
+		u.User = url.UserPassword(o.user, o.password)
+	}
+	s.URL = u.String()
+	if o.ca == nil {
+		if err := waitRedis(ctx, s.URL); err != nil {
+			t.Fatalf("integration: Redis container: %v", err)
+		}
 	}
 	return s
 }
 
 // Restart stops the server (gracefully, within a second: it saves its
 // data) and starts it again, returning once it answers on the same URL.
+// A server with TLS cannot be restarted.
 func (s *RedisServer) Restart(ctx context.Context) error {
+	if s.tls {
+		return errors.New("integration: restart: a Redis server with TLS waits for its files again")
+	}
 	stop := time.Second
 	if err := s.ctr.Stop(ctx, &stop); err != nil {
 		return fmt.Errorf("integration: stop redis: %w", err)

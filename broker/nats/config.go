@@ -184,8 +184,9 @@ type ConnectOptions struct {
 	// User and Password authenticate with a user name and password.
 	// (A URL may also carry them: nats://user:pass@host or nats://token@host.)
 	User, Password string
-	// TLS is the TLS configuration; nil uses TLS only for tls:// URLs or
-	// when the server requires it, verifying against the system's roots.
+	// TLS configures TLS connections, which are made for tls:// URLs and
+	// to servers that require TLS (nil: verified against the system's
+	// roots). It does not make TLS required: a tls:// URL does.
 	TLS *tls.Config
 	// RootCAs are PEM files of the certificate authorities to trust.
 	RootCAs []string
@@ -253,7 +254,9 @@ func Connect(ctx context.Context, url string, o ConnectOptions) (*natsgo.Conn, e
 		opts = append(opts, natsgo.UserInfo(o.User, o.Password))
 	}
 	if o.TLS != nil {
-		opts = append(opts, natsgo.Secure(o.TLS))
+		// Not natsgo.Secure, which would require TLS of every server.
+		cfg := o.TLS.Clone()
+		opts = append(opts, func(no *natsgo.Options) error { no.TLSConfig = cfg; return nil })
 	}
 	if len(o.RootCAs) > 0 {
 		opts = append(opts, natsgo.RootCAs(o.RootCAs...))

@@ -95,7 +95,7 @@ func hint(msg string, err error) string {
 	if errors.Is(err, engine.ErrForbiddenAddress) {
 		return msg + " (private, loopback and link-local addresses are refused; --allow-private allows them)"
 	}
-	return msg
+	return connHint(msg, err)
 }
 
 // redactWriter redacts the passwords of URLs written through it. Each

@@ -63,7 +63,7 @@ func (o *options) openEmbedded(ctx context.Context, b *backends, order broker.Or
 
 // openNATS connects to --nats-url.
 func (o *options) openNATS(ctx context.Context, b *backends, order broker.Order) error {
-	nc, err := natsbroker.Connect(ctx, o.natsURL, natsbroker.ConnectOptions{Name: "trawl " + o.name, Logger: o.log})
+	nc, err := natsbroker.Connect(ctx, o.natsURL, natsbroker.ConnectOptions{Name: "trawl " + o.name, TLS: o.tls.clone(), Logger: o.log})
 	if err != nil {
 		return err // it names the server, password redacted
 	}
@@ -84,7 +84,7 @@ func (o *options) openRabbitMQ(ctx context.Context, b *backends, order broker.Or
 			"idle_timeout", o.idleTimeout, "min", rabbitmq.MinIdleTimeout)
 	}
 	rb, err := rabbitmq.New(ctx, rabbitmq.Config{
-		URL: o.amqpURL, ManagementURL: o.amqpManagementURL, Name: "trawl " + o.name, Order: order, Lease: o.lease,
+		URL: o.amqpURL, ManagementURL: o.amqpManagementURL, TLS: o.tls.clone(), Name: "trawl " + o.name, Order: order, Lease: o.lease,
 		NonDurable: !o.amqpDurable, Recreate: o.amqpRecreate, Prefetch: o.prefetch, MaxDeliveries: o.maxDeliveries(), Logger: o.log,
 	})
 	if err != nil {

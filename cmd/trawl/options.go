@@ -54,6 +54,7 @@ type options struct {
 	failureTimeout                   time.Duration
 	session                          session // headers, cookies, proxy, timeout
 	sitemaps                         bool
+	tls                              tlsOptions // --tls-ca, --tls-cert, --tls-key
 	autothrottle                     bool
 	throttle                         engine.AutoThrottle // --autothrottle-*
 	configPath                       string              // --config, else TRAWL_CONFIG
@@ -83,6 +84,7 @@ func (o *options) addBackendFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.redisURL, "redis-url", "redis://127.0.0.1:6379/0", "Redis URL (redis:// or rediss://, user and password allowed)")
 	fs.StringVar(&o.amqpURL, "amqp-url", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ URL (amqp:// or amqps://)")
 	fs.StringVar(&o.natsURL, "nats-url", "nats://127.0.0.1:4222", "NATS URL(s), comma-separated")
+	o.tls.addFlags(fs)
 	fs.StringVar(&o.dataDirFlag, "data-dir", "", "folder for local state (default ./.trawl/NAME)")
 	fs.StringVar(&o.amqpManagementURL, "amqp-management-url", "", "RabbitMQ management API for queue counts, optional (default: none, counts over AMQP; without credentials, the AMQP URL's)")
 	fs.BoolVar(&o.amqpDurable, "amqp-durable", true, "RabbitMQ: durable queues and persistent messages")
@@ -211,6 +213,7 @@ func (o *options) setup() error {
 			errs = append(errs, fmt.Errorf("--extract: %w", err))
 		}
 	}
+	errs = append(errs, o.tls.check()...)
 	errs = append(errs, o.checkOutput()...)
 	errs = append(errs, o.session.check()...)
 	if err := errors.Join(errs...); err != nil {

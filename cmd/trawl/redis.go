@@ -32,6 +32,7 @@ func (o *options) redisClient(ctx context.Context) (goredis.UniversalClient, err
 			return nil, usageError("--redis-url: %v", err)
 		}
 		opt.PoolSize = max(opt.PoolSize, o.concurrency+8)
+		o.tls.apply(opt.TLSConfig) // rediss://
 		c, addr = goredis.NewClusterClient(opt), strings.Join(opt.Addrs, ",")
 	} else {
 		opt, err := goredis.ParseURL(o.redisURL)
@@ -39,6 +40,7 @@ func (o *options) redisClient(ctx context.Context) (goredis.UniversalClient, err
 			return nil, usageError("--redis-url: %v", err)
 		}
 		opt.PoolSize = max(opt.PoolSize, o.concurrency+8)
+		o.tls.apply(opt.TLSConfig) // rediss://
 		c, addr = goredis.NewClient(opt), opt.Addr
 	}
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
