@@ -110,6 +110,11 @@ type Crawler struct {
 	countWarn     atomic.Int64          // when (unix ns) idle last warned that counting failed
 
 	leases sync.Map // broker.Delivery -> struct{}: deliveries to keep extended
+	held   sync.Map // broker.Delivery -> struct{}: deliveries with the writer (see hold), kept extended too
+
+	// settling is Run's writer and acker (see startSettlement); nil
+	// outside Run: pages are then written and acknowledged one by one.
+	settling *settlement
 
 	joinMu sync.Mutex // guards joined
 	joined bool       // the crawl's settings were adopted (joinCrawl)
@@ -225,6 +230,7 @@ func (c *Crawler) Run(ctx context.Context) error {
 		wg.Go(func() { c.announce(work, p, keeperDone) })
 	}
 
+	c.settling = c.startSettlement(work)
 	sem := make(chan struct{}, c.cfg.Concurrency)
 	err := c.receive(ctx, sem, func(d broker.Delivery) {
 		c.inflight.Add(1)
@@ -244,6 +250,10 @@ func (c *Crawler) Run(ctx context.Context) error {
 	for range c.cfg.Concurrency {
 		sem <- struct{}{}
 	}
+	// Then write and acknowledge what they left with the writer and the
+	// acker, before the keeper stops extending leases.
+	c.settling.stop()
+	c.settling = nil
 	close(keeperDone)
 	wg.Wait()
 	// The counters are the one source of truth for what the crawl did.
@@ -588,22 +598,25 @@ func (c *Crawler) keepLeases(ctx context.Context, done <-chan struct{}) {
 			return
 		case <-t.C:
 		}
-		c.leases.Range(func(k, _ any) bool {
+		extend := func(k, _ any) bool {
 			if e, ok := k.(broker.Extender); ok {
 				if err := e.Extend(ctx, lease); err != nil && !errors.Is(err, broker.ErrSettled) {
 					c.log.Warn("lease extension failed", "err", err)
 				}
 			}
 			return true
-		})
+		}
+		c.leases.Range(extend)
+		c.held.Range(extend)
 	}
 }
 
 // action is how a delivery is settled.
 type action struct {
-	kind   int // ackKind, giveBackKind, rejectKind, nackKind
+	kind   int // ackKind, giveBackKind, rejectKind, nackKind, writeKind
 	delay  time.Duration
 	reason string
+	w      *write // writeKind: what to write before the delivery is acknowledged
 }
 
 const (
@@ -611,13 +624,26 @@ const (
 	giveBackKind
 	rejectKind
 	nackKind
+	writeKind
 )
 
 func ack() action                 { return action{kind: ackKind} }
 func giveBack() action            { return action{kind: giveBackKind} }
 func reject(reason string) action { return action{kind: rejectKind, reason: reason} }
 func nack(d time.Duration) action { return action{kind: nackKind, delay: d} }
-func (a action) String() string   { return [...]string{"ack", "give back", "reject", "nack"}[a.kind] }
+
+// written is the action of a page that yields links or items: they are
+// written (with those of other pages, see writeAll), then the delivery is
+// acknowledged; if they cannot be written, it is settled with failed.
+func written(w *write) action {
+	if len(w.links) == 0 && len(w.items) == 0 {
+		return ack()
+	}
+	return action{kind: writeKind, w: w}
+}
+func (a action) String() string {
+	return [...]string{"ack", "give back", "reject", "nack", "write, then ack"}[a.kind]
+}
 func (a action) is(kind int) bool { return a.kind == kind }
 
 // handle processes one delivery and settles it. ctx is Run's context (its
@@ -635,11 +661,14 @@ func (c *Crawler) handle(ctx, work context.Context, d broker.Delivery) {
 	}
 	prior := earlier(&req, d)
 	a := c.process(ctx, work, &req, prior)
-	if a.is(giveBackKind) {
+	switch a.kind {
+	case giveBackKind:
 		c.republish(work, d, &req, prior)
-		return
+	case writeKind:
+		c.submit(work, d, a.w)
+	default:
+		c.settle(work, d, a)
 	}
-	c.settle(work, d, a)
 }
 
 // earlier returns how many times req was delivered before this delivery:
@@ -779,23 +808,7 @@ func (c *Crawler) process(ctx, work context.Context, req *Request, prior int) ac
 	// A failed write is never acknowledged: the page is nacked (the
 	// broker's delivery limit applies, not MaxRetries), its links stay
 	// claimed without marks, and its next attempt publishes them.
-	if err := c.enqueue(work, req, res.Requests); err != nil {
-		c.writes.fail(err)
-		log.Warn("enqueue failed; page will be retried", "err", err)
-		return nack(c.cfg.retryDelay(prior + 1))
-	}
-	if len(res.Items) > 0 && c.cfg.Sink != nil {
-		if err := c.cfg.Sink.Write(work, res.Items); err != nil {
-			c.writes.fail(err)
-			log.Warn("sink write failed; page will be retried", "err", err)
-			return nack(c.cfg.retryDelay(prior + 1))
-		}
-	}
-	if len(res.Requests) > 0 || len(res.Items) > 0 {
-		c.writes.ok()
-	}
-	c.stats.Add(StatItems, int64(len(res.Items)))
-	return ack()
+	return written(&write{parent: req, links: res.Requests, items: res.Items, failed: nack(c.cfg.retryDelay(prior + 1))})
 }
 
 // errorItem writes, with Config.ErrorItems, the item of a page that
@@ -858,10 +871,7 @@ func (c *Crawler) redirect(ctx context.Context, req *Request, resp *Response) ac
 	if resp.StatusCode == http.StatusSeeOther || ((resp.StatusCode == 301 || resp.StatusCode == 302) && req.Method == http.MethodPost) {
 		next.Method, next.Body = "", nil
 	}
-	if err := c.enqueue(ctx, req, []*Request{&next}); err != nil {
-		return nack(c.cfg.backoff(1))
-	}
-	return ack()
+	return written(&write{parent: req, links: []*Request{&next}, failed: nack(c.cfg.backoff(1))})
 }
 
 // retry gives req another try, through the broker: the delivery is nacked
@@ -942,7 +952,8 @@ func (c *Crawler) settle(ctx context.Context, d broker.Delivery, a action) {
 	var err error
 	switch a.kind {
 	case ackKind:
-		err = d.Ack(sctx)
+		c.ack(ctx, d)
+		return
 	case rejectKind:
 		c.stats.Inc(StatDeadLetters)
 		err = d.Reject(sctx, a.reason)
@@ -1010,110 +1021,141 @@ func (c *Crawler) deadLetter(ctx context.Context, d broker.Delivery, err error) 
 // call. If that fails, the links are published all the same: a missing
 // mark can cost a duplicate fetch on a later redelivery, never a page.
 func (c *Crawler) enqueue(ctx context.Context, parent *Request, reqs []*Request) error {
-	if len(reqs) == 0 {
-		return nil
+	return c.enqueueAll(ctx, []links{{parent: parent, reqs: reqs}})
+}
+
+// links are the requests found on the page of parent, or a batch of start
+// URLs (parent nil), for enqueueAll.
+type links struct {
+	parent *Request
+	reqs   []*Request
+}
+
+// enqueueAll is enqueue for the links of several pages at once, in as
+// many calls as enqueue makes for one: one Add for the parents' marks, one
+// Add for the links, a Contains where a parent's mark was there already,
+// one Publish, one Add for the publication marks. Each page is treated as
+// enqueue treats it alone: its links are claimed after its mark was added,
+// and rechecked when its mark was not new. A link found on several of the
+// pages is published at most once. An error fails every page.
+func (c *Crawler) enqueueAll(ctx context.Context, pages []links) error {
+	// link is a request kept for the filter and the publish.
+	type link struct {
+		r    *Request
+		page int // in pages
+		fp   int // in claims; -1: not filtered (DontFilter)
 	}
-	start := parent == nil
-	keep := make([]*Request, 0, len(reqs))
-	fps := make([]dedup.Fingerprint, 0, len(reqs)+1)
-	if !start {
-		if u, err := url.Parse(parent.URL); err == nil {
-			fps = append(fps, dedup.ExpandedMark(c.fp.Fingerprint(parent.Method, u, parent.Body, parent.Header)))
-		}
-	}
-	marked := len(fps) // 1 if fps[0] is the parent's mark
-	for _, r := range reqs {
-		u := r.parsed
-		if u == nil || u.Fragment != "" {
-			var err error
-			if u, err = url.Parse(r.URL); err != nil {
-				continue
-			}
-			u.Fragment, u.RawFragment = "", ""
-			r.URL = u.String()
-		}
-		if u.Host == "" {
-			continue
-		}
-		if !start {
-			switch c.scope.check(u, r.Depth, r.Scope) {
-			case offsite:
-				c.stats.Inc(StatOffsite)
-				continue
-			case tooLong:
-				c.stats.Inc(StatURLTooLong)
-				c.log.Debug("url too long; not followed", "bytes", len(r.URL), "limit", MaxURLLength)
-				continue
-			case tooDeep, excluded:
-				if !isSitemap(r) { // sitemaps are not pages: depth and patterns are for what they list
+	var (
+		keep    []link
+		marks   []dedup.Fingerprint       // the parents' expanded marks
+		claims  []dedup.Fingerprint       // the links' fingerprints
+		markOf  = make([]int, len(pages)) // index in marks; -1: none
+		recheck = make([]bool, len(pages))
+	)
+	for i, p := range pages {
+		start := p.parent == nil
+		markOf[i], recheck[i] = -1, start
+		filtered := false
+		for _, r := range p.reqs {
+			u := r.parsed
+			if u == nil || u.Fragment != "" {
+				var err error
+				if u, err = url.Parse(r.URL); err != nil {
 					continue
 				}
+				u.Fragment, u.RawFragment = "", ""
+				r.URL = u.String()
+			}
+			if u.Host == "" {
+				continue
+			}
+			if !start {
+				switch c.scope.check(u, r.Depth, r.Scope) {
+				case offsite:
+					c.stats.Inc(StatOffsite)
+					continue
+				case tooLong:
+					c.stats.Inc(StatURLTooLong)
+					c.log.Debug("url too long; not followed", "bytes", len(r.URL), "limit", MaxURLLength)
+					continue
+				case tooDeep, excluded:
+					if !isSitemap(r) { // sitemaps are not pages: depth and patterns are for what they list
+						continue
+					}
+				}
+			}
+			l := link{r: r, page: i, fp: -1}
+			if !r.DontFilter {
+				l.fp = len(claims)
+				claims = append(claims, c.fp.Fingerprint(r.Method, u, r.Body, r.Header))
+				filtered = true
+			}
+			keep = append(keep, l)
+		}
+		if filtered && !start {
+			if u, err := url.Parse(p.parent.URL); err == nil {
+				markOf[i] = len(marks)
+				marks = append(marks, dedup.ExpandedMark(c.fp.Fingerprint(p.parent.Method, u, p.parent.Body, p.parent.Header)))
 			}
 		}
-		keep = append(keep, r)
-		if !r.DontFilter {
-			fps = append(fps, c.fp.Fingerprint(r.Method, u, r.Body, r.Header))
-		}
 	}
-	var published []dedup.Fingerprint // of the filtered requests published
-	if len(fps) > marked {
-		// The parent's mark goes first, in a call of its own: a filter's
+	var fresh, again []bool // per claim: new to the filter; claimed before, but not published
+	if len(claims) > 0 {
+		// The parents' marks go first, in a call of their own: a filter's
 		// batch need not be all or nothing (a pipeline of SADDs under
 		// Redis's maxmemory, or across Cluster nodes, can fail in part),
 		// and a link claimed without its parent's mark would never be
 		// published again by a later attempt: lost.
-		recheck := start
-		if marked == 1 {
-			first, err := c.filter.Add(ctx, fps[0])
+		if len(marks) > 0 {
+			first, err := c.filter.Add(ctx, marks...)
 			if err != nil {
 				return fmt.Errorf("engine: filter: %w", err)
 			}
-			recheck = !first[0]
+			for i, m := range markOf {
+				if m >= 0 {
+					recheck[i] = !first[m]
+				}
+			}
 		}
-		fps = fps[marked:]
-		fresh, err := c.filter.Add(ctx, fps...)
-		if err != nil {
+		var err error
+		if fresh, err = c.filter.Add(ctx, claims...); err != nil {
 			return fmt.Errorf("engine: filter: %w", err)
 		}
-		var again []bool // per fps: claimed before, but not published
-		if recheck {
-			if again, err = c.unpublished(ctx, fps, fresh); err != nil {
+		check := make([]bool, len(claims)) // the claim's page rechecks
+		rechecks := false
+		for _, l := range keep {
+			if l.fp >= 0 && recheck[l.page] {
+				check[l.fp], rechecks = true, true
+			}
+		}
+		if rechecks {
+			if again, err = c.unpublished(ctx, claims, fresh, check); err != nil {
 				return err
 			}
 		}
-		i, j := 0, 0
-		for _, r := range keep {
-			if r.DontFilter {
-				keep[j] = r
-				j++
-				continue
-			}
+	}
+	var published []dedup.Fingerprint // of the filtered requests published
+	msgs := make([]broker.Message, 0, len(keep))
+	for _, l := range keep {
+		if l.fp >= 0 {
 			switch {
-			case fresh[i]:
-			case again != nil && again[i]:
+			case fresh[l.fp]:
+			case again != nil && again[l.fp]:
 				c.stats.Inc(StatRepublished)
 			default:
 				c.stats.Inc(StatFiltered)
-				i++
 				continue
 			}
-			keep[j] = r
-			j++
-			published = append(published, fps[i])
-			i++
+			published = append(published, claims[l.fp])
 		}
-		keep = keep[:j]
-	}
-	if len(keep) == 0 {
-		return nil
-	}
-	msgs := make([]broker.Message, len(keep))
-	for i, r := range keep {
-		body, err := r.MarshalBinary()
+		body, err := l.r.MarshalBinary()
 		if err != nil {
-			return fmt.Errorf("engine: encode %s: %w", Redact(r.URL), err)
+			return fmt.Errorf("engine: encode %s: %w", Redact(l.r.URL), err)
 		}
-		msgs[i] = broker.Message{Body: body, Priority: r.Priority}
+		msgs = append(msgs, broker.Message{Body: body, Priority: l.r.Priority})
+	}
+	if len(msgs) == 0 {
+		return nil
 	}
 	if err := c.broker.Publish(ctx, RequestsQueue(c.cfg.Name), msgs...); err != nil {
 		return fmt.Errorf("engine: publish: %w", err)
@@ -1124,7 +1166,7 @@ func (c *Crawler) enqueue(ctx context.Context, parent *Request, reqs []*Request)
 			published[i] = dedup.PublishedMark(fp)
 		}
 		if _, err := c.filter.Add(ctx, published...); err != nil {
-			c.log.Warn("publication marks not recorded; a redelivery of this page may fetch its links twice",
+			c.log.Warn("publication marks not recorded; a redelivery of these pages may fetch their links twice",
 				"links", len(published), "err", err)
 		}
 	}
@@ -1132,21 +1174,23 @@ func (c *Crawler) enqueue(ctx context.Context, parent *Request, reqs []*Request)
 }
 
 // unpublished reports, for each fingerprint the filter held already (not
-// fresh), whether it lacks its publication mark: claimed by a worker that
-// may have died before publishing it. A link whose own page was expanded
+// fresh) and to be checked (check: its page was processed before), whether
+// it lacks its publication mark: claimed by a worker that may have died
+// before publishing it. A link whose own page was expanded
 // (its dedup.ExpandedMark is there) was published whatever its marks say,
 // so it is not reported: a worker killed between publishing a link and
-// recording its mark costs no refetch of a page fetched since. A fingerprint repeated in fps is
-// reported once. Without a dedup.Checker every fingerprint held already
-// is reported (the links are published again past the filter), and that
-// is logged once.
-func (c *Crawler) unpublished(ctx context.Context, fps []dedup.Fingerprint, fresh []bool) ([]bool, error) {
+// recording its mark costs no refetch of a page fetched since. A
+// fingerprint repeated in fps is reported at most once, and not at all
+// after a fresh copy (published by this call). Without a dedup.Checker
+// every fingerprint to check is reported (the links are published again
+// past the filter), and that is logged once.
+func (c *Crawler) unpublished(ctx context.Context, fps []dedup.Fingerprint, fresh, check []bool) ([]bool, error) {
 	again := make([]bool, len(fps))
 	seen := make(map[dedup.Fingerprint]bool, len(fps))
 	var idx []int
 	var marks []dedup.Fingerprint
 	for i, fp := range fps {
-		if seen[fp] {
+		if !fresh[i] && !check[i] || seen[fp] {
 			continue
 		}
 		seen[fp] = true

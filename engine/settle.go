@@ -1,0 +1,264 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/trawlhq/trawl/broker"
+)
+
+// Settlement in batches. A page that yields links or items does not write
+// them itself: it hands them, with its delivery, to the writer, which
+// collects the pages that finish close together and writes them at once
+// (one filter call for their parents' marks, one for their links, one
+// publish, one more filter call for the publication marks, one sink
+// write: see enqueueAll). Only once that returned without error are the
+// deliveries acknowledged, through the acker, which collects the
+// acknowledgements of every page and sends them in batches (one
+// broker.BatchAcker call where the broker has it). A failed write nacks
+// every page of its batch, with the retry back-off; nacks and rejects are
+// never batched.
+//
+// A batch is written, or acknowledged, when it is full or when its first
+// element has waited for the interval, whichever comes first. Both run in
+// goroutines owned by Run, which stops them once no page is left in
+// progress: the writer first (its acknowledgements go to the acker), then
+// the acker, each flushing what it holds before it returns.
+const (
+	// writeBatch is the most pages written in one batch.
+	writeBatch = 64
+	// writeInterval is the longest a page waits for others to be written
+	// with it.
+	writeInterval = 5 * time.Millisecond
+	// ackBatch is the most deliveries acknowledged in one batch.
+	ackBatch = 64
+	// ackInterval is the longest an acknowledgement waits for others.
+	ackInterval = 5 * time.Millisecond
+	// ackWorkers bounds the acknowledgements sent at once to a broker that
+	// acknowledges one delivery per call.
+	ackWorkers = 8
+)
+
+// batcher hands the values given to add to flush in batches of at most
+// max: a batch is flushed when it is full, or interval after its first
+// value was added. Its goroutine is started by newBatcher and ended by
+// close, which flushes what is left.
+type batcher[T any] struct {
+	in   chan T
+	done chan struct{}
+
+	mu     sync.RWMutex // guards closed; held for reading while sending on in
+	closed bool
+}
+
+// newBatcher starts a batcher. flush is called from its goroutine only,
+// one batch at a time; it must not keep the slice.
+func newBatcher[T any](max int, interval time.Duration, flush func([]T)) *batcher[T] {
+	b := &batcher[T]{in: make(chan T, max), done: make(chan struct{})}
+	go b.run(max, interval, flush)
+	return b
+}
+
+// add queues v for the next batch; it waits while the batcher is busy and
+// its queue full. It returns false, and does nothing, once close was
+// called.
+func (b *batcher[T]) add(v T) bool {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if b.closed {
+		return false
+	}
+	b.in <- v
+	return true
+}
+
+// close flushes what was added and stops the batcher. It is idempotent.
+func (b *batcher[T]) close() {
+	b.mu.Lock()
+	if !b.closed {
+		b.closed = true
+		close(b.in)
+	}
+	b.mu.Unlock()
+	<-b.done
+}
+
+func (b *batcher[T]) run(max int, interval time.Duration, flush func([]T)) {
+	defer close(b.done)
+	batch := make([]T, 0, max)
+	timer := time.NewTimer(interval)
+	timer.Stop()
+	for {
+		select {
+		case v, ok := <-b.in:
+			if !ok {
+				if len(batch) > 0 {
+					flush(batch)
+				}
+				return
+			}
+			batch = append(batch, v)
+			if len(batch) == 1 {
+				timer.Reset(interval)
+			}
+			if len(batch) < max {
+				continue
+			}
+		case <-timer.C:
+		}
+		timer.Stop()
+		flush(batch)
+		clear(batch)
+		batch = batch[:0]
+	}
+}
+
+// settlement is the writer and the acker of one Run.
+type settlement struct {
+	writes *batcher[pageWrite]
+	acks   *batcher[broker.Delivery]
+}
+
+// startSettlement starts the writer and the acker; ctx is Run's work
+// context, alive until they are stopped.
+func (c *Crawler) startSettlement(ctx context.Context) *settlement {
+	s := &settlement{
+		acks: newBatcher(ackBatch, ackInterval, func(ds []broker.Delivery) { c.ackAll(ctx, ds) }),
+	}
+	s.writes = newBatcher(writeBatch, writeInterval, func(ps []pageWrite) { c.writeAll(ctx, ps) })
+	return s
+}
+
+// stop flushes and stops the writer, then the acker (the writer's
+// flush acknowledges through it).
+func (s *settlement) stop() {
+	s.writes.close()
+	s.acks.close()
+}
+
+// write is what a page hands to the writer: the links it yields (found
+// on parent's page) and its items, and how its delivery is settled if
+// they cannot be written.
+type write struct {
+	parent *Request
+	links  []*Request
+	items  []any
+	failed action
+}
+
+// pageWrite is a write with the delivery it settles.
+type pageWrite struct {
+	d broker.Delivery
+	w *write
+}
+
+// submit hands w to the writer, which settles d once w is written (or
+// has failed). d stays held (in flight, its lease extended) until then.
+func (c *Crawler) submit(ctx context.Context, d broker.Delivery, w *write) {
+	c.hold(d)
+	if s := c.settling; s != nil && s.writes.add(pageWrite{d, w}) {
+		return
+	}
+	c.writeAll(ctx, []pageWrite{{d, w}})
+}
+
+// hold counts d as in flight, its lease extended, until release.
+func (c *Crawler) hold(d broker.Delivery) {
+	c.inflight.Add(1)
+	c.stats.AddInFlight(1)
+	c.held.Store(d, struct{}{})
+}
+
+// release ends hold.
+func (c *Crawler) release(d broker.Delivery) {
+	c.held.Delete(d)
+	c.inflight.Add(-1)
+	c.stats.AddInFlight(-1)
+}
+
+// writeAll writes the links and items of ps together and settles their
+// deliveries: acknowledged when everything was written, each nacked with
+// its own failure action otherwise. Links are published before items are
+// written, as a page alone does (see process).
+func (c *Crawler) writeAll(ctx context.Context, ps []pageWrite) {
+	pages := make([]links, 0, len(ps))
+	var items []any
+	for _, p := range ps {
+		if len(p.w.links) > 0 {
+			pages = append(pages, links{parent: p.w.parent, reqs: p.w.links})
+		}
+		items = append(items, p.w.items...)
+	}
+	err := c.enqueueAll(ctx, pages)
+	if err == nil && len(items) > 0 && c.cfg.Sink != nil {
+		if err = c.cfg.Sink.Write(ctx, items); err != nil {
+			err = fmt.Errorf("engine: sink: %w", err)
+		}
+	}
+	if err != nil {
+		// Nothing of the batch is acknowledged: its links stay claimed
+		// without publication marks, and the next attempt of each page
+		// publishes them (see enqueue).
+		c.writes.fail(err)
+		c.log.Warn("writing links or items failed; the pages will be retried", "pages", len(ps), "err", err)
+		for _, p := range ps {
+			c.log.Debug("page to be retried", "url", Redact(p.w.parent.URL))
+			c.settle(ctx, p.d, p.w.failed)
+			c.release(p.d)
+		}
+		return
+	}
+	if len(pages) > 0 || len(items) > 0 {
+		c.writes.ok()
+	}
+	c.stats.Add(StatItems, int64(len(items)))
+	for _, p := range ps {
+		c.settle(ctx, p.d, ack())
+		c.release(p.d)
+	}
+}
+
+// ack acknowledges d: through the acker while Run runs, else at once.
+func (c *Crawler) ack(ctx context.Context, d broker.Delivery) {
+	if s := c.settling; s != nil && s.acks.add(d) {
+		return
+	}
+	c.ackAll(ctx, []broker.Delivery{d})
+}
+
+// ackAll acknowledges ds: in one call where the broker is a
+// broker.BatchAcker, else one call each, a few at once. A failure is
+// logged: the deliveries concerned come back by themselves (a lost lease,
+// a broker gone) and are processed again.
+func (c *Crawler) ackAll(ctx context.Context, ds []broker.Delivery) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	if ba, ok := c.broker.(broker.BatchAcker); ok && len(ds) > 1 {
+		if err := ba.AckBatch(sctx, ds...); err != nil {
+			c.log.Warn("acknowledging deliveries failed", "count", len(ds), "outcome", "ack", "err", err)
+		}
+		return
+	}
+	if len(ds) == 1 {
+		c.ackOne(sctx, ds[0])
+		return
+	}
+	var wg sync.WaitGroup
+	for w := range min(ackWorkers, len(ds)) {
+		wg.Go(func() {
+			for i := w; i < len(ds); i += ackWorkers {
+				c.ackOne(sctx, ds[i])
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// ackOne acknowledges d alone.
+func (c *Crawler) ackOne(ctx context.Context, d broker.Delivery) {
+	if err := d.Ack(ctx); err != nil {
+		c.log.Warn("settling a delivery failed", "queue", d.Queue(), "outcome", "ack", "err", err)
+	}
+}
