@@ -1,0 +1,495 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/trawlhq/trawl/broker"
+	"github.com/trawlhq/trawl/broker/memory"
+	"github.com/trawlhq/trawl/dedup"
+	"github.com/trawlhq/trawl/dedup/local"
+)
+
+// opLog records, in order, what a crawl did to its broker and sink, across
+// pages: "publish PATH" per message published to the frontier, "item
+// PATH" per item written, "ack PATH", "nack PATH" and "reject PATH" per
+// delivery settled ("start" for a start URL's delivery), "batch N" per
+// AckBatch call of N deliveries.
+type opLog struct {
+	mu  sync.Mutex
+	ops []string
+}
+
+func (l *opLog) add(op string) {
+	l.mu.Lock()
+	l.ops = append(l.ops, op)
+	l.mu.Unlock()
+}
+
+func (l *opLog) all() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.ops)
+}
+
+// pathOf names a message by the path of the request it carries; "start"
+// for a start URL's payload.
+func pathOf(queue string, body []byte) string {
+	if queue != RequestsQueue("trawl") {
+		return "start"
+	}
+	var r Request
+	if err := r.UnmarshalBinary(body); err != nil {
+		return "undecodable"
+	}
+	u, err := url.Parse(r.URL)
+	if err != nil {
+		return r.URL
+	}
+	return u.Path
+}
+
+// tracingBroker is a memory broker that logs publishes and settlements to
+// an opLog. It is not a broker.BatchAcker; batchTracingBroker is.
+type tracingBroker struct {
+	*memory.Broker
+	log *opLog
+}
+
+func (b *tracingBroker) Publish(ctx context.Context, queue string, msgs ...broker.Message) error {
+	err := b.Broker.Publish(ctx, queue, msgs...)
+	if err == nil && queue == RequestsQueue("trawl") {
+		b.log.add(fmt.Sprintf("publishes %d", len(msgs)))
+		for _, m := range msgs {
+			b.log.add("publish " + pathOf(queue, m.Body))
+		}
+	}
+	return err
+}
+
+func (b *tracingBroker) Receive(ctx context.Context, queue string, max int) ([]broker.Delivery, error) {
+	ds, err := b.Broker.Receive(ctx, queue, max)
+	for i, d := range ds {
+		ds[i] = &tracedDelivery{Delivery: d, log: b.log}
+	}
+	return ds, err
+}
+
+func (b *tracingBroker) Consume(ctx context.Context, queue string, prefetch int) (broker.Consumer, error) {
+	c, err := b.Broker.Consume(ctx, queue, prefetch)
+	if err != nil {
+		return nil, err
+	}
+	return &tracedConsumer{Consumer: c, log: b.log}, nil
+}
+
+type tracedConsumer struct {
+	broker.Consumer
+	log *opLog
+}
+
+func (c *tracedConsumer) Next(ctx context.Context) (broker.Delivery, error) {
+	d, err := c.Consumer.Next(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &tracedDelivery{Delivery: d, log: c.log}, nil
+}
+
+type tracedDelivery struct {
+	broker.Delivery
+	log *opLog
+}
+
+func (d *tracedDelivery) path() string { return pathOf(d.Queue(), d.Message().Body) }
+
+func (d *tracedDelivery) Ack(ctx context.Context) error {
+	err := d.Delivery.Ack(ctx)
+	if err == nil {
+		d.log.add("ack " + d.path())
+	}
+	return err
+}
+
+func (d *tracedDelivery) Nack(ctx context.Context, delay time.Duration) error {
+	err := d.Delivery.Nack(ctx, delay)
+	if err == nil {
+		d.log.add("nack " + d.path())
+	}
+	return err
+}
+
+func (d *tracedDelivery) Reject(ctx context.Context, reason string) error {
+	err := d.Delivery.Reject(ctx, reason)
+	if err == nil {
+		d.log.add("reject " + d.path())
+	}
+	return err
+}
+
+func (d *tracedDelivery) Extend(ctx context.Context, lease time.Duration) error {
+	if e, ok := d.Delivery.(broker.Extender); ok {
+		return e.Extend(ctx, lease)
+	}
+	return nil
+}
+
+// batchTracingBroker is a tracingBroker with AckBatch.
+type batchTracingBroker struct{ *tracingBroker }
+
+func (b batchTracingBroker) AckBatch(ctx context.Context, ds ...broker.Delivery) error {
+	b.log.add(fmt.Sprintf("batch %d", len(ds)))
+	var errs []error
+	for _, d := range ds {
+		errs = append(errs, d.Ack(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+// treeDepth and treeFanout shape the tree site: "/" links to /1 … /4,
+// each of those to four pages below it, down to depth 3: 85 pages, each
+// linked from exactly one page, so that a page's links are published by
+// that page alone.
+const treeDepth, treeFanout = 3, 4
+
+// treeLinks returns the paths a page of the tree site links to.
+func treeLinks(path string) []string {
+	if path == "/" {
+		path = ""
+	}
+	if strings.Count(path, "/") >= treeDepth {
+		return nil
+	}
+	var out []string
+	for i := 1; i <= treeFanout; i++ {
+		out = append(out, fmt.Sprintf("%s/%d", path, i))
+	}
+	return out
+}
+
+// treePages returns every path of the tree site.
+func treePages() []string {
+	all := []string{"/"}
+	for i := 0; i < len(all); i++ {
+		all = append(all, treeLinks(all[i])...)
+	}
+	return all
+}
+
+// bubbleCrawl is a crawl of the tree site inside a synctest bubble.
+type bubbleCrawl struct {
+	c    *Crawler
+	mb   *memory.Broker
+	log  *opLog
+	site *countingHandler
+}
+
+// countingHandler serves the tree site and counts the fetches of each path.
+type countingHandler struct {
+	mu      sync.Mutex
+	fetches map[string]int
+}
+
+func (h *countingHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.mu.Lock()
+	h.fetches[r.URL.Path]++
+	h.mu.Unlock()
+	w.Header().Set("Content-Type", "text/html")
+	fmt.Fprint(w, "<html>")
+	for _, l := range treeLinks(r.URL.Path) {
+		fmt.Fprintf(w, `<a href="%s">x</a>`, l)
+	}
+	fmt.Fprint(w, "</html>")
+}
+
+func (h *countingHandler) count(path string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.fetches[path]
+}
+
+// newBubbleCrawl builds a crawler of the tree site over a tracing memory
+// broker (batchAcker: with AckBatch) and f (nil: a local filter), with a
+// sink that logs "item PATH". It must run inside a synctest bubble.
+func newBubbleCrawl(t *testing.T, batchAcker bool, f dedup.Filter, cfg Config) *bubbleCrawl {
+	t.Helper()
+	mb, err := memory.New(memory.Config{MaxDeliveries: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mb.Close() })
+	if f == nil {
+		lf, err := local.New(local.Config{Capacity: 10_000, FPRate: 1e-6})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { lf.Close() })
+		f = lf
+	}
+	log := &opLog{}
+	tb := &tracingBroker{Broker: mb, log: log}
+	var b broker.Broker = tb
+	if batchAcker {
+		b = batchTracingBroker{tb}
+	}
+	site := &countingHandler{fetches: map[string]int{}}
+	pn := newPipeNet()
+	srv := &http.Server{Handler: site}
+	go srv.Serve(pn)
+	t.Cleanup(func() { srv.Close() })
+
+	cfg.IgnoreRobots = true
+	if cfg.Concurrency == 0 {
+		cfg.Concurrency = 8
+	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = time.Second
+	}
+	cfg.Sink = sinkFunc(func(_ context.Context, items []any) error {
+		for _, it := range items {
+			if p, ok := it.(*Page); ok {
+				u, _ := url.Parse(p.URL)
+				log.add("item " + u.Path)
+			}
+		}
+		return nil
+	})
+	c, err := New(b, f, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.fetcher.transport.DialContext = pn.dial
+	if err := c.Seed(t.Context(), StartURL{URL: "http://site.test/"}); err != nil {
+		t.Fatal(err)
+	}
+	return &bubbleCrawl{c: c, mb: mb, log: log, site: site}
+}
+
+// checkOrder fails t unless, in ops, every page's links were published and
+// its item written before its delivery was first acknowledged, and each of
+// pages was acknowledged exactly once.
+func checkOrder(t *testing.T, ops []string, pages ...string) {
+	t.Helper()
+	done := map[string]bool{} // published or written so far
+	acked := map[string]int{}
+	for _, op := range ops {
+		kind, path, _ := strings.Cut(op, " ")
+		switch kind {
+		case "publish":
+			done["publish "+path] = true
+		case "item":
+			done["item "+path] = true
+		case "ack":
+			acked[path]++
+			if path == "start" || acked[path] > 1 {
+				continue
+			}
+			if !done["item "+path] {
+				t.Errorf("%s acknowledged before its item was written", path)
+			}
+			for _, l := range treeLinks(path) {
+				if !done["publish "+l] {
+					t.Errorf("%s acknowledged before its link %s was published", path, l)
+				}
+			}
+		}
+	}
+	for _, p := range pages {
+		if acked[p] != 1 {
+			t.Errorf("%s acknowledged %d times, want once", p, acked[p])
+		}
+	}
+}
+
+// Every page's links are published, and its item written, before its
+// delivery is acknowledged, with or without broker.BatchAcker; with it,
+// every acknowledgement goes through AckBatch, in batches. The links of
+// several pages are published together.
+func TestBatchedSettlementOrder(t *testing.T) {
+	for _, batchAcker := range []bool{true, false} {
+		t.Run(fmt.Sprintf("batchAcker=%v", batchAcker), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				bc := newBubbleCrawl(t, batchAcker, nil, Config{})
+				if err := bc.c.Run(t.Context()); err != nil {
+					t.Fatalf("run: %v", err)
+				}
+				ops := bc.log.all()
+				pages := treePages()
+				checkOrder(t, ops, pages...)
+				for _, p := range pages {
+					if n := bc.site.count(p); n != 1 {
+						t.Errorf("%s fetched %d times, want once", p, n)
+					}
+				}
+				if n, want := bc.c.Stats().Get(StatEnqueued), int64(len(pages)); n != want {
+					t.Errorf("%d requests published, want %d", n, want)
+				}
+				calls := 0
+				for _, op := range ops {
+					if strings.HasPrefix(op, "publishes ") {
+						calls++
+					}
+				}
+				// One publish for the start URL, one per batch of pages
+				// with links: fewer than one per such page.
+				if parents := (len(pages) - 1) / treeFanout; calls > parents {
+					t.Errorf("%d publishes for %d pages with links: not batched", calls, parents)
+				}
+
+				var batches, batched, biggest int
+				for _, op := range ops {
+					if n, ok := strings.CutPrefix(op, "batch "); ok {
+						var k int
+						fmt.Sscan(n, &k)
+						batches++
+						batched += k
+						biggest = max(biggest, k)
+					}
+				}
+				acks := len(pages) + 1 // and the start URL's delivery
+				switch {
+				case !batchAcker && batches != 0:
+					t.Errorf("%d AckBatch calls on a broker without it", batches)
+				case batchAcker && batched != acks:
+					t.Errorf("%d deliveries acknowledged through AckBatch, want all %d", batched, acks)
+				case batchAcker && (biggest < 2 || batches >= acks/2):
+					t.Errorf("%d acknowledgements in %d AckBatch calls (at most %d in one): not batched", acks, batches, biggest)
+				}
+			})
+		})
+	}
+}
+
+// failingClaims fails the first Add that follows an Add of two expanded
+// marks or more (the links of a batch of several pages, after their
+// parents' marks), after adding its fingerprints, as a pipeline of SADDs
+// refused in part under Redis's maxmemory does. It records the pages of
+// that batch.
+type failingClaims struct {
+	*local.Filter
+	marks map[dedup.Fingerprint]string // expanded mark -> path
+
+	mu     sync.Mutex
+	armed  []string // the pages of the last Add, if it was of marks of several
+	failed []string // the pages whose links' claim failed
+}
+
+func (f *failingClaims) Add(ctx context.Context, fps ...dedup.Fingerprint) ([]bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failed != nil {
+		return f.Filter.Add(ctx, fps...)
+	}
+	if f.armed != nil {
+		f.failed = f.armed
+		if _, err := f.Filter.Add(ctx, fps...); err != nil {
+			return nil, err
+		}
+		return nil, errOOM
+	}
+	var pages []string
+	for _, fp := range fps {
+		if p, ok := f.marks[fp]; ok {
+			pages = append(pages, p)
+		}
+	}
+	if len(pages) >= 2 {
+		f.armed = pages
+	}
+	return f.Filter.Add(ctx, fps...)
+}
+
+// A batch whose write fails is nacked as a whole: none of its pages is
+// acknowledged, each is nacked, and its retry publishes the links the
+// failed write claimed (nothing lost, nothing fetched twice but the pages
+// of that batch).
+func TestBatchWriteFailureNacksEveryPage(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lf, err := local.New(local.Config{Capacity: 10_000, FPRate: 1e-6})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lf.Close()
+		f := &failingClaims{Filter: lf, marks: map[dedup.Fingerprint]string{}}
+		for _, p := range treePages() {
+			u, _ := url.Parse("http://site.test" + p)
+			f.marks[dedup.ExpandedMark(dedup.Fingerprinter{}.Fingerprint("GET", u, nil, nil))] = p
+		}
+		bc := newBubbleCrawl(t, true, f, Config{RetryBackoff: 100 * time.Millisecond})
+		if err := bc.c.Run(t.Context()); err != nil {
+			t.Fatalf("run: %v", err)
+		}
+		f.mu.Lock()
+		failed := f.failed
+		f.mu.Unlock()
+		if len(failed) < 2 {
+			t.Fatalf("no write of several pages failed (%v): the test tests nothing", failed)
+		}
+		ops := bc.log.all()
+		for _, p := range failed {
+			i := slices.IndexFunc(ops, func(op string) bool { return op == "ack "+p || op == "nack "+p })
+			if i < 0 || ops[i] != "nack "+p {
+				t.Errorf("%s, in the failed batch %v, was not nacked first (first settlement: %v)", p, failed, i)
+			}
+		}
+		for _, p := range treePages() {
+			want := 1
+			if slices.Contains(failed, p) {
+				want = 2
+			}
+			if n := bc.site.count(p); n != want {
+				t.Errorf("%s fetched %d times, want %d", p, n, want)
+			}
+		}
+		n, err := bc.mb.Counts(t.Context(), RequestsQueue("trawl"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != (broker.Counts{}) {
+			t.Errorf("frontier after the crawl: %+v, want empty", n)
+		}
+	})
+}
+
+// Run, stopped while pages are with the writer and the acker, writes and
+// acknowledges them before it returns.
+func TestShutdownFlushesBatches(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		// The root's callback stops the crawl before it returns: its links
+		// and item reach the writer after Run's context ended. Inside the
+		// bubble no batch interval passes before Run stops the writer.
+		var c *Crawler
+		bc := newBubbleCrawl(t, true, nil, Config{Callbacks: map[string]Callback{
+			"": func(cctx context.Context, resp *Response) (Result, error) {
+				if resp.URL.Path == "/" {
+					cancel()
+				}
+				return c.defaultCallback(cctx, resp)
+			},
+		}})
+		c = bc.c
+		if err := c.Run(ctx); !errors.Is(err, context.Canceled) {
+			t.Fatalf("run: %v, want context.Canceled", err)
+		}
+		ops := bc.log.all()
+		checkOrder(t, ops, "/")
+		n, err := bc.mb.Counts(t.Context(), RequestsQueue("trawl"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n.InFlight != 0 || n.Ready != treeFanout {
+			t.Errorf("frontier after Run: %+v, want the root's %d links ready and nothing in flight (%v)", n, treeFanout, ops)
+		}
+	})
+}
