@@ -11,6 +11,17 @@
 // is fetched again. Leases of pages in progress are extended every third
 // of Config.Lease.
 //
+// Settlement is batched: the links and items of pages that finish within
+// a few milliseconds of each other are written together (one filter call
+// per step, one publish, one sink write), and their deliveries are then
+// acknowledged together, in one call where the broker is a
+// broker.BatchAcker. A batch whose writing fails is nacked whole, each page
+// with its retry back-off. Pages waiting for their batch count as in
+// flight: a worker holds at most twice Config.Concurrency deliveries
+// unsettled, so a worker killed with kill -9 has at most that many pages
+// fetched again. Run writes and acknowledges every waiting page before it
+// returns.
+//
 // The duplicate filter is consulted when a request is published, never
 // when it is consumed, so a redelivered request is not mistaken for a
 // duplicate. The filter also keeps a durable record of what was published

@@ -22,18 +22,21 @@ import (
 // never batched.
 //
 // A batch is written, or acknowledged, when it is full or when its first
-// element has waited for the interval, whichever comes first. Both run in
-// goroutines owned by Run, which stops them once no page is left in
-// progress: the writer first (its acknowledgements go to the acker), then
-// the acker, each flushing what it holds before it returns.
+// element has waited for the interval, whichever comes first. The writer
+// and the acker each hold at most half Config.Concurrency deliveries (at
+// most maxBatch), a page waiting for room: a worker holds at most twice
+// its concurrency deliveries unsettled, and a worker killed with kill -9
+// has at most that many pages fetched again. Both run in goroutines owned
+// by Run, which stops them once no page is left in progress: the writer
+// first (its acknowledgements go to the acker), then the acker, each
+// flushing what it holds before it returns.
 const (
-	// writeBatch is the most pages written in one batch.
-	writeBatch = 64
+	// maxBatch bounds the pages written, and the deliveries acknowledged,
+	// in one batch.
+	maxBatch = 64
 	// writeInterval is the longest a page waits for others to be written
 	// with it.
 	writeInterval = 5 * time.Millisecond
-	// ackBatch is the most deliveries acknowledged in one batch.
-	ackBatch = 64
 	// ackInterval is the longest an acknowledgement waits for others.
 	ackInterval = 5 * time.Millisecond
 	// ackWorkers bounds the acknowledgements sent at once to a broker that
@@ -41,12 +44,20 @@ const (
 	ackWorkers = 8
 )
 
+// batchSize is how many deliveries the writer, and the acker, hold at
+// most for a crawler of the given concurrency.
+func batchSize(concurrency int) int {
+	return min(maxBatch, max(1, concurrency/2))
+}
+
 // batcher hands the values given to add to flush in batches of at most
 // max: a batch is flushed when it is full, or interval after its first
-// value was added. Its goroutine is started by newBatcher and ended by
-// close, which flushes what is left.
+// value was added. It holds at most max values, counting those being
+// flushed. Its goroutine is started by newBatcher and ended by close,
+// which flushes what is left.
 type batcher[T any] struct {
 	in   chan T
+	room chan struct{} // a token per value held
 	done chan struct{}
 
 	mu     sync.RWMutex // guards closed; held for reading while sending on in
@@ -56,20 +67,20 @@ type batcher[T any] struct {
 // newBatcher starts a batcher. flush is called from its goroutine only,
 // one batch at a time; it must not keep the slice.
 func newBatcher[T any](max int, interval time.Duration, flush func([]T)) *batcher[T] {
-	b := &batcher[T]{in: make(chan T, max), done: make(chan struct{})}
+	b := &batcher[T]{in: make(chan T, max), room: make(chan struct{}, max), done: make(chan struct{})}
 	go b.run(max, interval, flush)
 	return b
 }
 
-// add queues v for the next batch; it waits while the batcher is busy and
-// its queue full. It returns false, and does nothing, once close was
-// called.
+// add queues v for the next batch; it waits while the batcher holds max
+// values. It returns false, and does nothing, once close was called.
 func (b *batcher[T]) add(v T) bool {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
 	if b.closed {
 		return false
 	}
+	b.room <- struct{}{}
 	b.in <- v
 	return true
 }
@@ -110,6 +121,9 @@ func (b *batcher[T]) run(max int, interval time.Duration, flush func([]T)) {
 		}
 		timer.Stop()
 		flush(batch)
+		for range batch {
+			<-b.room
+		}
 		clear(batch)
 		batch = batch[:0]
 	}
@@ -124,10 +138,11 @@ type settlement struct {
 // startSettlement starts the writer and the acker; ctx is Run's work
 // context, alive until they are stopped.
 func (c *Crawler) startSettlement(ctx context.Context) *settlement {
+	n := batchSize(c.cfg.Concurrency)
 	s := &settlement{
-		acks: newBatcher(ackBatch, ackInterval, func(ds []broker.Delivery) { c.ackAll(ctx, ds) }),
+		acks:   newBatcher(n, ackInterval, func(ds []broker.Delivery) { c.ackAll(ctx, ds) }),
+		writes: newBatcher(n, writeInterval, func(ps []pageWrite) { c.writeAll(ctx, ps) }),
 	}
-	s.writes = newBatcher(writeBatch, writeInterval, func(ps []pageWrite) { c.writeAll(ctx, ps) })
 	return s
 }
 

@@ -14,8 +14,10 @@ import (
 // the embedded NATS queue and the local filter, both in --data-dir) is
 // killed with SIGKILL at 20% of a 3,000-page crawl, and the same command
 // is run again. The rerun finishes the crawl, and the pages fetched twice
-// are at most --concurrency: those that were in flight (issue 9.6: 1,397
-// of 3,031 were fetched twice while the filter was saved only every 30s).
+// are at most twice --concurrency: those that were in flight, being
+// fetched or done and waiting for their batch to be written or
+// acknowledged (issue 9.6: 1,397 of 3,031 were fetched twice while the
+// filter was saved only every 30s).
 func TestDefaultModeKill9(t *testing.T) {
 	n := 3000
 	if testing.Short() {
@@ -52,8 +54,8 @@ func TestDefaultModeKill9(t *testing.T) {
 	}
 	sort.Strings(twice)
 	t.Logf("fetched again after the kill: %d %v", dups, twice)
-	if dups > concurrency {
-		t.Errorf("%d fetches of pages fetched before, want at most %d (--concurrency: the pages in flight)", dups, concurrency)
+	if max := 2 * concurrency; dups > max {
+		t.Errorf("%d fetches of pages fetched before, want at most %d (2 x --concurrency: the pages in flight)", dups, max)
 	}
 	// Every page was fetched: nothing the filter remembered was lost from
 	// the queue.
