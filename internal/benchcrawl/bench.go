@@ -57,8 +57,26 @@ type run struct {
 	items     int           // lines of the item file
 	problems  []string      // what makes the crawl incomplete or wrong
 	brokerCPU time.Duration // the server's CPU over the crawl's window; -1 if no server
-	workerCPU time.Duration // the trawl process's CPU, its whole life
 	summary   string        // trawl's summary line
+
+	// CPU over the crawl's window, and per page of the fetch limit (the
+	// mean of the measures before and after): the model ratio.
+	windowCPU struct{ site, worker, broker time.Duration }
+	fetchCPU  time.Duration // site + fetch loop, per page
+}
+
+// cpuRatio is what the ratio would be if the machine were idle and every
+// process CPU-bound: the fetch limit's CPU per page (the site's and the
+// loop's) over the crawl's (the site's, the worker's and the broker
+// server's), all measured in this run. Other load on the machine changes
+// it little, unlike the wall-clock ratio.
+func (r *run) cpuRatio() float64 {
+	w := r.windowCPU
+	crawl := float64(w.site+w.worker+w.broker) / float64(r.crawl.Requests)
+	if crawl <= 0 {
+		return 0
+	}
+	return float64(r.fetchCPU) / crawl
 }
 
 // ratio is the crawl's pages/s over the fetch limit's.
@@ -186,10 +204,11 @@ func (c *common) runMode(ctx context.Context, s *site, m mode, runs int) *result
 		}
 		keepLog(filepath.Join(c.crawlDir(m), "crawl.log"), i+1)
 		one.fetch = (before.Rate() + after.Rate()) / 2
+		one.fetchCPU = (before.perPage() + after.perPage()) / 2
 		before = after
 		r.runs = append(r.runs, one)
-		logf("%s: crawl %d of %d: %.0f pages/s, %.2f of the fetch limit (%.0f pages/s); trawl says %s",
-			m.name, i+1, runs, one.crawl.Rate(), one.ratio(), one.fetch, one.summary)
+		logf("%s: crawl %d of %d: %.0f pages/s, %.2f of the fetch limit (%.0f pages/s), CPU model %.2f; trawl says %s",
+			m.name, i+1, runs, one.crawl.Rate(), one.ratio(), one.fetch, one.cpuRatio(), one.summary)
 	}
 	if srv != nil {
 		r.idle = c.idle(ctx, m, srv)
@@ -262,25 +281,39 @@ func (c *common) crawl(ctx context.Context, s *site, m mode, srv *server, r *run
 	}
 	defer logFile.Close()
 	s.reset()
-	var smp *sampler
+	const every = 100 * time.Millisecond
+	site := startSampler(procCPU(os.Getpid()), every)
+	var broker *sampler
 	if srv != nil {
-		smp = startSampler(srv.cpu, 100*time.Millisecond)
+		broker = startSampler(srv.cpu, every)
 	}
-	err = cmd.Run()
-	var samples []sample
-	if smp != nil {
-		samples = smp.stop()
+	err = cmd.Start()
+	var worker *sampler
+	if err == nil {
+		worker = startSampler(procCPU(cmd.Process.Pid), every)
+		err = cmd.Wait()
+	}
+	siteSamples, workerSamples := site.stop(), worker.stop()
+	var brokerSamples []sample
+	if broker != nil {
+		brokerSamples = broker.stop()
 	}
 	r.summary = summaryLine(logFile.Name())
 	if err != nil {
 		return fmt.Errorf("trawl %s: %w (%v)\n%s", strings.Join(args, " "), err, cctx.Err(), tail(logFile.Name(), 20))
 	}
 	r.crawl = s.window()
-	r.workerCPU = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
-	if smp != nil {
-		if r.brokerCPU, err = cpuOver(samples, r.crawl.First, r.crawl.Last); err != nil {
+	if r.windowCPU.site, err = cpuOver(siteSamples, r.crawl.First, r.crawl.Last); err != nil {
+		return fmt.Errorf("the site's CPU: %w", err)
+	}
+	if r.windowCPU.worker, err = cpuOver(workerSamples, r.crawl.First, r.crawl.Last); err != nil {
+		return fmt.Errorf("the worker's CPU: %w", err)
+	}
+	if broker != nil {
+		if r.brokerCPU, err = cpuOver(brokerSamples, r.crawl.First, r.crawl.Last); err != nil {
 			return fmt.Errorf("%s server's CPU: %w", srv.kind, err)
 		}
+		r.windowCPU.broker = r.brokerCPU
 	}
 	if err := s.Verify(); err != nil {
 		probs := strings.Split(err.Error(), "\n")
@@ -428,21 +461,27 @@ func startSampler(m cpuMeter, every time.Duration) *sampler {
 	return s
 }
 
-// stop ends the sampling and returns the samples.
+// stop ends the sampling and returns the samples (none from a nil sampler).
 func (s *sampler) stop() []sample {
+	if s == nil {
+		return nil
+	}
 	s.cancel()
 	<-s.done
 	return s.samples
 }
 
 // cpuOver returns the CPU used from the last reading at or before from
-// to the first at or after to.
+// to the first at or after to. Failed readings are skipped (the last of a
+// process that has exited, say).
 func cpuOver(samples []sample, from, to time.Time) (time.Duration, error) {
 	var a, b *sample
+	var lastErr error
 	for i := range samples {
 		sm := &samples[i]
 		if sm.err != nil {
-			return 0, sm.err
+			lastErr = sm.err
+			continue
 		}
 		if !sm.at.After(from) {
 			a = sm
@@ -452,7 +491,7 @@ func cpuOver(samples []sample, from, to time.Time) (time.Duration, error) {
 		}
 	}
 	if a == nil || b == nil {
-		return 0, fmt.Errorf("no reading around the crawl's window (%d readings)", len(samples))
+		return 0, fmt.Errorf("no reading around the crawl's window (%d readings; last error: %v)", len(samples), lastErr)
 	}
 	return b.cpu - a.cpu, nil
 }
@@ -479,21 +518,22 @@ func median(runs []*run, f func(*run) float64) (med, lo, hi float64) {
 
 // printTable prints the results as a Markdown table, then the problems.
 func printTable(w io.Writer, results []*result, pages int) {
-	fmt.Fprintln(w, "| mode | fetch limit pages/s | crawl pages/s | crawl / fetch (min–max) | bar | | broker CPU s per 1,000 pages | worker CPU s | idle requests/s | idle connections | idle bar |")
-	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | --- |")
+	fmt.Fprintln(w, "| mode | fetch limit pages/s | crawl pages/s | crawl / fetch (min–max) | bar | | CPU model | broker CPU s per 1,000 pages | worker CPU s per 1,000 pages | idle requests/s | idle connections | idle bar |")
+	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |")
 	var notes []string
 	for _, r := range results {
 		if r.err != nil {
 			notes = append(notes, fmt.Sprintf("%s: %v", r.mode.name, r.err))
 		}
 		if len(r.runs) == 0 {
-			fmt.Fprintf(w, "| %s | | failed | | ≥ %.2f | MISS | | | | | |\n", r.mode.name, r.mode.bar)
+			fmt.Fprintf(w, "| %s | | failed | | ≥ %.2f | MISS | | | | | | |\n", r.mode.name, r.mode.bar)
 			continue
 		}
 		fetch, _, _ := median(r.runs, func(r *run) float64 { return r.fetch })
 		crawl, _, _ := median(r.runs, func(r *run) float64 { return r.crawl.Rate() })
 		ratio, lo, hi := median(r.runs, (*run).ratio)
-		worker, _, _ := median(r.runs, func(r *run) float64 { return r.workerCPU.Seconds() })
+		worker, _, _ := median(r.runs, func(r *run) float64 { return r.windowCPU.worker.Seconds() * 1000 / float64(r.crawl.Requests) })
+		model, _, _ := median(r.runs, (*run).cpuRatio)
 		verdict := pass(ratio >= r.mode.bar)
 		for i, one := range r.runs {
 			if len(one.problems) > 0 {
@@ -520,12 +560,14 @@ func printTable(w io.Writer, results []*result, pages int) {
 				idleVerdict = pass(i.count <= idleRateBar && i.conns <= idleConnsBar)
 			}
 		}
-		fmt.Fprintf(w, "| %s | %.0f | %.0f | **%.2f** (%.2f–%.2f) | ≥ %.2f | %s | %s | %.2f | %s | %s | %s |\n",
-			r.mode.name, fetch, crawl, ratio, lo, hi, r.mode.bar, verdict, cpu, worker, idleRate, idleConns, idleVerdict)
+		fmt.Fprintf(w, "| %s | %.0f | %.0f | **%.2f** (%.2f–%.2f) | ≥ %.2f | %s | %.2f | %s | %.3f | %s | %s | %s |\n",
+			r.mode.name, fetch, crawl, ratio, lo, hi, r.mode.bar, verdict, model, cpu, worker, idleRate, idleConns, idleVerdict)
 	}
 	fmt.Fprintf(w, "\nPages/s: requests the site served (%d pages, /, and robots.txt for a crawl) from the first request to the end of the last; "+
 		"each crawl is compared with the mean of the fetch limits measured just before and just after it. "+
-		"Worker CPU: the trawl process's user + system time, its whole life. Idle bar: ≤ %.0f requests/s and ≤ %d connections.\n", pages, idleRateBar, idleConnsBar)
+		"CPU model: the fetch limit's CPU per page (the site's and the loop's) over the crawl's (the site's, the worker's and the broker server's), "+
+		"what the ratio would be on an idle machine if all were CPU-bound; load from elsewhere moves it far less than the wall-clock ratio. "+
+		"CPU figures are over the crawl's window. Idle bar: ≤ %.0f requests/s and ≤ %d connections.\n", pages, idleRateBar, idleConnsBar)
 	for _, n := range notes {
 		fmt.Fprintf(w, "\n%s\n", n)
 	}

@@ -103,3 +103,12 @@ func TestMedian(t *testing.T) {
 		t.Errorf("median(4, 1, 2, 3) = %v, want 2.5", m)
 	}
 }
+
+func TestCPURatio(t *testing.T) {
+	r := &run{crawl: window{Requests: 1000}, fetchCPU: 200 * time.Microsecond}
+	// 1000 pages: site 0.1 s, worker 0.6 s, broker 0.1 s: 800 µs a page.
+	r.windowCPU.site, r.windowCPU.worker, r.windowCPU.broker = 100*time.Millisecond, 600*time.Millisecond, 100*time.Millisecond
+	if got := r.cpuRatio(); got != 0.25 {
+		t.Errorf("cpuRatio = %v, want 0.25 (200 µs over 800 µs a page)", got)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // fetchMain is the fetch limit's process: conc goroutines GET /, then
@@ -76,22 +77,40 @@ func get(ctx context.Context, client *http.Client, u string) error {
 	return nil
 }
 
+// fetched is what one measure of the fetch limit saw.
+type fetched struct {
+	window
+	cpu time.Duration // the site's (this process's) and the loop's
+}
+
+// perPage is the CPU per request.
+func (f fetched) perPage() time.Duration { return f.cpu / time.Duration(f.Requests) }
+
 // fetchLimit runs the fetch limit in a process of its own (this program,
 // with the fetch subcommand) against s and returns what the site saw.
-func fetchLimit(ctx context.Context, s *site, pages, conc int) (window, error) {
+func fetchLimit(ctx context.Context, s *site, pages, conc int) (fetched, error) {
 	self, err := os.Executable()
 	if err != nil {
-		return window{}, err
+		return fetched{}, err
 	}
 	s.reset()
 	cmd := exec.CommandContext(ctx, self, "fetch", "-base", s.URL, "-pages", strconv.Itoa(pages), "-concurrency", strconv.Itoa(conc))
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	siteCPU := procCPU(os.Getpid())
+	c0, err := siteCPU()
+	if err != nil {
+		return fetched{}, err
+	}
 	if err := cmd.Run(); err != nil {
-		return window{}, fmt.Errorf("fetch limit: %w", err)
+		return fetched{}, fmt.Errorf("fetch limit: %w", err)
 	}
-	w := s.window()
-	if want := pages + 1; w.Requests != want {
-		return w, fmt.Errorf("fetch limit: the site served %d requests, want %d", w.Requests, want)
+	c1, err := siteCPU()
+	if err != nil {
+		return fetched{}, err
 	}
-	return w, nil
+	f := fetched{window: s.window(), cpu: c1 - c0 + cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()}
+	if want := pages + 1; f.Requests != want {
+		return f, fmt.Errorf("fetch limit: the site served %d requests, want %d", f.Requests, want)
+	}
+	return f, nil
 }

@@ -187,3 +187,16 @@ func treeCPU(root int) (time.Duration, error) {
 	}
 	return sum, nil
 }
+
+// procCPU measures process pid alone.
+func procCPU(pid int) cpuMeter {
+	path := fmt.Sprintf("/proc/%d/stat", pid)
+	return func() (time.Duration, error) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return 0, err
+		}
+		st, err := parseStat(b)
+		return st.cpu, err
+	}
+}
