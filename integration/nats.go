@@ -67,6 +67,7 @@ type NATSServer struct {
 	URL string
 
 	ctr testcontainers.Container
+	tls bool // WithTLS: the readiness probe has no CA
 }
 
 // NATSContainer starts a NATS container with JetStream file storage for t
@@ -118,7 +119,7 @@ func startNATS(hostPort string, o serverOptions) (*NATSServer, error) {
 		}))
 	}
 	ctr, err := testcontainers.Run(ctx, image(EnvNATSImage, "nats:2"), opts...)
-	s := &NATSServer{ctr: ctr}
+	s := &NATSServer{ctr: ctr, tls: o.ca != nil}
 	if err != nil {
 		return s, fmt.Errorf("start nats container: %w", err)
 	}
@@ -172,6 +173,9 @@ func startNATS(hostPort string, o serverOptions) (*NATSServer, error) {
 func (s *NATSServer) Restart(ctx context.Context) error {
 	if s.ctr == nil {
 		return errors.New("integration: restart: not a container of NATSContainer")
+	}
+	if s.tls {
+		return errors.New("integration: restart: not supported for a server with TLS")
 	}
 	stop := time.Second
 	if err := s.ctr.Stop(ctx, &stop); err != nil {

@@ -50,6 +50,7 @@ type RabbitMQServer struct {
 	ManagementURL string
 
 	ctr testcontainers.Container // nil for a server named by EnvAMQPURL
+	tls bool                     // WithTLS: the readiness probe has no CA
 }
 
 // RabbitMQ returns the AMQP URL of a RabbitMQ server shared by the tests
@@ -233,7 +234,7 @@ func startRabbitMQ(ports map[string]string, stock bool, o serverOptions) (*Rabbi
 		}))
 	}
 	ctr, err := testcontainers.Run(ctx, image(EnvRabbitMQImage, "rabbitmq:3-management"), opts...)
-	s := &RabbitMQServer{ctr: ctr}
+	s := &RabbitMQServer{ctr: ctr, tls: o.ca != nil}
 	if err != nil {
 		return s, fmt.Errorf("start rabbitmq container: %w", err)
 	}
@@ -305,6 +306,9 @@ func (s *RabbitMQServer) Restart(ctx context.Context) error {
 	if s.ctr == nil {
 		return errors.New("integration: restart: not a container of RabbitMQContainer")
 	}
+	if s.tls {
+		return errors.New("integration: restart: not supported for a server with TLS")
+	}
 	stop := time.Second
 	if err := s.ctr.Stop(ctx, &stop); err != nil {
 		return fmt.Errorf("integration: stop rabbitmq: %w", err)
@@ -325,6 +329,9 @@ func (s *RabbitMQServer) Restart(ctx context.Context) error {
 func (s *RabbitMQServer) Kill(ctx context.Context) error {
 	if s.ctr == nil {
 		return errors.New("integration: kill: not a container of RabbitMQContainer")
+	}
+	if s.tls {
+		return errors.New("integration: kill: not supported for a server with TLS")
 	}
 	if err := killContainer(ctx, s.ctr); err != nil {
 		return err

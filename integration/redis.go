@@ -305,7 +305,7 @@ func RedisContainer(t testing.TB, opts ...ServerOption) *RedisServer {
 // A server with TLS cannot be restarted.
 func (s *RedisServer) Restart(ctx context.Context) error {
 	if s.tls {
-		return errors.New("integration: restart: a Redis server with TLS waits for its files again")
+		return errors.New("integration: restart: not supported for a server with TLS")
 	}
 	stop := time.Second
 	if err := s.ctr.Stop(ctx, &stop); err != nil {
