@@ -80,6 +80,25 @@ func TestTLSNATS(t *testing.T) {
 	})
 }
 
+// TestTLSMixed: --tls-ca applies to the servers whose URLs ask for TLS
+// and leaves the others plain: NATS without TLS (nats://), the filter in
+// a Redis with TLS (rediss://).
+func TestTLSMixed(t *testing.T) {
+	ca := integration.NewCA(t)
+	pw := secret(t)
+	redis := integration.RedisContainer(t, integration.WithTLS(ca), integration.WithPassword("trawl", pw))
+	site, siteURL := serveSite(t, testsite.Options{Pages: 40, Links: 4, Seed: 35, NoTraps: true})
+	w := start(t, "crawl", "--broker=nats", "--nats-url", integration.NATS(t), "--redis-url", redis.URL, "--tls-ca", ca.CAFile,
+		"--name", integration.Name(t), "--allow-private", "--idle-timeout=1s", siteURL)
+	if code := w.wait(t, 2*time.Minute); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, w.stderr.String())
+	}
+	if distinct, dups := union(t, w); distinct != site.Expected() || dups != 0 {
+		t.Errorf("items: %d distinct (want %d), %d duplicates (want 0)", distinct, site.Expected(), dups)
+	}
+	noSecret(t, pw, w.stderr.String())
+}
+
 // secure runs the checks of a broker with TLS and a password. flags
 // returns the flags that name the broker, with password pw in urlFlag's
 // URL; ca signed the servers' certificates.
