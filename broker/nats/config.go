@@ -22,6 +22,8 @@ const (
 	DefaultTimeout       = 5 * time.Second
 	// MaxBands is the largest number of priority bands.
 	MaxBands = 16
+	// MaxReplicas is the largest replication factor JetStream accepts.
+	MaxReplicas = 5
 	// MinLease is the shortest lease.
 	MinLease = 10 * time.Millisecond
 	// MaxDelay is the longest delay a Nack takes; longer delays are cut to
@@ -82,8 +84,10 @@ type Config struct {
 	// Storage is where new streams keep their messages (default
 	// FileStorage). Existing streams keep theirs.
 	Storage Storage
-	// Replicas is the replication factor of new streams on a JetStream
-	// cluster (0: 1).
+	// Replicas is the replication factor of the streams and of the
+	// metadata bucket this broker creates on a JetStream cluster (0: 1; at
+	// most MaxReplicas). Three keeps a queue whole, and serving, while one
+	// server is down. Streams and a bucket that exist keep theirs.
 	Replicas int
 	// Timeout bounds one request to the server when the caller's context
 	// has no earlier deadline (0: DefaultTimeout).
@@ -119,8 +123,8 @@ func (c Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("unknown Storage %d", c.Storage))
 	}
-	if c.Replicas < 0 {
-		errs = append(errs, fmt.Errorf("bad Replicas %d: want 0 (default) or more", c.Replicas))
+	if c.Replicas < 0 || c.Replicas > MaxReplicas {
+		errs = append(errs, fmt.Errorf("bad Replicas %d: want 0 (default) to %d", c.Replicas, MaxReplicas))
 	}
 	if c.Timeout < 0 {
 		errs = append(errs, fmt.Errorf("bad Timeout %v: want 0 (default) or more", c.Timeout))

@@ -36,9 +36,16 @@ func (b *Broker) kv(ctx context.Context) (jetstream.KeyValue, error) {
 	if b.cfg.Storage == MemoryStorage {
 		storage = jetstream.MemoryStorage
 	}
-	kv, err := b.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	// Created, not updated: a bucket that exists keeps its storage and
+	// replicas, so that a command opened with defaults (trawl stats) does
+	// not scale an R3 bucket down.
+	kv, err := b.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket: metaBucket, Description: "trawl crawls' settings and workers", History: 1, Storage: storage,
+		Replicas: b.cfg.Replicas,
 	})
+	if errors.Is(err, jetstream.ErrBucketExists) {
+		kv, err = b.js.KeyValue(ctx, metaBucket)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("nats broker: metadata bucket %q: %w", metaBucket, err)
 	}

@@ -65,6 +65,7 @@ var scrapySettings = map[string]string{
 	"tls-ca":              "",
 	"tls-cert":            "",
 	"tls-key":             "",
+	"nats-replicas":       "",
 	"prefetch":            "",
 	"data-dir":            "`JOBDIR`",
 	"broker":              "`SCHEDULER` (`scrapy_redis.scheduler.Scheduler`: `redis`)",

@@ -68,7 +68,9 @@ func (o *options) openNATS(ctx context.Context, b *backends, order broker.Order)
 		return err // it names the server, password redacted
 	}
 	b.closes = append(b.closes, func() error { nc.Close(); return nil })
-	nb, err := natsbroker.New(ctx, natsbroker.Config{Conn: nc, Order: order, Lease: o.lease, MaxDeliveries: o.maxDeliveries(), Logger: o.log})
+	nb, err := natsbroker.New(ctx, natsbroker.Config{
+		Conn: nc, Order: order, Lease: o.lease, MaxDeliveries: o.maxDeliveries(), Replicas: o.natsReplicas, Logger: o.log,
+	})
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/trawlhq/trawl/broker"
 	"github.com/trawlhq/trawl/broker/memory"
+	natsbroker "github.com/trawlhq/trawl/broker/nats"
 	redisbroker "github.com/trawlhq/trawl/broker/redis"
 	"github.com/trawlhq/trawl/dedup"
 	"github.com/trawlhq/trawl/dedup/local"
@@ -41,6 +42,7 @@ type options struct {
 	amqpDurable, amqpRecreate        bool
 	amqpManagementURL                string
 	prefetch                         int
+	natsReplicas                     int
 	flush, allowPrivate, ignoreRobot bool
 	overrideSettings, force          bool
 	allowEmpty, errorItems           bool
@@ -85,6 +87,7 @@ func (o *options) addBackendFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.amqpURL, "amqp-url", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ URL (amqp:// or amqps://)")
 	fs.StringVar(&o.natsURL, "nats-url", "nats://127.0.0.1:4222", "NATS URL(s), comma-separated")
 	o.tls.addFlags(fs)
+	fs.IntVar(&o.natsReplicas, "nats-replicas", 1, "NATS: replicas of the streams and settings bucket the crawl creates on a JetStream cluster (1 to 5; 3 keeps the crawl whole while one server is down); existing ones keep theirs")
 	fs.StringVar(&o.dataDirFlag, "data-dir", "", "folder for local state (default ./.trawl/NAME)")
 	fs.StringVar(&o.amqpManagementURL, "amqp-management-url", "", "RabbitMQ management API for queue counts, optional (default: none, counts over AMQP; without credentials, the AMQP URL's)")
 	fs.BoolVar(&o.amqpDurable, "amqp-durable", true, "RabbitMQ: durable queues and persistent messages")
@@ -192,6 +195,9 @@ func (o *options) setup() error {
 		if err := checkURLs(u.flag, u.value, strings.Fields(u.schemes)); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if o.natsReplicas < 1 || o.natsReplicas > natsbroker.MaxReplicas {
+		errs = append(errs, fmt.Errorf("--nats-replicas %d: want 1 to %d", o.natsReplicas, natsbroker.MaxReplicas))
 	}
 	if o.retryTimes < 0 {
 		errs = append(errs, fmt.Errorf("--retry-times %d: want 0 or more", o.retryTimes))
