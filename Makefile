@@ -12,7 +12,7 @@ STATICCHECK_VERSION := v0.8.2
 GOBIN_DIR   ?= $(or $(shell $(GO) env GOBIN),$(firstword $(subst :, ,$(shell $(GO) env GOPATH)))/bin)
 STATICCHECK ?= $(GOBIN_DIR)/staticcheck
 
-.PHONY: help build test unit bench bench-crawl soak demo lint vet tools images fuzz docs-check
+.PHONY: help build test test-cluster unit bench bench-crawl soak demo lint vet tools images fuzz docs-check
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -45,6 +45,19 @@ test: vet ## vet, then every test with the race detector (unit, conformance, fuz
 	if [ -z "$$TRAWL_REDIS_IMAGE" ] && [ -f "$(IMAGES)" ]; then env_line=$$(bash $(IMAGES)); fi; \
 	echo "env: $$env_line"; \
 	env $$env_line $(GO) test -race -count=1 -timeout 25m $(PKGS)
+
+# Clusters of three servers per test (NATS JetStream R3, Redis Cluster with
+# replicas, RabbitMQ with quorum queues): the conformance suites on them and
+# crawls with a server stopped mid-crawl. Heavy, so not part of make test,
+# where these tests skip, saying so (they need TRAWL_TEST_CLUSTER=1).
+CLUSTER_PKGS ?= ./broker/nats ./broker/redis ./broker/rabbitmq ./dedup/redis ./integration/crawl
+test-cluster: ## broker clusters in Docker (3 servers each): conformance, and crawls with a server stopped (not in make test)
+	@env_line=""; \
+	if [ -z "$$TRAWL_REDIS_IMAGE" ] && [ -f "$(IMAGES)" ]; then env_line=$$(bash $(IMAGES)); fi; \
+	echo "env: $$env_line"; \
+	log=$$(mktemp /tmp/trawl-test-cluster.XXXXXX); \
+	env $$env_line TRAWL_TEST_CLUSTER=1 $(GO) test -race -count=1 -timeout 30m -run 'Cluster' -v $(CLUSTER_PKGS) >$$log 2>&1; rc=$$?; \
+	grep -E '^ *(--- |PASS|FAIL|ok|panic)|cluster_test.go' $$log; echo "full log: $$log"; exit $$rc
 
 unit: ## every test that needs no server or Docker (go test -race -short), quickly
 	$(GO) test -race -short $(PKGS)
