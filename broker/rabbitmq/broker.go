@@ -42,6 +42,7 @@ type Broker struct {
 	vh   string   // vhost
 	http *http.Client
 	tags atomic.Uint64 // consumer tag sequence
+	node atomic.Int32  // index in cfg.urls() of the node dial tries first
 
 	ctx  context.Context // the broker's lifetime; cancelled by Close
 	stop context.CancelFunc
@@ -71,7 +72,7 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: rabbitmq broker config: ManagementURL: %w", broker.ErrInvalid, err)
 	}
-	uri, _ := amqp.ParseURI(cfg.URL) // Validate parsed it
+	uri, _ := amqp.ParseURI(cfg.urls()[0]) // Validate parsed it
 	lctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	b := &Broker{
 		cfg:     cfg,
@@ -90,7 +91,7 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 	s, closed, err := b.dial(ctx)
 	if err != nil {
 		stop()
-		return nil, fmt.Errorf("rabbitmq broker: connect to %s: %w", uri.Host, err)
+		return nil, fmt.Errorf("rabbitmq broker: connect: %w", err)
 	}
 	if err := b.subscribe(ctx, s); err != nil {
 		_ = s.conn.Close()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -24,18 +25,60 @@ const (
 	maxPrefetch = 1<<16 - 1
 )
 
+// QueueType is the type of the queues a Broker declares.
+type QueueType int
+
+const (
+	// Classic queues live on one node of a cluster (the default).
+	Classic QueueType = iota
+	// Quorum queues are replicated on the nodes of a cluster (Raft): a
+	// message a publish confirmed is on a majority of them. The
+	// delay queues dead-letter back at least once (x-dead-letter-strategy
+	// at-least-once, which needs x-overflow reject-publish).
+	Quorum
+)
+
+// String returns "classic" or "quorum".
+func (q QueueType) String() string {
+	switch q {
+	case Classic:
+		return "classic"
+	case Quorum:
+		return "quorum"
+	}
+	return "queuetype(" + strconv.Itoa(int(q)) + ")"
+}
+
+// ParseQueueType parses "classic" or "quorum".
+func ParseQueueType(s string) (QueueType, error) {
+	switch s {
+	case "classic":
+		return Classic, nil
+	case "quorum":
+		return Quorum, nil
+	}
+	return 0, fmt.Errorf("%w: queue type %q: want classic or quorum", broker.ErrInvalid, s)
+}
+
 // Config configures a Broker. The zero value of each field but URL is its
 // documented default.
 type Config struct {
 	// URL is the server: amqp://user:password@host:port/vhost, or amqps://
-	// for TLS. Required.
+	// for TLS. Required. The nodes of a cluster may be listed,
+	// comma-separated: the broker connects to the first that answers and,
+	// when its connection drops, tries them in turn from the one it had.
 	URL string
+	// QueueType is the type of the queues the broker declares: Classic
+	// (the default) or Quorum, replicated across a cluster's nodes, which
+	// survive the loss of a minority of them. Quorum queues are durable
+	// and, in RabbitMQ 3.x, have no priorities: Quorum needs FIFO order.
+	QueueType QueueType
 	// TLS configures amqps:// connections (nil: the system roots, the
 	// URL's host name).
 	TLS *tls.Config
 	// ManagementURL is the base URL of the server's management HTTP API
-	// (http://user:password@host:15672; without credentials, the URL's
-	// are used). Optional: Counts asks the API when it is set and falls
+	// (http://user:password@host:15672; without credentials, the first
+	// URL's are used). Optional: Counts asks the API when it is set and falls
 	// back to counting over AMQP (with a warning) when the API fails.
 	// Empty: Counts counts over AMQP alone, which works with a stock
 	// server (no management plugin) and without its statistics' lag.
@@ -87,8 +130,24 @@ func (c Config) Validate() error {
 	var errs []error
 	if c.URL == "" {
 		errs = append(errs, errors.New("URL is empty"))
-	} else if _, err := amqp.ParseURI(c.URL); err != nil {
-		errs = append(errs, fmt.Errorf("URL: %w", err))
+	} else {
+		for i, u := range c.urls() {
+			if _, err := amqp.ParseURI(u); err != nil {
+				errs = append(errs, fmt.Errorf("URL %d of %d: %w", i+1, len(c.urls()), err))
+			}
+		}
+	}
+	switch c.QueueType {
+	case Classic:
+	case Quorum:
+		if c.Order == broker.Priority {
+			errs = append(errs, errors.New("quorum queues have no priorities in RabbitMQ 3.x: use FIFO Order with QueueType Quorum"))
+		}
+		if c.NonDurable {
+			errs = append(errs, errors.New("quorum queues are durable: NonDurable cannot be set with QueueType Quorum"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("unknown QueueType %d", c.QueueType))
 	}
 	if c.ManagementURL != "" {
 		if u, err := url.Parse(c.ManagementURL); err != nil {
@@ -139,6 +198,15 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// urls returns the URLs URL lists.
+func (c Config) urls() []string {
+	us := strings.Split(c.URL, ",")
+	for i, u := range us {
+		us[i] = strings.TrimSpace(u)
+	}
+	return us
+}
+
 // amqpPriority maps a message priority into the queue's range:
 // p+PriorityOffset clamped to 0..MaxPriority. The mapping never reverses
 // two priorities; those beyond the range share its ends.
@@ -170,7 +238,7 @@ func (c Config) managementURL() (*url.URL, error) {
 		return nil, err
 	}
 	if u.User == nil {
-		uri, err := amqp.ParseURI(c.URL)
+		uri, err := amqp.ParseURI(c.urls()[0])
 		if err != nil {
 			return nil, err
 		}

@@ -53,11 +53,45 @@ type rchan struct {
 	qos int // prefetch count set on ch
 }
 
-// dial opens a session. closed reports the end of its connection.
+// dial opens a session on the first node of Config.URL that answers,
+// trying them in turn from the one of the last session. closed reports
+// the end of its connection.
 func (b *Broker) dial(ctx context.Context) (*session, <-chan *amqp.Error, error) {
+	urls := b.cfg.urls()
+	first := int(b.node.Load())
+	var errs []error
+	for k := range urls {
+		i := (first + k) % len(urls)
+		s, closed, err := b.dialURL(ctx, urls[i])
+		if err == nil {
+			if i != first {
+				b.log.Warn("connected to another node", "node", hostOf(urls[i]))
+			}
+			b.node.Store(int32(i))
+			return s, closed, nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", hostOf(urls[i]), err))
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, nil, errors.Join(errs...)
+}
+
+// hostOf returns the host:port of an AMQP URL, which Validate parsed.
+func hostOf(url string) string {
+	uri, err := amqp.ParseURI(url)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return fmt.Sprintf("%s:%d", uri.Host, uri.Port)
+}
+
+// dialURL opens a session on the node at url.
+func (b *Broker) dialURL(ctx context.Context, url string) (*session, <-chan *amqp.Error, error) {
 	props := amqp.NewConnectionProperties()
 	props.SetClientConnectionName(b.cfg.Name)
-	conn, err := amqp.DialConfig(b.cfg.URL, amqp.Config{
+	conn, err := amqp.DialConfig(url, amqp.Config{
 		Heartbeat:       heartbeat,
 		Locale:          "en_US",
 		TLSClientConfig: b.cfg.TLS,
@@ -367,10 +401,10 @@ func (s *session) ensure(q string) error {
 	if b.cfg.Order == broker.Priority {
 		mainArgs["x-max-priority"] = int32(b.cfg.MaxPriority)
 	}
-	if err := s.declare(q, mainArgs); err != nil {
+	if err := s.declare(q, b.cfg.typed(mainArgs)); err != nil {
 		return err
 	}
-	if err := s.declare(deadQueue(q), nil); err != nil {
+	if err := s.declare(deadQueue(q), b.cfg.typed(amqp.Table{})); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -384,12 +418,32 @@ func (s *session) ensure(q string) error {
 // again each time restarts its expiry clock.
 func (s *session) ensureDelay(q string, d time.Duration) error {
 	ms := d.Milliseconds()
-	return s.declare(delayQueue(q, d), amqp.Table{
+	return s.declare(delayQueue(q, d), s.b.cfg.typed(amqp.Table{
 		"x-message-ttl":             int32(ms),
 		"x-expires":                 int32(ms + delayExpiry.Milliseconds()),
 		"x-dead-letter-exchange":    "",
 		"x-dead-letter-routing-key": q,
-	})
+	}))
+}
+
+// typed adds to the arguments of a queue declaration those of the queue
+// type. A quorum queue that dead-letters (the main queue, to its dead
+// letters; a delay queue, back to the main queue) does so at least once,
+// which RabbitMQ allows only with reject-publish overflow; the queues
+// have no length limit, so that overflow never applies.
+func (c Config) typed(args amqp.Table) amqp.Table {
+	if c.QueueType != Quorum {
+		if len(args) == 0 {
+			return nil
+		}
+		return args
+	}
+	args["x-queue-type"] = "quorum"
+	if _, ok := args["x-dead-letter-exchange"]; ok {
+		args["x-dead-letter-strategy"] = "at-least-once"
+		args["x-overflow"] = "reject-publish"
+	}
+	return args
 }
 
 // declare declares queue name with args, recreating it when it exists

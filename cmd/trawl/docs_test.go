@@ -66,6 +66,7 @@ var scrapySettings = map[string]string{
 	"tls-cert":            "",
 	"tls-key":             "",
 	"nats-replicas":       "",
+	"amqp-queue-type":     "",
 	"prefetch":            "",
 	"data-dir":            "`JOBDIR`",
 	"broker":              "`SCHEDULER` (`scrapy_redis.scheduler.Scheduler`: `redis`)",

@@ -87,7 +87,7 @@ func (o *options) openRabbitMQ(ctx context.Context, b *backends, order broker.Or
 	}
 	rb, err := rabbitmq.New(ctx, rabbitmq.Config{
 		URL: o.amqpURL, ManagementURL: o.amqpManagementURL, TLS: o.tls.clone(), Name: "trawl " + o.name, Order: order, Lease: o.lease,
-		NonDurable: !o.amqpDurable, Recreate: o.amqpRecreate, Prefetch: o.prefetch, MaxDeliveries: o.maxDeliveries(), Logger: o.log,
+		QueueType: o.queueType(), NonDurable: !o.amqpDurable, Recreate: o.amqpRecreate, Prefetch: o.prefetch, MaxDeliveries: o.maxDeliveries(), Logger: o.log,
 	})
 	if err != nil {
 		return err
@@ -95,6 +95,12 @@ func (o *options) openRabbitMQ(ctx context.Context, b *backends, order broker.Or
 	b.broker, b.shared = rb, true
 	b.closes = append(b.closes, rb.Close)
 	return o.sharedFilter(ctx, b)
+}
+
+// queueType is --amqp-queue-type, which setup checked.
+func (o *options) queueType() rabbitmq.QueueType {
+	qt, _ := rabbitmq.ParseQueueType(o.amqpQueueType)
+	return qt
 }
 
 // sharedFilter opens the duplicate filter of a deployment whose broker is

@@ -19,6 +19,7 @@ import (
 	"github.com/trawlhq/trawl/broker"
 	"github.com/trawlhq/trawl/broker/memory"
 	natsbroker "github.com/trawlhq/trawl/broker/nats"
+	"github.com/trawlhq/trawl/broker/rabbitmq"
 	redisbroker "github.com/trawlhq/trawl/broker/redis"
 	"github.com/trawlhq/trawl/dedup"
 	"github.com/trawlhq/trawl/dedup/local"
@@ -43,6 +44,7 @@ type options struct {
 	amqpManagementURL                string
 	prefetch                         int
 	natsReplicas                     int
+	amqpQueueType                    string
 	flush, allowPrivate, ignoreRobot bool
 	overrideSettings, force          bool
 	allowEmpty, errorItems           bool
@@ -84,13 +86,14 @@ func (o *options) addBackendFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.name, "name", "trawl", "crawl name; queues and keys derive from it")
 	fs.StringVar(&o.order, "order", "priority", "queue order: priority, fifo or lifo")
 	fs.StringVar(&o.redisURL, "redis-url", "redis://127.0.0.1:6379/0", "Redis URL (redis:// or rediss://, user and password allowed)")
-	fs.StringVar(&o.amqpURL, "amqp-url", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ URL (amqp:// or amqps://)")
+	fs.StringVar(&o.amqpURL, "amqp-url", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ URL (amqp:// or amqps://); the nodes of a cluster comma-separated, tried in turn")
 	fs.StringVar(&o.natsURL, "nats-url", "nats://127.0.0.1:4222", "NATS URL(s), comma-separated")
 	o.tls.addFlags(fs)
 	fs.IntVar(&o.natsReplicas, "nats-replicas", 1, "NATS: replicas of the streams and settings bucket the crawl creates on a JetStream cluster (1 to 5; 3 keeps the crawl whole while one server is down); existing ones keep theirs")
 	fs.StringVar(&o.dataDirFlag, "data-dir", "", "folder for local state (default ./.trawl/NAME)")
 	fs.StringVar(&o.amqpManagementURL, "amqp-management-url", "", "RabbitMQ management API for queue counts, optional (default: none, counts over AMQP; without credentials, the AMQP URL's)")
 	fs.BoolVar(&o.amqpDurable, "amqp-durable", true, "RabbitMQ: durable queues and persistent messages")
+	fs.StringVar(&o.amqpQueueType, "amqp-queue-type", "classic", "RabbitMQ: type of the queues the crawl declares: classic, or quorum (replicated across a cluster's nodes; no priorities before RabbitMQ 4, so with --order fifo)")
 	fs.BoolVar(&o.startSet, "start-urls-set", false, "keep Redis start URLs in a set instead of a list")
 	fs.UintVar(&o.bloomCapacity, "bloom-capacity", 10_000_000, "expected number of fingerprints, about 3 per page (its URL, its published and expanded marks); sizes the Redis duplicate filters (the local one grows as needed)")
 	fs.Float64Var(&o.bloomFPRate, "bloom-fp-rate", 0, "false-positive rate of Bloom filters (default: 0.001 in Redis; 1e-6 for the local filter, which grows with the crawl)")
@@ -195,6 +198,11 @@ func (o *options) setup() error {
 		if err := checkURLs(u.flag, u.value, strings.Fields(u.schemes)); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if qt, err := rabbitmq.ParseQueueType(o.amqpQueueType); err != nil {
+		errs = append(errs, fmt.Errorf("--amqp-queue-type %q: want classic or quorum", o.amqpQueueType))
+	} else if qt == rabbitmq.Quorum && o.broker == "rabbitmq" && o.order == "priority" {
+		errs = append(errs, errors.New("--amqp-queue-type quorum: quorum queues have no priorities before RabbitMQ 4; add --order fifo"))
 	}
 	if o.natsReplicas < 1 || o.natsReplicas > natsbroker.MaxReplicas {
 		errs = append(errs, fmt.Errorf("--nats-replicas %d: want 1 to %d", o.natsReplicas, natsbroker.MaxReplicas))
@@ -424,7 +432,7 @@ func checkURLs(flag, value string, schemes []string) error {
 		return nil
 	}
 	list := []string{value}
-	if flag == "--nats-url" {
+	if flag == "--nats-url" || flag == "--amqp-url" {
 		list = strings.Split(value, ",")
 	}
 	for _, raw := range list {

@@ -153,3 +153,37 @@ func TestRedisClusterFailover(t *testing.T) {
 		t.Logf("%s took over after %v", c.Addrs[j], time.Since(killed).Round(100*time.Millisecond))
 	})
 }
+
+// TestRabbitMQClusterStopNode: a three-node RabbitMQ cluster (no plugin:
+// completion is counted over AMQP), the crawl's queues quorum queues
+// (--amqp-queue-type quorum, --order fifo), two workers given every node's
+// URL. The node that leads the request queue, which is also the one the
+// workers are connected to (the first URL), is stopped mid-crawl: the
+// other two elect a new leader, the workers reconnect to the next URL, and
+// every page is fetched.
+func TestRabbitMQClusterStopNode(t *testing.T) {
+	c := integration.StartRabbitMQCluster(t)
+	redis := integration.Redis(t)
+	args := func(name string, more ...string) []string {
+		return append([]string{"--broker=rabbitmq", "--amqp-url", c.URL(), "--amqp-queue-type=quorum", "--order=fifo",
+			"--redis-url", redis, "--name", name,
+			"--allow-private", "--idle-timeout=3s", "--concurrency=16", "--per-host=16"}, more...)
+	}
+	clusterCrawl(t, args, func(ctx context.Context, name string) {
+		leader, typ, err := c.QueueLeader(ctx, 1, name+":requests")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if typ != "quorum" {
+			t.Fatalf("queue %s:requests is %q, want quorum", name, typ)
+		}
+		i := c.Index(leader)
+		if i < 0 {
+			t.Fatalf("leader %q is none of %v", leader, c.Nodes)
+		}
+		t.Logf("stopping %s, the leader of the request queue", leader)
+		if err := c.Stop(ctx, i); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
