@@ -18,6 +18,20 @@
 // 600ms and 1.2s are steps), so that the delay queues Q can have are few
 // and their names known in advance.
 //
+// With Config.QueueType Quorum, Q, its dead-letter queue and its delay
+// queues are quorum queues (x-queue-type quorum), replicated on the nodes
+// of a cluster: a publish is confirmed once a majority of them has the
+// message, and a queue keeps serving while a minority is down. Quorum
+// queues have no priorities in RabbitMQ 3.x (they ignore x-max-priority
+// and the message priority), so Quorum needs FIFO order: Validate says so
+// rather than letting priorities be dropped in silence. The queues that
+// dead-letter (Q to its dead letters, a delay queue back to Q) do so at
+// least once (x-dead-letter-strategy at-least-once, with the x-overflow
+// reject-publish RabbitMQ requires for it; the queues have no length
+// limit). Config.URL may list the cluster's nodes, comma-separated: the
+// broker connects to the first that answers and, when its connection
+// drops, tries them in turn from the one it had.
+//
 // Every Broker also declares the fanout exchange trawl.presence and an
 // exclusive, server-named queue bound to it, and publishes there, twice a
 // second, how many deliveries of each queue it has taken and holds (see
