@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -147,18 +149,27 @@ func (c *RedisFailoverCluster) primaryFrom(ctx context.Context, addr, key string
 	if err != nil {
 		return -1, fmt.Errorf("cluster keyslot %q on %s: %w", key, addr, err)
 	}
-	slots, err := cl.ClusterSlots(ctx).Result()
+	shards, err := cl.ClusterShards(ctx).Result()
 	if err != nil {
-		return -1, fmt.Errorf("cluster slots on %s: %w", addr, err)
+		return -1, fmt.Errorf("cluster shards on %s: %w", addr, err)
 	}
-	for _, s := range slots {
-		if int64(s.Start) <= slot && slot <= int64(s.End) && len(s.Nodes) > 0 {
-			for i, a := range c.Addrs {
-				if a == s.Nodes[0].Addr {
-					return i, nil
-				}
+	for _, sh := range shards {
+		for _, r := range sh.Slots {
+			if slot < r.Start || slot > r.End {
+				continue
 			}
-			return -1, fmt.Errorf("slot %d is served by %s, none of %v", slot, s.Nodes[0].Addr, c.Addrs)
+			for _, n := range sh.Nodes {
+				if n.Role != "master" || n.Health != "online" {
+					continue
+				}
+				a := net.JoinHostPort(n.IP, strconv.FormatInt(n.Port, 10))
+				for i, b := range c.Addrs {
+					if a == b {
+						return i, nil
+					}
+				}
+				return -1, fmt.Errorf("slot %d is served by %s, none of %v", slot, a, c.Addrs)
+			}
 		}
 	}
 	return -1, fmt.Errorf("%s: no node serves slot %d", addr, slot)
