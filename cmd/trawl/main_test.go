@@ -151,6 +151,10 @@ func TestBadInput(t *testing.T) {
 		{"zero back-off", []string{"crawl", "--retry-backoff=0", "http://example.com/"}, 2, "--retry-backoff 0s: want a positive duration"},
 		{"negative failure timeout", []string{"crawl", "--failure-timeout=-1s", "http://example.com/"}, 2, "--failure-timeout -1s must not be negative"},
 		{"autothrottle target 0", []string{"crawl", "--autothrottle", "--autothrottle-target-concurrency=0", "http://example.com/"}, 2, "--autothrottle-target-concurrency 0: want a number above 0"},
+		{"nats replicas above 5", []string{"crawl", "--broker=nats", "--nats-replicas=7", "http://example.com/"}, 2, "--nats-replicas 7: want 1 to 5"},
+		{"quorum queues without fifo", []string{"crawl", "--broker=rabbitmq", "--amqp-queue-type=quorum", "http://example.com/"}, 2, "add --order fifo"},
+		{"unknown queue type", []string{"crawl", "--amqp-queue-type=stream", "http://example.com/"}, 2, `--amqp-queue-type "stream": want classic or quorum`},
+		{"bad node in amqp url list", []string{"crawl", "--amqp-url=amqp://a:5672/,http://b/", "http://example.com/"}, 2, "--amqp-url http://b/"},
 		{"autothrottle start above max", []string{"crawl", "--autothrottle-start-delay=2m", "http://example.com/"}, 2, "--autothrottle-max-delay 1m0s: want 0 < start ≤ max"},
 	}
 	for _, c := range cases {
