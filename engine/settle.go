@@ -26,10 +26,13 @@ import (
 // and the acker each hold at most half Config.Concurrency deliveries (at
 // most maxBatch), a page waiting for room: a worker holds at most twice
 // its concurrency deliveries unsettled, and a worker killed with kill -9
-// has at most that many pages fetched again. Both run in goroutines owned
-// by Run, which stops them once no page is left in progress: the writer
-// first (its acknowledgements go to the acker), then the acker, each
-// flushing what it holds before it returns.
+// has at most that many pages fetched again. A consumer whose prefetch
+// counts deliveries not yet settled (RabbitMQ's basic.qos) needs a
+// prefetch of twice Config.Concurrency to keep every slot busy.
+//
+// Both run in goroutines owned by Run, which stops them once no page is
+// left in progress: the writer first (its acknowledgements go to the
+// acker), then the acker, each flushing what it holds before it returns.
 const (
 	// maxBatch bounds the pages written, and the deliveries acknowledged,
 	// in one batch.
