@@ -110,6 +110,7 @@ func crawlItems(t *testing.T, args ...string) ([]item, result) {
 // value: --include 'p/[0-9]{1,3}$' crawls exactly the pages the same regex
 // without a comma crawls, and --extract 'r=h1,.price_color' extracts both.
 func TestFlagValuesWhole(t *testing.T) {
+	t.Parallel()
 	base := numberSite(t)
 	braces, _ := crawlItems(t, "--include", `p/[0-9]{1,3}$`, base+"/")
 	plain, _ := crawlItems(t, "--include", `p/[0-9][0-9]?[0-9]?$`, base+"/")
@@ -139,6 +140,7 @@ func TestFlagValuesWhole(t *testing.T) {
 // and exits 1 (0 with --allow-empty); the rerun of a finished crawl says
 // it has nothing to do; --flush starts again, --out included.
 func TestEmptyCrawlSaysWhy(t *testing.T) {
+	t.Parallel()
 	base := numberSite(t)
 	for _, c := range []struct {
 		name, url, why string
@@ -147,6 +149,7 @@ func TestEmptyCrawlSaysWhy(t *testing.T) {
 		{"robots", base + "/private", "trawl: no item: the start URL is disallowed by robots.txt"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			r := trawl(t, time.Minute, "crawl", "--idle-timeout", "300ms", c.url)
 			if r.code != 1 || lastLine(r.stderr) != c.why {
 				t.Errorf("exit %d, want 1, with the last line %q; stderr:\n%s", r.code, c.why, r.stderr)
@@ -190,9 +193,11 @@ var summaryRE = regexp.MustCompile(`^trawl: crawl done: (\d+) pages? fetched, (\
 // page count is the one the engine logs; with stderr not a terminal, a
 // progress line comes at a steady interval.
 func TestSummaryLine(t *testing.T) {
+	t.Parallel()
 	_, url := serveSite(t, testsite.Options{Pages: 300, Links: 5, Seed: 3, Latency: 2 * time.Millisecond})
 	for _, extra := range [][]string{nil, {"--max-pages", "10"}} {
 		t.Run(fmt.Sprint(extra), func(t *testing.T) {
+			t.Parallel()
 			out := filepath.Join(t.TempDir(), "items.jsonl")
 			args := append([]string{"crawl", "--idle-timeout", "500ms", "--log-level", "info", "--progress-interval", "100ms", "--out", out}, extra...)
 			r := trawl(t, 2*time.Minute, append(args, url+"/")...)
@@ -233,6 +238,7 @@ func TestSummaryLine(t *testing.T) {
 // summaries and the error of every path (parse errors, refused
 // connections, an unreachable site).
 func TestPasswordsRedacted(t *testing.T) {
+	t.Parallel()
 	const pw = "Pl4ntedS3cret"
 	var (
 		mu   sync.Mutex
@@ -245,14 +251,23 @@ func TestPasswordsRedacted(t *testing.T) {
 		mu.Unlock()
 		fmt.Fprint(w, `<html><title>t</title><a href="/next">n</a><a href="/gone">g</a></html>`)
 	}))
-	defer srv.Close()
+	// The cases run in parallel, after this function returns: the
+	// server and the check of what it saw are cleanups, which wait for them.
+	t.Cleanup(func() {
+		srv.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		if !slices.Contains(auth, pw) {
+			t.Errorf("the site saw passwords %q: the credentials must still be used to fetch pages", auth)
+		}
+	})
 	withCreds := strings.Replace(srv.URL, "http://", "http://user:"+pw+"@", 1) + "/"
 
 	cases := []struct {
 		name string
 		code int
 		args []string
-		env  string // TRAWL_REDIS_URL
+		env  string // TRAWL_REDIS_URL, unset if empty
 	}{
 		{"redis bad port", 2, []string{"stats", "--broker=redis", "--redis-url", "redis://u:" + pw + "@127.0.0.1:x/0"}, ""},
 		{"redis bad escape", 2, []string{"stats", "--broker=redis", "--redis-url", "redis://u:" + pw + "%zz@127.0.0.1/0"}, ""},
@@ -275,11 +290,12 @@ func TestPasswordsRedacted(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			t.Setenv("TRAWL_REDIS_URL", c.env)
-			if c.env == "" {
-				os.Unsetenv("TRAWL_REDIS_URL")
+			t.Parallel()
+			env := "TRAWL_REDIS_URL"
+			if c.env != "" {
+				env += "=" + c.env
 			}
-			r := trawl(t, time.Minute, c.args...)
+			r := trawlEnv(t, []string{env}, c.args...)
 			if r.code != c.code {
 				t.Errorf("exit %d, want %d; stderr:\n%s", r.code, c.code, r.stderr)
 			}
@@ -294,16 +310,12 @@ func TestPasswordsRedacted(t *testing.T) {
 			}
 		})
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if !slices.Contains(auth, pw) {
-		t.Errorf("the site saw passwords %q: the credentials must still be used to fetch pages", auth)
-	}
 }
 
 // TestOutDevNull (9.9): --out /dev/null works (fsync there fails with
 // EINVAL, which once made a good crawl exit 2, the usage-error code).
 func TestOutDevNull(t *testing.T) {
+	t.Parallel()
 	base := numberSite(t)
 	r := trawl(t, time.Minute, "crawl", "--idle-timeout", "300ms", "--out", os.DevNull, base+"/book")
 	if r.code != 0 || !strings.HasPrefix(lastLine(r.stderr), "trawl: crawl done: 2 pages fetched, 1 item written") {
@@ -316,7 +328,9 @@ func TestOutDevNull(t *testing.T) {
 // the embedded NATS server's banner stays out of the debug log; each
 // command's help lists the flags it uses and no other.
 func TestSmallGaps(t *testing.T) {
+	t.Parallel()
 	t.Run("out help", func(t *testing.T) {
+		t.Parallel()
 		r := trawl(t, time.Minute, "crawl", "--help")
 		i := strings.Index(r.stdout, "--out string")
 		if i < 0 {
@@ -330,12 +344,14 @@ func TestSmallGaps(t *testing.T) {
 		}
 	})
 	t.Run("version", func(t *testing.T) {
+		t.Parallel()
 		a, b := trawl(t, time.Minute, "--version"), trawl(t, time.Minute, "version")
 		if a.code != 0 || b.code != 0 || a.stdout != b.stdout || !strings.HasPrefix(a.stdout, "trawl ") || !strings.Contains(a.stdout, runtime.Version()) {
 			t.Errorf("--version: %d %q; version: %d %q; want the same line naming %s", a.code, a.stdout, b.code, b.stdout, runtime.Version())
 		}
 	})
 	t.Run("allow-private", func(t *testing.T) {
+		t.Parallel()
 		other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "<title>x</title>") }))
 		defer other.Close()
 		site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -354,6 +370,7 @@ func TestSmallGaps(t *testing.T) {
 		}
 	})
 	t.Run("help", func(t *testing.T) {
+		t.Parallel()
 		for _, c := range []struct {
 			cmd        string
 			has, hasnt []string
@@ -385,6 +402,7 @@ func TestSmallGaps(t *testing.T) {
 // with its status and the page linking to it; a 404 start URL is then an
 // item, not an empty crawl.
 func TestErrorItems(t *testing.T) {
+	t.Parallel()
 	base := numberSite(t)
 	items, _ := crawlItems(t, "--error-items", base+"/book")
 	got := map[string]string{}
@@ -408,6 +426,7 @@ func TestErrorItems(t *testing.T) {
 // TestReadmeFlags: every flag a command's --help shows is in README.md,
 // so that the README's flag table keeps up with the binary.
 func TestReadmeFlags(t *testing.T) {
+	t.Parallel()
 	readme, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)

@@ -12,14 +12,23 @@ import (
 	"time"
 )
 
-// trawlEnv runs trawl in a fresh folder with env added to the environment.
+// trawlEnv runs trawl in a fresh folder with env (KEY=VALUE) added to the
+// environment; a bare KEY removes KEY from it. The tests run in parallel:
+// the child's environment is theirs to set, the test process's is not.
 func trawlEnv(t *testing.T, env []string, args ...string) result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, trawlBin, args...)
 	cmd.Dir = t.TempDir()
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = os.Environ()
+	for _, kv := range env {
+		key, _, _ := strings.Cut(kv, "=")
+		cmd.Env = slices.DeleteFunc(cmd.Env, func(e string) bool { return strings.HasPrefix(e, key+"=") })
+		if strings.Contains(kv, "=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -67,6 +76,7 @@ func configLines(t *testing.T, stdout string) map[string]string {
 // which gave each value, and a crawl obeys the same order (the file's
 // --include, with a comma inside, is used rather than the environment's).
 func TestConfigPrecedence(t *testing.T) {
+	t.Parallel()
 	// json is a flag of trawl stats only: trawl config ignores it.
 	cfg := writeConfig(t, "concurrency = 32\nper-host = 7\ndelay = \"2s\"\ninclude = [\"a,b\", \"c\"]\njson = true\n")
 	env := []string{"TRAWL_CONCURRENCY=5", "TRAWL_PER_HOST=3", "TRAWL_MAX_PAGES=9", "TRAWL_DELAY=1s"}
@@ -112,6 +122,7 @@ func TestConfigPrecedence(t *testing.T) {
 // and a missing file are usage errors (exit 2) naming the key or the file,
 // before anything is crawled.
 func TestConfigBadFile(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct{ name, text, msg string }{
 		{"unknown key", "concurency = 3\n", `unknown key "concurency" (did you mean concurrency?`},
 		{"table", "[redis]\nurl = \"redis://x\"\n", `unknown key "redis"`},
@@ -120,6 +131,7 @@ func TestConfigBadFile(t *testing.T) {
 		{"not toml", "concurrency = \n", "trawl.toml"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			r := trawl(t, time.Minute, "crawl", "--config", writeConfig(t, c.text), "http://192.0.2.1/")
 			if r.code != 2 || !strings.Contains(r.stderr, c.msg) {
 				t.Errorf("exit %d, stderr %q; want 2 and %q", r.code, r.stderr, c.msg)
@@ -136,6 +148,7 @@ func TestConfigBadFile(t *testing.T) {
 // nor a credential header's value, whether from the file, the environment
 // or a flag, and keeps the rest of the value.
 func TestConfigRedacts(t *testing.T) {
+	t.Parallel()
 	cfg := writeConfig(t, "redis-url = \"redis://app:s3cret-file@redis.example:6379/0\"\n"+
 		"header = [\"Authorization: Bearer s3cret-token\", \"X-Team: crawl\"]\n")
 	r := trawlEnv(t, []string{"TRAWL_AMQP_URL=amqp://bob:s3cret-env@mq.example:5672/"},

@@ -77,6 +77,7 @@ func until(t *testing.T, ctx context.Context, what string, cond func() bool) {
 // the running crawl while one runs and on the store itself after; their
 // numbers agree with the crawl's summary and its output.
 func TestDefaultModeAdmin(t *testing.T) {
+	t.Parallel()
 	site := startTestsite(t, "--pages", "300", "--latency", "20ms")
 	var broken atomic.Int64
 	bad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -180,6 +181,7 @@ func TestDefaultModeAdmin(t *testing.T) {
 // into the data directory's store, where "trawl items" takes them: every
 // item once, as JSON lines; a second call finds none.
 func TestOutQueueDefault(t *testing.T) {
+	t.Parallel()
 	_, url := serveSite(t, testsite.Options{Pages: 60, Links: 4, Seed: 3, NoTraps: true})
 	dir := t.TempDir()
 	r := trawlIn(t, dir, time.Minute, "crawl", "--name", "q", "--out", "queue", "--idle-timeout", "300ms", url+"/")
@@ -231,6 +233,7 @@ func TestOutQueueDefault(t *testing.T) {
 // runs (counters, the fetch histogram, the embedded broker's queue gauges,
 // the local filter's size, the Go collector), not the old catch-all.
 func TestMetricsAddr(t *testing.T) {
+	t.Parallel()
 	_, url := serveSite(t, testsite.Options{Pages: 200, Links: 5, Seed: 3, NoTraps: true, Latency: 20 * time.Millisecond})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -287,6 +290,7 @@ func TestMetricsAddr(t *testing.T) {
 // open a NATS queue sets the consumers' AckWait): stats and seed without
 // --lease leave a crawl run with --lease 2m at 2m.
 func TestDefaultModeAdminKeepsLease(t *testing.T) {
+	t.Parallel()
 	_, url := serveSite(t, testsite.Options{Pages: 200, Links: 5, Seed: 3, NoTraps: true, Latency: 20 * time.Millisecond})
 	dir := t.TempDir()
 	out := filepath.Join(dir, "items.jsonl")
@@ -357,6 +361,7 @@ func (s *syncBuffer) String() string {
 // once it is free; a second crawl on a directory whose crawl runs is
 // refused at once.
 func TestDefaultModeDirectoryInUse(t *testing.T) {
+	t.Parallel()
 	_, url := serveSite(t, testsite.Options{Pages: 100, Links: 4, Seed: 3, NoTraps: true, Latency: 10 * time.Millisecond})
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -391,6 +396,7 @@ func TestDefaultModeDirectoryInUse(t *testing.T) {
 // TestDefaultModeNoCrawl: stats, deadletter, items and purge of a crawl
 // that never ran say so, and create nothing.
 func TestDefaultModeNoCrawl(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	for _, args := range [][]string{{"stats"}, {"deadletter", "list"}, {"items"}, {"purge"}} {
 		r := trawlIn(t, dir, time.Minute, append(args, "--name", "typo")...)

@@ -161,6 +161,7 @@ func settingsTable() string {
 // every flag has an entry (maybe empty) in scrapySettings, so that a new
 // flag is not left out of the table. TRAWL_UPDATE_DOCS=1 rewrites the table.
 func TestSettingsDoc(t *testing.T) {
+	t.Parallel()
 	want := settingsTable()
 	data, err := os.ReadFile(settingsDoc)
 	if err != nil {

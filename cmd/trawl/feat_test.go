@@ -19,6 +19,7 @@ import (
 // TestExtractSuffixes (issue 12): --extract takes ::attr(href) as absolute
 // URLs, ::attr(NAME) and ::text of a selector group, one value per match.
 func TestExtractSuffixes(t *testing.T) {
+	t.Parallel()
 	_, base := serveSite(t, testsite.Options{Pages: 5, NoTraps: true})
 	items, _ := crawlItems(t, "--include", `/shop/page/2$`,
 		"--extract", "product=article.product_pod h3 a::attr(href)",
@@ -60,6 +61,7 @@ func TestExtractSuffixes(t *testing.T) {
 // order, then the page's other columns; one row per page with the
 // product's title and price; a second run appends rows, not a header.
 func TestCSVOut(t *testing.T) {
+	t.Parallel()
 	_, base := serveSite(t, testsite.Options{Pages: 5, NoTraps: true})
 	dir := t.TempDir()
 	out := filepath.Join(dir, "pages.csv")
@@ -178,6 +180,7 @@ func (rc *recorder) requests() []map[string]string {
 // request only; a page that needs the cookie an earlier page set gets it
 // (200), and with --no-cookies it does not (403, no item).
 func TestHeadersAndCookies(t *testing.T) {
+	t.Parallel()
 	site := testsite.New(testsite.Options{Pages: 5, NoTraps: true})
 	rc := &recorder{h: site, names: []string{"X-Trawl-Test", "Accept-Language", "X-Start"}}
 	srv := httptest.NewServer(rc)
@@ -222,6 +225,7 @@ func TestHeadersAndCookies(t *testing.T) {
 // included, goes through the proxy (the crawled host does not even
 // resolve); --timeout bounds each request.
 func TestProxyAndTimeout(t *testing.T) {
+	t.Parallel()
 	site := testsite.New(testsite.Options{Pages: 5, SlowDelay: 20 * time.Second})
 	rc := &recorder{h: site}
 	proxy := httptest.NewServer(rc) // a forward proxy for plain http: absolute request URLs
@@ -255,6 +259,7 @@ func TestProxyAndTimeout(t *testing.T) {
 // sitemaps list off the site or under a disallowed path is not fetched.
 // Without --sitemaps none of them is.
 func TestSitemaps(t *testing.T) {
+	t.Parallel()
 	site, base := serveSite(t, testsite.Options{Pages: 20, NoTraps: true})
 	items, r := crawlItems(t, "--sitemaps", base+"/")
 	if err := site.Verify(); err != nil {

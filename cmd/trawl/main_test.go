@@ -87,6 +87,7 @@ func serveSite(t *testing.T, o testsite.Options) (*testsite.Site, string) {
 // robots-disallowed or external URL, retries the flaky pages, stops by
 // itself with exit 0 and writes one JSON line per page.
 func TestCrawl5000(t *testing.T) {
+	t.Parallel()
 	pages := 5000
 	if testing.Short() {
 		pages = 500
@@ -126,6 +127,7 @@ func TestCrawl5000(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name string
 		args []string
@@ -159,6 +161,7 @@ func TestBadInput(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			r := trawl(t, time.Minute, c.args...)
 			if r.code != c.code {
 				t.Errorf("exit %d, want %d; stderr:\n%s", r.code, c.code, r.stderr)
@@ -177,8 +180,8 @@ func TestBadInput(t *testing.T) {
 }
 
 func TestEnvFlags(t *testing.T) {
-	t.Setenv("TRAWL_BROKER", "kafka")
-	r := trawl(t, time.Minute, "crawl", "http://example.com/")
+	t.Parallel()
+	r := trawlEnv(t, []string{"TRAWL_BROKER=kafka"}, "crawl", "http://example.com/")
 	if r.code != 2 || !strings.Contains(r.stderr, "kafka") {
 		t.Errorf("TRAWL_BROKER=kafka should be rejected like --broker=kafka; exit %d, stderr %s", r.code, r.stderr)
 	}
@@ -187,6 +190,7 @@ func TestEnvFlags(t *testing.T) {
 // TestInterrupt: SIGINT stops the crawl cleanly: exit 130, a hint to
 // resume, and every item line written whole.
 func TestInterrupt(t *testing.T) {
+	t.Parallel()
 	_, url := serveSite(t, testsite.Options{Pages: 2000, Links: 5, NoTraps: true, Latency: 5 * time.Millisecond})
 	out := filepath.Join(t.TempDir(), "items.jsonl")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -233,6 +237,7 @@ func lines(path string) int {
 // ./.trawl) stopped with SIGINT at about half and run again with the same
 // command fetches every page exactly once in total.
 func TestResumeDefault(t *testing.T) {
+	t.Parallel()
 	pages := 5000
 	if testing.Short() {
 		pages = 500

@@ -48,6 +48,7 @@ func openPTY(t *testing.T) (ptm, pts *os.File) {
 // with stderr not a terminal, it logs progress lines instead (see
 // TestSummaryLine).
 func TestProgressOnTerminal(t *testing.T) {
+	t.Parallel()
 	_, url := serveSite(t, testsite.Options{Pages: 200, Links: 4, Seed: 9, NoTraps: true, Latency: 15 * time.Millisecond})
 	ptm, pts := openPTY(t)
 	defer ptm.Close()

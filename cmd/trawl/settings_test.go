@@ -15,6 +15,7 @@ import (
 // so; --override-settings replaces it with a warning; --flush starts a
 // crawl with new settings.
 func TestCrawlSettingsDefaultMode(t *testing.T) {
+	t.Parallel()
 	_, url := serveSite(t, testsite.Options{Pages: 30, Links: 4, Seed: 3, NoTraps: true})
 	dir := t.TempDir()
 	run := func(args ...string) result {

@@ -14,6 +14,7 @@ import (
 // together; the engine's tests show the contrast), from a start delay of
 // 10ms.
 func TestAutoThrottleFlag(t *testing.T) {
+	t.Parallel()
 	const latency = 300 * time.Millisecond
 	var mu sync.Mutex
 	var arrivals []time.Time

@@ -13,6 +13,7 @@ import (
 // whose page links to another port of the same address: trust covers the
 // start URL's host and port only, so the other port is never contacted.
 func TestTrustIsPerPort(t *testing.T) {
+	t.Parallel()
 	var secret atomic.Int64
 	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		secret.Add(1)
