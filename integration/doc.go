@@ -20,8 +20,8 @@
 // TRAWL_TEST_NATS_URL, images from TRAWL_RABBITMQ_IMAGE and
 // TRAWL_NATS_IMAGE. RabbitMQContainer and NATSContainer start a server for
 // one test alone, on a fixed host port, with a Restart method for the tests
-// of a broker that restarts. RabbitMQStockContainer starts one for one test
-// with no plugin enabled (no management API), as a stock deployment has it.
+// of a broker that restarts. RabbitMQStock returns a shared one with no
+// plugin enabled (no management API), as a stock deployment has it.
 //
 // RedisContainer, RabbitMQContainer and NATSContainer take options:
 // WithTLS(ca) makes the server take TLS connections only, with a
@@ -35,8 +35,8 @@
 // saying why; it is never skipped in silence. Under -short (make unit) no
 // container is started: a test that would need one is skipped, with a
 // message naming the variable that points it at a running server instead
-// (RabbitMQContainer, RabbitMQStockContainer and NATSContainer always skip
-// under -short).
+// (RabbitMQContainer, RabbitMQStock and NATSContainer always skip under
+// -short).
 //
 // # Cleanup
 //

@@ -28,6 +28,7 @@ type servers struct {
 	redis    once[string]
 	cluster  once[[]string]
 	rabbitmq once[RabbitMQServer]
+	stock    once[RabbitMQServer]
 	nats     once[string]
 }
 

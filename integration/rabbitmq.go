@@ -164,21 +164,29 @@ func rabbitConf(o serverOptions) string {
 	return b.String()
 }
 
-// RabbitMQStockContainer starts a RabbitMQ container without any plugin
-// (no management API: ManagementURL is empty) for t alone, and removes it
-// when t ends: a stock server as a deployment may have it. It fails t if
-// the container cannot be started.
-func RabbitMQStockContainer(t testing.TB) *RabbitMQServer {
+// RabbitMQStock returns a RabbitMQ server without any plugin (no
+// management API: ManagementURL is empty), as a stock deployment has it,
+// shared by the tests of this binary: a container started on first use.
+// Tests share it: keep to queues named after Name(t). It fails t if the
+// container cannot be started, and skips it under -short.
+func RabbitMQStock(t testing.TB) *RabbitMQServer {
 	t.Helper()
 	skipShort(t, "RabbitMQ", "")
-	s, err := startRabbitMQ(nil, true, serverOptions{})
-	if s != nil && s.ctr != nil {
-		terminateOnCleanup(t, s.ctr)
-	}
+	shared.requireMain(t)
+	s, err := shared.stock.get(func() (RabbitMQServer, error) {
+		s, err := startRabbitMQ(nil, true, serverOptions{})
+		if s != nil && s.ctr != nil {
+			shared.track(s.ctr)
+		}
+		if err != nil {
+			return RabbitMQServer{}, err
+		}
+		return *s, nil
+	})
 	if err != nil {
 		t.Fatalf("integration: start a RabbitMQ container without plugins (image %q): %v", image(EnvRabbitMQImage, "rabbitmq:3-management"), err)
 	}
-	return s
+	return &RabbitMQServer{URL: s.URL}
 }
 
 // freePort returns a TCP port that was free on the host a moment ago.

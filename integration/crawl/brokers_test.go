@@ -36,26 +36,32 @@ func sharedRabbit(t *testing.T) *integration.RabbitMQServer {
 	return &integration.RabbitMQServer{URL: integration.RabbitMQ(t), ManagementURL: integration.RabbitMQManagement(t)}
 }
 
-func TestRabbitMQThreeWorkers(t *testing.T) { threeWorkers(t, rabbitArgs(t, sharedRabbit(t))) }
+func TestRabbitMQThreeWorkers(t *testing.T) {
+	t.Parallel()
+	threeWorkers(t, rabbitArgs(t, sharedRabbit(t)))
+}
 
 // TestRabbitMQStockThreeWorkers: a RabbitMQ server without the management
 // plugin, three workers: every page exactly once, and every worker
 // finds the crawl done and exits.
 func TestRabbitMQStockThreeWorkers(t *testing.T) {
-	threeWorkers(t, rabbitArgs(t, integration.RabbitMQStockContainer(t)))
+	t.Parallel()
+	threeWorkers(t, rabbitArgs(t, integration.RabbitMQStock(t)))
 }
 
 // TestRabbitMQStockKill9: kill -9 of a worker on a server without the
 // management plugin: the survivor tells the dead worker from a silent
 // one (its presence queue is gone), finishes and exits.
 func TestRabbitMQStockKill9(t *testing.T) {
-	kill9(t, rabbitArgs(t, integration.RabbitMQStockContainer(t)))
+	t.Parallel()
+	kill9(t, rabbitArgs(t, integration.RabbitMQStock(t)))
 }
 
 // TestRabbitMQManagementUnauthorized: a management URL that answers 401
 // is said on stderr within 10s, naming the flag, and the crawl still
 // finishes, counting over AMQP.
 func TestRabbitMQManagementUnauthorized(t *testing.T) {
+	t.Parallel()
 	srv := sharedRabbit(t)
 	u, err := url.Parse(srv.ManagementURL)
 	if err != nil {
@@ -79,31 +85,47 @@ func TestRabbitMQManagementUnauthorized(t *testing.T) {
 		t.Errorf("items: %d distinct (want %d), %d duplicates (want 0)", distinct, site.Expected(), dups)
 	}
 }
-func TestNATSThreeWorkers(t *testing.T) { threeWorkers(t, natsArgs(t, integration.NATS(t))) }
-func TestRabbitMQKill9(t *testing.T)    { kill9(t, rabbitArgs(t, sharedRabbit(t))) }
-func TestNATSKill9(t *testing.T)        { kill9(t, natsArgs(t, integration.NATS(t))) }
+
+func TestNATSThreeWorkers(t *testing.T) {
+	t.Parallel()
+	threeWorkers(t, natsArgs(t, integration.NATS(t)))
+}
+
+func TestRabbitMQKill9(t *testing.T) {
+	t.Parallel()
+	kill9(t, rabbitArgs(t, sharedRabbit(t)))
+}
+
+func TestNATSKill9(t *testing.T) {
+	t.Parallel()
+	kill9(t, natsArgs(t, integration.NATS(t)))
+}
 
 func TestRabbitMQRestart(t *testing.T) {
+	t.Parallel()
 	srv := integration.RabbitMQContainer(t)
 	restartMidCrawl(t, rabbitArgs(t, srv), srv.Restart)
 }
 
 func TestNATSRestart(t *testing.T) {
+	t.Parallel()
 	srv := integration.NATSContainer(t)
 	restartMidCrawl(t, natsArgs(t, srv.URL), srv.Restart)
 }
 
 // threeWorkers: a seed and three workers; every page exactly once across
-// them, the work shared, all exit by themselves. The lease is 1s and the
-// site's slow page takes 2.5s: the lease is extended while the page is in
-// progress, so no second worker fetches it.
+// them, the work shared, all exit by themselves. The lease is 3s and the
+// site's slow page takes 7.5s: the lease is extended while the page is in
+// progress, so no second worker fetches it. (A lease of 1s, extended every
+// 333ms, expired under a loaded machine's scheduling stalls: pages fetched
+// twice that were never slow.)
 func threeWorkers(t *testing.T, args func(string, ...string) []string) {
-	site, url := serveSite(t, testsite.Options{Pages: pages(), Links: 10, Seed: 21, SlowDelay: 2500 * time.Millisecond})
+	site, url := serveSite(t, testsite.Options{Pages: pages(), Links: 10, Seed: 21, SlowDelay: 7500 * time.Millisecond})
 	name := integration.Name(t)
 	mustRun(t, append([]string{"seed"}, args(name, url)...)...)
 	var ws []*proc
 	for range 3 {
-		ws = append(ws, start(t, append([]string{"worker"}, args(name, "--lease=1s")...)...))
+		ws = append(ws, start(t, append([]string{"worker"}, args(name, "--lease=3s")...)...))
 	}
 	for i, w := range ws {
 		if code := w.wait(t, 5*time.Minute); code != 0 {
@@ -185,6 +207,7 @@ func restartMidCrawl(t *testing.T, args func(string, ...string) []string, restar
 // refetch the site about three times, each redelivered page republishing
 // all its links past the filter).
 func TestRabbitMQKilledMidCrawl(t *testing.T) {
+	t.Parallel()
 	const workers, concurrency = 2, 16
 	srv := integration.RabbitMQContainer(t)
 	args := rabbitArgs(t, srv)

@@ -41,6 +41,7 @@ var workerSummary = regexp.MustCompile(`(?m)^trawl: worker done: (\d+) pages? fe
 // items it wrote and "trawl stats" give the same numbers; "deadletter
 // list" says there are none; "purge" leaves no key of the crawl.
 func TestRedisCLIAgrees(t *testing.T) {
+	t.Parallel()
 	site, url := serveSite(t, testsite.Options{Pages: 200, Links: 5, Seed: 21, NoTraps: true})
 	name := integration.Name(t)
 	mustRun(t, append([]string{"seed"}, redisArgs(t, name, url)...)...)
@@ -97,6 +98,7 @@ func TestRedisCLIAgrees(t *testing.T) {
 // hash-tagged) brings one warning naming the right key, from a running
 // worker and from stats.
 func TestRedisKeyNames(t *testing.T) {
+	t.Parallel()
 	site, url := serveSite(t, testsite.Options{Pages: 30, Links: 3, Seed: 22, NoTraps: true})
 	name := integration.Name(t)
 	code, out, stderr := runOut(t, append([]string{"seed"}, redisArgs(t, name, url)...)...)
@@ -135,6 +137,7 @@ func TestRedisKeyNames(t *testing.T) {
 // a dead letter left behind is a page never fetched. With --max it moves
 // at most that many per queue.
 func TestRedisDeadLetterRequeueAll(t *testing.T) {
+	t.Parallel()
 	name := integration.Name(t)
 	client := integration.RedisClient(t)
 	ctx := t.Context()

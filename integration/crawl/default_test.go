@@ -19,6 +19,7 @@ import (
 // acknowledged (issue 9.6: 1,397 of 3,031 were fetched twice while the
 // filter was saved only every 30s).
 func TestDefaultModeKill9(t *testing.T) {
+	t.Parallel()
 	n := 3000
 	if testing.Short() {
 		n = 600

@@ -19,6 +19,7 @@ import (
 // than 20 starts per second, together (scrapy-redis applies both per
 // process, so three workers would hit it three times harder).
 func TestRedisPolitenessAcrossWorkers(t *testing.T) {
+	t.Parallel()
 	const pages = 60
 	var (
 		mu           sync.Mutex
@@ -83,6 +84,7 @@ func TestRedisPolitenessAcrossWorkers(t *testing.T) {
 // holds all --per-host slots of a host does not stall the next worker
 // beyond --lease (issue 13.4: the slots stayed taken for two minutes).
 func TestRedisKill9FreesHostSlots(t *testing.T) {
+	t.Parallel()
 	const pages, perHost = 30, 8
 	var (
 		mu      sync.Mutex

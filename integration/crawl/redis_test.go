@@ -23,12 +23,20 @@ func redisDeployment(t *testing.T) func(name string, more ...string) []string {
 	return func(name string, more ...string) []string { return redisArgs(t, name, more...) }
 }
 
-func TestRedisThreeWorkers(t *testing.T) { threeWorkers(t, redisDeployment(t)) }
-func TestRedisKill9(t *testing.T)        { kill9(t, redisDeployment(t)) }
+func TestRedisThreeWorkers(t *testing.T) {
+	t.Parallel()
+	threeWorkers(t, redisDeployment(t))
+}
+
+func TestRedisKill9(t *testing.T) {
+	t.Parallel()
+	kill9(t, redisDeployment(t))
+}
 
 // TestRedisResume: every worker stopped with SIGINT halfway; a worker
 // started later finishes the crawl without fetching anything twice.
 func TestRedisResume(t *testing.T) {
+	t.Parallel()
 	site, url := serveSite(t, testsite.Options{Pages: pages(), Links: 10, Seed: 13, NoTraps: true, Latency: time.Millisecond})
 	name := integration.Name(t)
 	mustRun(t, append([]string{"seed"}, redisArgs(t, name, url)...)...)
@@ -63,6 +71,7 @@ func TestRedisResume(t *testing.T) {
 // rejected with a log line and the crawl goes on; an unreachable Redis and
 // a wrong password each give one clear line.
 func TestRedisBadInput(t *testing.T) {
+	t.Parallel()
 	site, url := serveSite(t, testsite.Options{Pages: 50, Links: 4, NoTraps: true})
 	name := integration.Name(t)
 	client := integration.RedisClient(t)
@@ -103,7 +112,9 @@ func TestRedisBadInput(t *testing.T) {
 // (maxmemory reached, noeviction) stops the worker with a non-zero exit
 // and a line naming the failure, without acknowledging the pages it could
 // not finish; once the limit is lifted and the dead letters requeued, a
-// new worker completes the crawl: no page lost.
+// new worker completes the crawl: no page lost. Not parallel: it sets
+// maxmemory on the Redis every test of the package shares, and the
+// sequential tests run before the parallel ones start.
 func TestRedisOutOfMemory(t *testing.T) {
 	site, url := serveSite(t, testsite.Options{Pages: 2000, Links: 10, Seed: 25, NoTraps: true, Latency: time.Millisecond})
 	name := integration.Name(t)

@@ -44,15 +44,33 @@ func rabbitSettingsArgs(t *testing.T) deployment {
 	}
 }
 
-func TestRedisJoiningWorkerAdoptsSettings(t *testing.T) { joiningWorkerAdopts(t, settingsArgs(t)) }
-func TestNATSJoiningWorkerAdoptsSettings(t *testing.T)  { joiningWorkerAdopts(t, natsSettingsArgs(t)) }
+func TestRedisJoiningWorkerAdoptsSettings(t *testing.T) {
+	t.Parallel()
+	joiningWorkerAdopts(t, settingsArgs(t))
+}
+
+func TestNATSJoiningWorkerAdoptsSettings(t *testing.T) {
+	t.Parallel()
+	joiningWorkerAdopts(t, natsSettingsArgs(t))
+}
+
 func TestRabbitMQJoiningWorkerAdoptsSettings(t *testing.T) {
+	t.Parallel()
 	joiningWorkerAdopts(t, rabbitSettingsArgs(t))
 }
 
-func TestRedisPurgeRefusedWhileWorkersRun(t *testing.T) { purgeRefused(t, settingsArgs(t), true) }
-func TestNATSPurgeRefusedWhileWorkersRun(t *testing.T)  { purgeRefused(t, natsSettingsArgs(t), false) }
+func TestRedisPurgeRefusedWhileWorkersRun(t *testing.T) {
+	t.Parallel()
+	purgeRefused(t, settingsArgs(t), true)
+}
+
+func TestNATSPurgeRefusedWhileWorkersRun(t *testing.T) {
+	t.Parallel()
+	purgeRefused(t, natsSettingsArgs(t), false)
+}
+
 func TestRabbitMQPurgeRefusedWhileWorkersRun(t *testing.T) {
+	t.Parallel()
 	purgeRefused(t, rabbitSettingsArgs(t), true)
 }
 

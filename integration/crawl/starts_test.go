@@ -25,6 +25,7 @@ import (
 // and the publish, every time. Before start URLs were leased, the batch
 // (up to 256) was lost for good.
 func TestRedisStartsKill9(t *testing.T) {
+	t.Parallel()
 	const n = 2000
 	var (
 		mu   sync.Mutex
