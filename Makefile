@@ -40,11 +40,19 @@ lint: vet ## alias of vet
 
 # The integration tests need Docker and the broker images; where the image
 # script exists (no registry reachable), it builds them and names them.
+#
+# go test starts packages in the order given (each once): the two slowest,
+# whose tests drive trawl processes and mostly wait on them and on servers,
+# go first rather than last. For the same reason more packages (-p) and
+# more parallel tests per package (-parallel) run at once than there are
+# CPUs (GOMAXPROCS, the default of both).
+SLOW_PKGS := ./integration/crawl ./cmd/trawl
+TESTFLAGS ?= -p 3 -parallel 4
 test: vet ## vet, then every test with the race detector (unit, conformance, fuzz seeds, end to end, integration)
 	@env_line=""; \
 	if [ -z "$$TRAWL_REDIS_IMAGE" ] && [ -f "$(IMAGES)" ]; then env_line=$$(bash $(IMAGES)); fi; \
 	echo "env: $$env_line"; \
-	env $$env_line $(GO) test -race -count=1 -timeout 25m $(PKGS)
+	env $$env_line $(GO) test -race -count=1 -timeout 25m $(TESTFLAGS) $(if $(filter ./...,$(PKGS)),$(SLOW_PKGS)) $(PKGS)
 
 # Clusters of three servers per test (NATS JetStream R3, Redis Cluster with
 # replicas, RabbitMQ with quorum queues): the conformance suites on them and

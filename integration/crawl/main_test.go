@@ -219,12 +219,17 @@ func run(t *testing.T, args ...string) (int, string) {
 	return 0, errb.String()
 }
 
-// pages is the size of the test site: the 5000, fewer with -short.
+// pages is the size of the test site of the multi-process crawls: 2000
+// pages, 500 with -short. Enough for every worker to take a share and to
+// be stopped, killed or cut off from its broker mid-crawl; the 5000-page
+// acceptance crawl through the binary is cmd/trawl's TestCrawl5000. These
+// crawls run in parallel on a 2-CPU machine, where 5000 pages each made
+// the package the longest of make test.
 func pages() int {
 	if testing.Short() {
 		return 500
 	}
-	return 5000
+	return 2000
 }
 
 // mustRun runs trawl to completion and fails t unless it exits 0.
