@@ -109,7 +109,7 @@ func startNATS(hostPort string, o serverOptions) (*NATSServer, error) {
 		args = append(args, "--tls", "--tlscert", tlsCertFile, "--tlskey", tlsKeyFile)
 		opts = append(opts, awaitTLS(append([]string{"/usr/bin/nats-server"}, args...)...)...)
 	} else {
-		opts = append(opts, testcontainers.WithCmd(args...), testcontainers.WithWaitStrategy(ready))
+		opts = append(opts, testcontainers.WithCmd(args...), testcontainers.WithWaitStrategyAndDeadline(startTimeout, ready))
 	}
 	if hostPort != "" {
 		opts = append(opts, testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {

@@ -66,7 +66,7 @@ func StartNATSCluster(t testing.TB) *NATSCluster {
 			testcontainers.WithCmd("-js", "-sd", "/data/"+c.Names[i], "-n", c.Names[i],
 				"--cluster_name", "trawl", "--cluster", "nats://0.0.0.0:6222",
 				"--routes", strings.Join(routes, ","), "--no_advertise"),
-			testcontainers.WithWaitStrategy(wait.ForLog("Server is ready").WithStartupTimeout(startTimeout)),
+			testcontainers.WithWaitStrategyAndDeadline(startTimeout, wait.ForLog("Server is ready").WithStartupTimeout(startTimeout)),
 		)
 		c.ctrs[i] = ctr
 		return err

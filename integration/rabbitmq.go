@@ -231,7 +231,7 @@ func startRabbitMQ(ports map[string]string, stock bool, o serverOptions) (*Rabbi
 	if o.ca != nil {
 		opts = append(opts, awaitTLS("/usr/lib/rabbitmq/bin/rabbitmq-server")...)
 	} else {
-		opts = append(opts, testcontainers.WithWaitStrategy(ready))
+		opts = append(opts, testcontainers.WithWaitStrategyAndDeadline(startTimeout, ready))
 	}
 	if ports != nil {
 		opts = append(opts, testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {

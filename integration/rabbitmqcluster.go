@@ -68,7 +68,7 @@ func StartRabbitMQCluster(t testing.TB) *RabbitMQCluster {
 				"RABBITMQ_ENABLED_PLUGINS_FILE": "/tmp/no-plugins",
 			}),
 			testcontainers.WithFiles(testcontainers.ContainerFile{Reader: strings.NewReader("[].\n"), ContainerFilePath: "/tmp/no-plugins", FileMode: 0o644}),
-			testcontainers.WithWaitStrategy(wait.ForLog("Server startup complete").WithStartupTimeout(2*startTimeout)),
+			testcontainers.WithWaitStrategyAndDeadline(2*startTimeout, wait.ForLog("Server startup complete").WithStartupTimeout(2*startTimeout)),
 		)
 		c.ctrs[i] = ctr
 		return err

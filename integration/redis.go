@@ -30,7 +30,10 @@ const (
 	EnvRedisImage = "TRAWL_REDIS_IMAGE"
 )
 
-// startTimeout bounds starting one shared server.
+// startTimeout bounds starting one server. It is given to each wait
+// strategy and to testcontainers' deadline for them, since both default
+// to 60s: a RabbitMQ container starting beside others on a loaded 2-CPU
+// machine took longer.
 const startTimeout = 2 * time.Minute
 
 // Redis returns the URL (redis://host:port) of a Redis server shared by the
@@ -72,7 +75,7 @@ func startRedis() (string, error) {
 	// guesses, which is wrong on some machines (see Endpoint).
 	ctr, err := testcontainers.Run(ctx, image(EnvRedisImage, "redis:7"),
 		testcontainers.WithExposedPorts("6379/tcp"),
-		testcontainers.WithWaitStrategy(wait.ForLog("Ready to accept connections")),
+		testcontainers.WithWaitStrategyAndDeadline(startTimeout, wait.ForLog("Ready to accept connections").WithStartupTimeout(startTimeout)),
 	)
 	if ctr != nil {
 		shared.track(ctr)
@@ -135,7 +138,7 @@ func startCluster() ([]string, error) {
 					"--save", "", "--appendonly", "no",
 					"--protected-mode", "no"),
 				testcontainers.WithExposedPorts("6379/tcp"),
-				testcontainers.WithWaitStrategy(wait.ForLog("Ready to accept connections")),
+				testcontainers.WithWaitStrategyAndDeadline(startTimeout, wait.ForLog("Ready to accept connections").WithStartupTimeout(startTimeout)),
 			)
 			ch <- started{ctr, err}
 		}()
@@ -262,9 +265,9 @@ func RedisContainer(t testing.TB, opts ...ServerOption) *RedisServer {
 			"--tls-ca-cert-file", tlsCAFile, "--tls-auth-clients", auth)
 		custom = append(custom, awaitTLS(append([]string{"/usr/local/bin/docker-entrypoint.sh"}, args...)...)...)
 	case o.password != "":
-		custom = append(custom, testcontainers.WithCmd(args...), testcontainers.WithWaitStrategy(ready))
+		custom = append(custom, testcontainers.WithCmd(args...), testcontainers.WithWaitStrategyAndDeadline(startTimeout, ready))
 	default:
-		custom = append(custom, testcontainers.WithWaitStrategy(ready)) // the image's command
+		custom = append(custom, testcontainers.WithWaitStrategyAndDeadline(startTimeout, ready)) // the image's command
 	}
 	ctr, err := testcontainers.Run(ctx, image(EnvRedisImage, "redis:7"), custom...)
 	if ctr != nil {

@@ -64,7 +64,7 @@ func StartRedisFailoverCluster(t testing.TB) *RedisFailoverCluster {
 				"--cluster-node-timeout", itoa(int(RedisClusterNodeTimeout/time.Millisecond)),
 				"--save", "", "--appendonly", "no",
 				"--protected-mode", "no"),
-			testcontainers.WithWaitStrategy(wait.ForLog("Ready to accept connections")),
+			testcontainers.WithWaitStrategyAndDeadline(startTimeout, wait.ForLog("Ready to accept connections").WithStartupTimeout(startTimeout)),
 		)
 		c.ctrs[i] = ctr
 		if err != nil {

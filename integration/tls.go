@@ -183,7 +183,7 @@ func awaitTLS(cmd ...string) []testcontainers.ContainerCustomizer {
 	return []testcontainers.ContainerCustomizer{
 		testcontainers.WithEntrypoint("sh", "-c", script, "sh"),
 		testcontainers.WithCmd(cmd...),
-		testcontainers.WithWaitStrategy(wait.ForLog(tlsWaitingLog).WithStartupTimeout(startTimeout)),
+		testcontainers.WithWaitStrategyAndDeadline(startTimeout, wait.ForLog(tlsWaitingLog).WithStartupTimeout(startTimeout)),
 	}
 }
 

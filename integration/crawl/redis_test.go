@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/trawlhq/trawl/integration"
 	"github.com/trawlhq/trawl/internal/testsite"
 )
@@ -112,15 +114,22 @@ func TestRedisBadInput(t *testing.T) {
 // (maxmemory reached, noeviction) stops the worker with a non-zero exit
 // and a line naming the failure, without acknowledging the pages it could
 // not finish; once the limit is lifted and the dead letters requeued, a
-// new worker completes the crawl: no page lost. Not parallel: it sets
-// maxmemory on the Redis every test of the package shares, and the
-// sequential tests run before the parallel ones start.
+// new worker completes the crawl: no page lost. Its Redis is its own: the
+// maxmemory it sets would fail the other tests on the shared one.
 func TestRedisOutOfMemory(t *testing.T) {
+	t.Parallel()
+	srv := integration.RedisContainer(t)
+	opt, err := goredis.ParseURL(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := goredis.NewClient(opt)
+	t.Cleanup(func() { client.Close() })
 	site, url := serveSite(t, testsite.Options{Pages: 2000, Links: 10, Seed: 25, NoTraps: true, Latency: time.Millisecond})
 	name := integration.Name(t)
-	client := integration.RedisClient(t)
+	args := func(more ...string) []string { return redisArgs(t, name, append(more, "--redis-url", srv.URL)...) }
 	ctx := t.Context()
-	mustRun(t, append([]string{"seed"}, redisArgs(t, name, url)...)...)
+	mustRun(t, append([]string{"seed"}, args(url)...)...)
 	info, err := client.Info(ctx, "memory").Result()
 	if err != nil {
 		t.Fatal(err)
@@ -145,7 +154,7 @@ func TestRedisOutOfMemory(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	a := start(t, append([]string{"worker"}, redisArgs(t, name, "--lease=3s", "--failure-timeout=5s")...)...)
+	a := start(t, append([]string{"worker"}, args("--lease=3s", "--failure-timeout=5s")...)...)
 	if code := a.wait(t, 3*time.Minute); code == 0 {
 		t.Fatalf("worker on a Redis out of memory exited 0:\n%s", a.stderr.String())
 	}
@@ -155,12 +164,12 @@ func TestRedisOutOfMemory(t *testing.T) {
 		t.Errorf("stderr does not say that Redis refuses writes (OOM, keeps failing):\n%s", a.stderr.String())
 	}
 	lift()
-	code, out, stderr := runOut(t, append([]string{"deadletter", "requeue"}, redisArgs(t, name)...)...)
+	code, out, stderr := runOut(t, append([]string{"deadletter", "requeue"}, args()...)...)
 	if code != 0 {
 		t.Fatalf("deadletter requeue: exit %d: %s", code, stderr)
 	}
 	t.Logf("deadletter requeue: %s", strings.TrimSpace(out))
-	b := start(t, append([]string{"worker"}, redisArgs(t, name, "--lease=3s")...)...)
+	b := start(t, append([]string{"worker"}, args("--lease=3s")...)...)
 	if code := b.wait(t, 3*time.Minute); code != 0 {
 		t.Fatalf("worker after the limit was lifted: exit %d:\n%s", code, b.stderr.String())
 	}
