@@ -12,6 +12,7 @@ import (
 // used is a usage error (exit 2) naming the flag, before any connection.
 // (integration/crawl's TestTLS* use them against servers with TLS.)
 func TestTLSFlagsChecked(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	notPEM := filepath.Join(dir, "not.pem")
 	if err := os.WriteFile(notPEM, []byte("not a certificate\n"), 0o644); err != nil {
@@ -44,6 +45,7 @@ func TestTLSFlagsChecked(t *testing.T) {
 // TestConnHint: a failure on a server's certificate or credentials says
 // which flag to change.
 func TestConnHint(t *testing.T) {
+	t.Parallel()
 	for msg, want := range map[string]string{
 		"redis at h:1: cannot connect: tls: failed to verify certificate: x509: certificate signed by unknown authority": "--tls-ca FILE",
 		"redis at h:1: cannot connect: remote error: tls: certificate required":                                          "--tls-cert FILE --tls-key FILE",

@@ -23,6 +23,7 @@ import (
 // TestTLSRedis: Redis with TLS and an ACL user, the broker, filter,
 // limiter and stats all on it (rediss://).
 func TestTLSRedis(t *testing.T) {
+	t.Parallel()
 	ca := integration.NewCA(t)
 	pw := secret(t)
 	srv := integration.RedisContainer(t, integration.WithTLS(ca), integration.WithPassword("trawl", pw))
@@ -34,6 +35,7 @@ func TestTLSRedis(t *testing.T) {
 // TestTLSRedisClientCert: a Redis server that wants a client certificate
 // takes --tls-cert and --tls-key, and refuses a client without them.
 func TestTLSRedisClientCert(t *testing.T) {
+	t.Parallel()
 	ca := integration.NewCA(t)
 	pw := secret(t)
 	srv := integration.RedisContainer(t, integration.WithTLS(ca), integration.WithClientCerts(), integration.WithPassword("trawl", pw))
@@ -60,6 +62,7 @@ func TestTLSRedisClientCert(t *testing.T) {
 // API over HTTPS, and a user of its own (no guest). The filter is in a
 // Redis with TLS too, trusted by the same --tls-ca.
 func TestTLSRabbitMQ(t *testing.T) {
+	t.Parallel()
 	ca := integration.NewCA(t)
 	pw := secret(t)
 	srv := integration.RabbitMQContainer(t, integration.WithTLS(ca), integration.WithPassword("trawl", pw))
@@ -72,6 +75,7 @@ func TestTLSRabbitMQ(t *testing.T) {
 
 // TestTLSNATS: NATS JetStream with TLS (tls://) and a user and password.
 func TestTLSNATS(t *testing.T) {
+	t.Parallel()
 	ca := integration.NewCA(t)
 	pw := secret(t)
 	srv := integration.NATSContainer(t, integration.WithTLS(ca), integration.WithPassword("trawl", pw))
@@ -84,6 +88,7 @@ func TestTLSNATS(t *testing.T) {
 // and leaves the others plain: NATS without TLS (nats://), the filter in
 // a Redis with TLS (rediss://).
 func TestTLSMixed(t *testing.T) {
+	t.Parallel()
 	ca := integration.NewCA(t)
 	pw := secret(t)
 	redis := integration.RedisContainer(t, integration.WithTLS(ca), integration.WithPassword("trawl", pw))
