@@ -43,11 +43,11 @@ lint: vet ## alias of vet
 #
 # go test starts packages in the order given (each once): the two slowest,
 # whose tests drive trawl processes and mostly wait on them and on servers,
-# go first rather than last. For the same reason more packages (-p) and
-# more parallel tests per package (-parallel) run at once than there are
-# CPUs (GOMAXPROCS, the default of both).
+# go first rather than last. For the same reason three packages run at
+# once rather than one per CPU, and those two run four tests at once
+# (their TestMain sets -parallel).
 SLOW_PKGS := ./integration/crawl ./cmd/trawl
-TESTFLAGS ?= -p 3 -parallel 4
+TESTFLAGS ?= -p 3
 test: vet ## vet, then every test with the race detector (unit, conformance, fuzz seeds, end to end, integration)
 	@env_line=""; \
 	if [ -z "$$TRAWL_REDIS_IMAGE" ] && [ -f "$(IMAGES)" ]; then env_line=$$(bash $(IMAGES)); fi; \

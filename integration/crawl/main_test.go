@@ -7,9 +7,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -25,6 +27,7 @@ import (
 var trawlBin string
 
 func TestMain(m *testing.M) {
+	setParallel(waitingTests)
 	dir, err := os.MkdirTemp("", "trawl-it-")
 	if err != nil {
 		panic(err)
@@ -35,6 +38,22 @@ func TestMain(m *testing.M) {
 	}
 	defer os.RemoveAll(dir)
 	integration.Main(m)
+}
+
+// waitingTests is how many parallel tests run at once unless -parallel
+// says otherwise (its default is the number of CPUs): the tests drive
+// trawl processes and servers and mostly wait on them.
+const waitingTests = 4
+
+// setParallel makes -parallel default to n in this test binary alone;
+// a -parallel given on the command line wins.
+func setParallel(n int) {
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		flag.Set("test.parallel", strconv.Itoa(n))
+	}
 }
 
 func serveSite(t *testing.T, o testsite.Options) (*testsite.Site, string) {
