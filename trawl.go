@@ -378,7 +378,7 @@ func (c *Crawler) callback(name string, hs []handler) engine.Callback {
 				res, err = engine.Result{}, fmt.Errorf("trawl: a callback panicked on %s: %v", resp.URL, p)
 			}
 		}()
-		if parse && engine.IsHTML(resp.Header.Get("Content-Type"), resp.Body) {
+		if parse && resp.IsHTML() {
 			doc, err := goquery.NewDocumentFromReader(bytes.NewReader(resp.Body))
 			if err != nil {
 				return engine.Result{}, fmt.Errorf("trawl: parse %s: %w", resp.URL, err)

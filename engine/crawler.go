@@ -90,8 +90,8 @@ type Crawler struct {
 	broker  broker.Broker
 	filter  dedup.Filter
 	fp      dedup.Fingerprinter
-	fetcher *Fetcher
-	robots  *Robots
+	fetcher *httpFetcher
+	robots  *robotsCache
 	limiter HostLimiter
 	scope   *scope
 	stats   *Stats
@@ -142,7 +142,7 @@ func New(b broker.Broker, f dedup.Filter, cfg Config) (*Crawler, error) {
 	}
 	c.limiter = cc.Limiter
 	if c.limiter == nil {
-		c.limiter = NewPoliteness(PolitenessOptions{PerHost: cc.PerHost, Delay: cc.Delay, AutoThrottle: cc.AutoThrottle})
+		c.limiter = newPoliteness(politenessConfig{PerHost: cc.PerHost, Delay: cc.Delay, AutoThrottle: cc.AutoThrottle})
 	} else if _, ok := c.limiter.(LatencyObserver); cc.AutoThrottle != nil && !ok {
 		c.log.Warn("autothrottle: the configured limiter does not implement engine.LatencyObserver; delays stay fixed")
 	}
@@ -161,7 +161,7 @@ func (c *Crawler) build(cc *compiled) error {
 	if fo.Logger == nil {
 		fo.Logger = c.log
 	}
-	c.fetcher = NewFetcher(fo)
+	c.fetcher = newHTTPFetcher(fo)
 	for _, h := range cc.TrustedHosts {
 		c.fetcher.Trust(h)
 	}
@@ -170,7 +170,7 @@ func (c *Crawler) build(cc *compiled) error {
 		if ua == "" {
 			ua = DefaultUserAgent
 		}
-		c.robots = NewRobots(c.fetcher, ua, 0)
+		c.robots = newRobotsCache(c.fetcher, ua, 0)
 	}
 	return nil
 }
@@ -186,9 +186,9 @@ func (c *Crawler) Seed(ctx context.Context, starts ...StartURL) error {
 		return err
 	}
 	if c.cfg.Starts != nil {
-		return SeedSource(ctx, c.cfg.Starts, starts...)
+		return seedSource(ctx, c.cfg.Starts, starts...)
 	}
-	return Seed(ctx, c.broker, c.cfg.Name, starts...)
+	return seedBroker(ctx, c.broker, c.cfg.Name, starts...)
 }
 
 // pollInterval bounds how long the receiver waits on the frontier before it
@@ -752,7 +752,7 @@ func (c *Crawler) process(ctx, work context.Context, req *Request, prior int) ac
 		c.refused.streak.Store(0)
 	}
 	if err != nil {
-		if Retryable(err) {
+		if isRetryable(err) {
 			c.limiter.Backoff(u.Host, time.Now().Add(c.cfg.backoff(prior+1)))
 			return c.errorItem(work, req, nil, redactErr(err), c.retry(req, prior, err, 0))
 		}
@@ -771,7 +771,7 @@ func (c *Crawler) process(ctx, work context.Context, req *Request, prior int) ac
 
 	switch code := resp.StatusCode; {
 	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
-		wait, ok := RetryAfter(resp.Header, time.Now())
+		wait, ok := retryAfter(resp.Header, time.Now())
 		if !ok {
 			wait = c.cfg.backoff(prior + 1)
 		}
@@ -1232,7 +1232,7 @@ func (c *Crawler) defaultCallback(_ context.Context, resp *Response) (Result, er
 		Referrer: resp.Request.Referrer,
 	}
 	var res Result
-	if IsHTML(ct, resp.Body) {
+	if isHTML(ct, resp.Body) {
 		title, links := ExtractLinks(resp.URL, resp.Body)
 		var referrer string // carried only when error items report it
 		if c.cfg.ErrorItems {

@@ -54,12 +54,12 @@
 //
 // Per host: a concurrency cap, a delay between request starts, robots.txt
 // (cached, Crawl-delay honoured) and a back-off on 429 and 503 that honours
-// Retry-After (see HostLimiter, Politeness, Robots). Retries back off
+// Retry-After (see HostLimiter and Config.IgnoreRobots). Retries back off
 // exponentially from Config.RetryBackoff. Redirects are not followed inside
 // a fetch: a 3xx becomes a new request through scope and filter, so a
 // redirect loop ends at the filter. A guard refuses to dial loopback,
 // private, link-local and metadata addresses, on every hop, except for the
-// host:port pairs in Config.TrustedHosts (see Fetcher). Such a refusal
+// host:port pairs in Config.TrustedHosts (see FetchOptions.AllowPrivate). Such a refusal
 // depends on the worker's configuration, not on the request
 // (ErrLocalRefusal): the request is given back for another worker, never
 // settled as done; the worker logs one Error per host naming
@@ -109,7 +109,7 @@
 // protocol's limits).
 //
 // FetchOptions.Header goes with every request; a request's own Header (a
-// JSON start URL's "headers", say) wins. Each Fetcher, so each worker,
+// JSON start URL's "headers", say) wins. Each worker
 // keeps a cookie jar (FetchOptions.Jar, NoCookies): a page that needs a
 // cookie set by an earlier page gets it when the same worker fetched the
 // earlier page, which a single worker always does; workers do not share

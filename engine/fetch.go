@@ -17,7 +17,7 @@ import (
 	"time"
 )
 
-// DefaultUserAgent is the User-Agent of a Fetcher whose options set none.
+// DefaultUserAgent is the User-Agent of a crawler whose FetchOptions set none.
 const DefaultUserAgent = "trawl/0.1 (+https://github.com/trawlhq/trawl)"
 
 // ErrBodyTooLarge is returned (wrapped, with the URL) by Fetch when a response
@@ -46,7 +46,7 @@ var ErrURLTooLong = errors.New("engine: url too long")
 // errBadURL is returned (wrapped) by Fetch for a URL it cannot fetch.
 var errBadURL = errors.New("bad url")
 
-// FetchOptions configure a Fetcher. The zero value gives the documented defaults.
+// FetchOptions configure how a crawler fetches pages. The zero value gives the documented defaults.
 //
 // Memory: a response in progress holds at most MaxHeaderSize of header and
 // MaxBodySize of (decoded) body, so a crawler's responses take at most
@@ -66,7 +66,7 @@ type FetchOptions struct {
 	// Accept-Encoding is the transport's (it asks for gzip and decodes
 	// it): one set here or in a request is not sent.
 	Header http.Header
-	// Jar keeps cookies. nil = a fresh jar per Fetcher (so per worker)
+	// Jar keeps cookies. nil = a fresh jar per crawler (so per worker)
 	// that stores Set-Cookie per host as a browser does, domain cookies
 	// bounded by the public suffix list; NoCookies turns cookies off.
 	Jar       http.CookieJar
@@ -77,7 +77,7 @@ type FetchOptions struct {
 	Proxy *url.URL
 }
 
-// Fetcher fetches single requests over one shared HTTP transport (keep-alive,
+// httpFetcher fetches single requests over one shared HTTP transport (keep-alive,
 // HTTP/2, a proxy from FetchOptions.Proxy or the environment) with one
 // cookie jar (see FetchOptions.Jar), adding FetchOptions.Header to every
 // request. It does not follow redirects: a 3xx
@@ -100,8 +100,8 @@ type FetchOptions struct {
 // literal are checked (before anything is dialled). Operators who use a proxy
 // should make it refuse private destinations.
 //
-// A Fetcher is safe for concurrent use.
-type Fetcher struct {
+// An httpFetcher is safe for concurrent use.
+type httpFetcher struct {
 	client    *http.Client
 	transport *http.Transport
 	guard     *guard
@@ -113,14 +113,14 @@ type Fetcher struct {
 	log       *slog.Logger
 }
 
-// NewFetcher returns a Fetcher configured by o.
-func NewFetcher(o FetchOptions) *Fetcher {
+// newHTTPFetcher returns an httpFetcher configured by o.
+func newHTTPFetcher(o FetchOptions) *httpFetcher {
 	return newFetcher(o, proxyFunc(o))
 }
 
 // newFetcher lets tests choose the proxy function (ProxyFromEnvironment reads
 // the environment only once per process).
-func newFetcher(o FetchOptions, proxy func(*http.Request) (*url.URL, error)) *Fetcher {
+func newFetcher(o FetchOptions, proxy func(*http.Request) (*url.URL, error)) *httpFetcher {
 	if o.UserAgent == "" {
 		o.UserAgent = DefaultUserAgent
 	}
@@ -139,7 +139,7 @@ func newFetcher(o FetchOptions, proxy func(*http.Request) (*url.URL, error)) *Fe
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	f := &Fetcher{
+	f := &httpFetcher{
 		guard:     newGuard(o.AllowPrivate),
 		userAgent: o.UserAgent,
 		header:    o.Header,
@@ -186,7 +186,7 @@ func newFetcher(o FetchOptions, proxy func(*http.Request) (*url.URL, error)) *Fe
 // name or IP address and a port: that port only, as TrustedAddr gives for a
 // start URL the operator gave) or a bare host name or IP address (every
 // port of it). Trust is safe for concurrent use.
-func (f *Fetcher) Trust(host string) { f.guard.trust(host) }
+func (f *httpFetcher) Trust(host string) { f.guard.trust(host) }
 
 // TrustedAddr is what to Trust for u, a start URL an operator gave: its
 // exact host and port (the scheme's default port when u names none), so
@@ -197,17 +197,17 @@ func TrustedAddr(u *url.URL) string {
 
 // Fetch sends r and reads the whole response body, within the total timeout
 // and the body-size cap. The request method defaults to GET; User-Agent is
-// the Fetcher's unless r.Header sets one. A gzip-encoded body is decoded by
+// the httpFetcher's unless r.Header sets one. A gzip-encoded body is decoded by
 // the transport; the cap applies to the decoded body. Redirects are not
 // followed. A response with any status code is returned without error; errors
 // are for requests that got no complete response (see Retryable).
-func (f *Fetcher) Fetch(ctx context.Context, r *Request) (*Response, error) {
+func (f *httpFetcher) Fetch(ctx context.Context, r *Request) (*Response, error) {
 	return f.fetch(ctx, r, f.maxBody, false)
 }
 
 // fetch is Fetch with a body limit; with truncate, a longer body is cut
 // to limit instead of failing.
-func (f *Fetcher) fetch(ctx context.Context, r *Request, limit int64, truncate bool) (*Response, error) {
+func (f *httpFetcher) fetch(ctx context.Context, r *Request, limit int64, truncate bool) (*Response, error) {
 	if len(r.URL) > MaxURLLength {
 		return nil, fmt.Errorf("fetch %.64q…: %w: %d bytes, the limit is %d", r.URL, ErrURLTooLong, len(r.URL), MaxURLLength)
 	}
@@ -295,10 +295,10 @@ func (f *Fetcher) fetch(ctx context.Context, r *Request, limit int64, truncate b
 	}, nil
 }
 
-// Close closes the transport's idle connections. The Fetcher stays usable.
-func (f *Fetcher) Close() { f.transport.CloseIdleConnections() }
+// Close closes the transport's idle connections. The httpFetcher stays usable.
+func (f *httpFetcher) Close() { f.transport.CloseIdleConnections() }
 
-// Retryable reports whether a Fetch error is worth retrying later: timeouts
+// isRetryable reports whether a Fetch error is worth retrying later: timeouts
 // (connect, TLS handshake, total), connection refused, reset or aborted,
 // unreachable networks, a connection closed before or during the response
 // (EOF), and temporary DNS failures. It is false for nil, ErrBodyTooLarge,
@@ -306,7 +306,7 @@ func (f *Fetcher) Close() { f.transport.CloseIdleConnections() }
 // crawler for those), ErrURLTooLong, bad URLs, TLS certificate errors,
 // names that do not exist, a cancelled context, and anything it does not
 // recognise.
-func Retryable(err error) bool {
+func isRetryable(err error) bool {
 	if err == nil {
 		return false
 	}

@@ -30,10 +30,10 @@ func newTestServer(t *testing.T, h http.HandlerFunc) *httptest.Server {
 	return srv
 }
 
-// trusting returns a Fetcher that trusts 127.0.0.1, closed with t.
-func trusting(t *testing.T, o FetchOptions) *Fetcher {
+// trusting returns an httpFetcher that trusts 127.0.0.1, closed with t.
+func trusting(t *testing.T, o FetchOptions) *httpFetcher {
 	t.Helper()
-	f := NewFetcher(o)
+	f := newHTTPFetcher(o)
 	f.Trust("127.0.0.1")
 	t.Cleanup(f.Close)
 	return f
@@ -154,7 +154,7 @@ func TestFetchBodyCap(t *testing.T) {
 			if !errors.Is(err, ErrBodyTooLarge) || !strings.Contains(err.Error(), srv.URL) {
 				t.Errorf("%s: err = %v, want ErrBodyTooLarge naming the URL", u, err)
 			}
-			if Retryable(err) {
+			if isRetryable(err) {
 				t.Errorf("%s: body too large is retryable", u)
 			}
 			continue
@@ -216,7 +216,7 @@ func TestFetchTimeout(t *testing.T) {
 		if d < timeout || d > 10*timeout {
 			t.Errorf("%s: returned after %v, want about %v", path, d, timeout)
 		}
-		if !Retryable(err) {
+		if !isRetryable(err) {
 			t.Errorf("%s: timeout %v is not retryable", path, err)
 		}
 	}
@@ -232,8 +232,8 @@ func TestFetchTimeout(t *testing.T) {
 		cancel()
 	}()
 	_, err := f.Fetch(ctx, &Request{URL: srv.URL + "/no-headers"})
-	if !errors.Is(err, context.Canceled) || Retryable(err) {
-		t.Errorf("cancelled fetch: err %v retryable %v", err, Retryable(err))
+	if !errors.Is(err, context.Canceled) || isRetryable(err) {
+		t.Errorf("cancelled fetch: err %v retryable %v", err, isRetryable(err))
 	}
 }
 
@@ -265,21 +265,21 @@ func TestFetchGuard(t *testing.T) {
 	port := srv.Listener.Addr().(*net.TCPAddr).Port
 	localhostURL := fmt.Sprintf("http://localhost:%d/", port)
 
-	refused := func(t *testing.T, f *Fetcher, u string) {
+	refused := func(t *testing.T, f *httpFetcher, u string) {
 		t.Helper()
 		before := hits.Load()
 		_, err := f.Fetch(context.Background(), &Request{URL: u})
 		if !errors.Is(err, ErrForbiddenAddress) {
 			t.Errorf("%s: err = %v, want ErrForbiddenAddress", u, err)
 		}
-		if Retryable(err) {
+		if isRetryable(err) {
 			t.Errorf("%s: forbidden address is retryable", u)
 		}
 		if hits.Load() != before {
 			t.Errorf("%s: request reached the server", u)
 		}
 	}
-	allowed := func(t *testing.T, f *Fetcher, u string) {
+	allowed := func(t *testing.T, f *httpFetcher, u string) {
 		t.Helper()
 		before := hits.Load()
 		if _, err := f.Fetch(context.Background(), &Request{URL: u}); err != nil {
@@ -291,7 +291,7 @@ func TestFetchGuard(t *testing.T) {
 	}
 
 	t.Run("untrusted loopback refused", func(t *testing.T) {
-		f := NewFetcher(FetchOptions{})
+		f := newHTTPFetcher(FetchOptions{})
 		defer f.Close()
 		refused(t, f, srv.URL)
 		// A name is checked on the address it resolves to.
@@ -299,7 +299,7 @@ func TestFetchGuard(t *testing.T) {
 	})
 	t.Run("dial check alone refuses", func(t *testing.T) {
 		// Bypass the URL literal pre-check: the dialer's Control must refuse.
-		f := NewFetcher(FetchOptions{})
+		f := newHTTPFetcher(FetchOptions{})
 		defer f.Close()
 		conn, err := f.transport.DialContext(context.Background(), "tcp", srv.Listener.Addr().String())
 		if err == nil {
@@ -310,7 +310,7 @@ func TestFetchGuard(t *testing.T) {
 		}
 	})
 	t.Run("trusted IP", func(t *testing.T) {
-		f := NewFetcher(FetchOptions{})
+		f := newHTTPFetcher(FetchOptions{})
 		defer f.Close()
 		f.Trust("127.0.0.1")
 		allowed(t, f, srv.URL)
@@ -319,7 +319,7 @@ func TestFetchGuard(t *testing.T) {
 	})
 	t.Run("trusted host and port", func(t *testing.T) {
 		other := newTestServer(t, func(w http.ResponseWriter, r *http.Request) {})
-		f := NewFetcher(FetchOptions{})
+		f := newHTTPFetcher(FetchOptions{})
 		defer f.Close()
 		u, _ := url.Parse(srv.URL)
 		f.Trust(TrustedAddr(u))
@@ -328,20 +328,20 @@ func TestFetchGuard(t *testing.T) {
 		refused(t, f, other.URL)
 	})
 	t.Run("trusted name", func(t *testing.T) {
-		f := NewFetcher(FetchOptions{})
+		f := newHTTPFetcher(FetchOptions{})
 		defer f.Close()
 		f.Trust("LOCALHOST.") // case and trailing dot do not matter
 		allowed(t, f, localhostURL)
 		refused(t, f, srv.URL)
 	})
 	t.Run("AllowPrivate", func(t *testing.T) {
-		f := NewFetcher(FetchOptions{AllowPrivate: true})
+		f := newHTTPFetcher(FetchOptions{AllowPrivate: true})
 		defer f.Close()
 		allowed(t, f, srv.URL)
 		allowed(t, f, localhostURL)
 	})
 	t.Run("literal metadata address refused before dialling", func(t *testing.T) {
-		f := NewFetcher(FetchOptions{ConnectTimeout: 50 * time.Millisecond})
+		f := newHTTPFetcher(FetchOptions{ConnectTimeout: 50 * time.Millisecond})
 		defer f.Close()
 		for _, u := range []string{"http://169.254.169.254/latest/meta-data/", "http://[fd00:ec2::254]/", "http://[::ffff:127.0.0.1]:1/"} {
 			if _, err := f.Fetch(context.Background(), &Request{URL: u}); !errors.Is(err, ErrForbiddenAddress) {
@@ -453,8 +453,8 @@ func TestRetryable(t *testing.T) {
 		{"cert verification", &url.Error{Err: &tls.CertificateVerificationError{Err: errors.New("bad")}}, false},
 		{"unknown error", errors.New("something else"), false},
 	} {
-		if got := Retryable(tc.err); got != tc.want {
-			t.Errorf("%s: Retryable(%v) = %v, want %v", tc.name, tc.err, got, tc.want)
+		if got := isRetryable(tc.err); got != tc.want {
+			t.Errorf("%s: isRetryable(%v) = %v, want %v", tc.name, tc.err, got, tc.want)
 		}
 	}
 }
@@ -476,8 +476,8 @@ func TestRetryableRealErrors(t *testing.T) {
 		addr := ln.Addr().String()
 		ln.Close()
 		_, err = f.Fetch(context.Background(), &Request{URL: "http://" + addr + "/"})
-		if err == nil || !Retryable(err) {
-			t.Errorf("refused: err %v retryable %v", err, Retryable(err))
+		if err == nil || !isRetryable(err) {
+			t.Errorf("refused: err %v retryable %v", err, isRetryable(err))
 		}
 	})
 	t.Run("connection closed mid-body", func(t *testing.T) {
@@ -491,28 +491,28 @@ func TestRetryableRealErrors(t *testing.T) {
 			}
 		})
 		_, err := f.Fetch(context.Background(), &Request{URL: srv.URL})
-		if err == nil || !Retryable(err) {
-			t.Errorf("mid-body close: err %v retryable %v", err, Retryable(err))
+		if err == nil || !isRetryable(err) {
+			t.Errorf("mid-body close: err %v retryable %v", err, isRetryable(err))
 		}
 	})
 	t.Run("untrusted certificate", func(t *testing.T) {
 		srv := httptest.NewTLSServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 		defer srv.Close()
 		_, err := f.Fetch(context.Background(), &Request{URL: srv.URL})
-		if err == nil || Retryable(err) {
-			t.Errorf("bad certificate: err %v retryable %v", err, Retryable(err))
+		if err == nil || isRetryable(err) {
+			t.Errorf("bad certificate: err %v retryable %v", err, isRetryable(err))
 		}
 	})
 	t.Run("bad URLs", func(t *testing.T) {
 		for _, u := range []string{"ftp://x/", "/relative", "http://%zz/", "http:///nohost"} {
 			_, err := f.Fetch(context.Background(), &Request{URL: u})
-			if err == nil || Retryable(err) {
-				t.Errorf("%q: err %v retryable %v", u, err, Retryable(err))
+			if err == nil || isRetryable(err) {
+				t.Errorf("%q: err %v retryable %v", u, err, isRetryable(err))
 			}
 		}
 		_, err := f.Fetch(context.Background(), &Request{URL: "http://127.0.0.1/", Method: "BAD METHOD"})
-		if err == nil || Retryable(err) {
-			t.Errorf("bad method: err %v retryable %v", err, Retryable(err))
+		if err == nil || isRetryable(err) {
+			t.Errorf("bad method: err %v retryable %v", err, isRetryable(err))
 		}
 	})
 }
@@ -549,7 +549,7 @@ func TestFetchHeaderTooLarge(t *testing.T) {
 	if !errors.Is(err, ErrHeaderTooLarge) || !strings.Contains(err.Error(), url) {
 		t.Fatalf("err = %v, want ErrHeaderTooLarge naming %s", err, url)
 	}
-	if Retryable(err) {
+	if isRetryable(err) {
 		t.Error("ErrHeaderTooLarge is retryable")
 	}
 

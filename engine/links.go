@@ -162,10 +162,10 @@ func isUnicodeSpace(t string, i int) int {
 	return 0
 }
 
-// IsHTML reports whether a response holds HTML: its content type is
+// isHTML reports whether a response holds HTML: its content type is
 // text/html or application/xhtml+xml or, if it has no content type, the body
 // sniffs as HTML (http.DetectContentType).
-func IsHTML(contentType string, body []byte) bool {
+func isHTML(contentType string, body []byte) bool {
 	ct := strings.TrimSpace(contentType)
 	if ct == "" {
 		ct = http.DetectContentType(body)

@@ -184,8 +184,8 @@ func TestIsHTML(t *testing.T) {
 		{"", "\x89PNG\r\n\x1a\n", false},
 		{"", "", false},
 	} {
-		if got := IsHTML(tc.ct, []byte(tc.body)); got != tc.want {
-			t.Errorf("IsHTML(%q, %q) = %v, want %v", tc.ct, tc.body, got, tc.want)
+		if got := isHTML(tc.ct, []byte(tc.body)); got != tc.want {
+			t.Errorf("isHTML(%q, %q) = %v, want %v", tc.ct, tc.body, got, tc.want)
 		}
 	}
 }

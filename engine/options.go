@@ -102,7 +102,7 @@ type Config struct {
 	// TrustedHosts are exempt from the private-address guard: the
 	// addresses of start URLs an operator gives on the command line, as
 	// "host:port" (that port only; see TrustedAddr), or bare hosts (every
-	// port; see Fetcher.Trust).
+	// port; see httpFetcher.Trust).
 	TrustedHosts []string
 	// Limiter paces requests per host. nil = a local limiter from PerHost
 	// and Delay.

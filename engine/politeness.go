@@ -28,8 +28,8 @@ type HostLimiter interface {
 	SetDelay(host string, d time.Duration)
 }
 
-// PolitenessOptions configure a Politeness. The zero value gives the defaults.
-type PolitenessOptions struct {
+// politenessConfig configures a politeness. The zero value gives the defaults.
+type politenessConfig struct {
 	PerHost int           // concurrent requests per host; 0 = 8
 	Delay   time.Duration // minimum time between request starts to one host; 0 = none
 	// AutoThrottle, if not nil, adapts each host's delay to its latency
@@ -42,7 +42,7 @@ type PolitenessOptions struct {
 // with any delay SetDelay gave it.
 const hostIdleGrace = time.Minute
 
-// Politeness is the local HostLimiter: per host, a concurrency cap, a minimum
+// politeness is the local HostLimiter: per host, a concurrency cap, a minimum
 // delay between request starts and a back-off time. Waiting requests are
 // served first come, first served. It runs no goroutine of its own: a waiting
 // Acquire blocks on a channel, and a host whose next start lies in the future
@@ -58,8 +58,8 @@ const hostIdleGrace = time.Minute
 // With AutoThrottle, a host's adapted delay is kept in its entry, so a
 // host idle for a minute starts again from the start delay.
 //
-// Politeness is safe for concurrent use.
-type Politeness struct {
+// politeness is safe for concurrent use.
+type politeness struct {
 	perHost  int
 	delay    time.Duration
 	throttle *AutoThrottle // nil = off; with defaults
@@ -71,8 +71,8 @@ type Politeness struct {
 }
 
 var (
-	_ HostLimiter     = (*Politeness)(nil)
-	_ LatencyObserver = (*Politeness)(nil)
+	_ HostLimiter     = (*politeness)(nil)
+	_ LatencyObserver = (*politeness)(nil)
 )
 
 type hostState struct {
@@ -96,15 +96,15 @@ type hostWaiter struct {
 
 const minSweep = 1024
 
-// NewPoliteness returns a Politeness configured by o.
-func NewPoliteness(o PolitenessOptions) *Politeness {
+// newPoliteness returns a politeness configured by o.
+func newPoliteness(o politenessConfig) *politeness {
 	if o.PerHost <= 0 {
 		o.PerHost = 8
 	}
 	if o.Delay < 0 {
 		o.Delay = 0
 	}
-	p := &Politeness{
+	p := &politeness{
 		perHost: o.PerHost,
 		delay:   o.Delay,
 		now:     time.Now,
@@ -120,7 +120,7 @@ func NewPoliteness(o PolitenessOptions) *Politeness {
 
 // hostDelay is st's delay between request starts: its minimum delay, or
 // the adapted delay if larger.
-func (p *Politeness) hostDelay(st *hostState) time.Duration {
+func (p *politeness) hostDelay(st *hostState) time.Duration {
 	if p.throttle == nil {
 		return st.delay
 	}
@@ -133,7 +133,7 @@ func (p *Politeness) hostDelay(st *hostState) time.Duration {
 // Delay returns host's current delay between request starts: the larger
 // of its minimum delay (Delay, SetDelay) and, with AutoThrottle, its
 // adapted delay.
-func (p *Politeness) Delay(host string) time.Duration {
+func (p *politeness) Delay(host string) time.Duration {
 	host = strings.ToLower(host)
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -147,7 +147,7 @@ func (p *Politeness) Delay(host string) time.Duration {
 // Observe adapts host's delay to a response's latency and status with
 // AutoThrottle (see AutoThrottle.Next); without it, Observe does nothing.
 // A lower delay applies to the next start at once.
-func (p *Politeness) Observe(host string, latency time.Duration, status int) {
+func (p *politeness) Observe(host string, latency time.Duration, status int) {
 	if p.throttle == nil {
 		return
 	}
@@ -165,7 +165,7 @@ func (p *Politeness) Observe(host string, latency time.Duration, status int) {
 }
 
 // state returns host's entry, creating it. p.mu must be held.
-func (p *Politeness) state(host string) *hostState {
+func (p *politeness) state(host string) *hostState {
 	st := p.hosts[host]
 	if st == nil {
 		if len(p.hosts) >= p.sweepAt {
@@ -178,7 +178,7 @@ func (p *Politeness) state(host string) *hostState {
 }
 
 // sweep forgets entries idle for longer than hostIdleGrace. p.mu must be held.
-func (p *Politeness) sweep(now time.Time) {
+func (p *politeness) sweep(now time.Time) {
 	for h, st := range p.hosts {
 		if p.idle(st, now) && now.Sub(st.idleSince) >= hostIdleGrace {
 			delete(p.hosts, h)
@@ -188,13 +188,13 @@ func (p *Politeness) sweep(now time.Time) {
 }
 
 // idle reports whether st holds nothing but a possible custom delay.
-func (p *Politeness) idle(st *hostState, now time.Time) bool {
+func (p *politeness) idle(st *hostState, now time.Time) bool {
 	return st.active == 0 && st.waiters.Len() == 0 &&
 		!now.Before(st.nextStart) && !now.Before(st.backoff)
 }
 
 // markIdle records when st fell idle, for the sweep. p.mu must be held.
-func (p *Politeness) markIdle(st *hostState, now time.Time) {
+func (p *politeness) markIdle(st *hostState, now time.Time) {
 	if st.active == 0 && st.waiters.Len() == 0 {
 		st.idleSince = latest(now, st.nextStart, st.backoff)
 	}
@@ -214,7 +214,7 @@ func latest(ts ...time.Time) time.Time {
 // requests to host are in flight, the delay since the previous start has
 // passed and no back-off holds the host. It returns ctx's error if ctx ends
 // first. Requests to one host are admitted in the order they arrived.
-func (p *Politeness) Acquire(ctx context.Context, host string) (func(), error) {
+func (p *politeness) Acquire(ctx context.Context, host string) (func(), error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -257,7 +257,7 @@ func (p *Politeness) Acquire(ctx context.Context, host string) (func(), error) {
 }
 
 // gate is the earliest time the next request to st may start.
-func (p *Politeness) gate(st *hostState) time.Time {
+func (p *politeness) gate(st *hostState) time.Time {
 	if st.backoff.After(st.nextStart) {
 		return st.backoff
 	}
@@ -265,7 +265,7 @@ func (p *Politeness) gate(st *hostState) time.Time {
 }
 
 // start records a request start. p.mu must be held.
-func (p *Politeness) start(st *hostState, now time.Time) {
+func (p *politeness) start(st *hostState, now time.Time) {
 	st.active++
 	st.lastStart = now
 	st.nextStart = now.Add(p.hostDelay(st))
@@ -274,7 +274,7 @@ func (p *Politeness) start(st *hostState, now time.Time) {
 // dispatch admits waiting requests that may start now and arms the host's
 // timer for the next one that must wait for its time. Calling it when nothing
 // can be done is harmless. p.mu must be held.
-func (p *Politeness) dispatch(st *hostState, now time.Time) {
+func (p *politeness) dispatch(st *hostState, now time.Time) {
 	for st.waiters.Len() > 0 && st.active < p.perHost {
 		gate := p.gate(st)
 		if gate.After(now) {
@@ -289,7 +289,7 @@ func (p *Politeness) dispatch(st *hostState, now time.Time) {
 }
 
 // arm makes st's timer call dispatch at t. p.mu must be held.
-func (p *Politeness) arm(st *hostState, t time.Time) {
+func (p *politeness) arm(st *hostState, t time.Time) {
 	if st.timer != nil && st.timerAt.Equal(t) {
 		return
 	}
@@ -310,7 +310,7 @@ func (p *Politeness) arm(st *hostState, t time.Time) {
 }
 
 // releaser returns the release function of one granted slot on st.
-func (p *Politeness) releaser(host string, st *hostState) func() {
+func (p *politeness) releaser(host string, st *hostState) func() {
 	var done atomic.Bool
 	return func() {
 		if done.Swap(true) {
@@ -328,7 +328,7 @@ func (p *Politeness) releaser(host string, st *hostState) func() {
 // Backoff holds all requests to host until until (an earlier time than a
 // back-off already in force is ignored). Requests already started are not
 // affected.
-func (p *Politeness) Backoff(host string, until time.Time) {
+func (p *politeness) Backoff(host string, until time.Time) {
 	host = strings.ToLower(host)
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -343,8 +343,8 @@ func (p *Politeness) Backoff(host string, until time.Time) {
 
 // SetDelay sets host's minimum delay between request starts to d, or to the
 // default Delay if that is larger. The delay is kept while the host is in
-// use and forgotten a minute after it fell idle (see Politeness).
-func (p *Politeness) SetDelay(host string, d time.Duration) {
+// use and forgotten a minute after it fell idle (see politeness).
+func (p *politeness) SetDelay(host string, d time.Duration) {
 	host = strings.ToLower(host)
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -353,10 +353,10 @@ func (p *Politeness) SetDelay(host string, d time.Duration) {
 	p.markIdle(st, p.now())
 }
 
-// RetryAfter parses a Retry-After header, given in seconds or as an HTTP
+// retryAfter parses a Retry-After header, given in seconds or as an HTTP
 // date, into the time to wait from now. A date in the past gives 0. ok is
 // false when the header is absent or malformed.
-func RetryAfter(h http.Header, now time.Time) (d time.Duration, ok bool) {
+func retryAfter(h http.Header, now time.Time) (d time.Duration, ok bool) {
 	v := strings.TrimSpace(h.Get("Retry-After"))
 	if v == "" {
 		return 0, false

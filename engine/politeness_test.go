@@ -25,7 +25,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 // waiting reports how many Acquire calls wait for host.
-func (p *Politeness) waiting(host string) int {
+func (p *politeness) waiting(host string) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if st := p.hosts[host]; st != nil {
@@ -41,7 +41,7 @@ func (p *Politeness) waiting(host string) int {
 
 func TestPolitenessConcurrencyCap(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := NewPoliteness(PolitenessOptions{PerHost: 2})
+		p := newPoliteness(politenessConfig{PerHost: 2})
 		var cur, peak, otherPeak, otherCur atomic.Int32
 		var wg sync.WaitGroup
 		begin := time.Now()
@@ -90,7 +90,7 @@ func TestPolitenessDelay(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const delay = 50 * time.Millisecond
 		const n = 5
-		p := NewPoliteness(PolitenessOptions{PerHost: n, Delay: delay})
+		p := newPoliteness(politenessConfig{PerHost: n, Delay: delay})
 		var mu sync.Mutex
 		var starts []time.Duration
 		var wg sync.WaitGroup
@@ -126,7 +126,7 @@ func TestPolitenessDelay(t *testing.T) {
 
 func TestPolitenessSetDelay(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := NewPoliteness(PolitenessOptions{Delay: 10 * time.Millisecond})
+		p := newPoliteness(politenessConfig{Delay: 10 * time.Millisecond})
 		p.SetDelay("h", 80*time.Millisecond)
 		p.SetDelay("low", time.Millisecond) // below the default: the default holds
 		for _, tc := range []struct {
@@ -156,7 +156,7 @@ func TestPolitenessSetDelay(t *testing.T) {
 
 func TestPolitenessBackoff(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := NewPoliteness(PolitenessOptions{})
+		p := newPoliteness(politenessConfig{})
 		const hold = 150 * time.Millisecond
 		start := time.Now()
 		p.Backoff("h", start.Add(hold))
@@ -172,7 +172,7 @@ func TestPolitenessBackoff(t *testing.T) {
 		}
 
 		// A back-off set while requests wait re-times them.
-		p2 := NewPoliteness(PolitenessOptions{PerHost: 1})
+		p2 := newPoliteness(politenessConfig{PerHost: 1})
 		r1, _ := p2.Acquire(context.Background(), "h")
 		got := make(chan time.Time, 1)
 		go func() {
@@ -197,7 +197,7 @@ func TestPolitenessBackoff(t *testing.T) {
 
 func TestPolitenessCancel(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := NewPoliteness(PolitenessOptions{PerHost: 1})
+		p := newPoliteness(politenessConfig{PerHost: 1})
 		release, err := p.Acquire(context.Background(), "h")
 		if err != nil {
 			t.Fatal(err)
@@ -257,7 +257,7 @@ func TestPolitenessCancel(t *testing.T) {
 
 func TestPolitenessReleaseIdempotent(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := NewPoliteness(PolitenessOptions{PerHost: 1})
+		p := newPoliteness(politenessConfig{PerHost: 1})
 		r, err := p.Acquire(context.Background(), "h")
 		if err != nil {
 			t.Fatal(err)
@@ -280,7 +280,7 @@ func TestPolitenessReleaseIdempotent(t *testing.T) {
 
 func TestPolitenessFIFO(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := NewPoliteness(PolitenessOptions{PerHost: 1})
+		p := newPoliteness(politenessConfig{PerHost: 1})
 		hold, _ := p.Acquire(context.Background(), "h")
 		order := make(chan int, 5)
 		var wg sync.WaitGroup
@@ -313,7 +313,7 @@ func TestPolitenessFIFO(t *testing.T) {
 }
 
 func TestPolitenessForgetsIdleHosts(t *testing.T) {
-	p := NewPoliteness(PolitenessOptions{Delay: time.Millisecond})
+	p := newPoliteness(politenessConfig{Delay: time.Millisecond})
 	clock := time.Now()
 	var clockMu sync.Mutex
 	p.now = func() time.Time { clockMu.Lock(); defer clockMu.Unlock(); return clock }
@@ -371,12 +371,12 @@ func TestRetryAfter(t *testing.T) {
 		if tc.value != "" {
 			h.Set("Retry-After", tc.value)
 		}
-		got, ok := RetryAfter(h, now)
+		got, ok := retryAfter(h, now)
 		if got != tc.want || ok != tc.ok {
-			t.Errorf("RetryAfter(%q) = %v, %v; want %v, %v", tc.value, got, ok, tc.want, tc.ok)
+			t.Errorf("retryAfter(%q) = %v, %v; want %v, %v", tc.value, got, ok, tc.want, tc.ok)
 		}
 	}
-	if d, ok := RetryAfter(http.Header{"Retry-After": {"9999999999999999999"}}, now); !ok || d <= 0 {
+	if d, ok := retryAfter(http.Header{"Retry-After": {"9999999999999999999"}}, now); !ok || d <= 0 {
 		t.Errorf("huge Retry-After = %v, %v", d, ok)
 	}
 }

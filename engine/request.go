@@ -49,3 +49,8 @@ type Response struct {
 	// headers (Scrapy's download latency); AutoThrottle adapts to it.
 	Latency time.Duration
 }
+
+// IsHTML reports whether r holds HTML: its content type is text/html or
+// application/xhtml+xml or, without a content type, its body sniffs as
+// HTML. The engine extracts links from such responses only.
+func (r *Response) IsHTML() bool { return isHTML(r.Header.Get("Content-Type"), r.Body) }

@@ -32,7 +32,7 @@ const (
 	maxCrawlDelay = time.Minute
 )
 
-// Robots is a cache of robots.txt files, one per scheme and host, parsed with
+// robotsCache is a cache of robots.txt files, one per scheme and host, parsed with
 // github.com/temoto/robotstxt. It is safe for concurrent use.
 //
 // What a robots.txt fetch means, after RFC 9309:
@@ -56,8 +56,8 @@ const (
 //
 // The cache forgets expired entries when it has doubled in size since its
 // last sweep, so it holds about twice the hosts asked about within one TTL.
-type Robots struct {
-	fetcher *Fetcher
+type robotsCache struct {
+	fetcher *httpFetcher
 	agent   string // product token matched against User-agent lines
 	ttl     time.Duration
 	now     func() time.Time
@@ -99,12 +99,12 @@ func (e *RobotsUnavailableError) Error() string {
 // Unwrap returns ErrRobotsUnavailable and the cause.
 func (e *RobotsUnavailableError) Unwrap() []error { return []error{ErrRobotsUnavailable, e.Cause} }
 
-// NewRobots returns a Robots that fetches through f and matches rules for
+// newRobotsCache returns a robotsCache that fetches through f and matches rules for
 // userAgent (its product token, the part before the first "/" or space, is
 // matched case-insensitively against User-agent lines; a group naming a
 // prefix of it applies, the longest such wins, else "*"). ttl is how long a
 // file is cached; 0 = 24h.
-func NewRobots(f *Fetcher, userAgent string, ttl time.Duration) *Robots {
+func newRobotsCache(f *httpFetcher, userAgent string, ttl time.Duration) *robotsCache {
 	if ttl <= 0 {
 		ttl = 24 * time.Hour
 	}
@@ -115,7 +115,7 @@ func NewRobots(f *Fetcher, userAgent string, ttl time.Duration) *Robots {
 	if agent == "" {
 		agent = "*"
 	}
-	return &Robots{
+	return &robotsCache{
 		fetcher: f,
 		agent:   agent,
 		ttl:     ttl,
@@ -132,7 +132,7 @@ func NewRobots(f *Fetcher, userAgent string, ttl time.Duration) *Robots {
 // (and allowed false) for a URL that is not absolute http(s), when ctx ends
 // first, while the file is unreachable (a *RobotsUnavailableError), and
 // when this worker's address guard refuses the host (ErrLocalRefusal).
-func (r *Robots) Allowed(ctx context.Context, u *url.URL) (allowed bool, crawlDelay time.Duration, err error) {
+func (r *robotsCache) Allowed(ctx context.Context, u *url.URL) (allowed bool, crawlDelay time.Duration, err error) {
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return false, 0, fmt.Errorf("robots: check %q: want an absolute http or https URL", u)
 	}
@@ -176,7 +176,7 @@ func (r *Robots) Allowed(ctx context.Context, u *url.URL) (allowed bool, crawlDe
 
 // entry returns the live entry for key, or a new one that the caller (the
 // leader) must fill.
-func (r *Robots) entry(key string) (e *robotsEntry, leader bool) {
+func (r *robotsCache) entry(key string) (e *robotsEntry, leader bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := r.now()
@@ -210,7 +210,7 @@ func (r *Robots) entry(key string) (e *robotsEntry, leader bool) {
 }
 
 // fill fetches the robots.txt for e and closes e.done.
-func (r *Robots) fill(ctx context.Context, e *robotsEntry, u *url.URL) {
+func (r *robotsCache) fill(ctx context.Context, e *robotsEntry, u *url.URL) {
 	group, ttl, err := r.fetch(ctx, u)
 	r.mu.Lock()
 	switch {
@@ -253,13 +253,13 @@ var errServer = errors.New("server error")
 // r's agent (nil = allow all) and how long to cache the answer; err is set
 // when ctx ended, when this worker's guard refused the host
 // (ErrLocalRefusal) and when the file is unreachable (5xx, network error).
-func (r *Robots) fetch(ctx context.Context, u *url.URL) (*robotstxt.Group, time.Duration, error) {
+func (r *robotsCache) fetch(ctx context.Context, u *url.URL) (*robotstxt.Group, time.Duration, error) {
 	target := &url.URL{Scheme: u.Scheme, Host: u.Host, Path: "/robots.txt"}
 	for hop := 0; ; hop++ {
 		resp, err := r.fetcher.fetch(ctx, &Request{URL: target.String()}, robotsMaxSize, true)
 		switch {
 		case err == nil:
-		case ctx.Err() != nil, errors.Is(err, ErrLocalRefusal), Retryable(err):
+		case ctx.Err() != nil, errors.Is(err, ErrLocalRefusal), isRetryable(err):
 			return nil, 0, err
 		default:
 			// Not a transient failure (a name that does not exist, a bad
@@ -299,7 +299,7 @@ func (r *Robots) fetch(ctx context.Context, u *url.URL) (*robotstxt.Group, time.
 }
 
 // redirect resolves the Location of a robots.txt redirect at hop.
-func (r *Robots) redirect(from *url.URL, location string, hop int) (*url.URL, error) {
+func (r *robotsCache) redirect(from *url.URL, location string, hop int) (*url.URL, error) {
 	if hop+1 > robotsMaxRedirects {
 		return nil, fmt.Errorf("more than %d redirects", robotsMaxRedirects)
 	}

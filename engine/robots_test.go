@@ -82,7 +82,7 @@ func TestRobotsRules(t *testing.T) {
 		{"otherbot/1.0", "/secret", true, 2 * time.Second},
 		{"", "/private", false, 2 * time.Second},
 	} {
-		r := NewRobots(f, tc.agent, 0)
+		r := newRobotsCache(f, tc.agent, 0)
 		allowed, delay, err := r.Allowed(context.Background(), mustURL(t, rs.url+tc.path))
 		if err != nil {
 			t.Fatal(err)
@@ -109,7 +109,7 @@ func TestRobotsFetchedOnce(t *testing.T) {
 		io.WriteString(w, testRobots)
 	})
 	f := trusting(t, FetchOptions{})
-	r := NewRobots(f, "trawl", 0)
+	r := newRobotsCache(f, "trawl", 0)
 	var wg sync.WaitGroup
 	var disallowed atomic.Int32
 	for i := range callers {
@@ -143,7 +143,7 @@ func TestRobotsStatuses(t *testing.T) {
 	f := trusting(t, FetchOptions{})
 	for _, status := range []int{404, 401, 403} {
 		rs := newRobotsServer(t, "User-agent: *\nDisallow: /\n", status)
-		r := NewRobots(f, "trawl", 0)
+		r := newRobotsCache(f, "trawl", 0)
 		clock := time.Now()
 		r.now = func() time.Time { return clock }
 		allowed, delay, err := r.Allowed(context.Background(), mustURL(t, rs.url+"/page"))
@@ -166,7 +166,7 @@ func TestRobotsStatuses(t *testing.T) {
 	// it can be fetched, asked for again with a growing back-off.
 	for _, status := range []int{500, 503} {
 		rs := newRobotsServer(t, "", status)
-		r := NewRobots(f, "trawl", 0)
+		r := newRobotsCache(f, "trawl", 0)
 		clock := time.Now()
 		r.now = func() time.Time { return clock }
 		for i, wait := range []time.Duration{robotsRetryMin, 2 * robotsRetryMin, 4 * robotsRetryMin} {
@@ -191,7 +191,7 @@ func TestRobotsStatuses(t *testing.T) {
 
 	t.Run("recovery after a server error", func(t *testing.T) {
 		rs := newRobotsServer(t, "User-agent: *\nDisallow: /secret\n", 503)
-		r := NewRobots(f, "trawl", 0)
+		r := newRobotsCache(f, "trawl", 0)
 		clock := time.Now()
 		r.now = func() time.Time { return clock }
 		if ok, _, _ := r.Allowed(context.Background(), mustURL(t, rs.url+"/")); ok {
@@ -214,7 +214,7 @@ func TestRobotsStatuses(t *testing.T) {
 		}
 		addr := ln.Addr().String()
 		ln.Close()
-		r := NewRobots(f, "trawl", 0)
+		r := newRobotsCache(f, "trawl", 0)
 		ok, _, err := r.Allowed(context.Background(), mustURL(t, "http://"+addr+"/"))
 		if ok || !errors.Is(err, ErrRobotsUnavailable) {
 			t.Errorf("unreachable host: allowed %v err %v, want unavailable", ok, err)
@@ -236,7 +236,7 @@ func TestRobotsLarge(t *testing.T) {
 	}
 	rs := newRobotsServer(t, b.String(), 200)
 	f := trusting(t, FetchOptions{MaxBodySize: 100 << 10}) // pages are capped lower than robots.txt
-	r := NewRobots(f, "trawl", 0)
+	r := newRobotsCache(f, "trawl", 0)
 	if ok, _, err := r.Allowed(context.Background(), mustURL(t, rs.url+"/secret")); ok || err != nil {
 		t.Errorf("/secret in a 1.5 MB robots.txt: allowed %v err %v, want disallowed", ok, err)
 	}
@@ -260,7 +260,7 @@ func TestRobotsRedirects(t *testing.T) {
 	})
 	f := trusting(t, FetchOptions{})
 	f.Trust("localhost")
-	r := NewRobots(f, "trawl", 0)
+	r := newRobotsCache(f, "trawl", 0)
 	if ok, _, _ := r.Allowed(context.Background(), mustURL(t, srv.URL+"/blocked")); ok {
 		t.Error("rules behind a same-host redirect not applied")
 	}
@@ -304,7 +304,7 @@ func TestRobotsContext(t *testing.T) {
 		io.WriteString(w, "User-agent: *\nDisallow: /x\n")
 	})
 	f := trusting(t, FetchOptions{})
-	r := NewRobots(f, "trawl", 0)
+	r := newRobotsCache(f, "trawl", 0)
 
 	// The fetching caller gives up: its error is the context's, and the
 	// answer is not cached as "allow all".
@@ -335,9 +335,9 @@ func TestRobotsContext(t *testing.T) {
 
 func TestRobotsGuard(t *testing.T) {
 	rs := newRobotsServer(t, "User-agent: *\nDisallow: /\n", 200)
-	f := NewFetcher(FetchOptions{}) // 127.0.0.1 not trusted
+	f := newHTTPFetcher(FetchOptions{}) // 127.0.0.1 not trusted
 	defer f.Close()
-	r := NewRobots(f, "trawl", 0)
+	r := newRobotsCache(f, "trawl", 0)
 	ok, _, err := r.Allowed(context.Background(), mustURL(t, rs.url+"/"))
 	if ok || !errors.Is(err, ErrLocalRefusal) {
 		t.Errorf("allowed %v err %v, want a local refusal", ok, err)

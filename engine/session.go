@@ -11,7 +11,7 @@ import (
 	"golang.org/x/net/publicsuffix"
 )
 
-// newJar returns the cookie jar of a Fetcher configured by o: o.Jar, or
+// newJar returns the cookie jar of an httpFetcher configured by o: o.Jar, or
 // nil with o.NoCookies, or else a fresh jar that keeps cookies per host as
 // a browser does (domain cookies bounded by the public suffix list).
 func newJar(o FetchOptions) http.CookieJar {
@@ -25,7 +25,7 @@ func newJar(o FetchOptions) http.CookieJar {
 	return jar
 }
 
-// proxyFunc is the proxy of a Fetcher configured by o: o.Proxy for every
+// proxyFunc is the proxy of an httpFetcher configured by o: o.Proxy for every
 // request, or else the standard environment variables.
 func proxyFunc(o FetchOptions) func(*http.Request) (*url.URL, error) {
 	if o.Proxy != nil {
@@ -34,8 +34,8 @@ func proxyFunc(o FetchOptions) func(*http.Request) (*url.URL, error) {
 	return http.ProxyFromEnvironment
 }
 
-// requestHeader is the header of a request: the Fetcher's headers, then
-// the request's own, which replace the Fetcher's of the same name.
+// requestHeader is the header of a request: the httpFetcher's headers, then
+// the request's own, which replace the httpFetcher's of the same name.
 //
 // Accept-Encoding is dropped: the transport asks for gzip and decodes it
 // only when the request does not set the header itself.

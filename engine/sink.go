@@ -139,16 +139,11 @@ func (s *JSONLines) Close() error {
 	return nil
 }
 
-// Publisher is the part of a broker a QueueSink needs.
-type Publisher interface {
-	Publish(ctx context.Context, queue string, msgs ...broker.Message) error
-}
-
 // QueueSink publishes items as JSON messages to a broker queue (for
 // example ItemsQueue(name)), where a downstream consumer takes them. Write
 // returns once the broker has taken them.
 type QueueSink struct {
-	Broker Publisher
+	Broker broker.Broker
 	Queue  string
 }
 

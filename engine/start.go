@@ -76,9 +76,9 @@ func (s StartURL) Marshal() []byte {
 	return b
 }
 
-// Seed validates start URLs and publishes them to the start queue of crawl
+// seedBroker validates start URLs and publishes them to the start queue of crawl
 // name. Nothing is published unless every URL is valid.
-func Seed(ctx context.Context, b broker.Broker, name string, starts ...StartURL) error {
+func seedBroker(ctx context.Context, b broker.Broker, name string, starts ...StartURL) error {
 	msgs := make([]broker.Message, 0, len(starts))
 	for _, s := range starts {
 		p, err := ParseStartURL(s.Marshal())
@@ -159,9 +159,9 @@ type StartRejecter interface {
 	RejectStart(ctx context.Context, payload []byte, reason string) error
 }
 
-// SeedSource validates start URLs and adds them to src. Nothing is added
+// seedSource validates start URLs and adds them to src. Nothing is added
 // unless every URL is valid.
-func SeedSource(ctx context.Context, src StartSource, starts ...StartURL) error {
+func seedSource(ctx context.Context, src StartSource, starts ...StartURL) error {
 	ps := make([][]byte, 0, len(starts))
 	for _, s := range starts {
 		p, err := ParseStartURL(s.Marshal())

@@ -97,7 +97,7 @@ func crawlThrottled(t *testing.T, cfg engine.Config, sites ...*latencySite) {
 func TestAutoThrottleSlowAndFastHosts(t *testing.T) {
 	const latency, start, floor = 300 * time.Millisecond, 150 * time.Millisecond, 20 * time.Millisecond
 	slow, fast := newLatencySite(t, latency, 4), newLatencySite(t, 0, 6)
-	lim := engine.NewPoliteness(engine.PolitenessOptions{PerHost: 8, Delay: floor,
+	lim := engine.NewPoliteness(engine.PolitenessConfig{PerHost: 8, Delay: floor,
 		AutoThrottle: &engine.AutoThrottle{StartDelay: start, MaxDelay: 5 * time.Second}})
 	crawlThrottled(t, engine.Config{Delay: floor, Limiter: lim, IgnoreRobots: true}, slow, fast)
 

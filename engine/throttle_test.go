@@ -64,7 +64,7 @@ func TestThrottleValidate(t *testing.T) {
 func TestPolitenessThrottle(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		p := NewPoliteness(PolitenessOptions{Delay: 100 * time.Millisecond, AutoThrottle: &AutoThrottle{StartDelay: time.Second}})
+		p := newPoliteness(politenessConfig{Delay: 100 * time.Millisecond, AutoThrottle: &AutoThrottle{StartDelay: time.Second}})
 		acquire := func(host string) time.Time {
 			t.Helper()
 			release, err := p.Acquire(ctx, host)
@@ -110,7 +110,7 @@ func TestPolitenessThrottle(t *testing.T) {
 
 // TestPolitenessNoThrottle: without AutoThrottle, Observe changes nothing.
 func TestPolitenessNoThrottle(t *testing.T) {
-	p := NewPoliteness(PolitenessOptions{Delay: 50 * time.Millisecond})
+	p := newPoliteness(politenessConfig{Delay: 50 * time.Millisecond})
 	p.Observe("a", 10*time.Second, 200)
 	if d := p.Delay("a"); d != 50*time.Millisecond {
 		t.Errorf("delay %v, want the fixed 50ms", d)

@@ -64,26 +64,21 @@ func newSeedCmd(o *options) *cobra.Command {
 				return err
 			}
 			defer b.Close()
-			if m := b.metadata(); m != nil {
-				// The settings given here (and the start URLs' addresses,
-				// trusted) are the crawl's, as for trawl crawl.
-				cfg := o.engineConfig()
-				for _, s := range starts {
-					u, _ := url.Parse(s.URL)
-					cfg.TrustedHosts = append(cfg.TrustedHosts, engine.TrustedAddr(u))
-				}
-				_, err := engine.JoinSettings(cmd.Context(), m, o.name, engine.SettingsOf(cfg), engine.JoinOptions{
-					Adopt: adopt(cmd.Flags()), Override: o.overrideSettings, Logger: o.log,
-				})
-				if err != nil {
-					return err
-				}
+			// The settings given here (and the start URLs' addresses,
+			// trusted) are the crawl's, as for trawl crawl: Seed joins the
+			// crawl's settings first.
+			cfg := o.engineConfig()
+			for _, s := range starts {
+				u, _ := url.Parse(s.URL)
+				cfg.TrustedHosts = append(cfg.TrustedHosts, engine.TrustedAddr(u))
 			}
-			if b.starts != nil {
-				err = engine.SeedSource(cmd.Context(), b.starts, starts...)
-			} else {
-				err = engine.Seed(cmd.Context(), b.broker, o.name, starts...)
+			cfg.Starts, cfg.Metadata = b.starts, b.meta
+			cfg.Adopt, cfg.OverrideSettings = adopt(cmd.Flags()), o.overrideSettings
+			c, err := engine.New(b.broker, b.filter, cfg)
+			if err != nil {
+				return usageError("%v", err)
 			}
+			err = c.Seed(cmd.Context(), starts...)
 			if err != nil {
 				return err
 			}

@@ -1,0 +1,11 @@
+package engine
+
+// Politeness is the local limiter, exposed to the package's external
+// tests, which read the delays it adapted.
+type Politeness = politeness
+
+// PolitenessConfig configures a Politeness in external tests.
+type PolitenessConfig = politenessConfig
+
+// NewPoliteness exposes newPoliteness to external tests.
+func NewPoliteness(o PolitenessConfig) *Politeness { return newPoliteness(o) }
