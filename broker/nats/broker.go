@@ -24,31 +24,27 @@ import (
 const closeTimeout = 10 * time.Second
 
 // Broker is a JetStream-backed broker.Broker; it also implements
-// broker.Counter, broker.Purger and broker.DeadLetters, and its deliveries
-// implement broker.Extender. A Broker stands for one consumer (a worker):
-// closing it gives back its own unsettled deliveries. It is safe for
-// concurrent use.
+// broker.Counter, broker.Purger, broker.DeadLetters, broker.Metadata and
+// broker.Presence, and its deliveries implement broker.Extender. A Broker
+// stands for one worker: closing it closes its consumers and gives back
+// its own unsettled deliveries. It is safe for concurrent use.
 type Broker struct {
 	cfg Config
 	nc  *natsgo.Conn
 	js  jetstream.JetStream
 	log *slog.Logger
 
-	life   context.Context // ends when Close begins
-	stop   context.CancelFunc
-	status chan natsgo.Status // reconnections, read by watch
-	watchs sync.WaitGroup
+	life context.Context // ends when Close begins
+	stop context.CancelFunc
 
 	opening sync.Mutex // serializes opening queues
 
 	mu     sync.Mutex
 	closed bool
-	epoch  context.Context // ends on Close and on every reconnection
-	bump   context.CancelFunc
 	queues map[string]*queue
 	meta   jetstream.KeyValue     // the metadata bucket, once opened (see kv)
 	held   map[*delivery]struct{} // handed out, not settled
-	active sync.WaitGroup         // Publish and Receive calls in progress
+	active sync.WaitGroup         // Publish and Receive calls and consumers' loops in progress
 }
 
 var (
@@ -57,6 +53,7 @@ var (
 	_ broker.Purger      = (*Broker)(nil)
 	_ broker.DeadLetters = (*Broker)(nil)
 	_ broker.Extender    = (*delivery)(nil)
+	_ broker.BatchAcker  = (*Broker)(nil)
 )
 
 // queue is a queue this broker has opened: its streams and consumers
@@ -68,20 +65,33 @@ type queue struct {
 }
 
 // New returns a broker on cfg.Conn. It checks that the server has
-// JetStream enabled; queues are created on first use.
+// JetStream enabled (in cfg.Domain, if set); queues are created on first
+// use.
 func New(ctx context.Context, cfg Config) (*Broker, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	js, err := jetstream.New(cfg.Conn,
+	opts := []jetstream.JetStreamOpt{
 		jetstream.WithDefaultTimeout(cfg.Timeout),
-		jetstream.WithPublishAsyncTimeout(cfg.Timeout))
+		jetstream.WithPublishAsyncTimeout(cfg.Timeout),
+	}
+	var js jetstream.JetStream
+	var err error
+	if cfg.Domain != "" {
+		js, err = jetstream.NewWithDomain(cfg.Conn, cfg.Domain, opts...)
+	} else {
+		js, err = jetstream.New(cfg.Conn, opts...)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("nats broker: connect: %w", err)
 	}
 	if _, err := js.AccountInfo(ctx); err != nil {
-		return nil, fmt.Errorf("nats broker: connect: jetstream account info: %w", err)
+		where := "jetstream"
+		if cfg.Domain != "" {
+			where = fmt.Sprintf("jetstream domain %q", cfg.Domain)
+		}
+		return nil, fmt.Errorf("nats broker: connect: %s account info: %w", where, err)
 	}
 	b := &Broker{
 		cfg:    cfg,
@@ -92,30 +102,9 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 		held:   map[*delivery]struct{}{},
 	}
 	b.life, b.stop = context.WithCancel(context.WithoutCancel(ctx))
-	b.epoch, b.bump = context.WithCancel(b.life)
-	b.status = b.nc.StatusChanged(natsgo.CONNECTED)
-	b.watchs.Add(1)
-	go b.watch()
 	b.log.Info("broker ready", "order", cfg.Order.String(), "bands", cfg.Bands,
-		"lease", cfg.Lease, "max_deliveries", cfg.MaxDeliveries)
+		"lease", cfg.Lease, "max_deliveries", cfg.MaxDeliveries, "domain", cfg.Domain)
 	return b, nil
-}
-
-// watch renews the epoch on every reconnection, so that waiting Receives
-// send their pull requests again (the server forgot them). It ends when
-// Close removes the status listener.
-func (b *Broker) watch() {
-	defer b.watchs.Done()
-	for s := range b.status {
-		if s != natsgo.CONNECTED {
-			continue
-		}
-		b.mu.Lock()
-		b.bump()
-		b.epoch, b.bump = context.WithCancel(b.life)
-		b.mu.Unlock()
-		b.log.Warn("reconnected; renewing pull requests")
-	}
 }
 
 func opErr(op, queue string, err error) error {
@@ -167,18 +156,6 @@ func (b *Broker) bound(ctx context.Context) (context.Context, context.CancelFunc
 // bounded by Timeout.
 func (b *Broker) detached() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(b.life), b.cfg.Timeout)
-}
-
-func (b *Broker) isClosed() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.closed
-}
-
-func (b *Broker) currentEpoch() context.Context {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.epoch
 }
 
 // leaseEnd is when a lease that began at start counts as lost. It ends a
@@ -412,9 +389,10 @@ func (b *Broker) publish(ctx context.Context, q *queue, msgs ...*natsgo.Msg) err
 
 // Receive waits until queue has a message, then leases and returns up to
 // max of them: from the highest band that has any, then lower bands, in
-// stream order within a band. It waits with pull requests held by the
-// server on every band, so a Publish, a Nack, a Requeue, a delay that runs
-// out or a lease that expires wakes it at once, without polling.
+// stream order within a band (see take). When there is none it waits with
+// pull requests held by the server on every band (see wait), so that a
+// Publish, a Nack, a Requeue, a delay that runs out or a lease that
+// expires wakes it at once, without polling.
 func (b *Broker) Receive(ctx context.Context, queue string, limit int) ([]broker.Delivery, error) {
 	const op = "receive"
 	if queue != "" && limit < 1 {
@@ -427,71 +405,86 @@ func (b *Broker) Receive(ctx context.Context, queue string, limit int) ([]broker
 	if err := ctx.Err(); err != nil {
 		return nil, opErr(op, queue, err)
 	}
-	var p *puller
-	defer func() {
-		if p != nil {
-			p.close()
-		}
-	}()
-	missing, pause := false, time.Duration(0)
+	batch := 1
+	if b.cfg.Order == broker.FIFO {
+		batch = limit // one band: no other band to wait on
+	}
+	r := retrier{b: b, op: op, queue: queue}
 	for {
-		var ds []*delivery
-		var err error
-		if p == nil {
-			q, oerr := b.queue(ctx, queue)
-			switch {
-			case oerr == nil:
-				p = &puller{b: b, q: q}
-			case errors.Is(oerr, broker.ErrInvalid):
-				return nil, opErr(op, queue, oerr)
-			default:
-				err = oerr
-			}
+		q, err := b.queue(ctx, queue)
+		if errors.Is(err, broker.ErrInvalid) {
+			return nil, opErr(op, queue, err)
 		}
-		if p != nil {
-			ds, err = p.take(ctx, limit, true)
-			if err == nil && len(ds) == 0 {
-				ds, err = p.wait(ctx, limit)
+		var ds []*delivery
+		if err == nil {
+			ds, err = b.take(q, limit, true)
+			if len(ds) == 0 && err == nil {
+				ds, err = b.wait(ctx, q, batch)
+				if len(ds) > 0 && len(ds) < limit {
+					more, _ := b.take(q, limit-len(ds), true)
+					ds = append(ds, more...)
+				}
 			}
 		}
 		if len(ds) > 0 {
+			sortDeliveries(ds)
+			if len(ds) > limit {
+				b.unclaim(ds[limit:])
+				ds = ds[:limit]
+			}
 			return b.hand(op, queue, ds)
 		}
-		switch {
-		case err == nil:
-			pause = 0
-			continue
-		case errors.Is(err, broker.ErrClosed):
+		if err := r.after(ctx, q, err); err != nil {
 			return nil, opErr(op, queue, err)
-		case ctx.Err() != nil:
-			return nil, opErr(op, queue, ctx.Err())
-		case errors.Is(err, errNoConsumer) && !missing:
-			// The stream or consumers were deleted under us: open the
-			// queue again, once.
-			missing = true
-			b.forget(p.q)
-			p.close()
-			p = nil
-			continue
 		}
-		// The server turned a pull request down (too many waiting,
-		// leadership change), or did not answer (a restart, a network
-		// cut: the connection reconnects by itself): try again after a
-		// pause, until ctx ends.
-		if pause == 0 {
-			b.log.Warn("receive failed; retrying", "queue", queue, "error", err)
-		}
-		pause = min(max(2*pause, 50*time.Millisecond), time.Second)
-		t := time.NewTimer(pause)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return nil, opErr(op, queue, ctx.Err())
-		case <-b.life.Done():
-			t.Stop()
-			return nil, opErr(op, queue, broker.ErrClosed)
-		}
+	}
+}
+
+// retrier paces the retries of a loop that pulls from a queue.
+type retrier struct {
+	b         *Broker
+	op, queue string
+	missing   bool          // the queue was opened again once
+	pause     time.Duration // before the next try; 0 after a success
+}
+
+// after handles the outcome err of one try on q (nil: q could not be
+// opened, err says why): it returns nil to try again, at once or after a
+// pause, or the error that ends the loop (the broker closed, ctx ended).
+// The server turning a pull request down (too many waiting, leadership
+// change) or not answering (a restart, a network cut: the connection
+// reconnects by itself) is retried with back-off until ctx ends, with a
+// warning for the first failure of a run.
+func (r *retrier) after(ctx context.Context, q *queue, err error) error {
+	b := r.b
+	switch {
+	case err == nil:
+		r.pause = 0
+		return nil
+	case errors.Is(err, broker.ErrClosed) || b.life.Err() != nil:
+		return broker.ErrClosed
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case errors.Is(err, errNoConsumer) && !r.missing && q != nil:
+		// The stream or consumers were deleted under us: open the
+		// queue again, once.
+		r.missing = true
+		b.forget(q)
+		return nil
+	}
+	if r.pause == 0 {
+		b.log.Warn(r.op+" failed; retrying", "queue", r.queue, "error", err)
+	}
+	r.pause = min(max(2*r.pause, 50*time.Millisecond), time.Second)
+	t := time.NewTimer(r.pause)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-b.life.Done():
+		return broker.ErrClosed
 	}
 }
 
@@ -519,7 +512,7 @@ func (b *Broker) hand(op, queue string, ds []*delivery) ([]broker.Delivery, erro
 // when the request that brought m was sent: its lease is counted from
 // then, not from now, so that a process held up between the server's
 // sending and now cannot settle it after the server gave it to another.
-func (b *Broker) admit(q *queue, cons int, m *natsgo.Msg, sent time.Time) *delivery {
+func (b *Broker) admit(q *queue, cons int, m jetstream.Msg, sent time.Time) *delivery {
 	now := time.Now()
 	leased := now
 	if !sent.IsZero() {
@@ -527,7 +520,7 @@ func (b *Broker) admit(q *queue, cons int, m *natsgo.Msg, sent time.Time) *deliv
 	}
 	meta, err := m.Metadata()
 	if err != nil {
-		b.log.Error("not a jetstream message; ignored", "queue", q.queue, "subject", m.Subject, "error", err)
+		b.log.Error("not a jetstream message; ignored", "queue", q.queue, "subject", m.Subject(), "error", err)
 		return nil
 	}
 	// JetStream counts a delivery that never reached a client (sent to a
@@ -540,7 +533,7 @@ func (b *Broker) admit(q *queue, cons int, m *natsgo.Msg, sent time.Time) *deliv
 		age := max(now.Sub(meta.Timestamp), 0) + min(b.cfg.Lease/2, time.Second)
 		delivered = 1 + min(delivered-1, int(age/b.cfg.Lease))
 	}
-	if err := checkHeaders(m.Header); err != nil {
+	if err := checkHeaders(m.Headers()); err != nil {
 		b.buryForeign(q, m, err)
 		return nil
 	}
@@ -548,9 +541,9 @@ func (b *Broker) admit(q *queue, cons int, m *natsgo.Msg, sent time.Time) *deliv
 		b:        b,
 		q:        q,
 		m:        m,
-		prio:     headerInt(m.Header, hdrPriority),
+		prio:     headerInt(m.Headers(), hdrPriority),
 		band:     cons,
-		attempt:  headerInt(m.Header, hdrAttempts) + delivered,
+		attempt:  headerInt(m.Headers(), hdrAttempts) + delivered,
 		seq:      meta.Sequence.Stream,
 		deadline: b.leaseEnd(leased),
 	}
@@ -572,34 +565,36 @@ func (b *Broker) admit(q *queue, cons int, m *natsgo.Msg, sent time.Time) *deliv
 // its delay, measured from when it was stored (by the server's clock, read
 // with this machine's: a skew only shortens or lengthens the delay within
 // its length).
-func (b *Broker) delayed(q *queue, m *natsgo.Msg) {
+func (b *Broker) delayed(q *queue, m jetstream.Msg) {
 	ctx, cancel := b.detached()
 	defer cancel()
 	meta, err := m.Metadata()
 	if err != nil {
-		b.log.Error("not a jetstream message; ignored", "queue", q.queue, "subject", m.Subject, "error", err)
+		b.log.Error("not a jetstream message; ignored", "queue", q.queue, "subject", m.Subject(), "error", err)
 		return
 	}
-	if err := checkHeaders(m.Header); err != nil {
+	h := m.Headers()
+	if err := checkHeaders(h); err != nil {
 		b.buryForeign(q, m, err)
 		return
 	}
-	delay := time.Duration(headerInt(m.Header, hdrDelay)) // within 0..MaxDelay
+	delay := time.Duration(headerInt(h, hdrDelay)) // within 0..MaxDelay
 	rest := min(delay-time.Since(meta.Timestamp), delay)
 	if meta.NumDelivered < 2 && rest > 0 {
+		// JetStream's NakWithDelay, confirmed by the server.
 		body := fmt.Appendf(nil, `-NAK {"delay":%d}`, int64(rest))
 		if err := b.ackReq(ctx, m, body); err != nil {
 			b.log.Warn("delay nack failed", "queue", q.queue, "error", err)
 		}
 		return
 	}
-	prio := headerInt(m.Header, hdrPriority)
-	copy := message(q.bands[bandOf(prio, b.cfg.Bands)], m.Data, prio, headerInt(m.Header, hdrAttempts))
+	prio := headerInt(h, hdrPriority)
+	copy := message(q.bands[bandOf(prio, b.cfg.Bands)], m.Data(), prio, headerInt(h, hdrAttempts))
 	if err := b.publish(ctx, q, copy); err != nil {
 		b.log.Warn("moving a delayed message back failed; tried again later", "queue", q.queue, "error", err)
 		return
 	}
-	if err := b.ackReq(ctx, m, []byte("+ACK")); err != nil {
+	if err := b.ack(ctx, m); err != nil {
 		b.log.Warn("delayed message moved back but not acknowledged; it may be delivered twice",
 			"queue", q.queue, "error", err)
 	}
@@ -609,22 +604,38 @@ func (b *Broker) delayed(q *queue, m *natsgo.Msg) {
 // checkHeaders (written by something other than trawl), with why as the
 // reason, and logs it at Warn: the message is not handed out and not
 // held, so that it cannot stall the crawl.
-func (b *Broker) buryForeign(q *queue, m *natsgo.Msg, why error) {
+func (b *Broker) buryForeign(q *queue, m jetstream.Msg, why error) {
 	ctx, cancel := b.detached()
 	defer cancel()
-	b.log.Warn("message with invalid headers dead-lettered", "queue", q.queue, "subject", m.Subject, "reason", why)
-	d := &delivery{b: b, q: q, m: m, prio: min(max(headerInt(m.Header, hdrPriority), -1<<31), 1<<31-1)}
+	b.log.Warn("message with invalid headers dead-lettered", "queue", q.queue, "subject", m.Subject(), "reason", why)
+	d := &delivery{b: b, q: q, m: m, prio: min(max(headerInt(m.Headers(), hdrPriority), -1<<31), 1<<31-1)}
 	if err := b.bury(ctx, d, why.Error()); err != nil {
 		b.log.Warn("dead-letter failed; the message comes back after its lease", "queue", q.queue, "error", err)
 	}
 }
 
-// ackReq sends an acknowledgement (+ACK, -NAK, +WPI) for m and waits for
-// the server to confirm it.
-func (b *Broker) ackReq(ctx context.Context, m *natsgo.Msg, body []byte) error {
+// ackReq sends an acknowledgement other than +ACK (a -NAK with a delay,
+// +WPI) for m to its reply subject and waits for the server to confirm
+// it. (nats.go confirms only +ACK, with DoubleAck; its NakWithDelay and
+// InProgress are sent without waiting, and a lease extended without the
+// server's word could be counted on after the server gave the message
+// away.)
+func (b *Broker) ackReq(ctx context.Context, m jetstream.Msg, body []byte) error {
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
-	_, err := b.nc.RequestWithContext(ctx, m.Reply, body)
+	_, err := b.nc.RequestWithContext(ctx, m.Reply(), body)
+	if errors.Is(err, natsgo.ErrNoResponders) {
+		// The consumer (or its stream) is gone, and the message with it.
+		return fmt.Errorf("%w: %w", broker.ErrLeaseLost, err)
+	}
+	return err
+}
+
+// ack acknowledges m (JetStream's DoubleAck: the server confirms it).
+func (b *Broker) ack(ctx context.Context, m jetstream.Msg) error {
+	ctx, cancel := b.bound(ctx)
+	defer cancel()
+	err := m.DoubleAck(ctx)
 	if errors.Is(err, natsgo.ErrNoResponders) {
 		// The consumer (or its stream) is gone, and the message with it.
 		return fmt.Errorf("%w: %w", broker.ErrLeaseLost, err)
@@ -635,28 +646,28 @@ func (b *Broker) ackReq(ctx context.Context, m *natsgo.Msg, body []byte) error {
 // requeue publishes a copy of d's message to its band, counting attempts
 // deliveries so far, and acknowledges d: the message is ready again.
 func (b *Broker) requeue(ctx context.Context, d *delivery, attempts int) error {
-	if err := b.publish(ctx, d.q, message(d.q.bands[d.band], d.m.Data, d.prio, attempts)); err != nil {
+	if err := b.publish(ctx, d.q, message(d.q.bands[d.band], d.m.Data(), d.prio, attempts)); err != nil {
 		return err
 	}
-	return b.ackReq(ctx, d.m, []byte("+ACK"))
+	return b.ack(ctx, d.m)
 }
 
 // postpone publishes a copy of d's message to the delay subject and
 // acknowledges d.
 func (b *Broker) postpone(ctx context.Context, d *delivery, delay time.Duration) error {
 	delay = min(delay, MaxDelay)
-	m := message(d.q.delay, d.m.Data, d.prio, d.attempt)
+	m := message(d.q.delay, d.m.Data(), d.prio, d.attempt)
 	m.Header.Set(hdrDelay, strconv.FormatInt(int64(delay), 10))
 	if err := b.publish(ctx, d.q, m); err != nil {
 		return err
 	}
-	return b.ackReq(ctx, d.m, []byte("+ACK"))
+	return b.ack(ctx, d.m)
 }
 
 // bury publishes d's message to the dead letters with reason and
 // acknowledges d.
 func (b *Broker) bury(ctx context.Context, d *delivery, reason string) error {
-	m := message(d.q.grave, d.m.Data, d.prio, 0)
+	m := message(d.q.grave, d.m.Data(), d.prio, 0)
 	m.Header.Set(hdrReason, oneLine(reason))
 	var id [12]byte
 	_, _ = rand.Read(id[:])
@@ -665,7 +676,7 @@ func (b *Broker) bury(ctx context.Context, d *delivery, reason string) error {
 		return err
 	}
 	b.log.Debug("dead-lettered", "queue", d.q.queue, "attempt", d.attempt, "reason", reason)
-	return b.ackReq(ctx, d.m, []byte("+ACK"))
+	return b.ack(ctx, d.m)
 }
 
 // oneLine makes s fit a header value.
@@ -691,8 +702,9 @@ func (b *Broker) unclaim(ds []*delivery) {
 	}
 }
 
-// Close closes the broker: waiting Receives return broker.ErrClosed, the
-// deliveries it handed out and that are still unsettled go back to their
+// Close closes the broker: waiting Receives and its consumers' Next
+// return broker.ErrClosed, what its consumers read ahead goes back
+// (uncounted), the deliveries it handed out and that are still unsettled go back to their
 // queues at once (counted as a delivery; to the dead letters if that was
 // their last), and every later call returns broker.ErrClosed. The
 // connection stays open. Close is idempotent; it returns nil.
@@ -714,9 +726,9 @@ func (b *Broker) Close() error {
 	b.held = nil
 	b.mu.Unlock()
 
-	// Shutdown order: end the life (wakes waiting Receives and Publishes),
-	// wait for them (they give back what they pulled), give back what
-	// the caller holds, stop watching the connection.
+	// Shutdown order: end the life (wakes waiting Receives, Publishes and
+	// consumers' loops), wait for them (they give back what they pulled),
+	// give back what the caller holds.
 	b.stop()
 	b.active.Wait()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(b.life), closeTimeout)
@@ -733,8 +745,6 @@ func (b *Broker) Close() error {
 				"queue", d.q.queue, "error", err)
 		}
 	}
-	b.nc.RemoveStatusListener(b.status)
-	b.watchs.Wait()
 	b.log.Info("broker closed", "given_back", len(ds))
 	return nil
 }

@@ -89,6 +89,11 @@ type Config struct {
 	// most MaxReplicas). Three keeps a queue whole, and serving, while one
 	// server is down. Streams and a bucket that exist keep theirs.
 	Replicas int
+	// Domain is the JetStream domain of the queues (a leaf node's or a
+	// hub's JetStream, say); empty: the account's own. Every JetStream
+	// request, and so every stream, consumer and the metadata bucket,
+	// goes to that domain's API ($JS.<Domain>.API).
+	Domain string
 	// Timeout bounds one request to the server when the caller's context
 	// has no earlier deadline (0: DefaultTimeout).
 	Timeout time.Duration
@@ -125,6 +130,9 @@ func (c Config) Validate() error {
 	}
 	if c.Replicas < 0 || c.Replicas > MaxReplicas {
 		errs = append(errs, fmt.Errorf("bad Replicas %d: want 0 (default) to %d", c.Replicas, MaxReplicas))
+	}
+	if strings.ContainsAny(c.Domain, ".*> \t\r\n") {
+		errs = append(errs, fmt.Errorf("bad Domain %q: want a single subject token (no '.', '*', '>' or spaces)", c.Domain))
 	}
 	if c.Timeout < 0 {
 		errs = append(errs, fmt.Errorf("bad Timeout %v: want 0 (default) or more", c.Timeout))

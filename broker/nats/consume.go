@@ -3,16 +3,276 @@ package nats
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/trawlhq/trawl/broker"
-	"github.com/trawlhq/trawl/broker/internal/pollconsumer"
 )
 
-// Consume implements broker.Broker. (Stopgap: a polling consumer until the
-// native one lands.)
+// Consume opens a long-lived consumer of queue that reads ahead at most
+// prefetch deliveries. See consumer.
 func (b *Broker) Consume(ctx context.Context, queue string, prefetch int) (broker.Consumer, error) {
-	if queue == "" || prefetch < 1 {
-		return nil, fmt.Errorf("nats: consume %q prefetch %d: %w", queue, prefetch, broker.ErrInvalid)
+	const op = "consume"
+	if queue != "" && prefetch < 1 {
+		return nil, invalid(op, queue, fmt.Sprintf("prefetch %d < 1", prefetch))
 	}
-	return pollconsumer.New(b, queue), nil
+	if err := b.enter(op, queue); err != nil {
+		return nil, err
+	}
+	q, err := b.queue(ctx, queue)
+	if err != nil {
+		b.active.Done()
+		return nil, opErr(op, queue, err)
+	}
+	c := &consumer{
+		b: b, queue: queue, q: q, prefetch: prefetch,
+		avail: make(chan struct{}, 1), room: make(chan struct{}, 1), exited: make(chan struct{}),
+	}
+	c.ctx, c.cancel = context.WithCancel(b.life)
+	go c.run() // owned by c: Close (or the broker's Close) ends it and waits
+	return c, nil
+}
+
+// consumer is the broker.Consumer of a queue. Its loop (run) keeps up to
+// prefetch deliveries read ahead in buf, highest band first, with the
+// same pull requests as Receive: "no wait" requests band by band while
+// the queue has messages (take), and, once it has none and buf is empty,
+// a waiting request on every band and the delay consumer (wait), renewed
+// by nats.go as they expire (every waitExpiry) with the server's
+// heartbeats in between. An idle consumer thus costs the server one pull
+// request per band and per waitExpiry, and no connection of its own.
+//
+// Read-ahead deliveries are leased (the server counts AckWait from its
+// sending): while buf is full the loop extends those past half their
+// lease, and Next extends one past half its lease before returning it, so
+// that a delivery comes out of Next with at least half a lease left.
+type consumer struct {
+	b        *Broker
+	queue    string
+	prefetch int
+	ctx      context.Context // ends on Close and on the broker's Close
+	cancel   context.CancelFunc
+	closed   atomic.Bool
+	exited   chan struct{} // closed when run has returned (and given buf back)
+
+	avail chan struct{} // poked when buf gains deliveries
+	room  chan struct{} // poked when Next takes from buf
+
+	q *queue // owned by run
+
+	mu    sync.Mutex
+	buf   []*delivery // read ahead, not yet returned by Next; sorted
+	ended bool        // run returned; buf given back
+}
+
+func poke(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// run is the consumer's loop; see consumer.
+func (c *consumer) run() {
+	b := c.b
+	defer b.active.Done()
+	defer close(c.exited)
+	defer c.end()
+	r := retrier{b: b, op: "consume", queue: c.queue}
+	dry := false // the last take found nothing while buf held deliveries
+	for {
+		if !c.waitRoom(dry) {
+			return
+		}
+		var err error
+		if c.q == nil {
+			c.q, err = b.queue(c.ctx, c.queue)
+		}
+		var ds []*delivery
+		if err == nil {
+			ds, err = b.take(c.q, c.prefetch-c.buffered(), false)
+			if len(ds) == 0 && err == nil {
+				if c.buffered() > 0 {
+					dry = true
+					continue
+				}
+				ds, err = b.wait(c.ctx, c.q, 1)
+			}
+		}
+		if len(ds) > 0 {
+			dry = false
+			c.push(ds)
+			err = nil
+		}
+		q := c.q
+		if err := r.after(c.ctx, q, err); err != nil {
+			return
+		}
+		if q != nil && !b.known(q) {
+			c.q = nil // forgotten by after: open it again
+		}
+	}
+}
+
+// known tells whether q is still the broker's open queue of its name.
+func (b *Broker) known(q *queue) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.queues[q.queue] == q
+}
+
+func (c *consumer) buffered() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.buf)
+}
+
+// push adds ds to buf, and gives back (uncounted) what is beyond prefetch.
+func (c *consumer) push(ds []*delivery) {
+	c.mu.Lock()
+	c.buf = append(c.buf, ds...)
+	sortDeliveries(c.buf)
+	var extra []*delivery
+	if len(c.buf) > c.prefetch {
+		extra = append(extra, c.buf[c.prefetch:]...)
+		c.buf = c.buf[:c.prefetch:c.prefetch]
+	}
+	c.mu.Unlock()
+	poke(c.avail)
+	if len(extra) > 0 {
+		c.b.unclaim(extra)
+	}
+}
+
+// waitRoom waits until buf may be refilled: it is empty or, unless the
+// last take came back dry, half of prefetch is free. Meanwhile it keeps
+// the leases of buf alive. It returns false once the consumer ends.
+func (c *consumer) waitRoom(dry bool) bool {
+	threshold := max(1, (c.prefetch+1)/2)
+	for {
+		n := c.buffered()
+		if n == 0 || (!dry && c.prefetch-n >= threshold) {
+			return c.ctx.Err() == nil
+		}
+		t := time.NewTimer(c.b.cfg.Lease / 4)
+		select {
+		case <-c.room:
+			t.Stop()
+		case <-t.C:
+			c.keepAlive()
+		case <-c.ctx.Done():
+			t.Stop()
+			return false
+		}
+	}
+}
+
+// keepAlive extends the leases of buf's deliveries past half their lease,
+// and drops those whose lease is lost (the server delivers them again).
+func (c *consumer) keepAlive() {
+	c.mu.Lock()
+	ds := append([]*delivery(nil), c.buf...)
+	c.mu.Unlock()
+	for _, d := range ds {
+		if err := c.refresh(c.ctx, d); err != nil && c.ctx.Err() == nil {
+			c.mu.Lock()
+			for i, x := range c.buf {
+				if x == d {
+					c.buf = append(c.buf[:i], c.buf[i+1:]...)
+					break
+				}
+			}
+			c.mu.Unlock()
+		}
+	}
+}
+
+// refresh extends d's lease if less than half of it is left. It returns
+// an error if the lease is lost.
+func (c *consumer) refresh(ctx context.Context, d *delivery) error {
+	b := c.b
+	b.mu.Lock()
+	left := time.Until(d.deadline)
+	b.mu.Unlock()
+	if left <= 0 {
+		return broker.ErrLeaseLost
+	}
+	if left >= b.cfg.Lease/2 {
+		return nil
+	}
+	sent := time.Now()
+	err := b.ackReq(ctx, d.m, []byte("+WPI"))
+	if err != nil {
+		b.log.Debug("extending a read-ahead delivery failed", "queue", c.queue, "error", err)
+		if time.Until(d.deadline) > 0 {
+			return nil // the lease stands, shorter
+		}
+		return broker.ErrLeaseLost
+	}
+	b.mu.Lock()
+	d.deadline = b.leaseEnd(sent)
+	b.mu.Unlock()
+	return nil
+}
+
+// end gives back what the loop read ahead, once it stops.
+func (c *consumer) end() {
+	c.mu.Lock()
+	ds := c.buf
+	c.buf, c.ended = nil, true
+	c.mu.Unlock()
+	c.b.unclaim(ds)
+}
+
+// Next returns the next delivery, highest band first among those read
+// ahead, waiting until one comes. While the server is away it waits (the
+// loop retries, with a warning in the log).
+func (c *consumer) Next(ctx context.Context) (broker.Delivery, error) {
+	const op = "next"
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, opErr(op, c.queue, err)
+		}
+		c.mu.Lock()
+		if c.ended || c.closed.Load() {
+			c.mu.Unlock()
+			return nil, opErr(op, c.queue, broker.ErrClosed)
+		}
+		if len(c.buf) > 0 {
+			d := c.buf[0]
+			c.buf = c.buf[1:]
+			c.mu.Unlock()
+			poke(c.room)
+			if err := c.refresh(ctx, d); err != nil {
+				c.b.log.Debug("a read-ahead delivery's lease ran out; the server delivers it again", "queue", c.queue)
+				continue
+			}
+			if c.closed.Load() {
+				c.b.unclaim([]*delivery{d})
+				return nil, opErr(op, c.queue, broker.ErrClosed)
+			}
+			ds, err := c.b.hand(op, c.queue, []*delivery{d})
+			if err != nil {
+				return nil, err
+			}
+			return ds[0], nil
+		}
+		c.mu.Unlock()
+		select {
+		case <-c.avail:
+		case <-c.exited:
+		case <-ctx.Done():
+		}
+	}
+}
+
+// Close stops the consumer and gives back at once what it read ahead
+// (uncounted: its next delivery has the same attempt). Deliveries already
+// returned by Next stay valid. Close is idempotent.
+func (c *consumer) Close() error {
+	c.closed.Store(true)
+	c.cancel()
+	<-c.exited
+	return nil
 }

@@ -4,9 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
-	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/trawlhq/trawl/broker"
 )
@@ -25,7 +26,7 @@ const (
 type delivery struct {
 	b       *Broker
 	q       *queue
-	m       *natsgo.Msg // as pulled; its reply subject acknowledges it
+	m       jetstream.Msg // as pulled; its reply subject acknowledges it
 	prio    int
 	band    int
 	attempt int
@@ -37,7 +38,7 @@ type delivery struct {
 
 // Message returns a copy of the delivered message.
 func (d *delivery) Message() broker.Message {
-	return broker.Message{Body: bytes.Clone(d.m.Data), Priority: d.prio}
+	return broker.Message{Body: bytes.Clone(d.m.Data()), Priority: d.prio}
 }
 
 // Queue names the queue the delivery came from.
@@ -87,8 +88,36 @@ func (d *delivery) Ack(ctx context.Context) error {
 	if err := d.claim(op); err != nil {
 		return err
 	}
-	if err := d.b.ackReq(ctx, d.m, []byte("+ACK")); err != nil {
+	if err := d.b.ack(ctx, d.m); err != nil {
 		return opErr(op, d.q.queue, err)
+	}
+	return nil
+}
+
+// AckBatch acknowledges ds, deliveries of b, as Ack does each, with the
+// acknowledgements in flight together: one round trip for the batch
+// rather than one per delivery. The error names the first that failed;
+// the others are acknowledged all the same.
+func (b *Broker) AckBatch(ctx context.Context, ds ...broker.Delivery) error {
+	const op = "ack batch"
+	own := make([]*delivery, len(ds))
+	for i, bd := range ds {
+		d, ok := bd.(*delivery)
+		if !ok || d.b != b {
+			return invalid(op, bd.Queue(), fmt.Sprintf("delivery %d is not of this broker", i))
+		}
+		own[i] = d
+	}
+	errs := make([]error, len(own))
+	var wg sync.WaitGroup
+	for i, d := range own {
+		wg.Go(func() { errs[i] = d.Ack(ctx) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
 	}
 	return nil
 }

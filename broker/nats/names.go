@@ -17,10 +17,6 @@ const (
 	hdrDeadID   = "Trawl-Dead-Id"  // on a dead letter: a unique id, the Nats-Msg-Id of its requeue
 )
 
-// apiNext is the JetStream API subject of a pull request (the default
-// domain and API prefix).
-const apiNext = "$JS.API.CONSUMER.MSG.NEXT."
-
 // maxToken bounds the length of an escaped queue name; longer ones are
 // cut and completed with a hash.
 const maxToken = 160
@@ -71,7 +67,6 @@ type names struct {
 	bands        []string // band subjects, lowest band first
 	delay, grave string   // delay and dead-letter subjects
 	consumers    []string // durable names: one per band, then "delay"
-	next         []string // pull-request subjects of consumers
 }
 
 func namesFor(queue string, bands int) names {
@@ -89,13 +84,10 @@ func namesFor(queue string, bands int) names {
 		n.consumers = append(n.consumers, "b"+strconv.Itoa(i))
 	}
 	n.consumers = append(n.consumers, "delay")
-	for _, c := range n.consumers {
-		n.next = append(n.next, apiNext+n.work+"."+c)
-	}
 	return n
 }
 
-// delayIdx is the index of the delay consumer in consumers and next.
+// delayIdx is the index of the delay consumer in consumers.
 func (n names) delayIdx() int { return len(n.bands) }
 
 // subjects are the work stream's subjects.

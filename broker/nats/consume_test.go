@@ -1,0 +1,240 @@
+package nats_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+
+	"github.com/trawlhq/trawl/broker"
+	"github.com/trawlhq/trawl/broker/nats"
+	"github.com/trawlhq/trawl/integration"
+)
+
+// next calls c.Next within wait.
+func next(t *testing.T, c broker.Consumer, wait time.Duration) broker.Delivery {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), wait)
+	defer cancel()
+	d, err := c.Next(ctx)
+	if err != nil {
+		t.Fatalf("Next: %v", err)
+	}
+	return d
+}
+
+func consume(t *testing.T, b broker.Broker, q string, prefetch int) broker.Consumer {
+	t.Helper()
+	c, err := b.Consume(t.Context(), q, prefetch)
+	if err != nil {
+		t.Fatalf("Consume: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// TestConsumer: a consumer delivers across bands highest first, reads
+// ahead no more than its prefetch (another worker takes the rest at once),
+// wakes on a Publish while idle, and on Close gives back what it read ahead
+// at once and uncounted.
+func TestConsumer(t *testing.T) {
+	e := embedded(t, "")
+	conn := embeddedConn(e)
+	a := newBroker(t, conn(t), nats.Config{})
+	other := newBroker(t, conn(t), nats.Config{})
+	ctx := t.Context()
+	q := integration.Name(t) + ":requests"
+	for i := range 10 {
+		if err := a.Publish(ctx, q, msg(fmt.Sprintf("low%d", i), -2), msg(fmt.Sprintf("high%d", i), 2)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := consume(t, a, q, 3)
+	var got []string
+	for range 4 {
+		d := next(t, c, 5*time.Second)
+		got = append(got, string(d.Message().Body))
+		if err := d.Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want := []string{"high0", "high1", "high2", "high3"}; !slices.Equal(got, want) {
+		t.Fatalf("Next returned %q, want %q", got, want)
+	}
+	// The consumer holds at most 3 read ahead: the other 13 are there for
+	// another worker, the highest first.
+	ds := receiveN(t, other, q, 13, 5*time.Second)
+	if b := bodies(ds); b[0] == "low0/1" || len(b) != 13 {
+		t.Fatalf("another worker received %q", b)
+	}
+	for _, d := range ds {
+		if err := d.Nack(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Close gives the read-ahead back at once, with its attempt unchanged.
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Next(ctx); !errors.Is(err, broker.ErrClosed) {
+		t.Fatalf("Next after Close: %v, want ErrClosed", err)
+	}
+	ds = receiveN(t, other, q, 16, 5*time.Second)
+	ones := 0
+	for _, d := range ds {
+		if d.Attempt() == 1 {
+			ones++
+		}
+		if err := d.Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ones != 3 {
+		t.Errorf("%d of the deliveries given back by Close have attempt 1, want 3 (%q)", ones, bodies(ds))
+	}
+
+	// An idle consumer wakes on a Publish.
+	c = consume(t, a, q, 2)
+	woke := make(chan broker.Delivery, 1)
+	go func() {
+		d, err := c.Next(ctx)
+		if err != nil {
+			t.Errorf("Next: %v", err)
+		}
+		woke <- d
+	}()
+	select {
+	case d := <-woke:
+		t.Fatalf("Next on an empty queue returned %v", d)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := other.Publish(ctx, q, msg("wake", 0)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case d := <-woke:
+		if string(d.Message().Body) != "wake" {
+			t.Fatalf("woke with %q", d.Message().Body)
+		}
+		if err := d.Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("an idle consumer did not wake on a Publish")
+	}
+	// Closing the broker ends its consumer.
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Next(ctx); !errors.Is(err, broker.ErrClosed) {
+		t.Fatalf("Next after the broker's Close: %v, want ErrClosed", err)
+	}
+	waitCounts(t, other, q, broker.Counts{})
+}
+
+// TestConsumerReadAheadLease: deliveries read ahead for longer than their
+// lease (the worker is busy) are kept alive, not given to another worker:
+// each comes out of Next once, at attempt 1, and its Ack holds.
+func TestConsumerReadAheadLease(t *testing.T) {
+	e := embedded(t, "")
+	conn := embeddedConn(e)
+	const lease = 500 * time.Millisecond
+	a := newBroker(t, conn(t), nats.Config{Lease: lease})
+	other := newBroker(t, conn(t), nats.Config{Lease: lease})
+	ctx := t.Context()
+	q := integration.Name(t) + ":requests"
+	if err := a.Publish(ctx, q, msg("m0", 0), msg("m1", 0), msg("m2", 0)); err != nil {
+		t.Fatal(err)
+	}
+	c := consume(t, a, q, 3)
+	first := next(t, c, 5*time.Second)
+	// While the worker holds first for three leases, extending it, the
+	// two read ahead stay with it: another worker sees nothing.
+	e1 := first.(broker.Extender)
+	waiting := make(chan error, 1)
+	go func() {
+		rctx, cancel := context.WithTimeout(ctx, 3*lease)
+		defer cancel()
+		ds, err := other.Receive(rctx, q, 1)
+		if err == nil {
+			err = fmt.Errorf("received %q", bodies(ds))
+		}
+		waiting <- err
+	}()
+	for deadline := time.Now().Add(3 * lease); time.Now().Before(deadline); {
+		if err := e1.Extend(ctx, lease); err != nil {
+			t.Fatalf("Extend: %v", err)
+		}
+		select {
+		case <-time.After(lease / 4): // the work "in progress"
+		case <-ctx.Done():
+		}
+	}
+	if err := <-waiting; !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("another worker during the read-ahead: %v, want nothing", err)
+	}
+	got := []broker.Delivery{first}
+	got = append(got, next(t, c, time.Second), next(t, c, time.Second))
+	if b := bodies(got); !slices.Equal(b, []string{"m0/1", "m1/1", "m2/1"}) {
+		t.Fatalf("Next returned %q, want m0/1 m1/1 m2/1", b)
+	}
+	for _, d := range got {
+		if err := d.Ack(ctx); err != nil {
+			t.Fatalf("Ack of a delivery read ahead for three leases: %v", err)
+		}
+	}
+	waitCounts(t, other, q, broker.Counts{})
+}
+
+// TestConsumerIdleCost counts the requests an idle worker's consumers (a
+// crawl's two queues, nothing queued) send the server, with a subscriber
+// on the JetStream API and acknowledgement subjects: pull requests are
+// renewed as they expire, every 30s, so a few seconds see none. Issue 10's
+// bar is 10 per second.
+func TestConsumerIdleCost(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		conn func(t *testing.T) *natsgo.Conn
+	}{
+		{"embedded", embeddedConn(embedded(t, ""))},
+		{"external", external},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nc := tc.conn(t)
+			spy := tc.conn(t)
+			var n atomic.Int64
+			for _, subj := range []string{"$JS.API.>", "$JS.ACK.>"} {
+				sub, err := spy.Subscribe(subj, func(*natsgo.Msg) { n.Add(1) })
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer sub.Unsubscribe()
+			}
+			if err := spy.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			b := newBroker(t, nc, nats.Config{})
+			name := integration.Name(t)
+			for _, q := range []string{name + ":requests", name + ":start_urls"} {
+				c := consume(t, b, q, 32)
+				go c.Next(t.Context()) // waits until the test ends
+			}
+			// Let the consumers settle into waiting (opening queues, first pulls).
+			time.Sleep(time.Second) // a measurement window, not synchronization
+			before := n.Load()
+			const window = 3 * time.Second
+			time.Sleep(window) // a measurement window, not synchronization
+			got := n.Load() - before
+			rate := float64(got) / window.Seconds()
+			t.Logf("idle: %d JetStream requests in %v (%.2f/s), setup %d", got, window, rate, before)
+			if rate > 10 {
+				t.Errorf("an idle worker sends %.1f requests/s, want at most 10", rate)
+			}
+		})
+	}
+}
