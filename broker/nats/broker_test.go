@@ -191,6 +191,8 @@ func TestConfigValidate(t *testing.T) {
 		{"short lease", nats.Config{Conn: nc, Lease: time.Millisecond}, false},
 		{"negative", nats.Config{Conn: nc, MaxDeliveries: -1}, false},
 		{"storage", nats.Config{Conn: nc, Storage: 7}, false},
+		{"domain", nats.Config{Conn: nc, Domain: "hub"}, true},
+		{"dotted domain", nats.Config{Conn: nc, Domain: "a.b"}, false},
 	} {
 		err := tc.cfg.Validate()
 		if (err == nil) != tc.ok {

@@ -67,6 +67,7 @@ var scrapySettings = map[string]string{
 	"tls-key":             "",
 	"nats-replicas":       "",
 	"amqp-queue-type":     "",
+	"nats-domain":         "",
 	"prefetch":            "",
 	"data-dir":            "`JOBDIR`",
 	"broker":              "`SCHEDULER` (`scrapy_redis.scheduler.Scheduler`: `redis`)",

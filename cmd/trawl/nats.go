@@ -69,7 +69,7 @@ func (o *options) openNATS(ctx context.Context, b *backends, order broker.Order)
 	}
 	b.closes = append(b.closes, func() error { nc.Close(); return nil })
 	nb, err := natsbroker.New(ctx, natsbroker.Config{
-		Conn: nc, Order: order, Lease: o.lease, MaxDeliveries: o.maxDeliveries(), Replicas: o.natsReplicas, Logger: o.log,
+		Conn: nc, Domain: o.natsDomain, Order: order, Lease: o.lease, MaxDeliveries: o.maxDeliveries(), Replicas: o.natsReplicas, Logger: o.log,
 	})
 	if err != nil {
 		return err

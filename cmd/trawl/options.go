@@ -41,7 +41,7 @@ type options struct {
 	out, dataDirFlag, metricsAddr    string
 	outFormat                        string
 	amqpDurable, amqpRecreate        bool
-	amqpManagementURL                string
+	amqpManagementURL, natsDomain    string
 	prefetch                         int
 	natsReplicas                     int
 	amqpQueueType                    string
@@ -90,6 +90,7 @@ func (o *options) addBackendFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.natsURL, "nats-url", "nats://127.0.0.1:4222", "NATS URL(s), comma-separated")
 	o.tls.addFlags(fs)
 	fs.IntVar(&o.natsReplicas, "nats-replicas", 1, "NATS: replicas of the streams and settings bucket the crawl creates on a JetStream cluster (1 to 5; 3 keeps the crawl whole while one server is down); existing ones keep theirs")
+	fs.StringVar(&o.natsDomain, "nats-domain", "", "JetStream domain of the queues, such as a hub's reached through a leaf node (default: the server's own)")
 	fs.StringVar(&o.dataDirFlag, "data-dir", "", "folder for local state (default ./.trawl/NAME)")
 	fs.StringVar(&o.amqpManagementURL, "amqp-management-url", "", "RabbitMQ management API for queue counts, optional (default: none, counts over AMQP; without credentials, the AMQP URL's)")
 	fs.BoolVar(&o.amqpDurable, "amqp-durable", true, "RabbitMQ: durable queues and persistent messages")
