@@ -7,7 +7,11 @@
 //
 // Each queue is a work-queue stream with one subject per priority band and
 // a delay subject, a durable pull consumer per subject (shared by every
-// worker), and a dead-letter stream; names are built in names.go. A queue
+// worker), and a dead-letter stream; names are built in names.go. Every
+// JetStream request goes through nats.go's jetstream package, so
+// Config.Domain (trawl's --nats-domain) puts the queues and the metadata
+// bucket in another JetStream domain, such as a hub's reached through a
+// leaf node. A queue
 // name is escaped into the stream and subject token: lower-case letters,
 // digits and '-' stay, any other byte becomes '_' and two hex digits
 // ("books:requests" → stream TRAWL_Q_books_3arequests, subjects
@@ -21,8 +25,9 @@
 // JetStream has no message priority. Priority order uses Config.Bands
 // bands (default 5), centred on 0: band k holds priority lo+k where
 // lo = -(Bands-1)/2, and the outer bands hold everything beyond (five
-// bands: ≤-2, -1, 0, 1, ≥2). Receive takes from the highest band that has
-// messages, then lower ones, in stream (publish) order within a band. So
+// bands: ≤-2, -1, 0, 1, ≥2). Receive, and a consumer's read-ahead, take
+// from the highest band that has messages, then lower ones, in stream
+// (publish) order within a band. So
 // priorities are exact inside [lo, hi] and FIFO among all priorities that
 // share an outer band; every message keeps its own priority value (a
 // header). The engine's default priority 0 is the middle band, and a
@@ -41,6 +46,9 @@
 // where the server answers at once (a message that was ready), else from
 // the message's arrival, so that only there can a process held up for
 // longer than that margin settle a delivery the server has given away.
+// A consumer's read-ahead deliveries are leased from their pull too: while
+// its buffer is full it extends those past half their lease, and Next
+// extends one past half its lease before returning it.
 //
 // Nack and Close give a message back by publishing a copy (to the end of
 // its band, or to the delay subject) and then acknowledging the delivery,
@@ -69,17 +77,29 @@
 // # Waiting
 //
 // Receive first asks for what is there now: one stream info request tells
-// which bands hold messages, then a "no wait" pull request per non-empty
-// band, highest first. If there is nothing, it sends a pull request that
-// the server holds to every band and the delay consumer and waits for the
-// first message: a Publish, Nack, Requeue, expiring delay or lease wakes it
-// at once, with no polling. It then drains the subscription (the server
-// forgets the open requests when the inbox loses its subscriber, and what
-// it sent before is still read), tops the result up to max, and gives back
-// (uncounted) what is beyond max. A cancelled Receive gives back what its
-// requests brought in the same way, at once. After a reconnection, waiting
-// Receives send their requests again; errors while the server is away are
-// retried with back-off until the caller's context ends.
+// which bands hold messages, then a "no wait" fetch per non-empty band,
+// highest first. If there is nothing, it waits with a pull request that
+// the server holds on every band and the delay consumer (nats.go's
+// Messages, one message each): a Publish, Nack, Requeue, expiring delay or
+// lease wakes it at once, with no polling. It then drains those
+// subscriptions (the server forgets the open requests when their inbox
+// loses its subscriber, and what it sent before is still read), tops the
+// result up to max, and gives back (uncounted) what is beyond max. A
+// cancelled Receive gives back what its requests brought in the same way,
+// at once.
+//
+// A consumer (Broker.Consume) is one loop per queue doing the same: while
+// the queue has messages it refills its read-ahead (at most prefetch
+// deliveries, sorted by band) with "no wait" fetches once half of it has
+// been taken by Next; when the queue is empty and the read-ahead used up,
+// it waits as Receive does, with requests that nats.go renews as they
+// expire (every 30s) and the server's heartbeats in between, which also
+// carry it across a reconnection or a server restart. An idle consumer
+// therefore sends the server one pull request per band and per 30s
+// (twelve per 30s for a crawl's two queues with five bands), on the
+// connection it was given. Errors while the server is away are retried
+// with back-off, with a warning; Next waits meanwhile. Close gives the
+// read-ahead back at once, uncounted.
 //
 // # Deviations
 //
@@ -90,7 +110,7 @@
 //     given.
 //   - A message published a moment before is not yet known to the
 //     consumer's count (JetStream tells consumers asynchronously); Receive
-//     compensates (see take in pull.go), Counts may lag (callers poll).
+//     compensates (see take in fetch.go), Counts may lag (callers poll).
 //   - JetStream counts a delivery sent to a pull request whose subscriber
 //     had just drained as a delivery. Attempt discounts redeliveries that
 //     the message's age shows cannot come from expired leases; the
