@@ -93,7 +93,26 @@ func TestConformanceEmbedded(t *testing.T) {
 
 func TestConformanceExternal(t *testing.T) {
 	integration.NATS(t) // fail here, once, if there is no server
-	brokertest.Run(t, suiteConfig(external))
+	cfg := suiteConfig(external)
+	cfg.Restartable = func(t *testing.T) brokertest.Server {
+		srv := integration.NATSContainer(t)
+		return brokertest.Server{
+			New: suiteConfig(func(t *testing.T) *natsgo.Conn {
+				nc, err := nats.Connect(t.Context(), srv.URL, nats.ConnectOptions{Name: t.Name(), ReconnectWait: 100 * time.Millisecond})
+				if err != nil {
+					t.Fatalf("connect: %v", err)
+				}
+				t.Cleanup(nc.Close)
+				return nc
+			}).New,
+			Restart: func(t *testing.T) {
+				if err := srv.Restart(t.Context()); err != nil {
+					t.Fatalf("restart NATS: %v", err)
+				}
+			},
+		}
+	}
+	brokertest.Run(t, cfg)
 }
 
 // TestSharedConn runs brokers that share one connection, as a worker's
