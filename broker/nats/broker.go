@@ -691,10 +691,19 @@ func oneLine(s string) string {
 
 // unclaim gives back deliveries that were pulled but never handed to the
 // caller, without counting the delivery: the next one has the same attempt.
+// One whose lease has run out is left to the server, which delivers it
+// again (an acknowledgement now could remove that next delivery).
 func (b *Broker) unclaim(ds []*delivery) {
 	ctx, cancel := b.detached()
 	defer cancel()
 	for _, d := range ds {
+		b.mu.Lock()
+		lost := !time.Now().Before(d.deadline)
+		b.mu.Unlock()
+		if lost {
+			b.log.Debug("an unclaimed delivery's lease ran out; the server delivers it again", "queue", d.q.queue)
+			continue
+		}
 		if err := b.requeue(ctx, d, d.attempt-1); err != nil {
 			b.log.Warn("giving back an unclaimed message failed; it comes back after its lease",
 				"queue", d.q.queue, "error", err)

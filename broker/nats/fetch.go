@@ -197,7 +197,10 @@ func (b *Broker) wait(ctx context.Context, q *queue, batch int) ([]*delivery, er
 		readers++
 		go func() {
 			defer func() { readerDone <- struct{}{} }()
-			for {
+			// A band's reader reads no more than its one request's
+			// batch: asking nats.go for another message would send a
+			// new request, and bring a message only to be given back.
+			for left := n; i == q.delayIdx() || left > 0; left-- {
 				m, err := it.Next(jetstream.NextContext(gctx))
 				if gctx.Err() != nil {
 					return
