@@ -143,7 +143,9 @@ func TestConsumer(t *testing.T) {
 func TestConsumerReadAheadLease(t *testing.T) {
 	e := embedded(t, "")
 	conn := embeddedConn(e)
-	const lease = 500 * time.Millisecond
+	// Long enough that the keep-alive (every quarter lease) runs in time
+	// on a loaded machine; the read-ahead still waits three leases.
+	const lease = 2 * time.Second
 	a := newBroker(t, conn(t), nats.Config{Lease: lease})
 	other := newBroker(t, conn(t), nats.Config{Lease: lease})
 	ctx := t.Context()
