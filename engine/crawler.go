@@ -191,12 +191,12 @@ func (c *Crawler) Seed(ctx context.Context, starts ...StartURL) error {
 	return seedBroker(ctx, c.broker, c.cfg.Name, starts...)
 }
 
-// pollInterval bounds how long the receiver waits on the frontier before it
-// looks at the start URLs and at whether the crawl is done.
+// pollInterval is how often the feeder looks at whether the crawl is done
+// while this worker waits on the frontier.
 const pollInterval = 200 * time.Millisecond
 
-// startsPoll is how long the receiver waits on an empty frontier while
-// start URLs remain to be taken.
+// startsPoll is how long the frontier may keep the receiver waiting
+// before the feeder is asked for start URLs.
 const startsPoll = 5 * time.Millisecond
 
 // startsCooldown is how long a worker whose frontier has work waits
@@ -269,33 +269,45 @@ func (c *Crawler) Run(ctx context.Context) error {
 	return err
 }
 
-// receive takes deliveries while slots are free and hands them to dispatch.
-// It returns nil when the crawl is done or MaxPages is reached, ctx.Err()
-// when ctx ends, and a broker error that is not transient.
+// errCrawlDone ends the receiver when the feeder found the crawl done.
+var errCrawlDone = errors.New("crawl done")
+
+// receive takes deliveries from one consumer of the frontier, one each
+// time a slot is free, and hands them to dispatch, while a feeder (feed)
+// moves start URLs into the frontier and watches for the crawl's end on
+// its own schedule. It returns nil when the crawl is done or MaxPages is
+// reached, ctx.Err() when ctx ends, and a broker error that is not
+// transient. Closing the consumer on return gives its read-ahead back.
 func (c *Crawler) receive(ctx context.Context, sem chan struct{}, dispatch func(broker.Delivery)) error {
 	queue := RequestsQueue(c.cfg.Name)
-	var idleSince time.Time
-	// startsEmpty is when the start URLs were last found empty: while the
-	// frontier has work, they are looked at again only startsCooldown
-	// later (an empty start queue costs a poll).
-	var startsEmpty time.Time
-	// startsLeft: the last take found start URLs, so more may wait; the
-	// frontier is then polled briefly, and start URLs taken as soon as it
-	// is empty.
-	startsLeft := false
-	takeStarts := func() int {
-		took, err := c.takeStarts(ctx)
-		if err != nil && ctx.Err() == nil {
-			c.log.Warn("taking start urls failed", "err", err)
-		}
-		startsLeft = took > 0
-		if took == 0 {
-			startsEmpty = time.Now()
-		}
-		return took
-	}
 	// Start URLs first: a fresh crawl has nothing else.
-	takeStarts()
+	startsLeft := c.feedStarts(ctx) > 0
+	cons, err := c.consume(ctx, queue)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := cons.Close(); err != nil {
+			c.log.Warn("closing the frontier's consumer failed", "queue", queue, "err", err)
+		}
+	}()
+
+	run, finish := context.WithCancelCause(ctx)
+	hungry := make(chan struct{}, 1)
+	feeder := make(chan struct{})
+	go func() {
+		defer close(feeder)
+		c.feed(run, startsLeft, hungry, finish)
+	}()
+	defer func() { <-feeder }()
+	defer finish(nil) // runs before the wait above
+
+	signal := func() {
+		select {
+		case hungry <- struct{}{}:
+		default:
+		}
+	}
 	for {
 		if c.cfg.MaxPages > 0 && c.started.Load() >= int64(c.cfg.MaxPages) {
 			c.log.Info("page limit reached", "pages", c.cfg.MaxPages)
@@ -306,43 +318,23 @@ func (c *Crawler) receive(ctx context.Context, sem chan struct{}, dispatch func(
 			return fmt.Errorf("%w: publishing links, checking the filter or writing items %w; "+
 				"no page was acknowledged or dead-lettered for it", ErrBackendFailing, err)
 		}
-		if !c.refusalPause(ctx) {
-			return ctx.Err()
+		if !c.refusalPause(run) {
+			return c.ended(ctx, run)
 		}
-		// Take one slot (waiting), then as many more as are free.
 		select {
 		case sem <- struct{}{}:
-		case <-ctx.Done():
-			return ctx.Err()
+		case <-run.Done():
+			return c.ended(ctx, run)
 		}
-		n := 1
-	more:
-		for n < c.cfg.Concurrency {
-			select {
-			case sem <- struct{}{}:
-				n++
-			default:
-				break more
-			}
-		}
-		poll := pollInterval
-		if startsLeft {
-			poll = startsPoll
-		}
-		pctx, cancel := context.WithTimeout(ctx, poll)
-		ds, err := c.broker.Receive(pctx, queue, n)
-		cancel()
-		for range n - len(ds) {
+		// A frontier that keeps this worker waiting asks for start URLs.
+		t := time.AfterFunc(startsPoll, signal)
+		d, err := cons.Next(run)
+		t.Stop()
+		if err != nil {
 			<-sem
-		}
-		if ctx.Err() != nil {
-			c.giveBack(ctx, ds...)
-			for range ds {
-				<-sem
+			if run.Err() != nil {
+				return c.ended(ctx, run)
 			}
-			return ctx.Err()
-		}
-		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 			if errors.Is(err, broker.ErrClosed) || errors.Is(err, broker.ErrInvalid) {
 				return fmt.Errorf("engine: receive: %w", err)
 			}
@@ -352,27 +344,106 @@ func (c *Crawler) receive(ctx context.Context, sem chan struct{}, dispatch func(
 				return fmt.Errorf("%w: receiving from %s %w", ErrBackendFailing, queue, err)
 			}
 			c.log.Warn("receive failed; retrying", "queue", queue, "err", err)
-			if !sleep(ctx, time.Second) {
-				return ctx.Err()
+			if !sleep(run, time.Second) {
+				return c.ended(ctx, run)
 			}
 			continue
 		}
 		c.receives.ok()
-		if len(ds) > 0 {
-			idleSince = time.Time{}
-			for _, d := range ds {
-				dispatch(d)
-			}
-			// The frontier had fewer than this worker's free slots: top it
-			// up with start URLs before it runs dry, so that a long seed
-			// list flows at broker speed rather than a batch per poll.
-			if len(ds) < n && (startsLeft || time.Since(startsEmpty) >= startsCooldown) {
-				takeStarts()
+		if ctx.Err() != nil {
+			c.giveBack(ctx, d)
+			<-sem
+			return ctx.Err()
+		}
+		dispatch(d)
+	}
+}
+
+// ended is what receive returns once run (its context, derived from ctx)
+// ended: nil when the feeder found the crawl done, else ctx.Err().
+func (c *Crawler) ended(ctx, run context.Context) error {
+	if ctx.Err() == nil && errors.Is(context.Cause(run), errCrawlDone) {
+		return nil
+	}
+	return ctx.Err()
+}
+
+// consume opens this worker's consumer of queue, reading ahead at most
+// Concurrency deliveries (one per slot), retrying while the broker fails
+// for less than FailureTimeout.
+func (c *Crawler) consume(ctx context.Context, queue string) (broker.Consumer, error) {
+	for {
+		cons, err := c.broker.Consume(ctx, queue, c.cfg.Concurrency)
+		if err == nil {
+			c.receives.ok()
+			return cons, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if errors.Is(err, broker.ErrClosed) || errors.Is(err, broker.ErrInvalid) {
+			return nil, fmt.Errorf("engine: consume: %w", err)
+		}
+		c.receives.fail(err)
+		if err := c.receives.check(c.cfg.FailureTimeout); err != nil {
+			c.log.Error("receiving keeps failing; stopping", "queue", queue, "err", err)
+			return nil, fmt.Errorf("%w: consuming %s %w", ErrBackendFailing, queue, err)
+		}
+		c.log.Warn("opening a consumer failed; retrying", "queue", queue, "err", err)
+		if !sleep(ctx, time.Second) {
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// feedStarts takes a batch of start URLs into the frontier, logging a
+// failure, and says how many it took.
+func (c *Crawler) feedStarts(ctx context.Context) int {
+	took, err := c.takeStarts(ctx)
+	if err != nil && ctx.Err() == nil {
+		c.log.Warn("taking start urls failed", "err", err)
+	}
+	return took
+}
+
+// feed runs beside the receiver until ctx ends: it moves start URLs into
+// the frontier when the receiver waits on it (hungry), at once while
+// start URLs remain and at most every startsCooldown once they ran out,
+// and every pollInterval while nothing is in flight here, it looks at
+// whether the crawl is done; done for IdleTimeout, it calls finish.
+func (c *Crawler) feed(ctx context.Context, startsLeft bool, hungry <-chan struct{}, finish context.CancelCauseFunc) {
+	var startsEmpty, idleSince time.Time
+	if !startsLeft {
+		startsEmpty = time.Now()
+	}
+	take := func() bool {
+		if !startsLeft && time.Since(startsEmpty) < startsCooldown {
+			return false
+		}
+		startsLeft = c.feedStarts(ctx) > 0
+		if !startsLeft {
+			startsEmpty = time.Now()
+		}
+		return startsLeft
+	}
+	tick := time.NewTicker(pollInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hungry:
+			if take() {
+				idleSince = time.Time{}
 			}
 			continue
+		case <-tick.C:
 		}
-		// The frontier is empty: feed start URLs, then see if we are done.
-		if took := takeStarts(); took > 0 {
+		if c.inflight.Load() > 0 {
+			idleSince = time.Time{}
+			continue
+		}
+		if take() {
 			idleSince = time.Time{}
 			continue
 		}
@@ -387,7 +458,8 @@ func (c *Crawler) receive(ctx context.Context, sem chan struct{}, dispatch func(
 			idleSince = time.Now()
 		} else if time.Since(idleSince) >= c.cfg.IdleTimeout {
 			c.log.Info("crawl idle; done", "idle", c.cfg.IdleTimeout)
-			return nil
+			finish(errCrawlDone)
+			return
 		}
 	}
 }

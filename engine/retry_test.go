@@ -68,12 +68,38 @@ type delivered struct {
 
 func (b *recordingBroker) Receive(ctx context.Context, queue string, max int) ([]broker.Delivery, error) {
 	ds, err := b.Broker.Receive(ctx, queue, max)
-	b.mu.Lock()
-	for _, d := range ds {
-		b.seen = append(b.seen, delivered{queue, d.Attempt(), d.Message().Priority, time.Now()})
-	}
-	b.mu.Unlock()
+	b.record(ds...)
 	return ds, err
+}
+
+func (b *recordingBroker) record(ds ...broker.Delivery) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, d := range ds {
+		b.seen = append(b.seen, delivered{d.Queue(), d.Attempt(), d.Message().Priority, time.Now()})
+	}
+}
+
+func (b *recordingBroker) Consume(ctx context.Context, queue string, prefetch int) (broker.Consumer, error) {
+	c, err := b.Broker.Consume(ctx, queue, prefetch)
+	if err != nil {
+		return nil, err
+	}
+	return recordingConsumer{c, b}, nil
+}
+
+// recordingConsumer records what its broker.Consumer delivers.
+type recordingConsumer struct {
+	broker.Consumer
+	b *recordingBroker
+}
+
+func (c recordingConsumer) Next(ctx context.Context) (broker.Delivery, error) {
+	d, err := c.Consumer.Next(ctx)
+	if d != nil {
+		c.b.record(d)
+	}
+	return d, err
 }
 
 // requests returns the deliveries of the requests queue.
