@@ -43,12 +43,13 @@ type Broker struct {
 	log    *slog.Logger
 	mode   string
 
-	mu      sync.Mutex
-	closed  bool
-	out     map[*delivery]struct{} // unsettled deliveries, given back by Close
-	waiting map[string]int         // notify key -> blocking waits on it
-	done    chan struct{}          // closed by Close
-	waits   sync.WaitGroup         // blocking waits in flight; Close waits for them
+	mu        sync.Mutex
+	closed    bool
+	out       map[*delivery]struct{} // unsettled deliveries, given back by Close
+	waiting   map[string]int         // notify key -> blocking waits on it
+	consumers map[*consumer]struct{} // open consumers, closed by Close
+	done      chan struct{}          // closed by Close
+	waits     sync.WaitGroup         // blocking waits in flight; Close waits for them
 }
 
 // New returns a Broker on cfg.Client after checking that the server
@@ -62,13 +63,14 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 		return nil, fmt.Errorf("redis broker: connect: %w", err)
 	}
 	b := &Broker{
-		cfg:     cfg,
-		client:  cfg.Client,
-		log:     cfg.Logger.With("backend", "redis"),
-		mode:    cfg.mode(),
-		out:     map[*delivery]struct{}{},
-		waiting: map[string]int{},
-		done:    make(chan struct{}),
+		cfg:       cfg,
+		client:    cfg.Client,
+		log:       cfg.Logger.With("backend", "redis"),
+		mode:      cfg.mode(),
+		out:       map[*delivery]struct{}{},
+		waiting:   map[string]int{},
+		consumers: map[*consumer]struct{}{},
+		done:      make(chan struct{}),
 	}
 	b.log.Info("broker ready", "order", cfg.Order.String(), "lease", cfg.Lease, "max_deliveries", cfg.MaxDeliveries)
 	return b, nil
@@ -187,13 +189,24 @@ func (b *Broker) Receive(ctx context.Context, queue string, max int) ([]broker.D
 		if err := ctx.Err(); err != nil {
 			return nil, opErr("receive", queue, err)
 		}
-		ds, next, err := b.lease(ctx, &k, max)
-		if err != nil || len(ds) > 0 {
-			return ds, err
+		ds, next, err := b.lease(ctx, b.client, &k, max)
+		if err != nil {
+			return nil, err
+		}
+		if len(ds) > 0 {
+			out := make([]broker.Delivery, len(ds))
+			for i, d := range ds {
+				out[i] = d
+			}
+			return out, nil
 		}
 		wait := b.cfg.BlockTimeout
 		if next >= 0 && next+time.Millisecond < wait {
 			wait = next + time.Millisecond
+		}
+		// The blocking command outlives no deadline of the caller's.
+		if dl, ok := ctx.Deadline(); ok {
+			wait = min(wait, time.Until(dl)+time.Millisecond)
 		}
 		if err := b.wait(ctx, &k, wait); err != nil {
 			return nil, opErr("receive", queue, err)
@@ -203,12 +216,12 @@ func (b *Broker) Receive(ctx context.Context, queue string, max int) ([]broker.D
 
 // lease runs the receive script once. next is how long until the earliest
 // lease or delay of the queue ends (-1: none).
-func (b *Broker) lease(ctx context.Context, k *keys, n int) ([]broker.Delivery, time.Duration, error) {
+func (b *Broker) lease(ctx context.Context, on goredis.Scripter, k *keys, n int) ([]*delivery, time.Duration, error) {
 	// The lease ends no sooner than this (the script runs after it).
 	deadline := time.Now().Add(b.cfg.Lease)
 	// Not ctx: once the script has run, its deliveries must reach the
 	// caller (or be given back), even if ctx ended meanwhile.
-	res, err := receiveScript.Run(context.WithoutCancel(ctx), b.client,
+	res, err := receiveScript.Run(context.WithoutCancel(ctx), on,
 		[]string{k.ready, k.inflight, k.delayed, k.dead, k.notify},
 		b.mode, n, b.cfg.Lease.Milliseconds(), b.cfg.MaxDeliveries).Slice()
 	if err != nil {
@@ -254,18 +267,16 @@ func (b *Broker) lease(ctx context.Context, k *keys, n int) ([]broker.Delivery, 
 		b.mu.Unlock()
 		gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
 		defer cancel()
-		if err := b.giveBack(gctx, ds); err != nil {
+		if err := b.giveBack(gctx, ds, false); err != nil {
 			b.log.Error("give back deliveries taken while closing", "queue", k.queue, "err", err)
 		}
 		return nil, next, opErr("receive", k.queue, broker.ErrClosed)
 	}
-	out := make([]broker.Delivery, len(ds))
-	for i, d := range ds {
+	for _, d := range ds {
 		b.out[d] = struct{}{}
-		out[i] = d
 	}
 	b.mu.Unlock()
-	return out, next, nil
+	return ds, next, nil
 }
 
 // wait blocks until a token arrives on k's notify list, d passes, ctx ends
@@ -318,6 +329,20 @@ func (b *Broker) Close() error {
 		b.mu.Unlock()
 		return nil
 	}
+	cs := make([]*consumer, 0, len(b.consumers))
+	for c := range b.consumers {
+		cs = append(cs, c)
+	}
+	b.mu.Unlock()
+	// Consumers first: their read-ahead goes back as never delivered.
+	for _, c := range cs {
+		_ = c.Close()
+	}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
 	b.closed = true
 	close(b.done)
 	ds := make([]*delivery, 0, len(b.out))
@@ -336,7 +361,7 @@ func (b *Broker) Close() error {
 	// once), then wait for them.
 	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 	defer cancel()
-	err := b.giveBack(ctx, ds)
+	err := b.giveBack(ctx, ds, true)
 	for _, key := range notify {
 		_ = b.client.LPush(ctx, key, "1").Err()
 		_ = b.client.LTrim(ctx, key, 0, 0).Err()
@@ -349,8 +374,10 @@ func (b *Broker) Close() error {
 	return nil
 }
 
-// giveBack requeues ds at once, without dead-lettering any.
-func (b *Broker) giveBack(ctx context.Context, ds []*delivery) error {
+// giveBack requeues ds at once, without dead-lettering any. delivered
+// says whether they count as delivered (the next delivery has the next
+// Attempt); read-ahead a consumer never returned does not.
+func (b *Broker) giveBack(ctx context.Context, ds []*delivery, delivered bool) error {
 	byQueue := map[string][]*delivery{}
 	for _, d := range ds {
 		byQueue[d.k.queue] = append(byQueue[d.k.queue], d)
@@ -358,7 +385,11 @@ func (b *Broker) giveBack(ctx context.Context, ds []*delivery) error {
 	var errs []error
 	for _, group := range byQueue {
 		k := group[0].k
-		args := []any{b.mode, 0, 0}
+		maxdel := 0 // never bury
+		if !delivered {
+			maxdel = -1 // and keep the count
+		}
+		args := []any{b.mode, maxdel, 0}
 		for _, d := range group {
 			args = append(args, d.member)
 		}

@@ -2,17 +2,361 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/trawlhq/trawl/broker"
-	"github.com/trawlhq/trawl/broker/internal/pollconsumer"
 )
 
-// Consume implements broker.Broker. (Stopgap: a polling consumer until the
-// native one lands.)
+// Backing off a consumer's connection after an error.
+const (
+	consumerBackoffMin = 100 * time.Millisecond
+	consumerBackoffMax = 5 * time.Second
+)
+
+// consumer is a broker.Consumer on Redis. One goroutine, owned by the
+// consumer, leases up to prefetch messages at a time with the receive
+// script (so leases work exactly as Receive's) and, when the queue has
+// none, waits for its wake-up token with BLPOP, both on a connection of
+// its own. Close unblocks that wait at once (CLIENT UNBLOCK from another
+// connection): no blocking command outlives the consumer.
+type consumer struct {
+	b        *Broker
+	k        keys
+	prefetch int
+
+	mu      sync.Mutex
+	buf     []*delivery // read ahead: leased, not yet returned by Next
+	err     error       // the loop's last error, not yet returned by Next
+	closed  bool
+	unblock func() // unblocks the loop's BLPOP while it runs one; nil otherwise
+
+	more   chan struct{} // (cap 1) buf or err changed
+	room   chan struct{} // (cap 1) Next took from buf
+	done   chan struct{} // closed by Close
+	exited chan struct{} // closed when the loop has returned
+}
+
+// Consume opens a consumer of queue that reads ahead up to prefetch
+// deliveries. It holds one connection of its own (taken from the client's
+// pool, or from the pool of the node that serves the queue on a Cluster)
+// until Close. ctx bounds the opening only.
 func (b *Broker) Consume(ctx context.Context, queue string, prefetch int) (broker.Consumer, error) {
-	if queue == "" || prefetch < 1 {
-		return nil, fmt.Errorf("redis: consume %q prefetch %d: %w", queue, prefetch, broker.ErrInvalid)
+	if err := b.check("consume", queue); err != nil {
+		return nil, err
 	}
-	return pollconsumer.New(b, queue), nil
+	if prefetch < 1 {
+		return nil, opErr("consume", queue, fmt.Errorf("%w: prefetch %d < 1", broker.ErrInvalid, prefetch))
+	}
+	switch b.client.(type) {
+	case *goredis.Client, *goredis.ClusterClient:
+	default:
+		return nil, opErr("consume", queue, fmt.Errorf("%w: a consumer needs a *redis.Client or a *redis.ClusterClient, not %T", broker.ErrInvalid, b.client))
+	}
+	c := &consumer{
+		b:        b,
+		k:        keysFor(queue),
+		prefetch: prefetch,
+		more:     make(chan struct{}, 1),
+		room:     make(chan struct{}, 1),
+		done:     make(chan struct{}),
+		exited:   make(chan struct{}),
+	}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil, opErr("consume", queue, broker.ErrClosed)
+	}
+	b.consumers[c] = struct{}{}
+	b.mu.Unlock()
+	go c.loop()
+	return c, nil
+}
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// Next returns the oldest read-ahead delivery, waiting for one. A delivery
+// read ahead so long ago that less than half its lease is left is
+// extended first; one whose lease ran out is skipped (it is back in the
+// queue).
+func (c *consumer) Next(ctx context.Context) (broker.Delivery, error) {
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, opErr("consume", c.k.queue, err)
+		}
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return nil, opErr("consume", c.k.queue, broker.ErrClosed)
+		}
+		if len(c.buf) > 0 {
+			d := c.buf[0]
+			c.buf[0] = nil
+			c.buf = c.buf[1:]
+			c.mu.Unlock()
+			signal(c.room)
+			if c.fresh(ctx, d) {
+				return d, nil
+			}
+			continue
+		}
+		if err := c.err; err != nil {
+			c.err = nil
+			c.mu.Unlock()
+			return nil, err
+		}
+		c.mu.Unlock()
+		select {
+		case <-c.more:
+		case <-c.done:
+		case <-c.b.done:
+			return nil, opErr("consume", c.k.queue, broker.ErrClosed)
+		case <-ctx.Done():
+		}
+	}
+}
+
+// fresh makes sure d has at least half a lease left, and says whether d
+// is still leased.
+func (c *consumer) fresh(ctx context.Context, d *delivery) bool {
+	lease := c.b.cfg.Lease
+	d.mu.Lock()
+	left := time.Until(d.deadline)
+	d.mu.Unlock()
+	if left >= lease/2 {
+		return true
+	}
+	err := d.Extend(ctx, lease)
+	if errors.Is(err, broker.ErrLeaseLost) {
+		return false
+	}
+	if err != nil {
+		c.b.log.Warn("extending a delivery read ahead failed", "queue", c.k.queue, "err", err)
+	}
+	return true
+}
+
+// Close stops the loop (unblocking its wait), then gives back what was
+// read ahead at once, as never delivered. Deliveries returned by Next stay
+// valid.
+func (c *consumer) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		<-c.exited
+		return nil
+	}
+	c.closed = true
+	close(c.done)
+	c.mu.Unlock()
+
+	// An unblock can reach the server just before the BLPOP it is meant
+	// for: repeat it until the loop has returned.
+	for {
+		c.mu.Lock()
+		unblock := c.unblock
+		c.mu.Unlock()
+		if unblock != nil {
+			unblock()
+		}
+		select {
+		case <-c.exited:
+		case <-time.After(50 * time.Millisecond):
+			continue
+		}
+		break
+	}
+
+	c.mu.Lock()
+	buf := c.buf
+	c.buf = nil
+	c.mu.Unlock()
+	var back []*delivery
+	for _, d := range buf {
+		if c.b.untrack(d) { // else the broker closed and gave it back
+			back = append(back, d)
+		}
+	}
+	c.b.mu.Lock()
+	delete(c.b.consumers, c)
+	c.b.mu.Unlock()
+	if len(back) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+	defer cancel()
+	if err := c.b.giveBack(ctx, back, false); err != nil {
+		// They come back when their leases run out.
+		return fmt.Errorf("redis broker: close consumer of %q: %w", c.k.queue, err)
+	}
+	return nil
+}
+
+// report hands err to the next Next.
+func (c *consumer) report(err error) {
+	c.mu.Lock()
+	c.err = err
+	c.mu.Unlock()
+	signal(c.more)
+	c.b.log.Warn("consumer: redis command failed; retrying", "queue", c.k.queue, "err", err)
+}
+
+// sleep waits d or until Close; false on Close.
+func (c *consumer) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-c.done:
+		return false
+	}
+}
+
+// conn is the loop's connection: the node that serves the queue, a
+// connection of its own to it, and that connection's client id.
+type conn struct {
+	node *goredis.Client
+	cn   *goredis.Conn
+	id   int64
+}
+
+func (c *consumer) dial(ctx context.Context) (*conn, error) {
+	var node *goredis.Client
+	switch cl := c.b.client.(type) {
+	case *goredis.Client:
+		node = cl
+	case *goredis.ClusterClient:
+		n, err := cl.MasterForKey(ctx, c.k.notify)
+		if err != nil {
+			return nil, err
+		}
+		node = n
+	}
+	cn := node.Conn()
+	id, err := cn.ClientID(ctx).Result()
+	if err != nil {
+		_ = cn.Close()
+		return nil, err
+	}
+	return &conn{node: node, cn: cn, id: id}, nil
+}
+
+// loop leases messages while there is room in the read-ahead, waiting on
+// the queue's token when it has none, until Close.
+func (c *consumer) loop() {
+	defer close(c.exited)
+	ctx := context.Background()
+	var cn *conn
+	drop := func() {
+		if cn != nil {
+			_ = cn.cn.Close()
+			cn = nil
+		}
+	}
+	defer drop()
+	backoff := consumerBackoffMin
+	fail := func(err error) bool {
+		drop()
+		c.report(opErr("consume", c.k.queue, err))
+		ok := c.sleep(backoff)
+		backoff = min(2*backoff, consumerBackoffMax)
+		return ok
+	}
+	for {
+		c.mu.Lock()
+		n := c.prefetch - len(c.buf)
+		c.mu.Unlock()
+		if n <= 0 {
+			select {
+			case <-c.room:
+				continue
+			case <-c.done:
+				return
+			}
+		}
+		select {
+		case <-c.done:
+			return
+		default:
+		}
+		if cn == nil {
+			var err error
+			if cn, err = c.dial(ctx); err != nil {
+				if !fail(err) {
+					return
+				}
+				continue
+			}
+		}
+		ds, next, err := c.b.lease(ctx, cn.cn, &c.k, n)
+		if err != nil {
+			if errors.Is(err, broker.ErrClosed) {
+				return
+			}
+			if !fail(err) {
+				return
+			}
+			continue
+		}
+		backoff = consumerBackoffMin
+		if len(ds) > 0 {
+			c.mu.Lock()
+			c.buf = append(c.buf, ds...)
+			c.mu.Unlock()
+			signal(c.more)
+			continue
+		}
+		wait := c.b.cfg.BlockTimeout
+		if next >= 0 && next+time.Millisecond < wait {
+			wait = next + time.Millisecond
+		}
+		if !c.block(ctx, cn, wait) {
+			drop()
+		}
+	}
+}
+
+// block waits on the queue's token for up to wait, on cn; false if cn is
+// no longer usable.
+func (c *consumer) block(ctx context.Context, cn *conn, wait time.Duration) bool {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return true
+	}
+	node, id := cn.node, cn.id
+	c.unblock = func() {
+		uctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = node.ClientUnblock(uctx, id).Err()
+	}
+	c.mu.Unlock()
+	secs := strconv.FormatFloat(max(wait, time.Millisecond).Seconds(), 'f', 3, 64)
+	err := cn.cn.Do(ctx, "blpop", c.k.notify, secs).Err()
+	c.mu.Lock()
+	c.unblock = nil
+	c.mu.Unlock()
+	var ne net.Error
+	switch {
+	case err == nil || errors.Is(err, goredis.Nil):
+		return true
+	case errors.As(err, &ne) && ne.Timeout():
+		// BlockTimeout beyond the client's ReadTimeout: the reply may
+		// still come, so the connection is not reused.
+		return false
+	}
+	c.report(opErr("consume", c.k.queue, err))
+	return false
 }

@@ -190,7 +190,8 @@ return out
 // nackScript gives leased messages back: to ready (delay 0), to delayed,
 // or, when a message has been delivered maxDeliveries times, to the dead
 // letters. maxDeliveries 0 never buries (a closing broker gives back what
-// it holds).
+// it holds); -1 never buries and keeps the delivery count (a consumer's
+// read-ahead, never delivered, goes back as it was).
 //
 // KEYS: ready, inflight, delayed, dead, notify
 // ARGV: mode, maxDeliveries, delay (ms), inflight members
@@ -204,6 +205,7 @@ for i = 4, #ARGV do
   local r = 0
   if redis.call('ZREM', inflight, m) == 1 then
     local n = count(m) + 1
+    if maxdel < 0 then n = count(m) end
     if maxdel > 0 and n >= maxdel then
       bury(dead, m, 'nacked on delivery ' .. n .. ' of at most ' .. maxdel)
       r = 3
