@@ -24,8 +24,10 @@ type Config struct {
 	// Client is the Redis connection: a *goredis.Client, a
 	// *goredis.ClusterClient or a failover client. Required. The broker
 	// never closes it. Each Receive waiting for messages holds one of its
-	// pooled connections for up to BlockTimeout: size its pool for the
-	// number of concurrent Receive calls plus the other traffic.
+	// pooled connections while it waits (at most BlockTimeout, and never
+	// past the caller's deadline), and each open consumer (Consume) holds
+	// one for as long as it is open: size its pool for those plus the
+	// other traffic.
 	Client goredis.UniversalClient
 	// Order is how queues order messages (default broker.Priority). All
 	// brokers using a queue must agree on it; a queue written in another
@@ -39,11 +41,12 @@ type Config struct {
 	// Nack or an expired lease moves it to the dead letters
 	// (0: DefaultMaxDeliveries).
 	MaxDeliveries int
-	// BlockTimeout bounds one blocking wait of Receive on the server
-	// (0: DefaultBlockTimeout). A waiting Receive looks at the queue again
-	// after it, so it also bounds how late a Receive notices a lease that
-	// ran out on a queue nothing else happens to. Keep it below the
-	// client's ReadTimeout (go-redis default 3s).
+	// BlockTimeout bounds one blocking wait of Receive or of a consumer on
+	// the server (0: DefaultBlockTimeout). A waiting Receive or consumer
+	// looks at the queue again after it, so it also bounds how late one
+	// notices a lease that ran out on a queue nothing else happens to, and
+	// sets what an idle consumer costs: two commands per BlockTimeout. Keep
+	// it below the client's ReadTimeout (go-redis default 3s).
 	BlockTimeout time.Duration
 	// Logger receives lifecycle and warning logs (default: discarded).
 	Logger *slog.Logger

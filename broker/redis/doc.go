@@ -36,7 +36,20 @@
 // token; the wait also ends when the queue's earliest lease or delay runs
 // out, and after Config.BlockTimeout at most. Nothing polls in a tight
 // loop. A Receive whose context ends returns at once; its BLPOP finishes in
-// the background within BlockTimeout.
+// the background within BlockTimeout, and never runs past the context's
+// deadline.
+//
+// # Consumers
+//
+// Consume starts one goroutine, owned by the consumer, on a connection of
+// its own (to the node that serves the queue, on a Cluster): it runs the
+// same lease script as Receive for up to prefetch messages, keeps them
+// read ahead for Next, and waits with BLPOP when the queue has none. Close
+// ends that wait at once with CLIENT UNBLOCK from another connection, then
+// gives the read-ahead back as never delivered (its Attempt unchanged).
+// Next extends a delivery read ahead so long ago that less than half its
+// lease is left, and skips one whose lease ran out. An idle consumer sends
+// two commands per BlockTimeout.
 //
 // # Keys
 //
