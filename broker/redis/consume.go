@@ -87,9 +87,10 @@ func signal(ch chan struct{}) {
 }
 
 // Next returns the oldest read-ahead delivery, waiting for one. A delivery
-// read ahead so long ago that less than half its lease is left is
-// extended first; one whose lease ran out is skipped (it is back in the
-// queue).
+// read ahead so long ago that less than three quarters of its lease are
+// left is extended first, so that the caller gets it with nearly a whole
+// lease, as from Receive; one whose lease ran out is skipped (it is back
+// in the queue, or with another consumer).
 func (c *consumer) Next(ctx context.Context) (broker.Delivery, error) {
 	for {
 		if err := ctx.Err(); err != nil {
@@ -127,14 +128,14 @@ func (c *consumer) Next(ctx context.Context) (broker.Delivery, error) {
 	}
 }
 
-// fresh makes sure d has at least half a lease left, and says whether d
-// is still leased.
+// fresh makes sure d has at least three quarters of a lease left, and
+// says whether d is still leased.
 func (c *consumer) fresh(ctx context.Context, d *delivery) bool {
 	lease := c.b.cfg.Lease
 	d.mu.Lock()
 	left := time.Until(d.deadline)
 	d.mu.Unlock()
-	if left >= lease/2 {
+	if left >= lease*3/4 {
 		return true
 	}
 	err := d.Extend(ctx, lease)

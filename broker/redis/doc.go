@@ -47,8 +47,8 @@
 // read ahead for Next, and waits with BLPOP when the queue has none. Close
 // ends that wait at once with CLIENT UNBLOCK from another connection, then
 // gives the read-ahead back as never delivered (its Attempt unchanged).
-// Next extends a delivery read ahead so long ago that less than half its
-// lease is left, and skips one whose lease ran out. An idle consumer sends
+// Next extends a delivery read ahead so long ago that less than three
+// quarters of its lease are left, and skips one whose lease ran out. An idle consumer sends
 // two commands per BlockTimeout.
 //
 // # Keys
