@@ -14,6 +14,15 @@ import (
 	"github.com/trawlhq/trawl/broker"
 )
 
+// maxReadAhead caps a consumer's read-ahead, whatever its prefetch. A
+// delivery read ahead runs down its lease while every slot of its worker
+// is busy: with a read-ahead of the engine's concurrency, three workers on
+// slow pages with one-second leases (integration TestRedisThreeWorkers)
+// lost leases of pages in progress and fetched pages twice; with one,
+// none. One delivery read ahead already hides the round trip of the next
+// lease from a caller that asks when a slot is free.
+const maxReadAhead = 1
+
 // Backing off a consumer's connection after an error.
 const (
 	consumerBackoffMin = 100 * time.Millisecond
@@ -44,7 +53,7 @@ type consumer struct {
 }
 
 // Consume opens a consumer of queue that reads ahead up to prefetch
-// deliveries. It holds one connection of its own (taken from the client's
+// deliveries, and never more than one (see maxReadAhead). It holds one connection of its own (taken from the client's
 // pool, or from the pool of the node that serves the queue on a Cluster)
 // until Close. ctx bounds the opening only.
 func (b *Broker) Consume(ctx context.Context, queue string, prefetch int) (broker.Consumer, error) {
@@ -62,7 +71,7 @@ func (b *Broker) Consume(ctx context.Context, queue string, prefetch int) (broke
 	c := &consumer{
 		b:        b,
 		k:        keysFor(queue),
-		prefetch: prefetch,
+		prefetch: min(prefetch, maxReadAhead),
 		more:     make(chan struct{}, 1),
 		room:     make(chan struct{}, 1),
 		done:     make(chan struct{}),

@@ -43,8 +43,9 @@
 //
 // Consume starts one goroutine, owned by the consumer, on a connection of
 // its own (to the node that serves the queue, on a Cluster): it runs the
-// same lease script as Receive for up to prefetch messages, keeps them
-// read ahead for Next, and waits with BLPOP when the queue has none. Close
+// same lease script as Receive, keeps one message read ahead for Next
+// (prefetch, if larger, is not used: a deeper read-ahead runs down leases
+// while a worker's slots are busy), and waits with BLPOP when the queue has none. Close
 // ends that wait at once with CLIENT UNBLOCK from another connection, then
 // gives the read-ahead back as never delivered (its Attempt unchanged).
 // Next extends a delivery read ahead so long ago that less than three
