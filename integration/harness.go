@@ -79,23 +79,15 @@ func Main(m *testing.M) {
 		}
 		cancel()
 	}
+	// After the containers: connections to them are closed now, so the
+	// goroutines of idle HTTP and broker connections have ended.
 	if code == 0 {
-		if err := goleak.Find(leakIgnores...); err != nil {
+		if err := goleak.Find(); err != nil {
 			fmt.Fprintf(os.Stderr, "integration: goroutines outlived the tests: %v\n", err)
 			code = 1
 		}
 	}
 	os.Exit(code)
-}
-
-// leakIgnores are the goroutines Main's leak check expects to outlive the
-// tests, each for a reason that is the library's, not trawl's.
-var leakIgnores = []goleak.Option{
-	// testcontainers-go keeps one Docker client for the process, whose
-	// HTTP transport holds idle keep-alive connections to the daemon;
-	// nothing closes that client.
-	goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
-	goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
 }
 
 // track registers a container for removal by Main.
