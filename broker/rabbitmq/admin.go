@@ -237,7 +237,7 @@ func (b *Broker) Purge(ctx context.Context, queue string) error {
 	}
 	b.mu.Unlock()
 	for _, d := range mine {
-		_ = d.ch.Ack(d.tag, false) // gone from the queue; a dead channel gives it back, and that is all we can do
+		_ = d.rc.ack(d.tag) // gone from the queue; a dead channel gives it back, and that is all we can do
 	}
 	names := []string{queue, deadQueue(queue)}
 	for _, d := range delaySteps {

@@ -25,6 +25,8 @@ var (
 	_ broker.DeadLetters = (*Broker)(nil)
 	_ broker.Delivery    = (*delivery)(nil)
 	_ broker.Extender    = (*delivery)(nil)
+	_ broker.BatchAcker  = (*Broker)(nil)
+	_ broker.Consumer    = (*consumer)(nil)
 )
 
 // ErrQueueMismatch is returned when a queue exists with other arguments
@@ -55,6 +57,7 @@ type Broker struct {
 	changed chan struct{}          // closed and replaced when cur changes
 	out     map[*delivery]struct{} // unsettled deliveries with their leases
 	taken   map[string]uint64      // deliveries taken per queue, for presence reports
+	ahead   map[string]int64       // deliveries read ahead by consumers, not yet returned by Next
 
 	pres      *presence
 	mgmtWarn  time.Time // last warning about the management API
@@ -86,6 +89,7 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 		changed: make(chan struct{}),
 		out:     map[*delivery]struct{}{},
 		taken:   map[string]uint64{},
+		ahead:   map[string]int64{},
 		pres:    newPresence(),
 	}
 	s, closed, err := b.dial(ctx)
@@ -363,72 +367,121 @@ func (s *session) cancel(rc *rchan, tag string, msgs <-chan amqp.Delivery) ([]am
 	return got, nil
 }
 
-// accept turns what a consumer got into deliveries. A message the server
+// accept turns what a Receive got into deliveries. A message the server
 // redelivers (its consumer died, closed, or let its lease expire here) is
 // first published again with its attempt one higher, or dead-lettered
 // after MaxDeliveries, and its redelivery acknowledged: the count lives in
 // a header, so it must be written into a new copy. Those copies come back
 // through the queue.
 func (b *Broker) accept(ctx context.Context, s *session, rc *rchan, queue string, raw []amqp.Delivery) []broker.Delivery {
-	var ds []broker.Delivery
-	var again []outgoing
-	var againTags []uint64
-	now := time.Now()
 	b.mu.Lock()
 	b.taken[queue] += uint64(len(raw))
 	b.mu.Unlock()
+	var ds []broker.Delivery
+	var again []redo
+	var fresh []wireMessage
+	var freshRaw []*amqp.Delivery
 	for i := range raw {
 		r := &raw[i]
-		w := b.decode(r)
-		if r.Redelivered {
-			w.attempt++
-		}
-		if r.Redelivered || w.attempt > b.cfg.MaxDeliveries {
-			key := queue
-			if w.attempt > b.cfg.MaxDeliveries {
-				key = deadQueue(queue)
-				w.attempt--
-				w.reason = fmt.Sprintf("delivered %d times (max %d); the last delivery was not settled", w.attempt, b.cfg.MaxDeliveries)
-				b.log.Warn("message dead-lettered after too many deliveries", "queue", queue, "attempt", w.attempt)
-			}
-			again = append(again, outgoing{queue: key, pub: b.publishing(w)})
-			againTags = append(againTags, r.DeliveryTag)
+		rc.took(r.DeliveryTag)
+		w, re := b.triage(s, queue, r)
+		if re != nil {
+			again = append(again, *re)
 			continue
 		}
-		d := &delivery{b: b, s: s, ch: rc.ch, tag: r.DeliveryTag, queue: queue, w: w, deadline: now.Add(b.cfg.Lease)}
+		fresh, freshRaw = append(fresh, w), append(freshRaw, r)
+	}
+	b.replace(ctx, s, rc, queue, again)
+	for i, w := range fresh {
+		d := b.register(s, rc, queue, freshRaw[i].DeliveryTag, w)
+		if d == nil {
+			return nil // closed
+		}
 		ds = append(ds, d)
 	}
-	if len(again) > 0 {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sideTimeout)
-		left, err := s.send(sctx, again)
-		cancel()
-		if err != nil {
-			// Those not confirmed go back as they are, redelivered
-			// again, and are counted again by whoever gets them.
-			b.log.Warn("could not republish redelivered messages", "queue", queue, "err", err)
-		}
-		unsent := map[int]bool{}
-		for _, i := range left {
-			unsent[i] = true
-		}
-		for i, t := range againTags {
-			if unsent[i] {
-				_ = rc.ch.Nack(t, false, true)
-			} else {
-				_ = rc.ch.Ack(t, false)
-			}
+	return ds
+}
+
+// countsRedelivery tells whether the redelivered flag of r stands for a
+// delivery to a consumer that did not settle it.
+func (b *Broker) countsRedelivery(s *session, r *amqp.Delivery) bool {
+	return true
+}
+
+// redo is a delivery to replace by a copy: w published to queue key, then
+// the delivery (tag) acknowledged.
+type redo struct {
+	tag uint64
+	key string
+	w   wireMessage
+}
+
+// triage decodes r and tells whether it must be replaced by a copy
+// before it is handed out: a redelivery counts as an attempt (see
+// countsRedelivery), and a message past MaxDeliveries is dead-lettered.
+func (b *Broker) triage(s *session, queue string, r *amqp.Delivery) (wireMessage, *redo) {
+	w := b.decode(r)
+	switch {
+	case r.Redelivered && b.countsRedelivery(s, r):
+		w.attempt++
+	case r.Redelivered:
+		// Flagged by a server restart, not by a consumer that took it:
+		// stamped anew, attempt kept.
+	case w.attempt <= b.cfg.MaxDeliveries:
+		return w, nil
+	}
+	key := queue
+	if w.attempt > b.cfg.MaxDeliveries {
+		key = deadQueue(queue)
+		w.attempt--
+		w.reason = fmt.Sprintf("delivered %d times (max %d); the last delivery was not settled", w.attempt, b.cfg.MaxDeliveries)
+		b.log.Warn("message dead-lettered after too many deliveries", "queue", queue, "attempt", w.attempt)
+	}
+	return w, &redo{tag: r.DeliveryTag, key: key, w: w}
+}
+
+// replace publishes the copies rs stand for on s, waits for their
+// confirms, then acknowledges the deliveries they replace on rc; a
+// delivery whose copy was not confirmed goes back as it is (nacked with
+// requeue) and is counted again by whoever gets it.
+func (b *Broker) replace(ctx context.Context, s *session, rc *rchan, queue string, rs []redo) {
+	if len(rs) == 0 {
+		return
+	}
+	out := make([]outgoing, len(rs))
+	for i, r := range rs {
+		out[i] = outgoing{queue: r.key, pub: b.publishing(r.w)}
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sideTimeout)
+	left, err := s.send(sctx, out)
+	cancel()
+	if err != nil {
+		b.log.Warn("could not republish redelivered messages", "queue", queue, "err", err)
+	}
+	unsent := map[int]bool{}
+	for _, i := range left {
+		unsent[i] = true
+	}
+	for i, r := range rs {
+		if unsent[i] {
+			_ = rc.nack(r.tag)
+		} else {
+			_ = rc.ack(r.tag)
 		}
 	}
+}
+
+// register makes a delivery of tag on rc, leased from now, or returns
+// nil if the broker is closed.
+func (b *Broker) register(s *session, rc *rchan, queue string, tag uint64, w wireMessage) *delivery {
+	d := &delivery{b: b, s: s, rc: rc, tag: tag, queue: queue, w: w, deadline: time.Now().Add(b.cfg.Lease)}
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	if b.closed {
-		b.mu.Unlock()
 		return nil
 	}
-	for _, d := range ds {
-		b.out[d.(*delivery)] = struct{}{}
-	}
-	b.mu.Unlock()
-	return ds
+	b.out[d] = struct{}{}
+	return d
 }
 
 // Close closes the connection and stops the broker. The server gives the
@@ -490,7 +543,7 @@ func (b *Broker) keepLeases() {
 		b.mu.Unlock()
 		for _, d := range expired {
 			b.log.Warn("lease expired; message given back", "queue", d.queue, "attempt", d.w.attempt)
-			if err := d.ch.Nack(d.tag, false, true); err != nil {
+			if err := d.rc.nack(d.tag); err != nil {
 				b.log.Debug("give back expired delivery", "queue", d.queue, "err", err)
 			}
 		}

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	amqp "github.com/rabbitmq/amqp091-go"
-
 	"github.com/trawlhq/trawl/broker"
 )
 
@@ -25,7 +23,7 @@ const (
 type delivery struct {
 	b     *Broker
 	s     *session
-	ch    *amqp.Channel
+	rc    *rchan
 	tag   uint64
 	queue string
 	w     wireMessage
@@ -62,7 +60,7 @@ func (d *delivery) begin(op string) error {
 		return d.err(op, broker.ErrSettled)
 	case d.state == lost:
 		return d.err(op, broker.ErrLeaseLost)
-	case d.ch.IsClosed():
+	case d.rc.ch.IsClosed():
 		d.state = lost
 		delete(b.out, d)
 		return d.err(op, fmt.Errorf("%w: its channel closed", broker.ErrLeaseLost))
@@ -87,7 +85,7 @@ func (d *delivery) end(s state) {
 
 // ack acknowledges d on its channel.
 func (d *delivery) ack(op string) error {
-	if err := d.ch.Ack(d.tag, false); err != nil {
+	if err := d.rc.ack(d.tag); err != nil {
 		d.end(lost)
 		if d.b.isClosed() {
 			return d.err(op, broker.ErrClosed)
@@ -165,7 +163,7 @@ func (d *delivery) failed(op string, err error) error {
 	case d.b.isClosed():
 		d.end(lost)
 		return d.err(op, broker.ErrClosed)
-	case d.s.broken() || d.ch.IsClosed():
+	case d.s.broken() || d.rc.ch.IsClosed():
 		d.end(lost)
 		return d.err(op, fmt.Errorf("%w: connection lost: %v", broker.ErrLeaseLost, err))
 	}
@@ -185,11 +183,65 @@ func (d *delivery) Extend(ctx context.Context, dur time.Duration) error {
 		return d.err("extend", broker.ErrSettled)
 	case d.state == lost:
 		return d.err("extend", broker.ErrLeaseLost)
-	case d.ch.IsClosed():
+	case d.rc.ch.IsClosed():
 		d.state = lost
 		delete(b.out, d)
 		return d.err("extend", fmt.Errorf("%w: its channel closed", broker.ErrLeaseLost))
 	}
 	d.deadline = time.Now().Add(dur)
 	return nil
+}
+
+// AckBatch acknowledges ds as Ack would each, in fewer frames: the
+// deliveries of one channel whose tags form a run with no other unsettled
+// delivery of that channel below its end are acknowledged with one
+// basic.ack (multiple=true); the others with one frame each. Acks are
+// frames the server does not answer, so this saves frames and the
+// server's work per frame, not round trips. The error names the first
+// delivery that could not be acknowledged; the others are acknowledged.
+func (b *Broker) AckBatch(ctx context.Context, ds ...broker.Delivery) error {
+	var first error
+	fail := func(err error) {
+		if first == nil {
+			first = err
+		}
+	}
+	byChan := map[*rchan][]*delivery{}
+	var order []*rchan
+	for _, bd := range ds {
+		d, ok := bd.(*delivery)
+		if !ok || d.b != b {
+			fail(fmt.Errorf("rabbitmq broker: ack batch: %w: a delivery of another broker (%T)", broker.ErrInvalid, bd))
+			continue
+		}
+		if err := d.begin("ack"); err != nil {
+			fail(err)
+			continue
+		}
+		if byChan[d.rc] == nil {
+			order = append(order, d.rc)
+		}
+		byChan[d.rc] = append(byChan[d.rc], d)
+	}
+	for _, rc := range order {
+		dd := byChan[rc]
+		tags := make([]uint64, len(dd))
+		for i, d := range dd {
+			tags[i] = d.tag
+		}
+		err := rc.ackBatch(tags)
+		for _, d := range dd {
+			if err == nil {
+				d.end(settled)
+				continue
+			}
+			d.end(lost)
+			if b.isClosed() {
+				fail(d.err("ack", broker.ErrClosed))
+			} else {
+				fail(d.err("ack", fmt.Errorf("%w: %v", broker.ErrLeaseLost, err)))
+			}
+		}
+	}
+	return first
 }

@@ -280,6 +280,11 @@ func (b *Broker) takenCounts() map[string]qstate {
 		st.InFlight++
 		out[d.queue] = st
 	}
+	for q, n := range b.ahead {
+		st := out[q]
+		st.InFlight += n
+		out[q] = st
+	}
 	return out
 }
 
@@ -523,6 +528,7 @@ func (b *Broker) inFlight(in *inspector, queue string) (int64, error) {
 			n++
 		}
 	}
+	n += b.ahead[queue]
 	b.mu.Unlock()
 	p := b.pres
 	now := time.Now()

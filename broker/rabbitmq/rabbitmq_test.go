@@ -392,6 +392,31 @@ func interrupted(t *testing.T, cfg rabbitmq.Config, cut func()) {
 		}
 		waiting <- ds
 	}()
+	// A consumer waiting on an empty queue across the cut; Next may say
+	// that the connection is gone meanwhile.
+	idleC := q + "-idle-consumer"
+	t.Cleanup(func() { (&queues{names: map[string]bool{idleC: true}}).deleteAll(t, cfg.URL) })
+	cons, err := b.Consume(t.Context(), idleC, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	consumed := make(chan broker.Delivery, 1)
+	go func() {
+		for {
+			d, err := cons.Next(wctx)
+			if err == nil {
+				consumed <- d
+				return
+			}
+			if errors.Is(err, broker.ErrClosed) || wctx.Err() != nil {
+				t.Errorf("consumer waiting across the cut: %v", err)
+				consumed <- nil
+				return
+			}
+			t.Logf("consumer across the cut: %v", err)
+		}
+	}()
 	// A publisher publishing across the cut.
 	const n = 50
 	var wg sync.WaitGroup
@@ -420,6 +445,17 @@ func interrupted(t *testing.T, cfg rabbitmq.Config, cut func()) {
 		ackAll(t, ds...)
 	case <-time.After(30 * time.Second):
 		t.Fatal("a Receive waiting across the cut never got the message published after it")
+	}
+
+	publish(t, b, idleC, msg("wake-consumer", 0))
+	select {
+	case d := <-consumed:
+		if d == nil || body(d) != "wake-consumer" {
+			t.Fatal("the consumer did not get the message published after the cut")
+		}
+		ackAll(t, d)
+	case <-time.After(30 * time.Second):
+		t.Fatal("a consumer waiting across the cut never got the message published after it")
 	}
 
 	seen := map[string]int{}

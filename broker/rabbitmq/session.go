@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -46,11 +48,105 @@ type session struct {
 	declared map[string]bool // queues declared on this connection
 }
 
-// rchan is a channel that Receives consume on, one Receive at a time.
-// Deliveries are acknowledged on the channel they came from.
+// rchan is a channel that Receives consume on, one Receive at a time, or
+// that one Consumer holds for its life. Deliveries are settled on the
+// channel they came from, through its methods, which keep track of the
+// delivery tags not yet settled at the server (for multiple acks, and to
+// close a Consumer's channel once its last delivery is settled).
 type rchan struct {
 	ch  *amqp.Channel
 	qos int // prefetch count set on ch
+
+	mu      sync.Mutex
+	open    map[uint64]struct{} // tags delivered on ch, not yet settled at the server
+	closing bool                // close ch once open is empty (its Consumer closed)
+}
+
+func newRchan(ch *amqp.Channel) *rchan {
+	return &rchan{ch: ch, open: map[uint64]struct{}{}}
+}
+
+// took records a delivery on rc.
+func (rc *rchan) took(tag uint64) {
+	rc.mu.Lock()
+	rc.open[tag] = struct{}{}
+	rc.mu.Unlock()
+}
+
+// settled forgets tags, and closes the channel of a closed Consumer once
+// none is left.
+func (rc *rchan) settled(tags ...uint64) {
+	rc.mu.Lock()
+	for _, t := range tags {
+		delete(rc.open, t)
+	}
+	done := rc.closing && len(rc.open) == 0
+	rc.mu.Unlock()
+	if done {
+		_ = rc.ch.Close()
+	}
+}
+
+// ack acknowledges tag.
+func (rc *rchan) ack(tag uint64) error {
+	err := rc.ch.Ack(tag, false)
+	rc.settled(tag)
+	return err
+}
+
+// nack gives tag back to its queue at once (the server redelivers it
+// flagged as redelivered).
+func (rc *rchan) nack(tag uint64) error {
+	err := rc.ch.Nack(tag, false, true)
+	rc.settled(tag)
+	return err
+}
+
+// ackBatch acknowledges tags (of deliveries on rc) in as few frames as it
+// can: one ack with multiple=true for the longest run of them that
+// leaves no other unsettled tag of rc below its end, one frame per
+// remaining tag.
+func (rc *rchan) ackBatch(tags []uint64) error {
+	slices.Sort(tags)
+	in := make(map[uint64]bool, len(tags))
+	for _, t := range tags {
+		in[t] = true
+	}
+	rc.mu.Lock()
+	// The lowest unsettled tag outside the batch bounds the run.
+	bound := uint64(math.MaxUint64)
+	for t := range rc.open {
+		if !in[t] && t < bound {
+			bound = t
+		}
+	}
+	rc.mu.Unlock()
+	run := 0
+	for run < len(tags) && tags[run] < bound {
+		run++
+	}
+	var err error
+	if run > 1 {
+		err = rc.ch.Ack(tags[run-1], true)
+	} else {
+		run = 0
+	}
+	for _, t := range tags[run:] {
+		if e := rc.ch.Ack(t, false); e != nil && err == nil {
+			err = e
+		}
+	}
+	rc.settled(tags...)
+	return err
+}
+
+// closeWhenSettled closes the channel now if no delivery of it is
+// unsettled, else when the last one is settled.
+func (rc *rchan) closeWhenSettled() {
+	rc.mu.Lock()
+	rc.closing = true
+	rc.mu.Unlock()
+	rc.settled()
 }
 
 // dial opens a session on the first node of Config.URL that answers,
@@ -271,7 +367,7 @@ func (s *session) takeR() (*rchan, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open channel: %w", err)
 	}
-	return &rchan{ch: ch}, nil
+	return newRchan(ch), nil
 }
 
 // putR gives a receive channel back for other Receives.

@@ -1,0 +1,200 @@
+package rabbitmq_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/trawlhq/trawl/broker"
+	"github.com/trawlhq/trawl/broker/rabbitmq"
+	"github.com/trawlhq/trawl/integration"
+)
+
+// amqpOnly is the shared server's configuration counting over AMQP, so
+// that Counts sees a consumer's read-ahead at once.
+func amqpOnly(t *testing.T) rabbitmq.Config {
+	cfg := server(t)
+	cfg.ManagementURL = ""
+	return cfg
+}
+
+func testQueue(t *testing.T, cfg rabbitmq.Config) string {
+	q := integration.Name(t) + ":q"
+	t.Cleanup(func() { (&queues{names: map[string]bool{q: true}}).deleteAll(t, cfg.URL) })
+	return q
+}
+
+func consume(t *testing.T, b broker.Broker, q string, prefetch int) broker.Consumer {
+	t.Helper()
+	c, err := b.Consume(t.Context(), q, prefetch)
+	if err != nil {
+		t.Fatalf("Consume(%q, %d): %v", q, prefetch, err)
+	}
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Errorf("consumer Close: %v", err)
+		}
+	})
+	return c
+}
+
+func next(t *testing.T, c broker.Consumer, wait time.Duration) broker.Delivery {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), wait)
+	defer cancel()
+	d, err := c.Next(ctx)
+	if err != nil {
+		t.Fatalf("Next: %v", err)
+	}
+	return d
+}
+
+// waitInFlight polls b's counts of q until InFlight is want.
+func waitInFlight(t *testing.T, b *rabbitmq.Broker, q string, want int64) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c, err := b.Counts(t.Context(), q)
+		if err != nil {
+			t.Fatalf("Counts: %v", err)
+		}
+		if c.InFlight == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Counts(%q) = %+v, want InFlight %d", q, c, want)
+		}
+		select {
+		case <-time.After(20 * time.Millisecond):
+		case <-t.Context().Done():
+			return
+		}
+	}
+}
+
+// TestConsumerPrefetch: basic.qos bounds what a consumer holds (read
+// ahead plus returned and unsettled): the rest of the queue is left to
+// another worker; the consumer's deliveries come in priority order; its
+// read-ahead counts as in flight.
+func TestConsumerPrefetch(t *testing.T) {
+	t.Parallel()
+	cfg := amqpOnly(t)
+	q := testQueue(t, cfg)
+	a, other := newBroker(t, cfg), newBroker(t, cfg)
+	publish(t, a, q, msg("low1", 0), msg("low2", 0), msg("high", 5), msg("low3", 0), msg("mid", 2))
+	c := consume(t, a, q, 2)
+	if d := next(t, c, 5*time.Second); body(d) != "high" {
+		t.Fatalf("first delivery %q, want high", body(d))
+	} else {
+		defer ackAll(t, d)
+	}
+	// One returned, one read ahead: nothing is ready beyond the other three.
+	waitInFlight(t, a, q, 2)
+	ds := receiveN(t, other, q, 3, 5*time.Second)
+	if got := []string{body(ds[0]), body(ds[1]), body(ds[2])}; got[0] != "low1" || got[1] != "low2" || got[2] != "low3" {
+		t.Errorf("the other worker got %q, want low1 low2 low3 (mid read ahead here)", got)
+	}
+	ackAll(t, ds...)
+	if d := next(t, c, 5*time.Second); body(d) != "mid" || d.Attempt() != 1 {
+		t.Errorf("second delivery %q attempt %d, want mid attempt 1", body(d), d.Attempt())
+	} else {
+		ackAll(t, d)
+	}
+}
+
+// TestConsumerClose: Close gives the read-ahead back at once, with its
+// attempt unchanged; a delivery returned before Close can still be
+// settled; Next then says ErrClosed.
+func TestConsumerClose(t *testing.T) {
+	t.Parallel()
+	cfg := amqpOnly(t)
+	cfg.Lease = time.Minute // nothing may come back by a lease
+	q := testQueue(t, cfg)
+	a, other := newBroker(t, cfg), newBroker(t, cfg)
+	publish(t, a, q, msg("m1", 0), msg("m2", 0), msg("m3", 0), msg("m4", 0))
+	c, err := a.Consume(t.Context(), q, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := next(t, c, 5*time.Second)
+	waitInFlight(t, a, q, 4)
+	start := time.Now()
+	if err := c.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := c.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	if _, err := c.Next(t.Context()); !errors.Is(err, broker.ErrClosed) {
+		t.Errorf("Next after Close: %v, want ErrClosed", err)
+	}
+	back := receiveN(t, other, q, 3, 5*time.Second)
+	t.Logf("read-ahead back after %v", time.Since(start).Round(time.Millisecond))
+	for _, d := range back {
+		if body(d) == body(held) || d.Attempt() != 1 {
+			t.Errorf("given back: %q attempt %d, want another message with attempt 1", body(d), d.Attempt())
+		}
+	}
+	ackAll(t, back...)
+	if err := held.Ack(t.Context()); err != nil {
+		t.Fatalf("Ack of a delivery returned before Close: %v", err)
+	}
+	waitCounts(t, other, q, broker.Counts{})
+}
+
+// TestAckBatch: a batch acknowledges exactly its deliveries, also when
+// others of the same channel, below and between them, stay unsettled.
+func TestAckBatch(t *testing.T) {
+	t.Parallel()
+	cfg := amqpOnly(t)
+	cfg.Lease = time.Minute
+	q := testQueue(t, cfg)
+	other := newBroker(t, cfg)
+	a, err := rabbitmq.New(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	var msgs []broker.Message
+	for i := range 8 {
+		msgs = append(msgs, msg(fmt.Sprintf("m%d", i), 0))
+	}
+	publish(t, a, q, msgs...)
+	c := consume(t, a, q, 8)
+	var ds []broker.Delivery
+	for range 8 {
+		ds = append(ds, next(t, c, 5*time.Second))
+	}
+	// m0..m2 are a run (one multiple ack) below m3, which stays held, as
+	// do m4 and m6 between m5 and m7.
+	if err := a.AckBatch(t.Context(), ds[2], ds[0], ds[1], ds[5], ds[7]); err != nil {
+		t.Fatalf("AckBatch: %v", err)
+	}
+	if err := a.AckBatch(t.Context(), ds[4], ds[2]); !errors.Is(err, broker.ErrSettled) {
+		t.Errorf("AckBatch with a settled delivery: %v, want ErrSettled", err)
+	}
+	// ds[4] was acknowledged by that batch all the same; m3 and m6 remain.
+	waitInFlight(t, other, q, 2)
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	back := receiveN(t, other, q, 2, 5*time.Second)
+	got := map[string]bool{body(back[0]): true, body(back[1]): true}
+	if !got["m3"] || !got["m6"] {
+		t.Errorf("after the holder closed, %v came back; want m3 and m6", got)
+	}
+	ackAll(t, back...)
+	expectNothing(t, other, q)
+}
+
+// expectNothing checks that q has nothing ready for a moment.
+func expectNothing(t *testing.T, b broker.Broker, q string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	if ds, err := b.Receive(ctx, q, 10); err == nil {
+		t.Errorf("%d unexpected deliveries, first %q", len(ds), body(ds[0]))
+	}
+}
