@@ -97,6 +97,7 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 		stop()
 		return nil, fmt.Errorf("rabbitmq broker: connect: %w", err)
 	}
+	b.learnBoot(ctx, s)
 	if err := b.subscribe(ctx, s); err != nil {
 		_ = s.conn.Close()
 		stop()
@@ -400,12 +401,6 @@ func (b *Broker) accept(ctx context.Context, s *session, rc *rchan, queue string
 		ds = append(ds, d)
 	}
 	return ds
-}
-
-// countsRedelivery tells whether the redelivered flag of r stands for a
-// delivery to a consumer that did not settle it.
-func (b *Broker) countsRedelivery(s *session, r *amqp.Delivery) bool {
-	return true
 }
 
 // redo is a delivery to replace by a copy: w published to queue key, then

@@ -40,6 +40,7 @@ type session struct {
 	b    *Broker
 	conn *amqp.Connection
 	dead chan struct{} // closed by the supervisor when conn has closed
+	boot string        // the server's incarnation (see learnBoot); "": unknown
 
 	mu       sync.Mutex
 	pub      *amqp.Channel   // confirm-mode channel all publishes share; nil: open on next use
@@ -236,6 +237,7 @@ func (b *Broker) supervise(s *session, closed <-chan *amqp.Error) {
 		for {
 			ns, nclosed, err := b.dial(b.ctx)
 			if err == nil {
+				b.learnBoot(b.ctx, ns)
 				if err = b.subscribe(b.ctx, ns); err != nil {
 					_ = ns.conn.Close()
 				}
@@ -417,6 +419,9 @@ func (s *session) send(ctx context.Context, msgs []outgoing) ([]int, error) {
 	dcs := make([]*amqp.DeferredConfirmation, len(msgs))
 	var sendErr error
 	for i, m := range msgs {
+		if m.pub.Headers != nil && s.boot != "" {
+			m.pub.Headers[hBoot] = s.boot // stamped in this incarnation (see learnBoot)
+		}
 		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, m.exchange, m.queue, false, false, m.pub)
 		if err != nil {
 			sendErr = fmt.Errorf("send: %w", err)
