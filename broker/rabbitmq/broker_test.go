@@ -95,28 +95,33 @@ func (r recording) Publish(ctx context.Context, q string, msgs ...broker.Message
 	return r.Broker.Publish(ctx, q, msgs...)
 }
 
+func (r recording) Consume(ctx context.Context, q string, prefetch int) (broker.Consumer, error) {
+	r.qs.add(q)
+	return r.Broker.Consume(ctx, q, prefetch)
+}
+
 func (r recording) Receive(ctx context.Context, q string, max int) ([]broker.Delivery, error) {
 	r.qs.add(q)
 	return r.Broker.Receive(ctx, q, max)
 }
 
 // TestConformance runs the suite with counts from the management API.
-func TestConformance(t *testing.T) { conformance(t, server(t)) }
+func TestConformance(t *testing.T) { conformance(t, server(t), false) }
 
 // TestConformanceAMQPCounts runs the suite with counts over AMQP alone
 // (passive declares and the workers' presence reports), as with a stock
-// server.
+// server, and with a server of its own restarted under an open consumer.
 func TestConformanceAMQPCounts(t *testing.T) {
 	base := server(t)
 	base.ManagementURL = ""
-	conformance(t, base)
+	conformance(t, base, true)
 }
 
-func conformance(t *testing.T, base rabbitmq.Config) {
+func conformance(t *testing.T, base rabbitmq.Config, restart bool) {
 	qs := &queues{}
 	t.Cleanup(func() { qs.deleteAll(t, base.URL) })
-	brokertest.Run(t, brokertest.Config{
-		New: func(t *testing.T, s brokertest.Setup) broker.Broker {
+	newFor := func(base rabbitmq.Config) func(t *testing.T, s brokertest.Setup) broker.Broker {
+		return func(t *testing.T, s brokertest.Setup) broker.Broker {
 			cfg := base
 			cfg.Order = s.Order
 			cfg.Lease = s.Lease
@@ -125,14 +130,33 @@ func conformance(t *testing.T, base rabbitmq.Config) {
 			cfg.PriorityOffset = 5
 			cfg.MaxPriority = 15
 			return recording{newBroker(t, cfg), qs}
-		},
+		}
+	}
+	c := brokertest.Config{
+		New:    newFor(base),
 		Orders: []broker.Order{broker.Priority, broker.FIFO},
 		// Leases run out in the background here (another process may be
 		// waiting for the message), not when the queue is next touched:
 		// Purge holds two deliveries across a Reject, a Nack and a
 		// count, which must fit in the lease.
 		Lease: time.Second,
-	})
+	}
+	if restart {
+		c.Restartable = func(t *testing.T) brokertest.Server {
+			srv := integration.RabbitMQContainer(t)
+			cfg := base
+			cfg.URL = srv.URL
+			return brokertest.Server{
+				New: newFor(cfg),
+				Restart: func(t *testing.T) {
+					if err := srv.Restart(t.Context()); err != nil {
+						t.Fatalf("restart RabbitMQ: %v", err)
+					}
+				},
+			}
+		}
+	}
+	brokertest.Run(t, c)
 }
 
 // receiveN receives exactly n deliveries of q within wait.
