@@ -432,3 +432,57 @@ func CloseAMQPConnections(ctx context.Context, managementURL, name string) (int,
 	}
 	return n, nil
 }
+
+// AMQPConnection is what the management API tells of one connection.
+type AMQPConnection struct {
+	// RecvCount is how many reads of the client's frames the server made
+	// (rabbitmqctl's recv_cnt); SendCount how many writes to it.
+	RecvCount int64 `json:"recv_cnt"`
+	SendCount int64 `json:"send_cnt"`
+	// Channels is how many channels the connection has open.
+	Channels int `json:"channels"`
+}
+
+// AMQPConnections returns, through the management API at managementURL,
+// the connections whose client-provided connection name is name.
+func AMQPConnections(ctx context.Context, managementURL, name string) ([]AMQPConnection, error) {
+	base, err := url.Parse(managementURL)
+	if err != nil {
+		return nil, err
+	}
+	user := base.User
+	base.User = nil
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base.String()+"/api/connections?columns=client_properties,recv_cnt,send_cnt,channels", nil)
+	if err != nil {
+		return nil, err
+	}
+	if user != nil {
+		pw, _ := user.Password()
+		req.SetBasicAuth(user.Username(), pw)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("integration: list connections: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("integration: list connections: %s: %.200s (%v)", resp.Status, body, err)
+	}
+	var conns []struct {
+		AMQPConnection
+		Props struct {
+			ConnectionName string `json:"connection_name"`
+		} `json:"client_properties"`
+	}
+	if err := json.Unmarshal(body, &conns); err != nil {
+		return nil, fmt.Errorf("integration: list connections: %w", err)
+	}
+	var out []AMQPConnection
+	for _, c := range conns {
+		if c.Props.ConnectionName == name {
+			out = append(out, c.AMQPConnection)
+		}
+	}
+	return out, nil
+}

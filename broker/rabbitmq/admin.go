@@ -124,6 +124,51 @@ func (b *Broker) Counts(ctx context.Context, queue string) (broker.Counts, error
 	if err := b.check("counts", queue); err != nil {
 		return broker.Counts{}, err
 	}
+	b.mu.Lock()
+	prev, gen := b.counted[queue], b.countGen
+	b.mu.Unlock()
+	if !prev.at.IsZero() && time.Since(prev.at) < countEvery {
+		return prev.c, nil
+	}
+	c, err := b.count(ctx, queue)
+	if err == nil {
+		b.mu.Lock()
+		if b.countGen == gen {
+			b.counted[queue] = counted{c: c, at: time.Now()}
+		}
+		b.mu.Unlock()
+	}
+	return c, err
+}
+
+// countEvery is how long Counts answers from its last count of a queue,
+// unless this Broker published, took or settled a message of the queue
+// since: an idle worker's engine asks several times a second, and each
+// count costs the server a passive declare per queue of the family (see
+// Counts for why the completion rule still holds).
+const countEvery = time.Second
+
+// counted is a count and when it was made.
+type counted struct {
+	c  broker.Counts
+	at time.Time
+}
+
+// touch forgets the counts of queue: this Broker changed it. b.mu is held.
+func (b *Broker) touch(queue string) {
+	delete(b.counted, queue)
+	b.countGen++
+}
+
+// touched is touch for a caller that does not hold b.mu.
+func (b *Broker) touched(queue string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.touch(queue)
+}
+
+// count counts queue; see Counts.
+func (b *Broker) count(ctx context.Context, queue string) (broker.Counts, error) {
 	if b.mgmt != nil {
 		c, err := b.countAPI(ctx, queue)
 		if err == nil {
@@ -226,6 +271,7 @@ func (b *Broker) Purge(ctx context.Context, queue string) error {
 	if err := b.check("purge", queue); err != nil {
 		return err
 	}
+	defer b.touched(queue)
 	b.mu.Lock()
 	var mine []*delivery
 	for d := range b.out {
@@ -315,6 +361,7 @@ func (b *Broker) Requeue(ctx context.Context, queue string, max int) (int, error
 	if max < 1 {
 		return 0, opErr("requeue", queue, fmt.Errorf("%w: max %d < 1", broker.ErrInvalid, max))
 	}
+	defer b.touched(queue)
 	s, err := b.session(ctx)
 	if err != nil {
 		_, err = b.failed(ctx, nil, err)

@@ -51,13 +51,15 @@ type Broker struct {
 	done chan struct{} // closed by Close
 	wg   sync.WaitGroup
 
-	mu      sync.Mutex
-	closed  bool
-	cur     *session               // live session; nil while reconnecting
-	changed chan struct{}          // closed and replaced when cur changes
-	out     map[*delivery]struct{} // unsettled deliveries with their leases
-	taken   map[string]uint64      // deliveries taken per queue, for presence reports
-	ahead   map[string]int64       // deliveries read ahead by consumers, not yet returned by Next
+	mu       sync.Mutex
+	countGen uint64 // moved by touch
+	closed   bool
+	cur      *session               // live session; nil while reconnecting
+	changed  chan struct{}          // closed and replaced when cur changes
+	out      map[*delivery]struct{} // unsettled deliveries with their leases
+	taken    map[string]uint64      // deliveries taken per queue, for presence reports
+	ahead    map[string]int64       // deliveries read ahead by consumers, not yet returned by Next
+	counted  map[string]counted     // recent Counts per queue (see countEvery)
 
 	pres      *presence
 	mgmtWarn  time.Time // last warning about the management API
@@ -90,6 +92,7 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 		out:     map[*delivery]struct{}{},
 		taken:   map[string]uint64{},
 		ahead:   map[string]int64{},
+		counted: map[string]counted{},
 		pres:    newPresence(),
 	}
 	s, closed, err := b.dial(ctx)
@@ -181,6 +184,7 @@ func (b *Broker) Publish(ctx context.Context, queue string, msgs ...broker.Messa
 	for i, m := range msgs {
 		out[i] = outgoing{queue: queue, pub: b.publishing(wireMessage{msg: m, attempt: 1})}
 	}
+	defer b.touched(queue)
 	rounds := 0
 	for len(out) > 0 {
 		s, err := b.session(ctx)
@@ -377,6 +381,7 @@ func (s *session) cancel(rc *rchan, tag string, msgs <-chan amqp.Delivery) ([]am
 func (b *Broker) accept(ctx context.Context, s *session, rc *rchan, queue string, raw []amqp.Delivery) []broker.Delivery {
 	b.mu.Lock()
 	b.taken[queue] += uint64(len(raw))
+	b.touch(queue)
 	b.mu.Unlock()
 	var ds []broker.Delivery
 	var again []redo
@@ -476,6 +481,7 @@ func (b *Broker) register(s *session, rc *rchan, queue string, tag uint64, w wir
 		return nil
 	}
 	b.out[d] = struct{}{}
+	b.touch(queue)
 	return d
 }
 
@@ -532,6 +538,7 @@ func (b *Broker) keepLeases() {
 			if d.state == held && now.After(d.deadline) {
 				d.state = lost
 				delete(b.out, d)
+				b.touch(d.queue)
 				expired = append(expired, d)
 			}
 		}

@@ -322,6 +322,7 @@ func (b *Broker) readAhead(queue string, n int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.ahead[queue] += int64(n)
+	b.touch(queue)
 	if n > 0 {
 		b.taken[queue] += uint64(n)
 	}

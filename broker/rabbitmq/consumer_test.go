@@ -198,3 +198,96 @@ func expectNothing(t *testing.T, b broker.Broker, q string) {
 		t.Errorf("%d unexpected deliveries, first %q", len(ds), body(ds[0]))
 	}
 }
+
+// TestIdleCost: an idle worker as the engine runs one (a consumer on its
+// two queues, both empty, and their counts every 200ms to tell whether
+// the crawl is done) sends the server at most 10 frames a second, over
+// one connection.
+func TestIdleCost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("measures for 10s")
+	}
+	cfg := server(t)
+	mgmt := cfg.ManagementURL
+	cfg.ManagementURL = "" // counts over AMQP, as on a stock server
+	cfg.Name = integration.Name(t)
+	qs := []string{testQueue(t, cfg), testQueue(t, cfg) + "-start"}
+	t.Cleanup(func() { (&queues{names: map[string]bool{qs[1]: true}}).deleteAll(t, cfg.URL) })
+	b := newBroker(t, cfg)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	nexts := make(chan error, len(qs))
+	for _, q := range qs {
+		c := consume(t, b, q, 32)
+		go func() {
+			_, err := c.Next(ctx)
+			nexts <- err
+		}()
+	}
+	counting := make(chan struct{})
+	go func() {
+		defer close(counting)
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			for _, q := range qs {
+				if _, err := b.Counts(ctx, q); err != nil && ctx.Err() == nil {
+					t.Errorf("Counts: %v", err)
+				}
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	stats := func() integration.AMQPConnection {
+		t.Helper()
+		// The management API lists a new connection after a moment.
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			cs, err := integration.AMQPConnections(t.Context(), mgmt, cfg.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(cs) > 1 {
+				t.Fatalf("%d connections named %q, want 1", len(cs), cfg.Name)
+			}
+			if len(cs) == 1 {
+				return cs[0]
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the management API never listed the connection %q", cfg.Name)
+			}
+			waitStats(t, 100*time.Millisecond)
+		}
+	}
+	// Past the start (declares, the first counts' look for delay queues).
+	waitStats(t, 3*time.Second)
+	before, start := stats(), time.Now()
+	waitStats(t, 10*time.Second)
+	after, took := stats(), time.Since(start)
+	rate := float64(after.RecvCount-before.RecvCount) / took.Seconds()
+	t.Logf("idle: %.1f reads of the client's frames/s, %.1f writes to it/s, %d channels",
+		rate, float64(after.SendCount-before.SendCount)/took.Seconds(), after.Channels)
+	if rate > 10 {
+		t.Errorf("an idle worker sends %.1f frames/s, want at most 10", rate)
+	}
+	cancel()
+	<-counting
+	for range qs {
+		if err := <-nexts; !errors.Is(err, context.Canceled) {
+			t.Errorf("Next: %v, want context.Canceled", err)
+		}
+	}
+}
+
+// waitStats lets the management API's statistics run for d (the
+// measurement is over a span of time: nothing to poll for).
+func waitStats(t *testing.T, d time.Duration) {
+	select {
+	case <-time.After(d):
+	case <-t.Context().Done():
+	}
+}

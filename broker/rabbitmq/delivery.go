@@ -80,6 +80,7 @@ func (d *delivery) end(s state) {
 	d.state = s
 	if s != held {
 		delete(b.out, d)
+		b.touch(d.queue)
 	}
 }
 

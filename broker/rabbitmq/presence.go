@@ -54,9 +54,9 @@ const (
 
 // MinIdleTimeout is the shortest idle timeout with which an engine may
 // conclude from Counts over AMQP that a crawl is done: a report interval
-// and a margin for the report's way and the engine's polling (see
-// Broker.Counts).
-const MinIdleTimeout = 2 * reportEvery
+// and a margin for the report's way and the engine's polling, and the
+// age a count may have (countEvery; see Broker.Counts).
+const MinIdleTimeout = 2*reportEvery + countEvery
 
 // report is what a Broker publishes about itself.
 type report struct {
