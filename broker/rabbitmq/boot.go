@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -29,6 +30,10 @@ import (
 const (
 	bootQueue = "trawl.boot"
 	hBoot     = "x-trawl-boot"
+	// bootTries and bootRetry bound the reads of bootQueue while another
+	// broker holds its message.
+	bootTries = 100
+	bootRetry = 20 * time.Millisecond
 )
 
 // learnBoot sets s.boot to the server's incarnation; on failure it logs
@@ -56,15 +61,28 @@ func (s *session) boot0(ctx context.Context) (string, error) {
 		}
 		// Refused (basic.nack) when the queue already holds an id.
 		_, _ = s.send(ctx, []outgoing{{queue: bootQueue, pub: amqp.Publishing{DeliveryMode: amqp.Transient, Body: []byte(offer)}}})
-		d, ok, err := ch.Get(bootQueue, false)
-		if err != nil {
-			return fmt.Errorf("read %q: %w", bootQueue, err)
+		// Another broker reading it at the same moment holds the message
+		// for a round trip: the queue then looks empty.
+		for try := 0; ; try++ {
+			d, ok, err := ch.Get(bootQueue, false)
+			if err != nil {
+				return fmt.Errorf("read %q: %w", bootQueue, err)
+			}
+			if ok {
+				id = string(d.Body)
+				return ch.Nack(d.DeliveryTag, false, true)
+			}
+			if try == bootTries {
+				return fmt.Errorf("%q stayed empty", bootQueue)
+			}
+			t := time.NewTimer(bootRetry)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			}
 		}
-		if !ok {
-			return fmt.Errorf("%q is empty", bootQueue)
-		}
-		id = string(d.Body)
-		return ch.Nack(d.DeliveryTag, false, true)
 	})
 	return id, err
 }

@@ -45,6 +45,7 @@ type Broker struct {
 	http *http.Client
 	tags atomic.Uint64 // consumer tag sequence
 	node atomic.Int32  // index in cfg.urls() of the node dial tries first
+	bye  atomic.Bool   // Close has begun: no report but the farewell
 
 	ctx  context.Context // the broker's lifetime; cancelled by Close
 	stop context.CancelFunc
@@ -485,6 +486,9 @@ func (b *Broker) register(s *session, rc *rchan, queue string, tag uint64, w wir
 	return d
 }
 
+// byeTimeout bounds the farewell report of Close.
+const byeTimeout = time.Second
+
 // Close closes the connection and stops the broker. The server gives the
 // deliveries not settled back to their queues, where they count as
 // delivered (the next delivery has the next Attempt). Close is idempotent.
@@ -494,8 +498,23 @@ func (b *Broker) Close() error {
 		b.mu.Unlock()
 		return nil
 	}
-	b.closed = true
 	s := b.cur
+	b.mu.Unlock()
+	if s != nil && !s.broken() && !b.bye.Swap(true) {
+		// Tell the others at once, rather than by falling silent.
+		ctx, cancel := context.WithTimeout(b.ctx, byeTimeout)
+		if err := b.report(ctx, s, false, true); err != nil {
+			b.log.Debug("farewell report failed", "err", err)
+		}
+		cancel()
+	}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	s = b.cur
 	b.cur = nil
 	for d := range b.out {
 		d.state = lost

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -289,5 +292,33 @@ func waitStats(t *testing.T, d time.Duration) {
 	select {
 	case <-time.After(d):
 	case <-t.Context().Done():
+	}
+}
+
+// TestManagementURLTakesAMQPCredentials: a management URL given without
+// credentials is asked with the AMQP URL's (the server refuses requests
+// without them: counting would fall back to AMQP with a warning).
+func TestManagementURLTakesAMQPCredentials(t *testing.T) {
+	t.Parallel()
+	cfg := server(t)
+	u, err := url.Parse(cfg.ManagementURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.User == nil {
+		t.Skip("the test server's management URL has no credentials to leave out")
+	}
+	u.User = nil
+	cfg.ManagementURL = u.String()
+	logs := &logRecorder{}
+	cfg.Logger = slog.New(logs)
+	q := testQueue(t, cfg)
+	b := newBroker(t, cfg)
+	publish(t, b, q, msg("a", 0), msg("b", 0))
+	waitCounts(t, b, q, broker.Counts{Ready: 2})
+	for _, r := range logs.all() {
+		if strings.Contains(r, "management API") {
+			t.Errorf("logged %q: the management API refused the AMQP URL's credentials", r)
+		}
 	}
 }

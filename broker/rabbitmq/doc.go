@@ -52,15 +52,41 @@
 // FIFO) without disturbing the others. The priority itself travels in the
 // header x-trawl-priority, so Message().Priority is what was published.
 //
-// Ordering is exact, also for consumers that have been taking from a
-// backlog, because nothing is prefetched between Receives: a Receive
-// registers a consumer with prefetch min(max, Config.Prefetch), takes
-// what the server pushes (the head of the queue at that moment, highest
-// priority first), and cancels the consumer before it returns. Messages
-// it did not ask for stay in the queue for other consumers, and a
-// high-priority message published after a Receive got its batch is the
-// first of the next batch. The cost is two round trips per Receive
-// (consume, cancel) on top of the deliveries.
+// # Consumers
+//
+// A worker takes its deliveries through Consume: one channel per
+// consumer, with basic.qos(prefetch) and one basic.consume, held for the
+// consumer's life, so an idle worker sends the server nothing for it.
+// The server pushes the head of the queue (highest priority first) up to
+// prefetch unacknowledged deliveries; those read ahead and not yet
+// returned by Next are the only reordering (a message of higher priority
+// published meanwhile comes after them), and count as in flight for
+// Counts and in the presence reports. basic.qos also counts deliveries
+// returned by Next and not yet settled. Deliveries are settled on the
+// consumer's channel. The lease (below) starts when Next returns a
+// delivery.
+//
+// Close cancels the consumer (basic.cancel) and gives what it read ahead
+// back at once, as copies with the same attempt, published and confirmed
+// before the read-ahead deliveries are acknowledged (a nack with requeue
+// would flag them as redelivered and cost them an attempt); they join the
+// end of their priority level. Deliveries returned before Close stay
+// valid: the channel closes once the last of them is settled (or its
+// connection, or the broker, closes). After a connection loss the
+// consumer subscribes again on the new connection by itself; a Next that
+// waits more than 5s for it returns an error saying so, and the next
+// call waits again.
+//
+// Receive, for one-off takes, registers a consumer with prefetch
+// min(max, Config.Prefetch), takes what the server pushes, and cancels it
+// before it returns, so messages it did not ask for stay in the queue:
+// two round trips per Receive on top of the deliveries.
+//
+// AckBatch (broker.BatchAcker) acknowledges, per channel, the longest
+// run of a batch's delivery tags below which no other delivery of the
+// channel is unsettled with one basic.ack (multiple=true), and the rest
+// one by one. An ack is a frame the server does not answer: a batch saves
+// frames and the server's work per frame, not round trips.
 //
 // # Delivery, attempts and leases
 //
@@ -87,10 +113,20 @@
 //     with the next attempt, or dead-lettered once past MaxDeliveries, and
 //     the redelivery acknowledged. A worker that crashes on a message every
 //     time therefore sends it to the dead letters, not into a loop.
+//   - A server restart (a crash above all) flags as redelivered messages
+//     that no consumer may have held. Each message carries the id of the
+//     server incarnation it was stamped in (kept as the one message of the
+//     transient queue trawl.boot, which a restart empties); a redelivery
+//     counts as an attempt only within that incarnation, otherwise the
+//     message is re-stamped with its attempt unchanged. So a restart costs
+//     no message an attempt, and a crash loop loses at most one count per
+//     restart. (The engine does not read Attempt as "its links may be
+//     published": publication marks in the filter say that.)
 //
 // AMQP has no lease: the server keeps a delivery with its channel until it
 // is settled or the channel closes (or RabbitMQ's consumer_timeout, 30
-// minutes by default, closes the channel). This broker keeps a lease of
+// minutes by default, closes the channel, and with it a consumer's other
+// deliveries: the consumer subscribes again). This broker keeps a lease of
 // Config.Lease per delivery in the process: when it runs out, the
 // delivery is nacked with requeue (so any consumer may get it, re-stamped
 // as above) and settling it returns broker.ErrLeaseLost. Deliveries
@@ -120,7 +156,12 @@
 // Counts ask the management API first (its totals lag by the server's
 // collect_statistics_interval, 5s by default: keep the idle timeout above
 // it); when the API fails, Counts warns, naming the flag, and counts over
-// AMQP.
+// AMQP. A management URL without credentials takes the AMQP URL's.
+// Counts answers from a count of the same queue less than a second old
+// unless this Broker published, took or settled one of its messages
+// since: an idle worker (a consumer on each of its two queues, counts
+// five times a second) sends the server about 3 frames a second (the
+// presence reports and the counts; TestIdleCost), over one connection.
 //
 // Purge empties Q, its dead-letter queue and its delay queues, and
 // acknowledges the deliveries of Q this broker holds so that they do not

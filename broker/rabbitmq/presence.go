@@ -63,6 +63,7 @@ type report struct {
 	ID     string            `json:"id"`            // its presence queue
 	Seq    uint64            `json:"seq"`           // 1, 2, … per subscription
 	Ask    bool              `json:"ask,omitempty"` // report now, all of you: I just subscribed
+	Bye    bool              `json:"bye,omitempty"` // I am closing: my deliveries come back
 	Queues map[string]qstate `json:"queues,omitempty"`
 	// Delays lists the delay queues it used within their expiry.
 	Delays []string `json:"delays,omitempty"`
@@ -145,7 +146,7 @@ func (b *Broker) subscribe(ctx context.Context, s *session) error {
 	p.mu.Unlock()
 	b.wg.Add(1)
 	go b.listen(q.Name, msgs)
-	if err := b.report(ctx, s, true); err != nil {
+	if err := b.report(ctx, s, true, false); err != nil {
 		return fmt.Errorf("presence: first report: %w", err)
 	}
 	return nil
@@ -175,6 +176,21 @@ func (p *presence) heard(r report, now time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	pr := p.peers[r.ID]
+	if r.Bye {
+		// Closing: what it holds comes back to its queues once its
+		// connection is gone, in a moment. Counted as when a worker
+		// vanishes, without waiting for it to fall silent.
+		delete(p.peers, r.ID)
+		for name := range r.Queues {
+			p.vanished[name] = now
+		}
+		if pr != nil {
+			for name := range pr.last.Queues {
+				p.vanished[name] = now
+			}
+		}
+		return
+	}
 	if pr == nil {
 		// Its past is not ours to judge: the first report sets the
 		// baseline (Counts waits warmUp for the second).
@@ -232,7 +248,10 @@ func (p *presence) learnDelay(name string, used time.Time) {
 
 // report publishes this Broker's report on s and waits for the server
 // to take it.
-func (b *Broker) report(ctx context.Context, s *session, ask bool) error {
+func (b *Broker) report(ctx context.Context, s *session, ask, bye bool) error {
+	if b.bye.Load() && !bye {
+		return errors.New("presence: closing")
+	}
 	taken := b.takenCounts()
 	p := b.pres
 	p.mu.Lock()
@@ -241,7 +260,7 @@ func (b *Broker) report(ctx context.Context, s *session, ask bool) error {
 		return errors.New("presence: session replaced")
 	}
 	p.seq++
-	r := report{ID: p.id, Seq: p.seq, Ask: ask, Queues: map[string]qstate{}}
+	r := report{ID: p.id, Seq: p.seq, Ask: ask, Bye: bye, Queues: map[string]qstate{}}
 	now := time.Now()
 	for _, ds := range p.delays {
 		for name, used := range ds {
@@ -307,7 +326,7 @@ func (b *Broker) reportLoop() {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(b.ctx, 4*reportEvery)
-		if err := b.report(ctx, s, false); err != nil && !b.isClosed() {
+		if err := b.report(ctx, s, false, false); err != nil && !b.isClosed() {
 			b.log.Debug("presence report failed", "err", err)
 		}
 		cancel()
@@ -328,7 +347,7 @@ func (b *Broker) announceDelay(ctx context.Context, s *session, name string) err
 	if !last.IsZero() && now.Sub(last) < announceEvery {
 		return nil
 	}
-	if err := b.report(ctx, s, false); err != nil {
+	if err := b.report(ctx, s, false, false); err != nil {
 		p.mu.Lock()
 		p.delays[q][name] = last
 		p.mu.Unlock()
