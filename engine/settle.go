@@ -135,7 +135,7 @@ func (b *batcher[T]) run(max int, interval time.Duration, flush func([]T)) {
 // settlement is the writer and the acker of one Run.
 type settlement struct {
 	writes *batcher[pageWrite]
-	acks   *batcher[broker.Delivery]
+	acks   *batcher[toAck]
 }
 
 // startSettlement starts the writer and the acker; ctx is Run's work
@@ -143,7 +143,7 @@ type settlement struct {
 func (c *Crawler) startSettlement(ctx context.Context) *settlement {
 	n := batchSize(c.cfg.Concurrency)
 	s := &settlement{
-		acks:   newBatcher(n, ackInterval, func(ds []broker.Delivery) { c.ackAll(ctx, ds) }),
+		acks:   newBatcher(n, ackInterval, func(as []toAck) { c.ackAcks(ctx, as) }),
 		writes: newBatcher(n, writeInterval, func(ps []pageWrite) { c.writeAll(ctx, ps) }),
 	}
 	return s
@@ -233,14 +233,44 @@ func (c *Crawler) writeAll(ctx context.Context, ps []pageWrite) {
 	}
 	c.stats.Add(StatItems, int64(len(items)))
 	for _, p := range ps {
-		c.settle(ctx, p.d, ack())
-		c.release(p.d)
+		c.ackHeld(ctx, p.d)
+	}
+}
+
+// toAck is a delivery for the acker; held: it is held (see hold) until
+// acknowledged.
+type toAck struct {
+	d    broker.Delivery
+	held bool
+}
+
+// ackHeld acknowledges d, held by submit, as ack does, and releases it
+// once acknowledged: its lease is extended until then.
+func (c *Crawler) ackHeld(ctx context.Context, d broker.Delivery) {
+	if s := c.settling; s != nil && s.acks.add(toAck{d: d, held: true}) {
+		return
+	}
+	c.ackAll(ctx, []broker.Delivery{d})
+	c.release(d)
+}
+
+// ackAcks acknowledges a batch of the acker, then releases those held.
+func (c *Crawler) ackAcks(ctx context.Context, as []toAck) {
+	ds := make([]broker.Delivery, len(as))
+	for i, a := range as {
+		ds[i] = a.d
+	}
+	c.ackAll(ctx, ds)
+	for _, a := range as {
+		if a.held {
+			c.release(a.d)
+		}
 	}
 }
 
 // ack acknowledges d: through the acker while Run runs, else at once.
 func (c *Crawler) ack(ctx context.Context, d broker.Delivery) {
-	if s := c.settling; s != nil && s.acks.add(d) {
+	if s := c.settling; s != nil && s.acks.add(toAck{d: d}) {
 		return
 	}
 	c.ackAll(ctx, []broker.Delivery{d})
