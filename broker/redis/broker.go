@@ -23,6 +23,7 @@ var (
 	_ broker.Broker      = (*Broker)(nil)
 	_ broker.Counter     = (*Broker)(nil)
 	_ broker.Purger      = (*Broker)(nil)
+	_ broker.BatchAcker  = (*Broker)(nil)
 	_ broker.DeadLetters = (*Broker)(nil)
 	_ broker.Delivery    = (*delivery)(nil)
 	_ broker.Extender    = (*delivery)(nil)
@@ -423,7 +424,8 @@ func (b *Broker) track(d *delivery) {
 }
 
 // AckBatch acknowledges deliveries received from b, one round trip per
-// queue. Each delivery is settled as by its Ack; the errors of those that
+// queue. It implements broker.BatchAcker, through which the engine settles
+// its pages. Each delivery is settled as by its Ack; the errors of those that
 // could not be (broker.ErrSettled, broker.ErrLeaseLost, broker.ErrClosed,
 // broker.ErrInvalid for a delivery of another broker) are joined.
 func (b *Broker) AckBatch(ctx context.Context, ds ...broker.Delivery) error {

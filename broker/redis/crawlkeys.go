@@ -8,17 +8,27 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/trawlhq/trawl/engine"
+	"github.com/trawlhq/trawl/internal/rediskey"
 )
 
-// CrawlKey returns the Redis key of a crawl's part ("start_urls", "items",
-// "stats"): "{NAME}:part", hash-tagged like the broker's and the duplicate
-// filter's keys, so that a crawl's keys share one Cluster slot.
-func CrawlKey(crawl, part string) string { return "{" + crawl + "}:" + part }
+// The crawl's Redis pieces beside its queues: start URLs, items, shared
+// stats (here) and per-host limits (limiter.go). Their keys are
+// "{NAME}:part" (rediskey.Crawl), hash-tagged like the broker's and the
+// duplicate filter's keys, so that a crawl's keys share one Cluster slot.
+var (
+	_ engine.StartSource   = (*StartURLs)(nil)
+	_ engine.StartLeaser   = (*StartURLs)(nil)
+	_ engine.StartReturner = (*StartURLs)(nil)
+	_ engine.StartRejecter = (*StartURLs)(nil)
+	_ engine.StartBatch    = (*leasedStarts)(nil)
+	_ engine.Sink          = (*Items)(nil)
+)
 
 // StartURLs keeps a crawl's start URLs in a plain Redis list (or set) at
 // {NAME}:start_urls, as scrapy-redis does: "redis-cli rpush '{books}:start_urls'
@@ -55,10 +65,10 @@ const maxRejectedPayload = 1 << 10
 func NewStartURLs(client goredis.UniversalClient, crawl string, set bool) *StartURLs {
 	return &StartURLs{
 		client: client,
-		key:    CrawlKey(crawl, "start_urls"),
-		dead:   CrawlKey(crawl, "start_urls:dead"),
-		taken:  CrawlKey(crawl, "start_urls:taken"),
-		leased: CrawlKey(crawl, "start_urls:leased"),
+		key:    rediskey.Crawl(crawl, "start_urls"),
+		dead:   rediskey.Crawl(crawl, "start_urls:dead"),
+		taken:  rediskey.Crawl(crawl, "start_urls:taken"),
+		leased: rediskey.Crawl(crawl, "start_urls:leased"),
 		set:    set,
 	}
 }
@@ -335,7 +345,7 @@ type Items struct {
 
 // NewItems returns the item list of crawl.
 func NewItems(client goredis.UniversalClient, crawl string) *Items {
-	return &Items{client: client, key: CrawlKey(crawl, "items")}
+	return &Items{client: client, key: rediskey.Crawl(crawl, "items")}
 }
 
 // Write appends items as JSON, in one round trip.
@@ -377,7 +387,7 @@ type Stats struct {
 
 // NewStats returns the shared counters of crawl.
 func NewStats(client goredis.UniversalClient, crawl string) *Stats {
-	return &Stats{client: client, key: CrawlKey(crawl, "stats")}
+	return &Stats{client: client, key: rediskey.Crawl(crawl, "stats")}
 }
 
 // Add adds deltas to the counters in one round trip.
@@ -422,4 +432,53 @@ func (s *Stats) Purge(ctx context.Context) error {
 		return fmt.Errorf("redis stats: purge %q: %w", s.key, err)
 	}
 	return nil
+}
+
+// PurgeCrawl deletes every key of crawl name in Redis, {NAME}:*
+// (rediskey.Pattern), on every primary of a Cluster: its queues, start
+// URLs, items, stats, host limits, duplicate filter, and the ones no
+// component's Purge deletes (message id counters, the filter's layout).
+// Afterwards nothing of the crawl is left. It returns how many keys it
+// deleted.
+func PurgeCrawl(ctx context.Context, client goredis.UniversalClient, name string) (int, error) {
+	pattern := rediskey.Pattern(name)
+	var mu sync.Mutex
+	n := 0
+	del := func(ctx context.Context, c goredis.UniversalClient) error {
+		iter := c.Scan(ctx, 0, pattern, 1000).Iterator()
+		var batch []string
+		flush := func() error {
+			if len(batch) == 0 {
+				return nil
+			}
+			d, err := c.Del(ctx, batch...).Result()
+			mu.Lock()
+			n += int(d)
+			mu.Unlock()
+			batch = batch[:0]
+			return err
+		}
+		for iter.Next(ctx) {
+			batch = append(batch, iter.Val())
+			if len(batch) == 500 {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+		}
+		if err := iter.Err(); err != nil {
+			return err
+		}
+		return flush()
+	}
+	var err error
+	if cc, ok := client.(*goredis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *goredis.Client) error { return del(ctx, c) })
+	} else {
+		err = del(ctx, client)
+	}
+	if err != nil {
+		return n, fmt.Errorf("redis: purge %s: %w", pattern, err)
+	}
+	return n, nil
 }

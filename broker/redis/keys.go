@@ -1,9 +1,9 @@
 package redis
 
-import "strings"
+import "github.com/trawlhq/trawl/internal/rediskey"
 
-// keys are the Redis keys of one queue. They are built here and nowhere
-// else.
+// keys are the Redis keys of one queue, built from rediskey.Of (the one
+// key-naming rule of trawl's Redis pieces).
 //
 // A queue name is split at its last ':' into a crawl name and a local
 // name; the crawl name becomes the Cluster hash tag, so that all keys of
@@ -25,11 +25,7 @@ type keys struct {
 }
 
 func keysFor(queue string) keys {
-	tag, local := queue, ""
-	if i := strings.LastIndexByte(queue, ':'); i >= 0 {
-		tag, local = queue[:i], queue[i:]
-	}
-	base := "{" + tag + "}" + local
+	base := rediskey.Of(queue)
 	return keys{
 		queue:    queue,
 		ready:    base,

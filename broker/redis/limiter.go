@@ -13,6 +13,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/trawlhq/trawl/engine"
+	"github.com/trawlhq/trawl/internal/rediskey"
 )
 
 // acquireScript takes a request slot of a host, shared by every worker of a
@@ -151,7 +152,7 @@ type LimiterConfig struct {
 	// AutoThrottle, if not nil, adapts each host's delay to its latency
 	// (see engine.AutoThrottle), never below Delay or the host's
 	// Crawl-delay. The adapted delay is kept in Redis, one key per host
-	// (CrawlKey(Crawl, "host:HOST:throttle"), expiring an hour after its
+	// (rediskey.Crawl(Crawl, "host:HOST:throttle"), expiring an hour after its
 	// last change), so every worker paces a host by the same value and
 	// every worker's responses move it. nil = fixed delays.
 	AutoThrottle *engine.AutoThrottle
@@ -239,7 +240,7 @@ func (l *HostLimiter) Close() error {
 }
 
 func (l *HostLimiter) keys(host string) []string {
-	base := CrawlKey(l.cfg.Crawl, "host:"+host)
+	base := rediskey.Crawl(l.cfg.Crawl, "host:"+host)
 	return []string{base + ":slots", base + ":next", base + ":throttle"}
 }
 
@@ -423,7 +424,10 @@ func (l *HostLimiter) SetDelay(host string, d time.Duration) {
 	}
 }
 
-var _ engine.LatencyObserver = (*HostLimiter)(nil)
+var (
+	_ engine.HostLimiter     = (*HostLimiter)(nil)
+	_ engine.LatencyObserver = (*HostLimiter)(nil)
+)
 
 // Observe moves host's shared delay by a response's latency and status
 // with AutoThrottle (see engine.AutoThrottle.Next), in one round trip;

@@ -15,6 +15,7 @@ import (
 	"github.com/trawlhq/trawl/broker/redis"
 	"github.com/trawlhq/trawl/engine"
 	"github.com/trawlhq/trawl/integration"
+	"github.com/trawlhq/trawl/internal/rediskey"
 )
 
 // TestHostLimiterAcrossWorkers: three workers (limiters) with per-host 2
@@ -311,7 +312,7 @@ func TestHostLimiterAutoThrottleShared(t *testing.T) {
 	}
 	both("fast.example", 100*time.Millisecond) // down to Delay, no lower
 	both("other.example", time.Second)         // hosts apart
-	key := redis.CrawlKey(crawl, "host:slow.example:throttle")
+	key := rediskey.Crawl(crawl, "host:slow.example:throttle")
 	if ttl, err := client.PTTL(ctx, key).Result(); err != nil || ttl <= 0 {
 		t.Errorf("throttle key %s: TTL %v, %v; want a key that expires", key, ttl, err)
 	}

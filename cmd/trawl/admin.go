@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/trawlhq/trawl/broker"
+	redisbroker "github.com/trawlhq/trawl/broker/redis"
 	"github.com/trawlhq/trawl/engine"
 )
 
@@ -197,7 +198,7 @@ func newPurgeCmd(o *options) *cobra.Command {
 				return err
 			}
 			if b.redis != nil {
-				if _, err := purgeCrawlKeys(cmd.Context(), b.redis, o.name); err != nil {
+				if _, err := redisbroker.PurgeCrawl(cmd.Context(), b.redis, o.name); err != nil {
 					return err
 				}
 			}

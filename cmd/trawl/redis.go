@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"sync"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -17,6 +16,7 @@ import (
 	"github.com/trawlhq/trawl/dedup"
 	dedupredis "github.com/trawlhq/trawl/dedup/redis"
 	"github.com/trawlhq/trawl/engine"
+	"github.com/trawlhq/trawl/internal/rediskey"
 )
 
 // redisClient connects to --redis-url and checks that the server answers.
@@ -76,7 +76,7 @@ func (o *options) openRedis(ctx context.Context, b *backends, order broker.Order
 		return err
 	}
 	b.broker, b.shared = rb, true
-	b.keys = redisKey
+	b.keys = rediskey.Of
 	b.closes = append(b.closes, rb.Close)
 	return o.redisExtras(ctx, b, client, true)
 }
@@ -132,75 +132,6 @@ func (o *options) redisFilter(ctx context.Context, client goredis.UniversalClien
 	return nil, usageError("--dedup=%s cannot be shared by the workers of a Redis crawl; use set or bloom", o.dedup)
 }
 
-// purgeCrawlKeys deletes every key of crawl name in Redis, {NAME}:*, the
-// ones no component's Purge deletes too (message id counters, the filter's
-// layout): after "trawl purge" nothing of the crawl is left. It returns how
-// many keys it deleted.
-func purgeCrawlKeys(ctx context.Context, client goredis.UniversalClient, name string) (int, error) {
-	pattern := "{" + globEscape(name) + "}:*"
-	var mu sync.Mutex
-	n := 0
-	del := func(ctx context.Context, c goredis.UniversalClient) error {
-		iter := c.Scan(ctx, 0, pattern, 1000).Iterator()
-		var batch []string
-		flush := func() error {
-			if len(batch) == 0 {
-				return nil
-			}
-			d, err := c.Del(ctx, batch...).Result()
-			mu.Lock()
-			n += int(d)
-			mu.Unlock()
-			batch = batch[:0]
-			return err
-		}
-		for iter.Next(ctx) {
-			batch = append(batch, iter.Val())
-			if len(batch) == 500 {
-				if err := flush(); err != nil {
-					return err
-				}
-			}
-		}
-		if err := iter.Err(); err != nil {
-			return err
-		}
-		return flush()
-	}
-	var err error
-	if cc, ok := client.(*goredis.ClusterClient); ok {
-		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *goredis.Client) error { return del(ctx, c) })
-	} else {
-		err = del(ctx, client)
-	}
-	if err != nil {
-		return n, fmt.Errorf("purge %s: %w", pattern, err)
-	}
-	return n, nil
-}
-
-// globEscape escapes the characters Redis glob patterns give a meaning.
-func globEscape(s string) string {
-	var b strings.Builder
-	for _, r := range s {
-		if strings.ContainsRune(`*?[]\`, r) {
-			b.WriteByte('\\')
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
-}
-
-// redisKey is the Redis key of a queue of the Redis broker, or of a
-// crawl's start URLs or items: the crawl's name is the hash tag,
-// "books:start_urls" is "{books}:start_urls".
-func redisKey(queue string) string {
-	if i := strings.LastIndexByte(queue, ':'); i >= 0 {
-		return "{" + queue[:i] + "}" + queue[i:]
-	}
-	return "{" + queue + "}"
-}
-
 // scrapyStarts counts the entries of NAME:start_urls, the key scrapy-redis
 // feeds its spiders through, which trawl does not read: its start URLs
 // are at {NAME}:start_urls, hash-tagged so that a crawl lives in one
@@ -225,7 +156,7 @@ func scrapyStarts(ctx context.Context, client goredis.UniversalClient, name stri
 // scrapyWarning is the warning about entries in NAME:start_urls.
 func scrapyWarning(name string, n int64) string {
 	return fmt.Sprintf("trawl: warning: %s holds %d entries that trawl never reads; trawl's start URLs are at %s (hash-tagged for Redis Cluster): redis-cli rpush '%s' URL, or trawl seed",
-		engine.StartQueue(name), n, redisKey(engine.StartQueue(name)), redisKey(engine.StartQueue(name)))
+		engine.StartQueue(name), n, rediskey.Of(engine.StartQueue(name)), rediskey.Of(engine.StartQueue(name)))
 }
 
 // watchScrapyStarts warns once, on w, when NAME:start_urls holds entries,

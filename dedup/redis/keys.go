@@ -4,9 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/trawlhq/trawl/internal/rediskey"
 )
 
 // base returns the key prefix of filter key: the part of key before its
@@ -18,13 +19,7 @@ import (
 //	{books}:dupefilter:meta      hash: the filter's layout ("layout" field)
 //	{books}:dupefilter:<shard>   Set: the set of one shard (hex number)
 //	{books}:dupefilter:bloom:<i> Bloom: bitmap part i
-func base(key string) string {
-	tag, local := key, ""
-	if i := strings.LastIndexByte(key, ':'); i >= 0 {
-		tag, local = key[:i], key[i:]
-	}
-	return "{" + tag + "}" + local
-}
+func base(key string) string { return rediskey.Of(key) }
 
 func metaKey(base string) string { return base + ":meta" }
 

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/trawlhq/trawl/broker/redis"
 	"github.com/trawlhq/trawl/integration"
+	"github.com/trawlhq/trawl/internal/rediskey"
 )
 
 // TestRedisStartsKill9: a worker killed with SIGKILL right after it took a
@@ -47,7 +47,7 @@ func TestRedisStartsKill9(t *testing.T) {
 	name := integration.Name(t)
 	client := integration.RedisClient(t)
 	ctx := t.Context()
-	key := redis.CrawlKey(name, "start_urls")
+	key := rediskey.Crawl(name, "start_urls")
 	urls := make([]any, n)
 	for i := range urls {
 		urls[i] = fmt.Sprintf("%s/p/%d", srv.URL, i)
