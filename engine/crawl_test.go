@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -435,5 +436,80 @@ func TestExternalStarts(t *testing.T) {
 	}
 	if !found {
 		t.Error("the JSON start url's meta did not reach its page item")
+	}
+}
+
+// sumStats is a SharedStats in memory that counts its Add calls.
+type sumStats struct {
+	mu   sync.Mutex
+	sum  map[string]int64
+	adds int
+}
+
+func (s *sumStats) Add(_ context.Context, deltas map[string]int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sum == nil {
+		s.sum = map[string]int64{}
+	}
+	for k, v := range deltas {
+		s.sum[k] += v
+	}
+	s.adds++
+	return nil
+}
+
+func (s *sumStats) Load(context.Context) (map[string]int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.sum), nil
+}
+
+// TestSharedStats: two crawlers of one crawl sharing their counters leave
+// in Config.SharedStats the sum of their own counters once Run returns,
+// every counter, none counted twice.
+func TestSharedStats(t *testing.T) {
+	site, url := serveSite(t, testsite.Options{Pages: 200, Links: 8, Seed: 5, NoTraps: true})
+	b, f := newBackends(t)
+	shared := &sumStats{}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var crawlers []*engine.Crawler
+	for range 2 {
+		c, err := engine.New(b, f, engine.Config{
+			Concurrency: 8, PerHost: 8, IdleTimeout: 300 * time.Millisecond,
+			TrustedHosts: []string{"127.0.0.1"}, Sink: &memSink{}, SharedStats: shared,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		crawlers = append(crawlers, c)
+	}
+	if err := crawlers[0].Seed(ctx, engine.StartURL{URL: url + "/"}); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for _, c := range crawlers {
+		wg.Go(func() {
+			if err := c.Run(ctx); err != nil {
+				t.Errorf("run: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	got, _ := shared.Load(ctx)
+	want := map[string]int64{}
+	for _, c := range crawlers {
+		for k, v := range c.Stats().Snapshot() {
+			if v != 0 {
+				want[k] += v
+			}
+		}
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("shared stats = %v\nwant the workers' sum %v", got, want)
+	}
+	if got[engine.StatItems] != int64(site.Expected()) {
+		t.Errorf("shared %s = %d, want %d", engine.StatItems, got[engine.StatItems], site.Expected())
 	}
 }

@@ -216,6 +216,14 @@ func (c *Crawler) Run(ctx context.Context) error {
 		return err
 	}
 	defer c.fetcher.Close()
+	if c.cfg.SharedStats != nil {
+		// Its last flush runs after Run has waited for the work, so it
+		// carries the final counters.
+		share, stopShare := context.WithCancel(context.WithoutCancel(ctx))
+		shared := make(chan struct{})
+		go func() { defer close(shared); c.shareStats(share) }()
+		defer func() { stopShare(); <-shared }()
+	}
 	c.log.Info("crawl started", "crawl", c.cfg.Name, "concurrency", c.cfg.Concurrency)
 
 	// Work runs on its own context so that in-flight pages finish after

@@ -102,7 +102,7 @@ type Config struct {
 	// TrustedHosts are exempt from the private-address guard: the
 	// addresses of start URLs an operator gives on the command line, as
 	// "host:port" (that port only; see TrustedAddr), or bare hosts (every
-	// port; see httpFetcher.Trust).
+	// port).
 	TrustedHosts []string
 	// Limiter paces requests per host. nil = a local limiter from PerHost
 	// and Delay.
@@ -111,6 +111,10 @@ type Config struct {
 	Sink Sink
 	// Stats receives counters. nil = a fresh Stats, see Crawler.Stats.
 	Stats *Stats
+	// SharedStats, when set, receives the growth of this worker's counters
+	// every second and once more when Run returns, so that it holds the
+	// sum over the crawl's workers (redis.Stats). nil = counters stay local.
+	SharedStats SharedStats
 	// Callbacks handle responses by name (Request.Callback). The name ""
 	// overrides the default callback, which follows links and emits a Page.
 	Callbacks map[string]Callback

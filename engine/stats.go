@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -153,3 +154,55 @@ const (
 	ErrorRedirect         = "redirect"          // too many redirects, or a bad Location
 	ErrorCallback         = "callback"          // unknown callback
 )
+
+// SharedStats keeps counters summed over a crawl's workers (the Redis
+// hash redis.Stats; a file in the CLI's default mode). See
+// Config.SharedStats.
+type SharedStats interface {
+	// Add adds deltas to the shared counters.
+	Add(ctx context.Context, deltas map[string]int64) error
+	// Load returns the shared counters.
+	Load(ctx context.Context) (map[string]int64, error)
+}
+
+// shareEvery is how often a crawler adds its counters' growth to
+// Config.SharedStats.
+const shareEvery = time.Second
+
+// shareStats adds the growth of c's counters to Config.SharedStats every
+// shareEvery until ctx ends, then once more (bounded by settleTimeout) so
+// that the shared counters hold all of this worker's. A failed Add is
+// logged and its growth carried into the next.
+func (c *Crawler) shareStats(ctx context.Context) {
+	var shared map[string]int64 // what the shared stats already have
+	flush := func(ctx context.Context) {
+		now := c.stats.Snapshot()
+		deltas := make(map[string]int64, len(now))
+		for k, v := range now {
+			if d := v - shared[k]; d != 0 {
+				deltas[k] = d
+			}
+		}
+		if len(deltas) == 0 {
+			return
+		}
+		if err := c.cfg.SharedStats.Add(ctx, deltas); err != nil {
+			c.log.Warn("sharing stats failed", "err", err)
+			return
+		}
+		shared = now
+	}
+	t := time.NewTicker(shareEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+			defer cancel()
+			flush(fctx)
+			return
+		case <-t.C:
+			flush(ctx)
+		}
+	}
+}

@@ -28,6 +28,7 @@ var (
 	_ engine.StartRejecter = (*StartURLs)(nil)
 	_ engine.StartBatch    = (*leasedStarts)(nil)
 	_ engine.Sink          = (*Items)(nil)
+	_ engine.SharedStats   = (*Stats)(nil)
 )
 
 // StartURLs keeps a crawl's start URLs in a plain Redis list (or set) at

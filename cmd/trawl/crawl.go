@@ -80,6 +80,7 @@ func (o *options) crawl(ctx context.Context, args []string, seed bool, adopt []s
 	cfg.Stats = engine.NewStats()
 	cfg.Starts = b.starts
 	cfg.Limiter = b.limit
+	cfg.SharedStats = b.stats
 	cfg.Adopt, cfg.OverrideSettings, cfg.Metadata = adopt, o.overrideSettings, b.meta
 	c, err := engine.New(b.broker, b.filter, cfg)
 	if err != nil {
@@ -117,46 +118,13 @@ func (o *options) crawl(ctx context.Context, args []string, seed bool, adopt []s
 	} else if o.progressEvery > 0 {
 		wg.Go(func() { progressLines(side, o.stderr, cfg.Stats, o.progressEvery) })
 	}
-	var flushed map[string]int64 // what the shared stats already have
-	flush := func(ctx context.Context) {
-		if b.stats == nil {
-			return
-		}
-		now := cfg.Stats.Snapshot()
-		deltas := make(map[string]int64, len(now))
-		for k, v := range now {
-			deltas[k] = v - flushed[k]
-		}
-		if err := b.stats.Add(ctx, deltas); err != nil {
-			o.log.Warn("sharing stats failed", "err", err)
-			return
-		}
-		flushed = now
-	}
-	if b.stats != nil {
-		wg.Go(func() {
-			t := time.NewTicker(time.Second)
-			defer t.Stop()
-			for {
-				select {
-				case <-side.Done():
-					return
-				case <-t.C:
-					flush(side)
-				}
-			}
-		})
-	}
 	runErr := c.Run(ctx)
 	stopSide()
 	wg.Wait()
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	flush(fctx)
-	cancel()
 	if err := sink.Close(); err != nil && runErr == nil {
 		runErr = err
 	}
-	// One summary line, from the counters the shared stats were given.
+	// One summary line, from this worker's counters (the shared stats got them too).
 	sum := engine.Summarize(cfg.Stats.Snapshot(), time.Since(start))
 	what := "crawl"
 	if !seed {

@@ -13,6 +13,7 @@ import (
 	"github.com/trawlhq/trawl/broker"
 	natsbroker "github.com/trawlhq/trawl/broker/nats"
 	"github.com/trawlhq/trawl/dedup/local"
+	"github.com/trawlhq/trawl/engine"
 )
 
 // The default mode keeps a crawl in its data directory (./.trawl/NAME):
@@ -209,6 +210,8 @@ type fileStats struct {
 	path string
 	mu   sync.Mutex
 }
+
+var _ engine.SharedStats = (*fileStats)(nil)
 
 // Load returns the counters; none before the first crawl.
 func (f *fileStats) Load(context.Context) (map[string]int64, error) {

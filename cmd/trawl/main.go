@@ -2,6 +2,27 @@
 // machines share one frontier in a broker and one duplicate filter.
 //
 // Run "trawl help" for the commands and flags.
+//
+// This command holds no crawl behaviour: it parses flags, the environment
+// and the config file, builds the backends and an engine.Config, and calls
+// the library, so a library user gets what the CLI does:
+//
+//   - seeding (trawl seed and crawl): engine.Crawler.Seed, which joins the
+//     crawl's settings first;
+//   - the workers' shared counters: engine.Config.SharedStats
+//     (redis.Stats), flushed by Crawler.Run every second and when it
+//     returns;
+//   - deleting every key of a crawl in Redis (trawl purge):
+//     redis.PurgeCrawl; the keys' names: internal/rediskey;
+//   - the duplicate filter's persistence: dedup/local's journal;
+//   - completion, the summary and its warnings: Crawler.Run (idle exit)
+//     and engine.Summarize;
+//   - per-host limits shared by the workers: redis.HostLimiter as
+//     engine.Config.Limiter.
+//
+// What stays here is presentation: the progress line, the metrics
+// listener, the warning about scrapy-redis's unread start_urls key, exit
+// codes.
 package main
 
 import (

@@ -249,19 +249,13 @@ type backends struct {
 	shared bool                      // other processes can join (not the in-memory broker)
 	starts engine.StartSource        // start URLs outside the broker, or nil
 	items  engine.Sink               // the deployment's item list (--out=redis), or nil
-	stats  sharedStats               // counters shared by the workers, or nil
+	stats  engine.SharedStats        // counters shared by the workers, or nil
 	limit  engine.HostLimiter        // per-host limits shared by the workers, or nil
 	redis  goredis.UniversalClient   // the deployment's Redis, or nil
 	keys   func(queue string) string // a queue's name as its broker shows it (Redis keys), or nil
 	meta   broker.Metadata           // the crawl's settings and presence, when the broker keeps none, or nil
 	purges []func(context.Context) error
 	closes []func() error
-}
-
-// sharedStats are counters aggregated across workers.
-type sharedStats interface {
-	Add(ctx context.Context, deltas map[string]int64) error
-	Load(ctx context.Context) (map[string]int64, error)
 }
 
 // name returns queue's name as the broker shows it: on Redis, its key
