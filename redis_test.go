@@ -13,7 +13,7 @@ import (
 	redisbroker "github.com/trawlhq/trawl/broker/redis"
 	dedupredis "github.com/trawlhq/trawl/dedup/redis"
 	"github.com/trawlhq/trawl/engine"
-	"github.com/trawlhq/trawl/integration"
+	"github.com/trawlhq/trawl/internal/integration"
 	"github.com/trawlhq/trawl/internal/testsite"
 )
 

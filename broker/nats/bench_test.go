@@ -9,7 +9,7 @@ import (
 
 	"github.com/trawlhq/trawl/broker"
 	"github.com/trawlhq/trawl/broker/nats"
-	"github.com/trawlhq/trawl/integration"
+	"github.com/trawlhq/trawl/internal/integration"
 )
 
 // BenchmarkRoundTrip publishes in batches of 100 (priorities over all

@@ -12,7 +12,7 @@ import (
 	"github.com/trawlhq/trawl/broker"
 	"github.com/trawlhq/trawl/broker/brokertest"
 	"github.com/trawlhq/trawl/broker/nats"
-	"github.com/trawlhq/trawl/integration"
+	"github.com/trawlhq/trawl/internal/integration"
 )
 
 // clusterLease is the shortest lease the conformance run on a cluster uses.

@@ -11,7 +11,7 @@ import (
 	"github.com/trawlhq/trawl/broker"
 	"github.com/trawlhq/trawl/broker/brokertest"
 	"github.com/trawlhq/trawl/broker/rabbitmq"
-	"github.com/trawlhq/trawl/integration"
+	"github.com/trawlhq/trawl/internal/integration"
 )
 
 func TestMain(m *testing.M) { integration.Main(m) }

@@ -9,7 +9,7 @@ import (
 	"github.com/trawlhq/trawl/broker"
 	"github.com/trawlhq/trawl/broker/brokertest"
 	"github.com/trawlhq/trawl/broker/rabbitmq"
-	"github.com/trawlhq/trawl/integration"
+	"github.com/trawlhq/trawl/internal/integration"
 )
 
 // TestClusterQuorumConformance runs the suite on a three-node cluster with

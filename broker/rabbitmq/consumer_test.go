@@ -12,7 +12,7 @@ import (
 
 	"github.com/trawlhq/trawl/broker"
 	"github.com/trawlhq/trawl/broker/rabbitmq"
-	"github.com/trawlhq/trawl/integration"
+	"github.com/trawlhq/trawl/internal/integration"
 )
 
 // amqpOnly is the shared server's configuration counting over AMQP, so

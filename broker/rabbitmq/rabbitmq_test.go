@@ -17,7 +17,7 @@ import (
 
 	"github.com/trawlhq/trawl/broker"
 	"github.com/trawlhq/trawl/broker/rabbitmq"
-	"github.com/trawlhq/trawl/integration"
+	"github.com/trawlhq/trawl/internal/integration"
 )
 
 // TestPriorityJumpsBacklog: after a backlog of low-priority messages, a

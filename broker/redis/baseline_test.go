@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/trawlhq/trawl/integration"
+	"github.com/trawlhq/trawl/internal/integration"
 )
 
 // BenchmarkLPushBaseline runs redis-benchmark -P 16 -t lpush against the

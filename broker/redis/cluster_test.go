@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/trawlhq/trawl/broker/brokertest"
-	"github.com/trawlhq/trawl/integration"
+	"github.com/trawlhq/trawl/internal/integration"
 )
 
 // TestClusterReplicatedConformance runs the conformance suite on a Redis

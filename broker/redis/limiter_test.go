@@ -14,7 +14,7 @@ import (
 
 	"github.com/trawlhq/trawl/broker/redis"
 	"github.com/trawlhq/trawl/engine"
-	"github.com/trawlhq/trawl/integration"
+	"github.com/trawlhq/trawl/internal/integration"
 	"github.com/trawlhq/trawl/internal/rediskey"
 )
 

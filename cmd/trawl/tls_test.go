@@ -10,7 +10,7 @@ import (
 
 // TestTLSFlagsChecked: a --tls-ca, --tls-cert or --tls-key that cannot be
 // used is a usage error (exit 2) naming the flag, before any connection.
-// (integration/crawl's TestTLS* use them against servers with TLS.)
+// (internal/integration/crawl's TestTLS* use them against servers with TLS.)
 func TestTLSFlagsChecked(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()

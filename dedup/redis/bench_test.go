@@ -13,7 +13,7 @@ import (
 
 	"github.com/trawlhq/trawl/dedup"
 	"github.com/trawlhq/trawl/dedup/redis"
-	"github.com/trawlhq/trawl/integration"
+	"github.com/trawlhq/trawl/internal/integration"
 )
 
 // benchBatch is how many fingerprints one Add carries in benchmarks, about

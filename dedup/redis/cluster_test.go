@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/trawlhq/trawl/dedup/deduptest"
-	"github.com/trawlhq/trawl/integration"
+	"github.com/trawlhq/trawl/internal/integration"
 )
 
 // TestClusterReplicated runs the filters' suite on a Redis Cluster of

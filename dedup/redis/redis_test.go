@@ -13,7 +13,7 @@ import (
 	"github.com/trawlhq/trawl/dedup"
 	"github.com/trawlhq/trawl/dedup/deduptest"
 	"github.com/trawlhq/trawl/dedup/redis"
-	"github.com/trawlhq/trawl/integration"
+	"github.com/trawlhq/trawl/internal/integration"
 )
 
 func TestMain(m *testing.M) { integration.Main(m) }

@@ -39,12 +39,12 @@ func trawlImage(t *testing.T) string {
 	}
 	dir := t.TempDir()
 	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", filepath.Join(dir, "trawl"), "./cmd/trawl")
-	build.Dir = ".."
+	build.Dir = "../.."
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("CGO_ENABLED=0 go build: %v\n%s", err, out)
 	}
-	df, err := os.ReadFile("../deploy/test.Dockerfile")
+	df, err := os.ReadFile("../../deploy/test.Dockerfile")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +183,7 @@ func dockerRunArgs(t *testing.T, name string, args ...string) string {
 // flags exits 0), and the broker it names comes from the environment.
 func TestImageComposeSettings(t *testing.T) {
 	image := trawlImage(t)
-	data, err := os.ReadFile("../deploy/compose.yaml")
+	data, err := os.ReadFile("../../deploy/compose.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/trawlhq/trawl/integration"
+	"github.com/trawlhq/trawl/internal/integration"
 	"github.com/trawlhq/trawl/internal/testsite"
 )
 

@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/trawlhq/trawl/dedup"
-	"github.com/trawlhq/trawl/integration"
+	"github.com/trawlhq/trawl/internal/integration"
 	"github.com/trawlhq/trawl/internal/testsite"
 )
 
@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	trawlBin = filepath.Join(dir, "trawl")
-	if out, err := exec.Command("go", "build", "-o", trawlBin, "../../cmd/trawl").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-o", trawlBin, "../../../cmd/trawl").CombinedOutput(); err != nil {
 		panic("go build: " + err.Error() + "\n" + string(out))
 	}
 	defer os.RemoveAll(dir)

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/trawlhq/trawl/integration"
+	"github.com/trawlhq/trawl/internal/integration"
 )
 
 // TestRedisAutoThrottleAcrossWorkers: two workers with --autothrottle

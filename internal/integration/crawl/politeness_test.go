@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/trawlhq/trawl/integration"
+	"github.com/trawlhq/trawl/internal/integration"
 )
 
 // TestRedisPolitenessAcrossWorkers: three workers with --per-host 2

@@ -10,7 +10,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/trawlhq/trawl/integration"
+	"github.com/trawlhq/trawl/internal/integration"
 	"github.com/trawlhq/trawl/internal/testsite"
 )
 
