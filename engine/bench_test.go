@@ -112,3 +112,73 @@ func (s *timedSink) Write(ctx context.Context, items []any) error {
 	s.mu.Unlock()
 	return err
 }
+
+// BenchmarkCrawlLinkScanner measures what the link scanner (ExtractLinks)
+// buys end to end: the crawl of BenchmarkCrawlVsFetchLimit (3,000 pages
+// of 10 links, concurrency 64, in-memory broker, local filter), once with
+// the scanner and once with the same extraction by x/net/html's tokenizer
+// (the reference of FuzzExtractLinksDifferential), alternating which goes
+// first. scanner/tokenizer is the figure: the scanner is kept only if it
+// is at least 1.10.
+func BenchmarkCrawlLinkScanner(b *testing.B) {
+	const pages, conc = 3000, 64
+	var scanner, tokenizer time.Duration
+	var n int64
+	for i := range b.N {
+		for j := range 2 {
+			tok := (i+j)%2 == 1
+			got, el := crawlOnce(b, pages, conc, tok)
+			n = got
+			if tok {
+				tokenizer += el
+			} else {
+				scanner += el
+			}
+		}
+	}
+	sRate := float64(n) * float64(b.N) / scanner.Seconds()
+	tRate := float64(n) * float64(b.N) / tokenizer.Seconds()
+	b.ReportMetric(sRate, "scanner-pages/s")
+	b.ReportMetric(tRate, "tokenizer-pages/s")
+	b.ReportMetric(sRate/tRate, "scanner/tokenizer")
+}
+
+// crawlOnce crawls a fresh test site as BenchmarkCrawlVsFetchLimit does,
+// with the tokenizer's link extraction if tok, and returns the responses
+// and the time to the last item.
+func crawlOnce(b *testing.B, pages, conc int, tok bool) (int64, time.Duration) {
+	site := testsite.New(testsite.Options{Pages: pages, Links: 10, NoTraps: true, Seed: 3})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	base, wait, err := site.Serve(ctx, "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { cancel(); wait() }()
+	mb, _ := memory.New(memory.Config{})
+	defer mb.Close()
+	f, _ := local.New(local.Config{})
+	defer f.Close()
+	sink := &timedSink{Sink: engine.NewJSONLines(io.Discard)}
+	c, err := engine.New(mb, f, engine.Config{
+		Concurrency: conc, PerHost: conc, IdleTimeout: 50 * time.Millisecond,
+		TrustedHosts: []string{"127.0.0.1"}, Sink: sink,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if tok {
+		engine.UseTokenizerLinks(c)
+	}
+	if err := c.Seed(ctx, engine.StartURL{URL: base + "/"}); err != nil {
+		b.Fatal(err)
+	}
+	start := time.Now()
+	if err := c.Run(ctx); err != nil {
+		b.Fatal(err)
+	}
+	if err := site.Verify(); err != nil {
+		b.Fatalf("crawl incorrect (tokenizer %v): %v", tok, err)
+	}
+	return c.Stats().Get(engine.StatResponses), sink.last.Sub(start)
+}

@@ -92,11 +92,14 @@ type Crawler struct {
 	fp      dedup.Fingerprinter
 	fetcher *httpFetcher
 	robots  *robotsCache
-	limiter HostLimiter
-	scope   *scope
-	stats   *Stats
-	log     *slog.Logger
-	extract []*Extraction
+	// extractLinks finds a page's title and links: ExtractLinks; the
+	// benchmark of the link scanner swaps in the x/net/html tokenizer.
+	extractLinks func(base *url.URL, body []byte) (title string, links []*url.URL)
+	limiter      HostLimiter
+	scope        *scope
+	stats        *Stats
+	log          *slog.Logger
+	extract      []*Extraction
 
 	started       atomic.Int64          // pages whose fetch started on this worker
 	inflight      atomic.Int64          // deliveries held by this worker
@@ -133,7 +136,7 @@ func New(b broker.Broker, f dedup.Filter, cfg Config) (*Crawler, error) {
 	if b == nil || f == nil {
 		return nil, errors.New("engine: a broker and a filter are required")
 	}
-	c := &Crawler{broker: b, filter: f, stats: cc.Stats, log: cc.Logger}
+	c := &Crawler{broker: b, filter: f, stats: cc.Stats, log: cc.Logger, extractLinks: ExtractLinks}
 	if c.stats == nil {
 		c.stats = NewStats()
 	}
@@ -1313,7 +1316,7 @@ func (c *Crawler) defaultCallback(_ context.Context, resp *Response) (Result, er
 	}
 	var res Result
 	if isHTML(ct, resp.Body) {
-		title, links := ExtractLinks(resp.URL, resp.Body)
+		title, links := c.extractLinks(resp.URL, resp.Body)
 		var referrer string // carried only when error items report it
 		if c.cfg.ErrorItems {
 			referrer = p.URL

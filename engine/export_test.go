@@ -9,3 +9,7 @@ type PolitenessConfig = politenessConfig
 
 // NewPoliteness exposes newPoliteness to external tests.
 func NewPoliteness(o PolitenessConfig) *Politeness { return newPoliteness(o) }
+
+// UseTokenizerLinks makes c extract links with the reference link extraction with x/net/html's
+// tokenizer (refExtractLinks), for the benchmark of the link scanner.
+func UseTokenizerLinks(c *Crawler) { c.extractLinks = refExtractLinks }
