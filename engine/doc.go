@@ -2,6 +2,21 @@
 // fetches them politely, hands responses to callbacks, and publishes the
 // new requests they find through a duplicate filter.
 //
+// The shortest use: a broker, a filter, a Config, then Seed and Run
+// (errors unchecked here):
+//
+//	b, _ := memory.New(memory.Config{})        // or redis, rabbitmq, nats
+//	f, _ := local.New(local.Config{})          // or dedup/redis
+//	c, _ := engine.New(b, f, engine.Config{
+//		Sink:        engine.NewJSONLines(os.Stdout),
+//		IdleTimeout: 5 * time.Second, // 0: serve until ctx ends
+//	})
+//	c.Seed(ctx, engine.StartURL{URL: "https://example.com/"})
+//	err := c.Run(ctx) // until the crawl is done
+//
+// The root package trawl builds all of this in one call, with callbacks
+// on CSS selectors.
+//
 // # Guarantees
 //
 // At least once, end to end: a delivery is acknowledged only after its

@@ -3,6 +3,16 @@
 // UniversalClient (a single server, Sentinel or Cluster). It needs Redis
 // 6.2 or later.
 //
+// The shortest use, as the engine's broker:
+//
+//	client := goredis.NewClient(&goredis.Options{Addr: "localhost:6379"})
+//	b, err := redis.New(ctx, redis.Config{Client: client})
+//	c, err := engine.New(b, filter, engine.Config{Name: "books"})
+//
+// The crawl's other Redis pieces live here too: StartURLs (scrapy-redis's
+// start_urls list), Items, Stats (engine.Config.SharedStats), HostLimiter
+// (engine.Config.Limiter) and PurgeCrawl; every key is "{NAME}:part".
+//
 // # Guarantees
 //
 // Delivery is at-least-once. Receive is one Lua script that moves messages

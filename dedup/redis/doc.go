@@ -6,6 +6,10 @@
 // fingerprint at once, exactly one hears "new". Both answer a batch in one
 // round trip.
 //
+// The shortest use, as the engine's filter:
+//
+//	f, err := redis.NewSet(ctx, redis.SetConfig{Client: client, Key: "books:dupefilter"})
+//
 // # Keys
 //
 // Filter key "books:dupefilter" (the engine's NAME:dupefilter) becomes the
