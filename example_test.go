@@ -40,7 +40,7 @@ func scrape(c *trawl.Crawler) {
 func Example() {
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
-	shop, _, _ := testsite.New(testsite.Options{}).Serve(ctx, "") // a shop on loopback
+	shop, _, _ := testsite.New(testsite.Config{}).Serve(ctx, "") // a shop on loopback
 
 	var out bytes.Buffer // without Output, items go to os.Stdout
 	c := trawl.New(trawl.Config{InMemory: true, Output: &out})

@@ -24,7 +24,7 @@ import (
 // request; the cookie jar lets the members page in; an engine.CSV sink
 // receives the items.
 func TestLibrarySitemapsHeadersCookies(t *testing.T) {
-	site := testsite.New(testsite.Options{Pages: 5, NoTraps: true})
+	site := testsite.New(testsite.Config{Pages: 5, NoTraps: true})
 	var mu sync.Mutex
 	missing := 0 // requests without the header
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -42,7 +42,7 @@ func TestLibrarySitemapsHeadersCookies(t *testing.T) {
 	c := trawl.New(trawl.Config{InMemory: true, Crawl: engine.Config{
 		Sitemaps: true,
 		Include:  []string{`/hidden/|/session/`},
-		Fetch:    engine.FetchOptions{Header: http.Header{"X-Library": {"yes"}}},
+		Fetch:    engine.FetchConfig{Header: http.Header{"X-Library": {"yes"}}},
 		Sink:     sink,
 	}})
 	c.OnHTML("html", func(e *trawl.Element) {

@@ -29,7 +29,7 @@ func TestShopScrapeThreeWorkersOnRedis(t *testing.T) {
 	}
 	url := integration.Redis(t)
 	name := integration.Name(t)
-	site, base := serveShop(t, testsite.Options{Latency: 2 * time.Millisecond}) // long enough for three to share
+	site, base := serveShop(t, testsite.Config{Latency: 2 * time.Millisecond}) // long enough for three to share
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 

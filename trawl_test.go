@@ -26,7 +26,7 @@ import (
 )
 
 // serveShop serves a test site for the duration of the test.
-func serveShop(t *testing.T, o testsite.Options) (*testsite.Site, string) {
+func serveShop(t *testing.T, o testsite.Config) (*testsite.Site, string) {
 	t.Helper()
 	site := testsite.New(o)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -97,7 +97,7 @@ func checkProducts(t *testing.T, got []product) {
 // exactly once, with its title (entities decoded), price and rating, and
 // fetches every page exactly once.
 func TestShopScrape(t *testing.T) {
-	site, base := serveShop(t, testsite.Options{})
+	site, base := serveShop(t, testsite.Config{})
 	var out syncBuffer
 	c := trawl.New(trawl.Config{InMemory: true, Output: &out})
 	scrape(c)
@@ -123,7 +123,7 @@ func TestDefaultResumes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("two crawls with the embedded broker")
 	}
-	site, base := serveShop(t, testsite.Options{Latency: 5 * time.Millisecond})
+	site, base := serveShop(t, testsite.Config{Latency: 5 * time.Millisecond})
 	dir := t.TempDir()
 	start := base + "/shop/page/1"
 	var first, second syncBuffer
@@ -170,7 +170,7 @@ func logBuffer(level slog.Level) (*syncBuffer, *slog.Logger) {
 // worker that registered other handlers are dead-lettered unfetched, with a
 // reason naming the callback, and a Warn log.
 func TestUnknownCallback(t *testing.T) {
-	site, base := serveShop(t, testsite.Options{})
+	site, base := serveShop(t, testsite.Config{})
 	b, err := memory.New(memory.Config{})
 	if err != nil {
 		t.Fatal(err)

@@ -25,7 +25,7 @@ func BenchmarkCrawlVsFetchLimit(b *testing.B) {
 	const pages, conc = 3000, 64
 	var crawlRate, fetchRate float64
 	for range b.N {
-		site := testsite.New(testsite.Options{Pages: pages, Links: 10, NoTraps: true, Seed: 3})
+		site := testsite.New(testsite.Config{Pages: pages, Links: 10, NoTraps: true, Seed: 3})
 		ctx, cancel := context.WithCancel(context.Background())
 		base, wait, err := site.Serve(ctx, "127.0.0.1:0")
 		if err != nil {
@@ -147,7 +147,7 @@ func BenchmarkCrawlLinkScanner(b *testing.B) {
 // with the tokenizer's link extraction if tok, and returns the responses
 // and the time to the last item.
 func crawlOnce(b *testing.B, pages, conc int, tok bool) (int64, time.Duration) {
-	site := testsite.New(testsite.Options{Pages: pages, Links: 10, NoTraps: true, Seed: 3})
+	site := testsite.New(testsite.Config{Pages: pages, Links: 10, NoTraps: true, Seed: 3})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	base, wait, err := site.Serve(ctx, "127.0.0.1:0")

@@ -74,7 +74,7 @@
 // a fetch: a 3xx becomes a new request through scope and filter, so a
 // redirect loop ends at the filter. A guard refuses to dial loopback,
 // private, link-local and metadata addresses, on every hop, except for the
-// host:port pairs in Config.TrustedHosts (see FetchOptions.AllowPrivate). Such a refusal
+// host:port pairs in Config.TrustedHosts (see FetchConfig.AllowPrivate). Such a refusal
 // depends on the worker's configuration, not on the request
 // (ErrLocalRefusal): the request is given back for another worker, never
 // settled as done; the worker logs one Error per host naming
@@ -99,7 +99,7 @@
 // # Limits
 //
 // URLs are at most MaxURLLength (8 KiB) wherever they enter; responses at
-// most FetchOptions.MaxHeaderSize of header (1 MiB) and MaxBodySize of body
+// most FetchConfig.MaxHeaderSize of header (1 MiB) and MaxBodySize of body
 // (10 MiB), so a worker's responses take at most Config.Concurrency times
 // their sum; robots.txt is parsed on its first 500 KiB. Links are followed
 // to DefaultMaxDepth (32) unless Config.MaxDepth says otherwise: the guard
@@ -123,13 +123,13 @@
 // sitemap, through scope and the filter (see ParseSitemap for the
 // protocol's limits).
 //
-// FetchOptions.Header goes with every request; a request's own Header (a
+// FetchConfig.Header goes with every request; a request's own Header (a
 // JSON start URL's "headers", say) wins. Each worker
-// keeps a cookie jar (FetchOptions.Jar, NoCookies): a page that needs a
+// keeps a cookie jar (FetchConfig.Jar, NoCookies): a page that needs a
 // cookie set by an earlier page gets it when the same worker fetched the
 // earlier page, which a single worker always does; workers do not share
-// cookies. FetchOptions.Proxy, or else HTTP_PROXY, HTTPS_PROXY and
-// NO_PROXY, choose the proxy; FetchOptions.Timeout bounds each request.
+// cookies. FetchConfig.Proxy, or else HTTP_PROXY, HTTPS_PROXY and
+// NO_PROXY, choose the proxy; FetchConfig.Timeout bounds each request.
 //
 // # Items
 //

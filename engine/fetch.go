@@ -17,20 +17,20 @@ import (
 	"time"
 )
 
-// DefaultUserAgent is the User-Agent of a crawler whose FetchOptions set none.
+// DefaultUserAgent is the User-Agent of a crawler whose FetchConfig set none.
 const DefaultUserAgent = "trawl/0.1 (+https://github.com/trawlhq/trawl)"
 
 // ErrBodyTooLarge is returned (wrapped, with the URL) by Fetch when a response
-// body is larger than FetchOptions.MaxBodySize.
+// body is larger than FetchConfig.MaxBodySize.
 var ErrBodyTooLarge = errors.New("engine: body too large")
 
 // ErrHeaderTooLarge is returned (wrapped, with the URL) by Fetch when a
-// response's header is larger than FetchOptions.MaxHeaderSize.
+// response's header is larger than FetchConfig.MaxHeaderSize.
 var ErrHeaderTooLarge = errors.New("engine: response header too large")
 
 // ErrLocalRefusal is wrapped by errors of refusals that depend on this
 // worker's own configuration rather than on the request: the address guard
-// (lifted by FetchOptions.AllowPrivate, trawl's --allow-private, or by
+// (lifted by FetchConfig.AllowPrivate, trawl's --allow-private, or by
 // trusting the host). Such a request is not done: another worker, or this
 // one reconfigured, may fetch it. Errors wrapping it wrap
 // ErrForbiddenAddress too.
@@ -46,14 +46,14 @@ var ErrURLTooLong = errors.New("engine: url too long")
 // errBadURL is returned (wrapped) by Fetch for a URL it cannot fetch.
 var errBadURL = errors.New("bad url")
 
-// FetchOptions configure how a crawler fetches pages. The zero value gives the documented defaults.
+// FetchConfig configure how a crawler fetches pages. The zero value gives the documented defaults.
 //
 // Memory: a response in progress holds at most MaxHeaderSize of header and
 // MaxBodySize of (decoded) body, so a crawler's responses take at most
 // Config.Concurrency × (MaxHeaderSize + MaxBodySize): 16 × 11 MiB with the
 // defaults. A robots.txt is fetched within the slot of the page that asked
 // for it.
-type FetchOptions struct {
+type FetchConfig struct {
 	UserAgent      string        // "" = DefaultUserAgent
 	ConnectTimeout time.Duration // TCP connect and TLS handshake; 0 = 10s
 	Timeout        time.Duration // total per request including the body; 0 = 30s
@@ -78,8 +78,8 @@ type FetchOptions struct {
 }
 
 // httpFetcher fetches single requests over one shared HTTP transport (keep-alive,
-// HTTP/2, a proxy from FetchOptions.Proxy or the environment) with one
-// cookie jar (see FetchOptions.Jar), adding FetchOptions.Header to every
+// HTTP/2, a proxy from FetchConfig.Proxy or the environment) with one
+// cookie jar (see FetchConfig.Jar), adding FetchConfig.Header to every
 // request. It does not follow redirects: a 3xx
 // response is returned as it is, so that the caller can pass its Location
 // through the duplicate filter as a new request.
@@ -91,7 +91,7 @@ type FetchOptions struct {
 // actually dialled, after DNS resolution, so a name that resolves (or
 // rebinds) to a forbidden address is refused; since redirects are separate
 // fetches, every hop is checked. Hosts given to Trust, and all hosts when
-// FetchOptions.AllowPrivate is set, skip the guard.
+// FetchConfig.AllowPrivate is set, skip the guard.
 //
 // Proxies: when the environment (HTTP_PROXY, HTTPS_PROXY, NO_PROXY) sends a
 // request through a proxy, the connection dialled is the proxy's, which the
@@ -114,13 +114,13 @@ type httpFetcher struct {
 }
 
 // newHTTPFetcher returns an httpFetcher configured by o.
-func newHTTPFetcher(o FetchOptions) *httpFetcher {
+func newHTTPFetcher(o FetchConfig) *httpFetcher {
 	return newFetcher(o, proxyFunc(o))
 }
 
 // newFetcher lets tests choose the proxy function (ProxyFromEnvironment reads
 // the environment only once per process).
-func newFetcher(o FetchOptions, proxy func(*http.Request) (*url.URL, error)) *httpFetcher {
+func newFetcher(o FetchConfig, proxy func(*http.Request) (*url.URL, error)) *httpFetcher {
 	if o.UserAgent == "" {
 		o.UserAgent = DefaultUserAgent
 	}

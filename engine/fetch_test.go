@@ -31,7 +31,7 @@ func newTestServer(t *testing.T, h http.HandlerFunc) *httptest.Server {
 }
 
 // trusting returns an httpFetcher that trusts 127.0.0.1, closed with t.
-func trusting(t *testing.T, o FetchOptions) *httpFetcher {
+func trusting(t *testing.T, o FetchConfig) *httpFetcher {
 	t.Helper()
 	f := newHTTPFetcher(o)
 	f.Trust("127.0.0.1")
@@ -53,7 +53,7 @@ func TestFetchSendsRequest(t *testing.T) {
 	})
 
 	t.Run("default GET and user agent", func(t *testing.T) {
-		f := trusting(t, FetchOptions{})
+		f := trusting(t, FetchConfig{})
 		req := &Request{URL: srv.URL + "/a"}
 		resp, err := f.Fetch(context.Background(), req)
 		if err != nil {
@@ -73,7 +73,7 @@ func TestFetchSendsRequest(t *testing.T) {
 	})
 
 	t.Run("method header body and custom UA option", func(t *testing.T) {
-		f := trusting(t, FetchOptions{UserAgent: "mybot/2"})
+		f := trusting(t, FetchConfig{UserAgent: "mybot/2"})
 		h := http.Header{"X-Custom": {"v"}}
 		_, err := f.Fetch(context.Background(), &Request{URL: srv.URL, Method: "POST", Header: h, Body: []byte("payload")})
 		if err != nil {
@@ -89,7 +89,7 @@ func TestFetchSendsRequest(t *testing.T) {
 	})
 
 	t.Run("request header User-Agent wins", func(t *testing.T) {
-		f := trusting(t, FetchOptions{})
+		f := trusting(t, FetchConfig{})
 		_, err := f.Fetch(context.Background(), &Request{URL: srv.URL, Header: http.Header{"User-Agent": {"special"}}})
 		if err != nil {
 			t.Fatal(err)
@@ -107,7 +107,7 @@ func TestFetchGzip(t *testing.T) {
 		io.WriteString(zw, strings.Repeat("abc", 1000))
 		zw.Close()
 	})
-	f := trusting(t, FetchOptions{})
+	f := trusting(t, FetchConfig{})
 	resp, err := f.Fetch(context.Background(), &Request{URL: srv.URL})
 	if err != nil {
 		t.Fatal(err)
@@ -117,7 +117,7 @@ func TestFetchGzip(t *testing.T) {
 	}
 
 	// The cap applies to the decoded body (no gzip bombs).
-	f = trusting(t, FetchOptions{MaxBodySize: 100})
+	f = trusting(t, FetchConfig{MaxBodySize: 100})
 	if _, err := f.Fetch(context.Background(), &Request{URL: srv.URL}); !errors.Is(err, ErrBodyTooLarge) {
 		t.Errorf("err = %v, want ErrBodyTooLarge", err)
 	}
@@ -133,7 +133,7 @@ func TestFetchBodyCap(t *testing.T) {
 		}
 		w.Write([]byte(strings.Repeat("x", n)))
 	})
-	f := trusting(t, FetchOptions{MaxBodySize: limit})
+	f := trusting(t, FetchConfig{MaxBodySize: limit})
 	for _, tc := range []struct {
 		n       int
 		chunked bool
@@ -175,7 +175,7 @@ func TestFetchEndlessBody(t *testing.T) {
 			w.(http.Flusher).Flush()
 		}
 	})
-	f := trusting(t, FetchOptions{MaxBodySize: 1 << 20})
+	f := trusting(t, FetchConfig{MaxBodySize: 1 << 20})
 	start := time.Now()
 	_, err := f.Fetch(context.Background(), &Request{URL: srv.URL})
 	if !errors.Is(err, ErrBodyTooLarge) {
@@ -205,7 +205,7 @@ func TestFetchTimeout(t *testing.T) {
 	})
 	defer close(stop)
 	const timeout = 200 * time.Millisecond
-	f := trusting(t, FetchOptions{Timeout: timeout})
+	f := trusting(t, FetchConfig{Timeout: timeout})
 	for _, path := range []string{"/no-headers", "/headers-then-stall"} {
 		start := time.Now()
 		_, err := f.Fetch(context.Background(), &Request{URL: srv.URL + path})
@@ -226,7 +226,7 @@ func TestFetchTimeout(t *testing.T) {
 		<-arrived
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	f = trusting(t, FetchOptions{})
+	f = trusting(t, FetchConfig{})
 	go func() {
 		<-arrived // cancel once the request is in flight
 		cancel()
@@ -246,7 +246,7 @@ func TestFetchDoesNotFollowRedirects(t *testing.T) {
 		}
 		http.Redirect(w, r, "/target", http.StatusFound)
 	})
-	f := trusting(t, FetchOptions{})
+	f := trusting(t, FetchConfig{})
 	resp, err := f.Fetch(context.Background(), &Request{URL: srv.URL + "/start"})
 	if err != nil {
 		t.Fatal(err)
@@ -291,7 +291,7 @@ func TestFetchGuard(t *testing.T) {
 	}
 
 	t.Run("untrusted loopback refused", func(t *testing.T) {
-		f := newHTTPFetcher(FetchOptions{})
+		f := newHTTPFetcher(FetchConfig{})
 		defer f.Close()
 		refused(t, f, srv.URL)
 		// A name is checked on the address it resolves to.
@@ -299,7 +299,7 @@ func TestFetchGuard(t *testing.T) {
 	})
 	t.Run("dial check alone refuses", func(t *testing.T) {
 		// Bypass the URL literal pre-check: the dialer's Control must refuse.
-		f := newHTTPFetcher(FetchOptions{})
+		f := newHTTPFetcher(FetchConfig{})
 		defer f.Close()
 		conn, err := f.transport.DialContext(context.Background(), "tcp", srv.Listener.Addr().String())
 		if err == nil {
@@ -310,7 +310,7 @@ func TestFetchGuard(t *testing.T) {
 		}
 	})
 	t.Run("trusted IP", func(t *testing.T) {
-		f := newHTTPFetcher(FetchOptions{})
+		f := newHTTPFetcher(FetchConfig{})
 		defer f.Close()
 		f.Trust("127.0.0.1")
 		allowed(t, f, srv.URL)
@@ -319,7 +319,7 @@ func TestFetchGuard(t *testing.T) {
 	})
 	t.Run("trusted host and port", func(t *testing.T) {
 		other := newTestServer(t, func(w http.ResponseWriter, r *http.Request) {})
-		f := newHTTPFetcher(FetchOptions{})
+		f := newHTTPFetcher(FetchConfig{})
 		defer f.Close()
 		u, _ := url.Parse(srv.URL)
 		f.Trust(TrustedAddr(u))
@@ -328,20 +328,20 @@ func TestFetchGuard(t *testing.T) {
 		refused(t, f, other.URL)
 	})
 	t.Run("trusted name", func(t *testing.T) {
-		f := newHTTPFetcher(FetchOptions{})
+		f := newHTTPFetcher(FetchConfig{})
 		defer f.Close()
 		f.Trust("LOCALHOST.") // case and trailing dot do not matter
 		allowed(t, f, localhostURL)
 		refused(t, f, srv.URL)
 	})
 	t.Run("AllowPrivate", func(t *testing.T) {
-		f := newHTTPFetcher(FetchOptions{AllowPrivate: true})
+		f := newHTTPFetcher(FetchConfig{AllowPrivate: true})
 		defer f.Close()
 		allowed(t, f, srv.URL)
 		allowed(t, f, localhostURL)
 	})
 	t.Run("literal metadata address refused before dialling", func(t *testing.T) {
-		f := newHTTPFetcher(FetchOptions{ConnectTimeout: 50 * time.Millisecond})
+		f := newHTTPFetcher(FetchConfig{ConnectTimeout: 50 * time.Millisecond})
 		defer f.Close()
 		for _, u := range []string{"http://169.254.169.254/latest/meta-data/", "http://[fd00:ec2::254]/", "http://[::ffff:127.0.0.1]:1/"} {
 			if _, err := f.Fetch(context.Background(), &Request{URL: u}); !errors.Is(err, ErrForbiddenAddress) {
@@ -352,13 +352,13 @@ func TestFetchGuard(t *testing.T) {
 	t.Run("proxy connection exempt", func(t *testing.T) {
 		// The server acts as a proxy (it answers any absolute-form request).
 		proxyURL, _ := url.Parse(srv.URL)
-		f := newFetcher(FetchOptions{}, func(*http.Request) (*url.URL, error) { return proxyURL, nil })
+		f := newFetcher(FetchConfig{}, func(*http.Request) (*url.URL, error) { return proxyURL, nil })
 		defer f.Close()
 		allowed(t, f, "http://example.com/")
 		// Literal forbidden IPs are still refused though they would go through the proxy.
 		refused(t, f, "http://10.0.0.1/")
 		// Only the proxy's exact address is exempt, not its host.
-		f2 := newFetcher(FetchOptions{}, func(*http.Request) (*url.URL, error) { return proxyURL, nil })
+		f2 := newFetcher(FetchConfig{}, func(*http.Request) (*url.URL, error) { return proxyURL, nil })
 		defer f2.Close()
 		f2.Fetch(context.Background(), &Request{URL: "http://example.com/"})
 		if f2.guard.exempt(fmt.Sprintf("127.0.0.1:%d", port+1)) || !f2.guard.exempt(srv.Listener.Addr().String()) {
@@ -466,7 +466,7 @@ func (timeoutErr) Timeout() bool   { return true }
 func (timeoutErr) Temporary() bool { return true }
 
 func TestRetryableRealErrors(t *testing.T) {
-	f := trusting(t, FetchOptions{})
+	f := trusting(t, FetchConfig{})
 
 	t.Run("connection refused", func(t *testing.T) {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -544,7 +544,7 @@ func TestFetchHeaderTooLarge(t *testing.T) {
 	}()
 	url := "http://" + ln.Addr().String() + "/"
 
-	f := trusting(t, FetchOptions{})
+	f := trusting(t, FetchConfig{})
 	_, err = f.Fetch(context.Background(), &Request{URL: url})
 	if !errors.Is(err, ErrHeaderTooLarge) || !strings.Contains(err.Error(), url) {
 		t.Fatalf("err = %v, want ErrHeaderTooLarge naming %s", err, url)
@@ -553,7 +553,7 @@ func TestFetchHeaderTooLarge(t *testing.T) {
 		t.Error("ErrHeaderTooLarge is retryable")
 	}
 
-	small := trusting(t, FetchOptions{MaxHeaderSize: 64 << 10})
+	small := trusting(t, FetchConfig{MaxHeaderSize: 64 << 10})
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)

@@ -71,7 +71,7 @@ func TestLongURLsNotFollowed(t *testing.T) {
 // default configuration: the crawl ends by itself, having followed the
 // calendar exactly DefaultMaxDepth hops from its start, each page once.
 func TestCalendarTrapEnds(t *testing.T) {
-	site, url := serveSite(t, testsite.Options{Pages: 10})
+	site, url := serveSite(t, testsite.Config{Pages: 10})
 	b, f := newBackends(t)
 	c, err := engine.New(b, f, engine.Config{
 		Concurrency: 16, PerHost: 16, IdleTimeout: 300 * time.Millisecond, IgnoreRobots: true,

@@ -281,7 +281,7 @@ func differentialSeeds(t testing.TB) [][]byte {
 		[]byte(`<a href=/x>` + "\xff\xfe<a href=/y>" + `<`),
 		[]byte(`<a href='/q' title=">"><a title='>' href=/r></a title=">"><a href=/s>`),
 	}
-	site := testsite.New(testsite.Options{Pages: 10})
+	site := testsite.New(testsite.Config{Pages: 10})
 	for _, p := range []string{"/", "/page/3", "/page/9", "/broken", "/binary"} {
 		rec := httptest.NewRecorder()
 		site.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, p, nil))
@@ -530,7 +530,7 @@ func TestExtractLinksRandomDocs(t *testing.T) {
 // BenchmarkExtractLinksSitePage measures both versions on a page of the
 // test site the crawl benchmarks use.
 func BenchmarkExtractLinksSitePage(b *testing.B) {
-	site := testsite.New(testsite.Options{Pages: 3000, Links: 10, NoTraps: true, Seed: 3})
+	site := testsite.New(testsite.Config{Pages: 3000, Links: 10, NoTraps: true, Seed: 3})
 	rec := httptest.NewRecorder()
 	site.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/page/42", nil))
 	page := rec.Body.Bytes()

@@ -19,7 +19,7 @@ type Config struct {
 	Name string
 	// Concurrency is how many pages are processed at once. 0 = 16. It
 	// bounds the memory of responses too: Concurrency × (MaxHeaderSize +
-	// MaxBodySize) of FetchOptions.
+	// MaxBodySize) of FetchConfig.
 	Concurrency int
 	// PerHost caps concurrent requests per host. 0 = 8.
 	PerHost int
@@ -82,7 +82,7 @@ type Config struct {
 	// the duplicate filter like links, at depth 1, with the start URLs'
 	// callback. A file is read up to the protocol's limits
 	// (SitemapMaxURLs, SitemapMaxSize; the rest is ignored with a
-	// warning), and may be that large whatever FetchOptions.MaxBodySize.
+	// warning), and may be that large whatever FetchConfig.MaxBodySize.
 	// Sitemaps are fetched as requests of the crawl (callbacks
 	// CallbackSitemap and CallbackRobotsSitemaps, handled by every
 	// worker), so they are shared, retried and filtered like pages; they
@@ -98,7 +98,7 @@ type Config struct {
 	// NAME:start_urls queue. nil = the broker's queue.
 	Starts StartSource
 	// Fetch configures the HTTP fetcher.
-	Fetch FetchOptions
+	Fetch FetchConfig
 	// TrustedHosts are exempt from the private-address guard: the
 	// addresses of start URLs an operator gives on the command line, as
 	// "host:port" (that port only; see TrustedAddr), or bare hosts (every

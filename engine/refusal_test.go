@@ -50,12 +50,12 @@ type noMetadata struct {
 // exactly once, nothing is dead-lettered, and the refusing worker says
 // loudly, once, what it lacks.
 func TestMisconfiguredWorkerLosesNothing(t *testing.T) {
-	site, url := serveSite(t, testsite.Options{Pages: 300, Links: 8, Seed: 11, SlowDelay: 100 * time.Millisecond})
+	site, url := serveSite(t, testsite.Config{Pages: 300, Links: 8, Seed: 11, SlowDelay: 100 * time.Millisecond})
 	b, f := newBackends(t)
 	sink := &memSink{}
 	good, err := engine.New(b, f, engine.Config{
 		Concurrency: 8, PerHost: 8, IdleTimeout: time.Second, RetryBackoff: 10 * time.Millisecond,
-		Fetch: engine.FetchOptions{AllowPrivate: true, Timeout: 3 * time.Second}, Sink: sink,
+		Fetch: engine.FetchConfig{AllowPrivate: true, Timeout: 3 * time.Second}, Sink: sink,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -62,7 +62,7 @@ func mustURL(t *testing.T, s string) *url.URL {
 
 func TestRobotsRules(t *testing.T) {
 	rs := newRobotsServer(t, testRobots, 200)
-	f := trusting(t, FetchOptions{})
+	f := trusting(t, FetchConfig{})
 	for _, tc := range []struct {
 		agent   string
 		path    string
@@ -108,7 +108,7 @@ func TestRobotsFetchedOnce(t *testing.T) {
 		<-release
 		io.WriteString(w, testRobots)
 	})
-	f := trusting(t, FetchOptions{})
+	f := trusting(t, FetchConfig{})
 	r := newRobotsCache(f, "trawl", 0)
 	var wg sync.WaitGroup
 	var disallowed atomic.Int32
@@ -140,7 +140,7 @@ func TestRobotsFetchedOnce(t *testing.T) {
 }
 
 func TestRobotsStatuses(t *testing.T) {
-	f := trusting(t, FetchOptions{})
+	f := trusting(t, FetchConfig{})
 	for _, status := range []int{404, 401, 403} {
 		rs := newRobotsServer(t, "User-agent: *\nDisallow: /\n", status)
 		r := newRobotsCache(f, "trawl", 0)
@@ -235,7 +235,7 @@ func TestRobotsLarge(t *testing.T) {
 		b.WriteString("# more padding\n")
 	}
 	rs := newRobotsServer(t, b.String(), 200)
-	f := trusting(t, FetchOptions{MaxBodySize: 100 << 10}) // pages are capped lower than robots.txt
+	f := trusting(t, FetchConfig{MaxBodySize: 100 << 10}) // pages are capped lower than robots.txt
 	r := newRobotsCache(f, "trawl", 0)
 	if ok, _, err := r.Allowed(context.Background(), mustURL(t, rs.url+"/secret")); ok || err != nil {
 		t.Errorf("/secret in a 1.5 MB robots.txt: allowed %v err %v, want disallowed", ok, err)
@@ -258,7 +258,7 @@ func TestRobotsRedirects(t *testing.T) {
 			io.WriteString(w, "User-agent: *\nDisallow: /blocked\n")
 		}
 	})
-	f := trusting(t, FetchOptions{})
+	f := trusting(t, FetchConfig{})
 	f.Trust("localhost")
 	r := newRobotsCache(f, "trawl", 0)
 	if ok, _, _ := r.Allowed(context.Background(), mustURL(t, srv.URL+"/blocked")); ok {
@@ -303,7 +303,7 @@ func TestRobotsContext(t *testing.T) {
 		}
 		io.WriteString(w, "User-agent: *\nDisallow: /x\n")
 	})
-	f := trusting(t, FetchOptions{})
+	f := trusting(t, FetchConfig{})
 	r := newRobotsCache(f, "trawl", 0)
 
 	// The fetching caller gives up: its error is the context's, and the
@@ -335,7 +335,7 @@ func TestRobotsContext(t *testing.T) {
 
 func TestRobotsGuard(t *testing.T) {
 	rs := newRobotsServer(t, "User-agent: *\nDisallow: /\n", 200)
-	f := newHTTPFetcher(FetchOptions{}) // 127.0.0.1 not trusted
+	f := newHTTPFetcher(FetchConfig{}) // 127.0.0.1 not trusted
 	defer f.Close()
 	r := newRobotsCache(f, "trawl", 0)
 	ok, _, err := r.Allowed(context.Background(), mustURL(t, rs.url+"/"))

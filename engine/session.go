@@ -14,7 +14,7 @@ import (
 // newJar returns the cookie jar of an httpFetcher configured by o: o.Jar, or
 // nil with o.NoCookies, or else a fresh jar that keeps cookies per host as
 // a browser does (domain cookies bounded by the public suffix list).
-func newJar(o FetchOptions) http.CookieJar {
+func newJar(o FetchConfig) http.CookieJar {
 	switch {
 	case o.NoCookies:
 		return nil
@@ -27,7 +27,7 @@ func newJar(o FetchOptions) http.CookieJar {
 
 // proxyFunc is the proxy of an httpFetcher configured by o: o.Proxy for every
 // request, or else the standard environment variables.
-func proxyFunc(o FetchOptions) func(*http.Request) (*url.URL, error) {
+func proxyFunc(o FetchConfig) func(*http.Request) (*url.URL, error) {
 	if o.Proxy != nil {
 		return http.ProxyURL(o.Proxy)
 	}

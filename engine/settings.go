@@ -65,7 +65,7 @@ var (
 type Settings struct {
 	// AllowedDomains as Config.AllowedDomains: lower case, sorted.
 	AllowedDomains []string `json:"allow_domains,omitempty"`
-	// AllowPrivate as FetchOptions.AllowPrivate.
+	// AllowPrivate as FetchConfig.AllowPrivate.
 	AllowPrivate bool `json:"allow_private,omitempty"`
 	// TrustedHosts as Config.TrustedHosts, sorted: the addresses of the
 	// start URLs operators gave. A worker's own are added to the crawl's
@@ -279,8 +279,8 @@ func (s Settings) Merge(own Settings, adopt []string) (Settings, []SettingConfli
 	return out, conflicts
 }
 
-// JoinOptions say how a worker joins a crawl's settings.
-type JoinOptions struct {
+// JoinConfig say how a worker joins a crawl's settings.
+type JoinConfig struct {
 	// Adopt names the settings the worker takes from the crawl whatever
 	// it has itself (trawl: the flags not given). The others it insists
 	// on.
@@ -300,7 +300,7 @@ type JoinOptions struct {
 // *SettingsError naming each), unless o.Override, and the merge is stored
 // if it differs from the crawl's. It logs one Info line listing the
 // settings.
-func JoinSettings(ctx context.Context, m broker.Metadata, crawl string, own Settings, o JoinOptions) (Settings, error) {
+func JoinSettings(ctx context.Context, m broker.Metadata, crawl string, own Settings, o JoinConfig) (Settings, error) {
 	log := o.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -409,7 +409,7 @@ func (c *Crawler) joinCrawl(ctx context.Context) error {
 		c.joined = true
 		return nil
 	}
-	s, err := JoinSettings(ctx, m, c.cfg.Name, SettingsOf(c.cfg.Config), JoinOptions{
+	s, err := JoinSettings(ctx, m, c.cfg.Name, SettingsOf(c.cfg.Config), JoinConfig{
 		Adopt: c.cfg.Adopt, Override: c.cfg.OverrideSettings, Logger: c.log,
 	})
 	if err != nil {

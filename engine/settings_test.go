@@ -20,12 +20,12 @@ import (
 // adopts the crawl's setting, says so, and fetches pages itself: nothing
 // refused, nothing lost, every page fetched once.
 func TestJoiningWorkerAdoptsCrawlSettings(t *testing.T) {
-	site, url := serveSite(t, testsite.Options{Pages: 200, Links: 8, Seed: 5, SlowDelay: 50 * time.Millisecond})
+	site, url := serveSite(t, testsite.Config{Pages: 200, Links: 8, Seed: 5, SlowDelay: 50 * time.Millisecond})
 	b, f := newBackends(t)
 	sink := &memSink{}
 	first, err := engine.New(b, f, engine.Config{
 		Concurrency: 4, PerHost: 8, IdleTimeout: time.Second, RetryBackoff: 10 * time.Millisecond,
-		Fetch: engine.FetchOptions{AllowPrivate: true, Timeout: 3 * time.Second}, Sink: sink,
+		Fetch: engine.FetchConfig{AllowPrivate: true, Timeout: 3 * time.Second}, Sink: sink,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -137,7 +137,7 @@ func TestConflictingWorkerRefuses(t *testing.T) {
 // version and a nonsense depth are refused; trusted hosts merge.
 func TestSettingsEncoding(t *testing.T) {
 	s := engine.SettingsOf(engine.Config{AllowedDomains: []string{"B.example", ".a.example"}, Include: []string{"x", "x"},
-		Extract: map[string]string{"t": "h1"}, Fetch: engine.FetchOptions{AllowPrivate: true}, TrustedHosts: []string{"h:1"}})
+		Extract: map[string]string{"t": "h1"}, Fetch: engine.FetchConfig{AllowPrivate: true}, TrustedHosts: []string{"h:1"}})
 	if !slices.Equal(s.AllowedDomains, []string{"a.example", "b.example"}) || s.MaxDepth != engine.DefaultMaxDepth || len(s.Include) != 1 {
 		t.Errorf("SettingsOf normalised to %+v", s)
 	}

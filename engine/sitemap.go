@@ -81,7 +81,7 @@ func (c *Crawler) withSitemaps(start *Request) []*Request {
 }
 
 // fetchRequest fetches req; sitemaps may be as large as the protocol
-// allows (SitemapMaxSize), whatever FetchOptions.MaxBodySize.
+// allows (SitemapMaxSize), whatever FetchConfig.MaxBodySize.
 func (c *Crawler) fetchRequest(ctx context.Context, req *Request) (*Response, error) {
 	if req.Callback == CallbackSitemap {
 		return c.fetcher.fetch(ctx, req, max(c.fetcher.maxBody, SitemapMaxSize), false)

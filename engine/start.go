@@ -18,7 +18,7 @@ type StartURL struct {
 	Meta     map[string]string `json:"meta,omitempty"`
 	Priority int               `json:"priority,omitempty"`
 	// Headers are sent with the start URL's request only (not with the
-	// links followed from it), over FetchOptions.Header.
+	// links followed from it), over FetchConfig.Header.
 	Headers map[string]string `json:"headers,omitempty"`
 }
 

@@ -98,7 +98,7 @@ next:
 // and scrapes the metrics: each quantity is its own family of the right
 // type, and the values agree with the crawl's summary and its sink.
 func TestCrawlMetrics(t *testing.T) {
-	site := testsite.New(testsite.Options{Pages: 120, Links: 6, Seed: 5})
+	site := testsite.New(testsite.Config{Pages: 120, Links: 6, Seed: 5})
 	sctx, stop := context.WithCancel(context.Background())
 	url, wait, err := site.Serve(sctx, "127.0.0.1:0")
 	if err != nil {
@@ -120,7 +120,7 @@ func TestCrawlMetrics(t *testing.T) {
 	c, err := engine.New(b, f, engine.Config{
 		Name: "books", Concurrency: 8, PerHost: 8, IdleTimeout: 300 * time.Millisecond,
 		RetryBackoff: 10 * time.Millisecond, TrustedHosts: []string{"127.0.0.1"},
-		Fetch: engine.FetchOptions{MaxBodySize: 1 << 20, Timeout: 3 * time.Second},
+		Fetch: engine.FetchConfig{MaxBodySize: 1 << 20, Timeout: 3 * time.Second},
 		Sink:  sink, Stats: stats,
 	})
 	if err != nil {

@@ -34,7 +34,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 			return nc
 		}},
 		{"external", func(b *testing.B) *natsgo.Conn {
-			nc, err := nats.Connect(b.Context(), integration.NATS(b), nats.ConnectOptions{})
+			nc, err := nats.Connect(b.Context(), integration.NATS(b), nats.ConnectConfig{})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -100,7 +100,7 @@ func BenchmarkConsume(b *testing.B) {
 	}{
 		{"embedded", func(b *testing.B) *natsgo.Conn { return embedded(b, "").Conn() }},
 		{"external", func(b *testing.B) *natsgo.Conn {
-			nc, err := nats.Connect(b.Context(), integration.NATS(b), nats.ConnectOptions{})
+			nc, err := nats.Connect(b.Context(), integration.NATS(b), nats.ConnectConfig{})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -79,7 +79,7 @@ func embeddedConn(e *nats.Embedded) func(t *testing.T) *natsgo.Conn {
 // ends.
 func external(t *testing.T) *natsgo.Conn {
 	t.Helper()
-	nc, err := nats.Connect(t.Context(), integration.NATS(t), nats.ConnectOptions{Name: t.Name()})
+	nc, err := nats.Connect(t.Context(), integration.NATS(t), nats.ConnectConfig{Name: t.Name()})
 	if err != nil {
 		t.Fatalf("connect: %v", err)
 	}
@@ -98,7 +98,7 @@ func TestConformanceExternal(t *testing.T) {
 		srv := integration.NATSContainer(t)
 		return brokertest.Server{
 			New: suiteConfig(func(t *testing.T) *natsgo.Conn {
-				nc, err := nats.Connect(t.Context(), srv.URL, nats.ConnectOptions{Name: t.Name(), ReconnectWait: 100 * time.Millisecond})
+				nc, err := nats.Connect(t.Context(), srv.URL, nats.ConnectConfig{Name: t.Name(), ReconnectWait: 100 * time.Millisecond})
 				if err != nil {
 					t.Fatalf("connect: %v", err)
 				}

@@ -24,7 +24,7 @@ const clusterLease = 2 * time.Second
 func TestClusterConformance(t *testing.T) {
 	c := integration.StartNATSCluster(t)
 	conn := func(t *testing.T) *natsgo.Conn {
-		nc, err := nats.Connect(t.Context(), c.URL(), nats.ConnectOptions{Name: t.Name()})
+		nc, err := nats.Connect(t.Context(), c.URL(), nats.ConnectConfig{Name: t.Name()})
 		if err != nil {
 			t.Fatalf("connect: %v", err)
 		}
@@ -48,7 +48,7 @@ func TestClusterConformance(t *testing.T) {
 // the default (as trawl stats is) leaves them so.
 func TestClusterReplicas(t *testing.T) {
 	c := integration.StartNATSCluster(t)
-	nc, err := nats.Connect(t.Context(), c.URL(), nats.ConnectOptions{Name: t.Name()})
+	nc, err := nats.Connect(t.Context(), c.URL(), nats.ConnectConfig{Name: t.Name()})
 	if err != nil {
 		t.Fatalf("connect: %v", err)
 	}

@@ -182,9 +182,9 @@ func (c Config) BandPriorities() []int {
 	return ps
 }
 
-// ConnectOptions configures Connect. The zero value connects without
+// ConnectConfig configures Connect. The zero value connects without
 // credentials, with nats.go's defaults, and reconnects forever.
-type ConnectOptions struct {
+type ConnectConfig struct {
 	// Name is the client name the server shows (default "trawl").
 	Name string
 	// CredsFile is a NATS credentials file (user JWT and NKey seed).
@@ -216,7 +216,7 @@ type ConnectOptions struct {
 // wanted), and returns a connection for Config.Conn that reconnects
 // forever once established. The first connection must succeed before
 // ctx's deadline (or nats.go's 2s connect timeout). The caller closes it.
-func Connect(ctx context.Context, url string, o ConnectOptions) (*natsgo.Conn, error) {
+func Connect(ctx context.Context, url string, o ConnectConfig) (*natsgo.Conn, error) {
 	if strings.TrimSpace(url) == "" {
 		return nil, fmt.Errorf("%w: nats connect: empty url", broker.ErrInvalid)
 	}

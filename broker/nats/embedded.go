@@ -232,7 +232,7 @@ func writeAdvert(path string, a advert) error {
 // wrapping ErrNotRunning when none does: no address is recorded, or the
 // one recorded (left by a process killed) refuses the connection. The
 // caller closes the connection.
-func ConnectRunning(ctx context.Context, dir string, o ConnectOptions) (*natsgo.Conn, error) {
+func ConnectRunning(ctx context.Context, dir string, o ConnectConfig) (*natsgo.Conn, error) {
 	data, err := os.ReadFile(filepath.Join(dir, advertFile))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("%w: %s", ErrNotRunning, dir)

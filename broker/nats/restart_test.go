@@ -157,7 +157,7 @@ func TestServerRestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
 	defer cancel()
 	srv := integration.NATSContainer(t)
-	nc, err := nats.Connect(ctx, srv.URL, nats.ConnectOptions{ReconnectWait: 100 * time.Millisecond})
+	nc, err := nats.Connect(ctx, srv.URL, nats.ConnectConfig{ReconnectWait: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +253,7 @@ func TestServerRestart(t *testing.T) {
 func TestEmbeddedAdvertise(t *testing.T) {
 	dir := t.TempDir()
 	ctx := t.Context()
-	if _, err := nats.ConnectRunning(ctx, dir, nats.ConnectOptions{}); !errors.Is(err, nats.ErrNotRunning) {
+	if _, err := nats.ConnectRunning(ctx, dir, nats.ConnectConfig{}); !errors.Is(err, nats.ErrNotRunning) {
 		t.Fatalf("ConnectRunning with no server: %v, want ErrNotRunning", err)
 	}
 	e, err := nats.StartEmbedded(ctx, nats.EmbeddedConfig{Dir: dir, Advertise: true})
@@ -264,10 +264,10 @@ func TestEmbeddedAdvertise(t *testing.T) {
 	if fi, err := os.Stat(filepath.Join(dir, "client.json")); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("address file: %v, %v; want mode 0600", fi, err)
 	}
-	if _, err := nats.Connect(ctx, e.ClientURL(), nats.ConnectOptions{}); err == nil {
+	if _, err := nats.Connect(ctx, e.ClientURL(), nats.ConnectConfig{}); err == nil {
 		t.Fatal("a client without the token was let in")
 	}
-	nc, err := nats.ConnectRunning(ctx, dir, nats.ConnectOptions{})
+	nc, err := nats.ConnectRunning(ctx, dir, nats.ConnectConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,7 +285,7 @@ func TestEmbeddedAdvertise(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "client.json")); !os.IsNotExist(err) {
 		t.Errorf("the address outlives the server: %v", err)
 	}
-	if _, err := nats.ConnectRunning(ctx, dir, nats.ConnectOptions{}); !errors.Is(err, nats.ErrNotRunning) {
+	if _, err := nats.ConnectRunning(ctx, dir, nats.ConnectConfig{}); !errors.Is(err, nats.ErrNotRunning) {
 		t.Errorf("ConnectRunning after Shutdown: %v, want ErrNotRunning", err)
 	}
 }

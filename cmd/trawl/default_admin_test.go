@@ -182,7 +182,7 @@ func TestDefaultModeAdmin(t *testing.T) {
 // item once, as JSON lines; a second call finds none.
 func TestOutQueueDefault(t *testing.T) {
 	t.Parallel()
-	_, url := serveSite(t, testsite.Options{Pages: 60, Links: 4, Seed: 3, NoTraps: true})
+	_, url := serveSite(t, testsite.Config{Pages: 60, Links: 4, Seed: 3, NoTraps: true})
 	dir := t.TempDir()
 	r := trawlIn(t, dir, time.Minute, "crawl", "--name", "q", "--out", "queue", "--idle-timeout", "300ms", url+"/")
 	if r.code != 0 {
@@ -234,7 +234,7 @@ func TestOutQueueDefault(t *testing.T) {
 // the local filter's size, the Go collector), not the old catch-all.
 func TestMetricsAddr(t *testing.T) {
 	t.Parallel()
-	_, url := serveSite(t, testsite.Options{Pages: 200, Links: 5, Seed: 3, NoTraps: true, Latency: 20 * time.Millisecond})
+	_, url := serveSite(t, testsite.Config{Pages: 200, Links: 5, Seed: 3, NoTraps: true, Latency: 20 * time.Millisecond})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -291,7 +291,7 @@ func TestMetricsAddr(t *testing.T) {
 // --lease leave a crawl run with --lease 2m at 2m.
 func TestDefaultModeAdminKeepsLease(t *testing.T) {
 	t.Parallel()
-	_, url := serveSite(t, testsite.Options{Pages: 200, Links: 5, Seed: 3, NoTraps: true, Latency: 20 * time.Millisecond})
+	_, url := serveSite(t, testsite.Config{Pages: 200, Links: 5, Seed: 3, NoTraps: true, Latency: 20 * time.Millisecond})
 	dir := t.TempDir()
 	out := filepath.Join(dir, "items.jsonl")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -309,7 +309,7 @@ func TestDefaultModeAdminKeepsLease(t *testing.T) {
 	if r := trawlIn(t, dir, 30*time.Second, "seed", url+"/?again"); r.code != 0 {
 		t.Fatalf("seed: exit %d: %s", r.code, r.stderr)
 	}
-	nc, err := natsbroker.ConnectRunning(ctx, filepath.Join(dir, ".trawl", "trawl", "nats"), natsbroker.ConnectOptions{})
+	nc, err := natsbroker.ConnectRunning(ctx, filepath.Join(dir, ".trawl", "trawl", "nats"), natsbroker.ConnectConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -362,7 +362,7 @@ func (s *syncBuffer) String() string {
 // refused at once.
 func TestDefaultModeDirectoryInUse(t *testing.T) {
 	t.Parallel()
-	_, url := serveSite(t, testsite.Options{Pages: 100, Links: 4, Seed: 3, NoTraps: true, Latency: 10 * time.Millisecond})
+	_, url := serveSite(t, testsite.Config{Pages: 100, Links: 4, Seed: 3, NoTraps: true, Latency: 10 * time.Millisecond})
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -20,7 +20,7 @@ import (
 // URLs, ::attr(NAME) and ::text of a selector group, one value per match.
 func TestExtractSuffixes(t *testing.T) {
 	t.Parallel()
-	_, base := serveSite(t, testsite.Options{Pages: 5, NoTraps: true})
+	_, base := serveSite(t, testsite.Config{Pages: 5, NoTraps: true})
 	items, _ := crawlItems(t, "--include", `/shop/page/2$`,
 		"--extract", "product=article.product_pod h3 a::attr(href)",
 		"--extract", "full=article.product_pod h3 a::attr(title)",
@@ -62,7 +62,7 @@ func TestExtractSuffixes(t *testing.T) {
 // product's title and price; a second run appends rows, not a header.
 func TestCSVOut(t *testing.T) {
 	t.Parallel()
-	_, base := serveSite(t, testsite.Options{Pages: 5, NoTraps: true})
+	_, base := serveSite(t, testsite.Config{Pages: 5, NoTraps: true})
 	dir := t.TempDir()
 	out := filepath.Join(dir, "pages.csv")
 	args := []string{"crawl", "--idle-timeout", "300ms", "--out", out,
@@ -181,7 +181,7 @@ func (rc *recorder) requests() []map[string]string {
 // (200), and with --no-cookies it does not (403, no item).
 func TestHeadersAndCookies(t *testing.T) {
 	t.Parallel()
-	site := testsite.New(testsite.Options{Pages: 5, NoTraps: true})
+	site := testsite.New(testsite.Config{Pages: 5, NoTraps: true})
 	rc := &recorder{h: site, names: []string{"X-Trawl-Test", "Accept-Language", "X-Start"}}
 	srv := httptest.NewServer(rc)
 	t.Cleanup(srv.Close)
@@ -226,7 +226,7 @@ func TestHeadersAndCookies(t *testing.T) {
 // resolve); --timeout bounds each request.
 func TestProxyAndTimeout(t *testing.T) {
 	t.Parallel()
-	site := testsite.New(testsite.Options{Pages: 5, SlowDelay: 20 * time.Second})
+	site := testsite.New(testsite.Config{Pages: 5, SlowDelay: 20 * time.Second})
 	rc := &recorder{h: site}
 	proxy := httptest.NewServer(rc) // a forward proxy for plain http: absolute request URLs
 	t.Cleanup(proxy.Close)
@@ -260,7 +260,7 @@ func TestProxyAndTimeout(t *testing.T) {
 // Without --sitemaps none of them is.
 func TestSitemaps(t *testing.T) {
 	t.Parallel()
-	site, base := serveSite(t, testsite.Options{Pages: 20, NoTraps: true})
+	site, base := serveSite(t, testsite.Config{Pages: 20, NoTraps: true})
 	items, r := crawlItems(t, "--sitemaps", base+"/")
 	if err := site.Verify(); err != nil {
 		t.Errorf("the site's own crawl is wrong with --sitemaps: %v", err)

@@ -90,7 +90,7 @@ func (o *options) openRunning(ctx context.Context, b *backends, order broker.Ord
 	dir := o.dataDir()
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	nc, err := natsbroker.ConnectRunning(cctx, filepath.Join(dir, "nats"), natsbroker.ConnectOptions{Name: "trawl " + o.name, Logger: o.log})
+	nc, err := natsbroker.ConnectRunning(cctx, filepath.Join(dir, "nats"), natsbroker.ConnectConfig{Name: "trawl " + o.name, Logger: o.log})
 	if err != nil {
 		return err
 	}

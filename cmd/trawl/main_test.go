@@ -89,7 +89,7 @@ func trawlIn(t *testing.T, dir string, timeout time.Duration, args ...string) re
 	return result{code, out.String(), errb.String()}
 }
 
-func serveSite(t *testing.T, o testsite.Options) (*testsite.Site, string) {
+func serveSite(t *testing.T, o testsite.Config) (*testsite.Site, string) {
 	t.Helper()
 	site := testsite.New(o)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -111,7 +111,7 @@ func TestCrawl5000(t *testing.T) {
 	if testing.Short() {
 		pages = 500
 	}
-	site, url := serveSite(t, testsite.Options{Pages: pages, Links: 10, Seed: 1})
+	site, url := serveSite(t, testsite.Config{Pages: pages, Links: 10, Seed: 1})
 	out := filepath.Join(t.TempDir(), "items.jsonl")
 	r := trawl(t, 5*time.Minute, "crawl", "--out", out, "--idle-timeout", "1s", url+"/")
 	if r.code != 0 {
@@ -215,7 +215,7 @@ func TestEnvFlags(t *testing.T) {
 // resume, and every item line written whole.
 func TestInterrupt(t *testing.T) {
 	t.Parallel()
-	_, url := serveSite(t, testsite.Options{Pages: 2000, Links: 5, NoTraps: true, Latency: 5 * time.Millisecond})
+	_, url := serveSite(t, testsite.Config{Pages: 2000, Links: 5, NoTraps: true, Latency: 5 * time.Millisecond})
 	out := filepath.Join(t.TempDir(), "items.jsonl")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -266,7 +266,7 @@ func TestResumeDefault(t *testing.T) {
 	if testing.Short() {
 		pages = 500
 	}
-	site, url := serveSite(t, testsite.Options{Pages: pages, Links: 10, Seed: 5, NoTraps: true, Latency: time.Millisecond})
+	site, url := serveSite(t, testsite.Config{Pages: pages, Links: 10, Seed: 5, NoTraps: true, Latency: time.Millisecond})
 	dir := t.TempDir()
 	out := filepath.Join(dir, "items.jsonl")
 	args := []string{"crawl", "--out", out, "--idle-timeout", "1s", url + "/"}

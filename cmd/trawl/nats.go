@@ -63,7 +63,7 @@ func (o *options) openEmbedded(ctx context.Context, b *backends, order broker.Or
 
 // openNATS connects to --nats-url.
 func (o *options) openNATS(ctx context.Context, b *backends, order broker.Order) error {
-	nc, err := natsbroker.Connect(ctx, o.natsURL, natsbroker.ConnectOptions{Name: "trawl " + o.name, TLS: o.tls.clone(), Logger: o.log})
+	nc, err := natsbroker.Connect(ctx, o.natsURL, natsbroker.ConnectConfig{Name: "trawl " + o.name, TLS: o.tls.clone(), Logger: o.log})
 	if err != nil {
 		return err // it names the server, password redacted
 	}

@@ -397,7 +397,7 @@ func (o *options) engineConfig() engine.Config {
 		MaxRetries:     o.retryTimes,
 		RetryBackoff:   o.retryBackoff,
 		FailureTimeout: o.failureTimeout,
-		Fetch:          engine.FetchOptions{UserAgent: o.userAgent, AllowPrivate: o.allowPrivate, Logger: o.log},
+		Fetch:          engine.FetchConfig{UserAgent: o.userAgent, AllowPrivate: o.allowPrivate, Logger: o.log},
 		Logger:         o.log,
 	}
 	o.session.apply(&cfg.Fetch)

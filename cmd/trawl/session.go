@@ -45,7 +45,7 @@ func (s *session) check() []error {
 }
 
 // apply sets the fetch options of the flags (checked already).
-func (s *session) apply(fo *engine.FetchOptions) {
+func (s *session) apply(fo *engine.FetchConfig) {
 	for _, line := range s.headers {
 		name, value, _ := engine.ParseHeader(line)
 		if fo.Header == nil {

@@ -12,7 +12,7 @@ import (
 func newTestsiteCmd(o *options) *cobra.Command {
 	var (
 		addr    string
-		opts    testsite.Options
+		opts    testsite.Config
 		latency time.Duration
 	)
 	cmd := &cobra.Command{

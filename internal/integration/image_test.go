@@ -96,7 +96,7 @@ func urlsOf(t *testing.T, out string, seen map[string]bool) {
 // containers to crawl.
 func serveTestsite(t *testing.T, pages int) (*testsite.Site, string) {
 	t.Helper()
-	site := testsite.New(testsite.Options{Pages: pages, Links: 8, Seed: 3})
+	site := testsite.New(testsite.Config{Pages: pages, Links: 8, Seed: 3})
 	ctx, cancel := context.WithCancel(context.Background())
 	url, wait, err := site.Serve(ctx, "127.0.0.1:0")
 	if err != nil {

@@ -36,7 +36,7 @@ func pageRequests(s *Site) []*http.Request {
 
 // BenchmarkServePage serves content pages in process, one at a time.
 func BenchmarkServePage(b *testing.B) {
-	s := New(Options{})
+	s := New(Config{})
 	reqs := pageRequests(s)
 	w := &discardWriter{h: make(http.Header)}
 	b.ReportAllocs()
@@ -51,7 +51,7 @@ func BenchmarkServePage(b *testing.B) {
 // BenchmarkServePageParallel serves content pages in process from
 // GOMAXPROCS goroutines, as a server under load would.
 func BenchmarkServePageParallel(b *testing.B) {
-	s := New(Options{})
+	s := New(Config{})
 	reqs := pageRequests(s)
 	var next atomic.Int64
 	b.ReportAllocs()
@@ -68,7 +68,7 @@ func BenchmarkServePageParallel(b *testing.B) {
 // goroutines: the ceiling a crawler can reach against this site on this
 // machine (client and server share the CPUs).
 func BenchmarkLoopback(b *testing.B) {
-	s := New(Options{NoTraps: true})
+	s := New(Config{NoTraps: true})
 	ctx, cancel := context.WithCancel(b.Context())
 	base, wait, err := s.Serve(ctx, "")
 	if err != nil {

@@ -11,7 +11,7 @@ import (
 // TestCalendar checks the calendar's links and that its requests are
 // counted apart from Served and Verify.
 func TestCalendar(t *testing.T) {
-	s := New(Options{Pages: 10})
+	s := New(Config{Pages: 10})
 	get := func(path string) (int, string) {
 		t.Helper()
 		w := httptest.NewRecorder()

@@ -2,7 +2,7 @@
 // tests and benchmarks of the crawler, and judges afterwards whether a
 // crawl of it was correct.
 //
-//	site := testsite.New(testsite.Options{Pages: 500, Seed: 1})
+//	site := testsite.New(testsite.Config{Pages: 500, Seed: 1})
 //	base, wait, err := site.Serve(ctx, "")   // http://127.0.0.1:PORT
 //	… crawl base + "/" …
 //	err = site.Verify()                       // nil iff the crawl was correct
@@ -31,7 +31,7 @@
 //   - /robots.txt: "User-agent: *" / "Disallow: /private/" (and a group
 //     disallowing everything to "evilbot").
 //
-// Unless Options.NoTraps is set, pages chosen by the seed also carry these
+// Unless Config.NoTraps is set, pages chosen by the seed also carry these
 // traps, each linked from two pages (or more) so that de-duplication
 // matters:
 //
@@ -46,7 +46,7 @@
 //   - /q/0…4 with a query of three parameters, linked with the parameters
 //     in different orders, with "&" and "&amp;", with a fragment and with
 //     a percent-encoded unreserved character: one resource each.
-//   - /slow: answers after Options.SlowDelay (2s by default).
+//   - /slow: answers after Config.SlowDelay (2s by default).
 //   - /huge: 50 MiB of HTML with a Content-Length, streamed from a shared
 //     64 KiB buffer.
 //   - /endless: HTML without a length that never ends; it stops writing
@@ -70,7 +70,7 @@
 // Under /shop/ the site also serves a small shop, for scraping examples
 // (in the manner of books.toscrape.com). It is not linked from /, and its
 // requests are counted apart (ShopServed), so Verify of a crawl from / is
-// unaffected. It is the same in every site, whatever the Options.
+// unaffected. It is the same in every site, whatever the Config.
 //
 //   - /shop/ links to page/1.
 //   - /shop/page/N, N in [1, ShopListingPages]: ShopPageSize products as
@@ -169,7 +169,7 @@
 //	GET  /_testsite/shop              {"products": Products(), "problems": […]} (VerifyShop)
 //	POST /_testsite/reset             Reset, 204
 //
-// These requests are neither counted nor delayed by Options.Latency.
+// These requests are neither counted nor delayed by Config.Latency.
 //
 // # Performance and concurrency
 //

@@ -9,7 +9,7 @@ import (
 )
 
 func Example() {
-	site := testsite.New(testsite.Options{Pages: 100, Seed: 1})
+	site := testsite.New(testsite.Config{Pages: 100, Seed: 1})
 	ctx, cancel := context.WithCancel(context.Background())
 	base, wait, err := site.Serve(ctx, "")
 	if err != nil {

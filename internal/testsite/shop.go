@@ -36,7 +36,7 @@ var (
 
 // shopProduct returns product n (1-based). The titles are distinct (15
 // adjectives by 20 nouns); prices and ratings come from a fixed hash, so
-// the shop is the same in every site, whatever its Options.
+// the shop is the same in every site, whatever its Config.
 func shopProduct(n int) Product {
 	i := n - 1
 	h := mix(uint64(n) + 0x73686f70)

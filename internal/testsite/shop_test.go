@@ -14,7 +14,7 @@ import (
 // links, both relative) and finds exactly Products(); VerifyShop accepts
 // that walk, and the main site's counters saw none of it.
 func TestShopScrape(t *testing.T) {
-	site := New(Options{Pages: 10})
+	site := New(Config{Pages: 10})
 	base := serve(t, site)
 	doc := func(u string) (*goquery.Document, *url.URL) {
 		t.Helper()
@@ -108,7 +108,7 @@ func TestShopScrape(t *testing.T) {
 
 // TestShopDeterministic: the shop does not depend on the site's options.
 func TestShopDeterministic(t *testing.T) {
-	a, b := New(Options{Seed: 1}), New(Options{Seed: 2, Pages: 5})
+	a, b := New(Config{Seed: 1}), New(Config{Seed: 2, Pages: 5})
 	ba, bb := serve(t, a), serve(t, b)
 	for _, p := range []string{"/shop/page/3", "/shop/product/42"} {
 		_, x := get(t, ba+p)

@@ -39,7 +39,7 @@ var (
 // stays within the limit.
 const HostileFetchLimit = 3
 
-// Default values of Options.
+// Default values of Config.
 const (
 	DefaultPages     = 1000
 	DefaultLinks     = 10
@@ -48,9 +48,9 @@ const (
 	HugeSize = 50 << 20
 )
 
-// Options configures a Site. The zero value is a site of 1000 content pages
+// Config configures a Site. The zero value is a site of 1000 content pages
 // with 10 links each, every trap, no added latency, seed 0, and no logging.
-type Options struct {
+type Config struct {
 	// Pages is the number of content pages /page/0 … /page/Pages-1.
 	// 0 = DefaultPages.
 	Pages int
@@ -175,7 +175,7 @@ type link struct {
 
 // New returns a site built from o. It precomputes the link graph and the
 // filler text; serving a page afterwards allocates little.
-func New(o Options) *Site {
+func New(o Config) *Site {
 	s := &Site{
 		pages:   o.Pages,
 		links:   o.Links,

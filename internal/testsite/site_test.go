@@ -54,12 +54,12 @@ func get(t *testing.T, rawURL string) (*http.Response, string) {
 func TestCorrectCrawlVerifies(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		o    Options
+		o    Config
 	}{
-		{"default", Options{SlowDelay: 50 * time.Millisecond}},
-		{"small", Options{Pages: 7, Links: 3, Seed: 42, SlowDelay: 10 * time.Millisecond}},
-		{"one page", Options{Pages: 1, SlowDelay: 10 * time.Millisecond}},
-		{"no traps", Options{Pages: 300, Links: 5, Seed: 7, NoTraps: true}},
+		{"default", Config{SlowDelay: 50 * time.Millisecond}},
+		{"small", Config{Pages: 7, Links: 3, Seed: 42, SlowDelay: 10 * time.Millisecond}},
+		{"one page", Config{Pages: 1, SlowDelay: 10 * time.Millisecond}},
+		{"no traps", Config{Pages: 300, Links: 5, Seed: 7, NoTraps: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := New(tc.o)
@@ -156,7 +156,7 @@ func TestVerifyCatchesFlawedCrawlers(t *testing.T) {
 		{"misses huge", flaws{skip: func(p string) bool { return p == "/huge" }}, ErrMissed, []string{"/huge:"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := New(Options{Pages: 60, Links: 5, Seed: 3, SlowDelay: time.Millisecond})
+			s := New(Config{Pages: 60, Links: 5, Seed: 3, SlowDelay: time.Millisecond})
 			base := serve(t, s)
 			_, _ = newCrawler(t, base, tc.f).run(t.Context())
 			err := s.Verify()
@@ -180,7 +180,7 @@ func TestVerifyCatchesFlawedCrawlers(t *testing.T) {
 }
 
 func TestVerifyReportsDoubleFetchAndPrivate(t *testing.T) {
-	s := New(Options{Pages: 20, Links: 3, SlowDelay: time.Millisecond})
+	s := New(Config{Pages: 20, Links: 3, SlowDelay: time.Millisecond})
 	base := serve(t, s)
 	if _, errs := newCrawler(t, base, flaws{}).run(t.Context()); len(errs) > 0 {
 		t.Fatal(errs)
@@ -204,7 +204,7 @@ func TestVerifyReportsDoubleFetchAndPrivate(t *testing.T) {
 }
 
 func TestVerifyPartialIgnoresIncompleteness(t *testing.T) {
-	s := New(Options{Pages: 20})
+	s := New(Config{Pages: 20})
 	h := httptest.NewServer(s)
 	defer h.Close()
 	get(t, h.URL+"/")
@@ -256,7 +256,7 @@ func render(t testing.TB, s *Site, path string) *httptest.ResponseRecorder {
 }
 
 func TestDeterminism(t *testing.T) {
-	o := Options{Pages: 200, Links: 8, Seed: 99}
+	o := Config{Pages: 200, Links: 8, Seed: 99}
 	a, b := New(o), New(o)
 	if !reflect.DeepEqual(a.graph, b.graph) || !reflect.DeepEqual(a.extras, b.extras) || !reflect.DeepEqual(a.res, b.res) {
 		t.Fatal("same options, different sites")
@@ -284,7 +284,7 @@ func TestDeterminism(t *testing.T) {
 }
 
 func TestGraph(t *testing.T) {
-	for _, o := range []Options{{}, {Pages: 2, Links: 1}, {Pages: 5, Links: 10}, {Pages: 50, Links: 49}, {Pages: 3000, Links: 3, Seed: -5}} {
+	for _, o := range []Config{{}, {Pages: 2, Links: 1}, {Pages: 5, Links: 10}, {Pages: 50, Links: 49}, {Pages: 3000, Links: 3, Seed: -5}} {
 		s := New(o)
 		want := min(s.links, s.pages-1)
 		reached := make([]bool, s.pages)
@@ -320,7 +320,7 @@ func TestGraph(t *testing.T) {
 }
 
 func TestPageSizes(t *testing.T) {
-	s := New(Options{})
+	s := New(Config{})
 	for i := range s.Pages() {
 		w := render(t, s, pagePath(i))
 		n := w.Body.Len()
@@ -337,7 +337,7 @@ func TestPageSizes(t *testing.T) {
 }
 
 func TestFlakyAndReset(t *testing.T) {
-	s := New(Options{Pages: 10})
+	s := New(Config{Pages: 10})
 	for round := range 2 {
 		w := render(t, s, "/flaky/1")
 		if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") == "" {
@@ -362,7 +362,7 @@ func TestFlakyAndReset(t *testing.T) {
 }
 
 func TestRedirects(t *testing.T) {
-	s := New(Options{Pages: 40, Seed: 1})
+	s := New(Config{Pages: 40, Seed: 1})
 	for j := range nRedirect {
 		r1 := s.res["/redirect/"+strconv.Itoa(j)]
 		w := render(t, s, "/redirect/"+strconv.Itoa(j))
@@ -385,7 +385,7 @@ func TestRedirects(t *testing.T) {
 }
 
 func TestOddResources(t *testing.T) {
-	s := New(Options{Pages: 10, SlowDelay: 30 * time.Millisecond})
+	s := New(Config{Pages: 10, SlowDelay: 30 * time.Millisecond})
 	for _, tc := range []struct {
 		path, ctype string
 		status      int
@@ -420,7 +420,7 @@ func TestOddResources(t *testing.T) {
 // the control endpoint look delayed.
 func TestLatency(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := New(Options{Pages: 3, Latency: 40 * time.Millisecond})
+		s := New(Config{Pages: 3, Latency: 40 * time.Millisecond})
 		start := time.Now()
 		render(t, s, "/page/1")
 		if d := time.Since(start); d != 40*time.Millisecond {
@@ -453,7 +453,7 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 }
 
 func TestHugeIsStreamed(t *testing.T) {
-	s := New(Options{Pages: 10})
+	s := New(Config{Pages: 10})
 	w := &countingWriter{h: http.Header{}}
 	var before, after runtime.MemStats
 	runtime.GC()
@@ -469,7 +469,7 @@ func TestHugeIsStreamed(t *testing.T) {
 }
 
 func TestEndlessStopsWhenClientGoesAway(t *testing.T) {
-	s := New(Options{Pages: 10})
+	s := New(Config{Pages: 10})
 	ctx, cancel := context.WithCancel(t.Context())
 	w := &countingWriter{h: http.Header{}, onData: func(n int64) {
 		if n > 8<<20 {
@@ -503,7 +503,7 @@ func TestEndlessStopsWhenClientGoesAway(t *testing.T) {
 // aborts); neither ends the chunked body, so no ordering of the last write
 // and the shutdown can make the body look complete.
 func TestServeStopsWithContext(t *testing.T) {
-	s := New(Options{Pages: 10})
+	s := New(Config{Pages: 10})
 	ctx, cancel := context.WithCancel(t.Context())
 	base, wait, err := s.Serve(ctx, "127.0.0.1:0")
 	if err != nil {
@@ -543,7 +543,7 @@ func TestServeStopsWithContext(t *testing.T) {
 }
 
 func TestControlEndpoints(t *testing.T) {
-	s := New(Options{Pages: 10})
+	s := New(Config{Pages: 10})
 	h := httptest.NewServer(s)
 	defer h.Close()
 	get(t, h.URL+"/page/1")

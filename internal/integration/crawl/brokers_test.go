@@ -69,7 +69,7 @@ func TestRabbitMQManagementUnauthorized(t *testing.T) {
 	}
 	u.User = url.UserPassword("guest", "wrong-password")
 	bad := &integration.RabbitMQServer{URL: srv.URL, ManagementURL: u.String()}
-	site, siteURL := serveSite(t, testsite.Options{Pages: 60, Links: 5, Seed: 24, NoTraps: true})
+	site, siteURL := serveSite(t, testsite.Config{Pages: 60, Links: 5, Seed: 24, NoTraps: true})
 	name := integration.Name(t)
 	args := rabbitArgs(t, bad)
 	w := start(t, append([]string{"crawl"}, args(name, siteURL)...)...)
@@ -120,7 +120,7 @@ func TestNATSRestart(t *testing.T) {
 // 333ms, expired under a loaded machine's scheduling stalls: pages fetched
 // twice that were never slow.)
 func threeWorkers(t *testing.T, args func(string, ...string) []string) {
-	site, url := serveSite(t, testsite.Options{Pages: pages(), Links: 10, Seed: 21, SlowDelay: 7500 * time.Millisecond})
+	site, url := serveSite(t, testsite.Config{Pages: pages(), Links: 10, Seed: 21, SlowDelay: 7500 * time.Millisecond})
 	name := integration.Name(t)
 	mustRun(t, append([]string{"seed"}, args(name, url)...)...)
 	var ws []*proc
@@ -150,7 +150,7 @@ func threeWorkers(t *testing.T, args func(string, ...string) []string) {
 // every page's item is in the sinks, and only pages that were in flight on
 // the victim are fetched again.
 func kill9(t *testing.T, args func(string, ...string) []string) {
-	site, url := serveSite(t, testsite.Options{Pages: pages(), Links: 10, Seed: 22, NoTraps: true, Latency: time.Millisecond})
+	site, url := serveSite(t, testsite.Config{Pages: pages(), Links: 10, Seed: 22, NoTraps: true, Latency: time.Millisecond})
 	name := integration.Name(t)
 	mustRun(t, append([]string{"seed"}, args(name, url)...)...)
 	victim := start(t, append([]string{"worker"}, args(name, "--lease=2s")...)...)
@@ -177,7 +177,7 @@ func kill9(t *testing.T, args func(string, ...string) []string) {
 // restartMidCrawl: the broker restarts while two workers crawl; they
 // reconnect and the crawl completes with every page fetched.
 func restartMidCrawl(t *testing.T, args func(string, ...string) []string, restart func(context.Context) error) {
-	site, url := serveSite(t, testsite.Options{Pages: pages(), Links: 10, Seed: 23, NoTraps: true, Latency: 2 * time.Millisecond})
+	site, url := serveSite(t, testsite.Config{Pages: pages(), Links: 10, Seed: 23, NoTraps: true, Latency: 2 * time.Millisecond})
 	name := integration.Name(t)
 	mustRun(t, append([]string{"seed"}, args(name, url)...)...)
 	a := start(t, append([]string{"worker"}, args(name, "--lease=5s")...)...)
@@ -215,7 +215,7 @@ func TestRabbitMQKilledMidCrawl(t *testing.T) {
 	if testing.Short() {
 		n = 500
 	}
-	site, url := serveSite(t, testsite.Options{Pages: n, Links: 10, Seed: 24, NoTraps: true, Latency: 2 * time.Millisecond})
+	site, url := serveSite(t, testsite.Config{Pages: n, Links: 10, Seed: 24, NoTraps: true, Latency: 2 * time.Millisecond})
 	name := integration.Name(t)
 	mustRun(t, append([]string{"seed"}, args(name, url)...)...)
 	var ws []*proc

@@ -42,7 +42,7 @@ var workerSummary = regexp.MustCompile(`(?m)^trawl: worker done: (\d+) pages? fe
 // list" says there are none; "purge" leaves no key of the crawl.
 func TestRedisCLIAgrees(t *testing.T) {
 	t.Parallel()
-	site, url := serveSite(t, testsite.Options{Pages: 200, Links: 5, Seed: 21, NoTraps: true})
+	site, url := serveSite(t, testsite.Config{Pages: 200, Links: 5, Seed: 21, NoTraps: true})
 	name := integration.Name(t)
 	mustRun(t, append([]string{"seed"}, redisArgs(t, name, url)...)...)
 	w := start(t, append([]string{"worker"}, redisArgs(t, name)...)...)
@@ -99,7 +99,7 @@ func TestRedisCLIAgrees(t *testing.T) {
 // worker and from stats.
 func TestRedisKeyNames(t *testing.T) {
 	t.Parallel()
-	site, url := serveSite(t, testsite.Options{Pages: 30, Links: 3, Seed: 22, NoTraps: true})
+	site, url := serveSite(t, testsite.Config{Pages: 30, Links: 3, Seed: 22, NoTraps: true})
 	name := integration.Name(t)
 	code, out, stderr := runOut(t, append([]string{"seed"}, redisArgs(t, name, url)...)...)
 	if want := "seeded 1 start URLs into {" + name + "}:start_urls\n"; code != 0 || out != want {

@@ -27,7 +27,7 @@ func clusterCrawl(t *testing.T, args func(string, ...string) []string, fault fun
 	t.Helper()
 	const workers = 2
 	n := 2000
-	site, url := serveSite(t, testsite.Options{Pages: n, Links: 10, Seed: 31, NoTraps: true, Latency: 2 * time.Millisecond})
+	site, url := serveSite(t, testsite.Config{Pages: n, Links: 10, Seed: 31, NoTraps: true, Latency: 2 * time.Millisecond})
 	name := integration.Name(t)
 	began := time.Now()
 	mustRun(t, append([]string{"seed"}, args(name, url)...)...)

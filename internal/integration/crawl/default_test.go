@@ -25,7 +25,7 @@ func TestDefaultModeKill9(t *testing.T) {
 		n = 600
 	}
 	const concurrency = 16
-	site, url := serveSite(t, testsite.Options{Pages: n, Links: 10, Seed: 24, NoTraps: true, Latency: time.Millisecond})
+	site, url := serveSite(t, testsite.Config{Pages: n, Links: 10, Seed: 24, NoTraps: true, Latency: time.Millisecond})
 	args := []string{"crawl", "--data-dir", t.TempDir(), "--concurrency", strconv.Itoa(concurrency), url}
 
 	first := start(t, args...)

@@ -56,7 +56,7 @@ func setParallel(n int) {
 	}
 }
 
-func serveSite(t *testing.T, o testsite.Options) (*testsite.Site, string) {
+func serveSite(t *testing.T, o testsite.Config) (*testsite.Site, string) {
 	t.Helper()
 	site := testsite.New(o)
 	ctx, cancel := context.WithCancel(context.Background())

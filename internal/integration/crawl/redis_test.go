@@ -39,7 +39,7 @@ func TestRedisKill9(t *testing.T) {
 // started later finishes the crawl without fetching anything twice.
 func TestRedisResume(t *testing.T) {
 	t.Parallel()
-	site, url := serveSite(t, testsite.Options{Pages: pages(), Links: 10, Seed: 13, NoTraps: true, Latency: time.Millisecond})
+	site, url := serveSite(t, testsite.Config{Pages: pages(), Links: 10, Seed: 13, NoTraps: true, Latency: time.Millisecond})
 	name := integration.Name(t)
 	mustRun(t, append([]string{"seed"}, redisArgs(t, name, url)...)...)
 	a := start(t, append([]string{"worker"}, redisArgs(t, name)...)...)
@@ -74,7 +74,7 @@ func TestRedisResume(t *testing.T) {
 // a wrong password each give one clear line.
 func TestRedisBadInput(t *testing.T) {
 	t.Parallel()
-	site, url := serveSite(t, testsite.Options{Pages: 50, Links: 4, NoTraps: true})
+	site, url := serveSite(t, testsite.Config{Pages: 50, Links: 4, NoTraps: true})
 	name := integration.Name(t)
 	client := integration.RedisClient(t)
 	if err := client.RPush(t.Context(), "{"+name+"}:start_urls", "\x80\x04garbage", "not a url", url).Err(); err != nil {
@@ -125,7 +125,7 @@ func TestRedisOutOfMemory(t *testing.T) {
 	}
 	client := goredis.NewClient(opt)
 	t.Cleanup(func() { client.Close() })
-	site, url := serveSite(t, testsite.Options{Pages: 2000, Links: 10, Seed: 25, NoTraps: true, Latency: time.Millisecond})
+	site, url := serveSite(t, testsite.Config{Pages: 2000, Links: 10, Seed: 25, NoTraps: true, Latency: time.Millisecond})
 	name := integration.Name(t)
 	args := func(more ...string) []string { return redisArgs(t, name, append(more, "--redis-url", srv.URL)...) }
 	ctx := t.Context()

@@ -82,7 +82,7 @@ func TestRabbitMQPurgeRefusedWhileWorkersRun(t *testing.T) {
 // given an --include the crawl does not have refuses to start, naming
 // the flag and both values.
 func joiningWorkerAdopts(t *testing.T, args deployment) {
-	site, url := serveSite(t, testsite.Options{Pages: 2000, Links: 10, Seed: 31, NoTraps: true, Latency: 5 * time.Millisecond})
+	site, url := serveSite(t, testsite.Config{Pages: 2000, Links: 10, Seed: 31, NoTraps: true, Latency: 5 * time.Millisecond})
 	name := integration.Name(t)
 	a := start(t, append([]string{"crawl"}, args(name, "--allow-private", "--log-level=info", url)...)...)
 	a.waitStderr(t, "crawl settings stored with the crawl", time.Minute)
@@ -126,7 +126,7 @@ func joiningWorkerAdopts(t *testing.T, args deployment) {
 // and nothing is deleted; once the worker exited, purge works; purge
 // --force purges under a running worker, with a warning.
 func purgeRefused(t *testing.T, args deployment, redis bool) {
-	_, url := serveSite(t, testsite.Options{Pages: 50, Links: 4, NoTraps: true})
+	_, url := serveSite(t, testsite.Config{Pages: 50, Links: 4, NoTraps: true})
 	name := integration.Name(t)
 	client := integration.RedisClient(t)
 	w := start(t, append([]string{"crawl"}, args(name, "--allow-private", "--idle-timeout=0", url)...)...)

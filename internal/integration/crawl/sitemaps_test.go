@@ -16,7 +16,7 @@ import (
 // worker took it, and the rest of the crawl is as correct as without.
 func TestRedisSitemapsTwoWorkers(t *testing.T) {
 	t.Parallel()
-	site, url := serveSite(t, testsite.Options{Pages: 200, NoTraps: true})
+	site, url := serveSite(t, testsite.Config{Pages: 200, NoTraps: true})
 	name := integration.Name(t)
 	mustRun(t, append([]string{"seed"}, redisArgs(t, name, url)...)...)
 	var ws []*proc

@@ -39,7 +39,7 @@ func TestTLSRedisClientCert(t *testing.T) {
 	ca := integration.NewCA(t)
 	pw := secret(t)
 	srv := integration.RedisContainer(t, integration.WithTLS(ca), integration.WithClientCerts(), integration.WithPassword("trawl", pw))
-	site, siteURL := serveSite(t, testsite.Options{Pages: 40, Links: 4, Seed: 33, NoTraps: true})
+	site, siteURL := serveSite(t, testsite.Config{Pages: 40, Links: 4, Seed: 33, NoTraps: true})
 	base := []string{"crawl", "--broker=redis", "--redis-url", srv.URL, "--tls-ca", ca.CAFile,
 		"--name", integration.Name(t), "--allow-private", "--idle-timeout=1s"}
 	code, stdout, stderr := runAll(t, append(base, siteURL)...)
@@ -92,7 +92,7 @@ func TestTLSMixed(t *testing.T) {
 	ca := integration.NewCA(t)
 	pw := secret(t)
 	redis := integration.RedisContainer(t, integration.WithTLS(ca), integration.WithPassword("trawl", pw))
-	site, siteURL := serveSite(t, testsite.Options{Pages: 40, Links: 4, Seed: 35, NoTraps: true})
+	site, siteURL := serveSite(t, testsite.Config{Pages: 40, Links: 4, Seed: 35, NoTraps: true})
 	w := start(t, "crawl", "--broker=nats", "--nats-url", integration.NATS(t), "--redis-url", redis.URL, "--tls-ca", ca.CAFile,
 		"--name", integration.Name(t), "--allow-private", "--idle-timeout=1s", siteURL)
 	if code := w.wait(t, 2*time.Minute); code != 0 {
@@ -110,7 +110,7 @@ func TestTLSMixed(t *testing.T) {
 func secure(t *testing.T, ca *integration.CA, pw, urlFlag string, flags func(pw string) []string) {
 	wrong := secret(t)
 	other := integration.NewCA(t)
-	site, siteURL := serveSite(t, testsite.Options{Pages: 100, Links: 5, Seed: 31, NoTraps: true})
+	site, siteURL := serveSite(t, testsite.Config{Pages: 100, Links: 5, Seed: 31, NoTraps: true})
 	crawl := func(name string, more ...string) []string {
 		args := append([]string{"crawl"}, flags(pw)...)
 		return append(append(args, "--name", name, "--allow-private", "--idle-timeout=2s", "--data-dir", t.TempDir()), more...)
