@@ -35,6 +35,7 @@ func TestHostLimiterAcrossWorkers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { l.Close() }) // its keeper outlives the last release by up to a tick
 		for range 2 {
 			wg.Go(func() {
 				for range 4 {
@@ -61,20 +62,28 @@ func TestHostLimiterAcrossWorkers(t *testing.T) {
 		t.Errorf("peak concurrency %d, want at most 2", p)
 	}
 	slices.SortFunc(starts, func(a, b time.Time) int { return a.Compare(b) })
-	// The server grants start k at least k delays after start 0. The
-	// client sees each grant some scheduling jitter late, so one gap may
-	// look short after a late sighting; the sum of gaps cannot: start k
-	// is seen at least k delays after start 0, less the jitter of start
-	// 0's sighting.
-	const delay, jitter = 50 * time.Millisecond, 30 * time.Millisecond
-	for i := 1; i < len(starts); i++ {
-		if el := starts[i].Sub(starts[0]); el < time.Duration(i)*delay-jitter {
-			t.Errorf("start %d came %v after start 0, want at least %v (%d delays of %v, less %v of jitter)",
-				i, el, time.Duration(i)*delay-jitter, i, delay, jitter)
+	// The server grants start k at least k delays after start 0, but the
+	// client sees each grant some scheduling lag late (on a loaded machine
+	// one sighting was 48ms late, so the next start looked 3ms after it):
+	// no check may lean on one sighting. Two that cannot be fooled by a lag
+	// of up to two delays: any window of 4 delays holds at most 4+1 grants,
+	// plus one sighting pushed into it late; and the whole run, 20 starts,
+	// spans at least 19 delays less two delays of lag at its start.
+	const delay = 50 * time.Millisecond
+	const window, most = 4 * delay, 4 + 1 + 1
+	for i := range starts {
+		n := 0
+		for _, s := range starts[i:] {
+			if s.Sub(starts[i]) < window {
+				n++
+			}
+		}
+		if n > most {
+			t.Errorf("%d starts within %v of start %d, want at most %d (one per %v, one sighting late)", n, window, i, most, delay)
 		}
 	}
-	if el := starts[len(starts)-1].Sub(starts[0]); float64(len(starts)-1)/el.Seconds() > 20.5 {
-		t.Errorf("%d starts in %v: over 20 per second", len(starts), el)
+	if span, want := starts[len(starts)-1].Sub(starts[0]), time.Duration(len(starts)-1-2)*delay; span < want {
+		t.Errorf("%d starts in %v, want at least %v (%d delays of %v, less two of lag)", len(starts), span, want, len(starts)-1, delay)
 	}
 }
 
