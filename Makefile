@@ -88,8 +88,8 @@ soak: build ## crawl 100,000 pages with one worker (embedded default), RSS every
 # the patterns are anchored, since -fuzz must match exactly one target.
 fuzz: ## run every fuzz target for FUZZTIME (30s) each
 	$(GO) test -run '^$$' -fuzz '^FuzzCanonicalize$$' -fuzztime $(FUZZTIME) ./dedup/
-	$(GO) test -run '^$$' -fuzz '^FuzzExtractLinks$$' -fuzztime $(FUZZTIME) ./engine/
-	$(GO) test -run '^$$' -fuzz '^FuzzExtractLinksDifferential$$' -fuzztime $(FUZZTIME) ./engine/
+	$(GO) test -run '^$$' -fuzz '^FuzzExtractLinks$$' -fuzztime $(FUZZTIME) ./internal/linkscan/
+	$(GO) test -run '^$$' -fuzz '^FuzzExtractLinksDifferential$$' -fuzztime $(FUZZTIME) ./internal/linkscan/
 	$(GO) test -run '^$$' -fuzz '^FuzzUnmarshalRequest$$' -fuzztime $(FUZZTIME) ./engine/
 
 # Every sh block of docs/*.md is marked <!-- check --> (run), <!-- check

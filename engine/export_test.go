@@ -1,5 +1,7 @@
 package engine
 
+import "github.com/trawlhq/trawl/internal/linkscan"
+
 // Politeness is the local limiter, exposed to the package's external
 // tests, which read the delays it adapted.
 type Politeness = politeness
@@ -11,5 +13,5 @@ type PolitenessConfig = politenessConfig
 func NewPoliteness(o PolitenessConfig) *Politeness { return newPoliteness(o) }
 
 // UseTokenizerLinks makes c extract links with the reference link extraction with x/net/html's
-// tokenizer (refExtractLinks), for the benchmark of the link scanner.
-func UseTokenizerLinks(c *Crawler) { c.extractLinks = refExtractLinks }
+// tokenizer (linkscan.ExtractTokenized), for the benchmark of the link scanner.
+func UseTokenizerLinks(c *Crawler) { c.extractLinks = linkscan.ExtractTokenized }

@@ -1,4 +1,4 @@
-package engine
+package linkscan
 
 import (
 	"fmt"
@@ -79,7 +79,7 @@ func TestExtractLinks(t *testing.T) {
 		{"empty", ``, "", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			title, links := ExtractLinks(base, []byte(tc.html))
+			title, links := Extract(base, []byte(tc.html))
 			if title != tc.title {
 				t.Errorf("title %q, want %q", title, tc.title)
 			}
@@ -91,7 +91,7 @@ func TestExtractLinks(t *testing.T) {
 }
 
 func TestExtractLinksNilBase(t *testing.T) {
-	_, links := ExtractLinks(nil, []byte(`<a href="/rel">r</a><a href="http://abs.example/">a</a>`))
+	_, links := Extract(nil, []byte(`<a href="/rel">r</a><a href="http://abs.example/">a</a>`))
 	if got := linkStrings(links); !slices.Equal(got, []string{"http://abs.example/"}) {
 		t.Errorf("links %q", got)
 	}
@@ -103,13 +103,13 @@ func TestExtractLinksLimits(t *testing.T) {
 	for i := range maxLinks + 500 {
 		fmt.Fprintf(&b, `<a href="/p%d">x</a>`, i)
 	}
-	_, links := ExtractLinks(base, []byte(b.String()))
+	_, links := Extract(base, []byte(b.String()))
 	if len(links) != maxLinks {
 		t.Errorf("%d links, want the cap of %d", len(links), maxLinks)
 	}
 
 	long := strings.Repeat("é", maxTitle) // 2 bytes each
-	title, _ := ExtractLinks(base, []byte("<title>"+long+"</title>"))
+	title, _ := Extract(base, []byte("<title>"+long+"</title>"))
 	if len(title) > maxTitle || !strings.HasPrefix(long, title) || len(title) < maxTitle-1 {
 		t.Errorf("title of %d bytes, want at most %d on a rune boundary", len(title), maxTitle)
 	}
@@ -119,7 +119,7 @@ func TestExtractLinksLimits(t *testing.T) {
 	for i := range bin {
 		bin[i] = byte(i * 7)
 	}
-	ExtractLinks(base, bin)
+	Extract(base, bin)
 }
 
 func FuzzExtractLinks(f *testing.F) {
@@ -141,7 +141,7 @@ func FuzzExtractLinks(f *testing.F) {
 		if err != nil {
 			base = nil
 		}
-		_, links := ExtractLinks(base, body)
+		_, links := Extract(base, body)
 		seen := make(map[string]bool)
 		for _, u := range links {
 			if u.Scheme != "http" && u.Scheme != "https" {
@@ -162,32 +162,6 @@ func FuzzExtractLinks(f *testing.F) {
 			t.Errorf("%d links", len(links))
 		}
 	})
-}
-
-func TestIsHTML(t *testing.T) {
-	for _, tc := range []struct {
-		ct   string
-		body string
-		want bool
-	}{
-		{"text/html", "", true},
-		{"text/html; charset=utf-8", "", true},
-		{"TEXT/HTML;charset=UTF-8", "", true},
-		{"application/xhtml+xml", "", true},
-		{"text/html;;bad", "", true},
-		{"text/plain", "<html><body>x</body></html>", false},
-		{"application/json", "{}", false},
-		{"image/png", "\x89PNG\r\n\x1a\n", false},
-		{"", "<!DOCTYPE html><html><body>x</body></html>", true},
-		{"", "  <html>", true},
-		{"", "plain text", false},
-		{"", "\x89PNG\r\n\x1a\n", false},
-		{"", "", false},
-	} {
-		if got := isHTML(tc.ct, []byte(tc.body)); got != tc.want {
-			t.Errorf("isHTML(%q, %q) = %v, want %v", tc.ct, tc.body, got, tc.want)
-		}
-	}
 }
 
 // benchPage builds a page of about 15 KB: a head, navigation, paragraphs and
@@ -218,7 +192,7 @@ func BenchmarkExtractLinks(b *testing.B) {
 	var n int
 	cpu := processCPU()
 	for b.Loop() {
-		_, links := ExtractLinks(base, page)
+		_, links := Extract(base, page)
 		n = len(links)
 	}
 	if cpu > 0 {
@@ -293,15 +267,15 @@ func differentialSeeds(t testing.TB) [][]byte {
 	return seeds
 }
 
-// checkSame fails t if ExtractLinks and the reference disagree on body.
+// checkSame fails t if Extract and the reference disagree on body.
 func checkSame(t *testing.T, base *url.URL, body []byte) {
 	t.Helper()
 	orig := string(body)
-	title, links := ExtractLinks(base, body)
+	title, links := Extract(base, body)
 	if string(body) != orig {
-		t.Fatalf("ExtractLinks modified its input")
+		t.Fatalf("Extract modified its input")
 	}
-	rtitle, rlinks := refExtractLinks(base, body)
+	rtitle, rlinks := ExtractTokenized(base, body)
 	if title != rtitle {
 		t.Errorf("title %q, reference %q", title, rtitle)
 	}
@@ -429,7 +403,7 @@ func TestTitleText(t *testing.T) {
 // BenchmarkExtractLinksReference measures the x/net/html version, to
 // compare on the same machine at the same time.
 func BenchmarkExtractLinksReference(b *testing.B) {
-	benchmarkExtract(b, refExtractLinks)
+	benchmarkExtract(b, ExtractTokenized)
 }
 
 // TestResolveMatchesReference checks the resolver's shortcuts against
@@ -479,8 +453,8 @@ func TestResolveMatchesReference(t *testing.T) {
 		}
 		checkSame(t, base, []byte(all.String()+all.String()))
 		// The URLs themselves, not just their strings.
-		_, links := ExtractLinks(base, []byte(all.String()))
-		_, rlinks := refExtractLinks(base, []byte(all.String()))
+		_, links := Extract(base, []byte(all.String()))
+		_, rlinks := ExtractTokenized(base, []byte(all.String()))
 		for i := range links {
 			u, ru := *links[i], *rlinks[i]
 			if u.User.String() != ru.User.String() {
@@ -495,7 +469,7 @@ func TestResolveMatchesReference(t *testing.T) {
 	checkSame(t, nil, []byte(all.String()))
 }
 
-// TestExtractLinksRandomDocs compares ExtractLinks with the reference on
+// TestExtractLinksRandomDocs compares Extract with the reference on
 // documents strung together from fragments that matter to tokenizing: a
 // structured complement to the byte-level fuzz test, run every time.
 func TestExtractLinksRandomDocs(t *testing.T) {
@@ -538,7 +512,7 @@ func BenchmarkExtractLinksSitePage(b *testing.B) {
 	for _, v := range []struct {
 		name    string
 		extract func(*url.URL, []byte) (string, []*url.URL)
-	}{{"fast", ExtractLinks}, {"reference", refExtractLinks}} {
+	}{{"fast", Extract}, {"reference", ExtractTokenized}} {
 		b.Run(v.name, func(b *testing.B) {
 			b.SetBytes(int64(len(page)))
 			b.ReportAllocs()

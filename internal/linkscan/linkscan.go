@@ -1,4 +1,4 @@
-package engine
+package linkscan
 
 import (
 	"bytes"
@@ -7,13 +7,13 @@ import (
 	"golang.org/x/net/html"
 )
 
-// This file holds the scanner behind ExtractLinks. It finds the few tags
-// ExtractLinks reads (a, area, link, base, title) by jumping from '<' to '<'
+// This file holds the scanner behind Extract. It finds the few tags
+// Extract reads (a, area, link, base, title) by jumping from '<' to '<'
 // with bytes.IndexByte, and skips text, comments, other tags and raw text
 // without copying or allocating.
 //
 // It follows the tokenization rules of golang.org/x/net/html's Tokenizer
-// exactly, quirks included, because ExtractLinks was first written on that
+// exactly, quirks included, because Extract was first written on that
 // Tokenizer: how a tag, its attributes, a comment, a doctype or a bogus
 // comment end; which start tags make the following text raw (script, style,
 // textarea, title, xmp, iframe, noembed, noframes, plaintext, but not
@@ -24,7 +24,7 @@ import (
 // links_ref_test.go keeps the Tokenizer version as the reference, and
 // FuzzExtractLinksDifferential checks that both agree on every input.
 
-// tagKind says which of the tags ExtractLinks reads a start tag is.
+// tagKind says which of the tags Extract reads a start tag is.
 type tagKind uint8
 
 const (
@@ -51,7 +51,7 @@ type hrefSpan struct {
 	inArena bool
 }
 
-// linkScan is the state of one ExtractLinks scan.
+// linkScan is the state of one Extract scan.
 type linkScan struct {
 	// hrefs holds the cleaned hrefs in document order, as slices of the
 	// document or decoded copies. The first maxLinks distinct ones count:
@@ -159,7 +159,7 @@ func (s *linkScan) run(b []byte) {
 	}
 }
 
-// startTag records what ExtractLinks needs from a start tag.
+// startTag records what Extract needs from a start tag.
 func (s *linkScan) startTag(kind tagKind, a *tagAttrs) {
 	switch kind {
 	case tagA:

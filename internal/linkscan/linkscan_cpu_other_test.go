@@ -1,6 +1,6 @@
 //go:build !unix
 
-package engine
+package linkscan
 
 // processCPU is not measured here.
 func processCPU() int64 { return 0 }

@@ -1,4 +1,4 @@
-package engine
+package linkscan
 
 import (
 	"bytes"
@@ -9,7 +9,7 @@ import (
 	"golang.org/x/net/html"
 )
 
-// refExtractLinks is the original ExtractLinks, built on the x/net/html
+// ExtractTokenized is the original Extract, built on the x/net/html
 // Tokenizer, kept unchanged as the reference the fast scanner is checked
 // against (FuzzExtractLinksDifferential). It parses an HTML document and returns its title and the absolute
 // http(s) links of <a href>, <area href> and <link rel="next" href> (rel may
@@ -23,7 +23,7 @@ import (
 // mostly find, and binary input yields little; it returns at most 10,000
 // links, and a title of at most 1,024 bytes with whitespace collapsed. Links
 // in scripts, styles and comments are not found; links in <noscript> are.
-func refExtractLinks(base *url.URL, body []byte) (title string, links []*url.URL) {
+func ExtractTokenized(base *url.URL, body []byte) (title string, links []*url.URL) {
 	z := html.NewTokenizer(bytes.NewReader(body))
 	var (
 		hrefs     []string

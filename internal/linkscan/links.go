@@ -1,0 +1,161 @@
+package linkscan
+
+import (
+	"bytes"
+	"net/url"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"golang.org/x/net/html"
+)
+
+const (
+	// maxLinks caps the links Extract returns for one document.
+	maxLinks = 10000
+	// maxTitle caps the length of the title Extract returns, in bytes.
+	maxTitle = 1024
+)
+
+// Extract parses an HTML document and returns its title and the absolute
+// http(s) links of <a href>, <area href> and <link rel="next" href> (rel may
+// hold several tokens), resolved against the first <base href> if there is
+// one, else against base. Fragments are removed; duplicates (same string) are
+// removed keeping first-seen order; javascript:, mailto:, data:, tel: and
+// other non-http(s) links, empty and unparsable hrefs are skipped; whitespace around
+// hrefs (and tabs and newlines within, as browsers do) is dropped.
+//
+// It tokenizes as HTML does (as golang.org/x/net/html's Tokenizer does), so
+// broken HTML yields what a browser would mostly find, and binary input
+// yields little; it returns at most 10,000 links, and a title of at most
+// 1,024 bytes with whitespace collapsed. Links in scripts, styles, comments
+// and other raw text are not found; links in <noscript> are. It does not
+// modify body.
+func Extract(base *url.URL, body []byte) (title string, links []*url.URL) {
+	var s linkScan
+	s.run(body)
+	if s.inTitle {
+		title = cleanTitle(titleText(s.title))
+	}
+
+	// The document's base URL applies to every link, even those before <base>.
+	if s.haveBase {
+		if b := resolve(base, s.docBase); b != nil {
+			base = b
+		}
+	}
+	if len(s.hrefs) == 0 {
+		return title, nil
+	}
+	// s.hrefs may hold duplicates (see linkScan.add): they resolve to the
+	// same URL, which the resolver drops.
+	r := newResolver(base, &s)
+	for _, h := range s.hrefs {
+		r.add(s.href(h))
+	}
+	return title, r.links()
+}
+
+// hasToken reports whether the space-separated list v holds tok (ASCII
+// case-insensitive).
+func hasToken(v []byte, tok string) bool {
+	for _, f := range bytes.Fields(v) {
+		if bytes.EqualFold(f, []byte(tok)) {
+			return true
+		}
+	}
+	return false
+}
+
+// titleText decodes the raw text of a <title> as the tokenizer does: NUL
+// bytes become U+FFFD and character references are decoded.
+func titleText(raw []byte) string {
+	t := string(raw)
+	if strings.IndexByte(t, 0) >= 0 {
+		t = strings.ReplaceAll(t, "\x00", "\uFFFD")
+	}
+	if strings.IndexByte(t, '&') >= 0 {
+		t = html.UnescapeString(t)
+	}
+	return t
+}
+
+// resolve returns href resolved against base if the result is an absolute
+// http(s) URL, with its fragment removed; else nil.
+func resolve(base *url.URL, href string) *url.URL {
+	// Skip other schemes cheaply: data: URLs can be large.
+	if i := strings.IndexAny(href, ":/?#"); i > 0 && href[i] == ':' {
+		scheme := strings.ToLower(href[:i])
+		if scheme != "http" && scheme != "https" {
+			return nil
+		}
+	}
+	ref, err := url.Parse(href)
+	if err != nil {
+		return nil
+	}
+	u := ref
+	if base != nil {
+		u = base.ResolveReference(ref)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Opaque != "" {
+		return nil
+	}
+	u.Fragment, u.RawFragment = "", ""
+	return u
+}
+
+// cleanTitle collapses whitespace (as strings.Fields sees it) and caps the
+// length at a rune boundary. It looks at no more of t than it needs.
+func cleanTitle(t string) string {
+	const enough = maxTitle + utf8.UTFMax + 1
+	var b []byte
+	for len(b) < enough {
+		i := 0
+		for i < len(t) && isUnicodeSpace(t, i) > 0 {
+			i += isUnicodeSpace(t, i)
+		}
+		t = t[i:]
+		if t == "" {
+			break
+		}
+		j := 0
+		for j < len(t) && isUnicodeSpace(t, j) == 0 {
+			if t[j] < utf8.RuneSelf {
+				j++
+			} else {
+				_, size := utf8.DecodeRuneInString(t[j:])
+				j += size
+			}
+		}
+		if len(b) > 0 {
+			b = append(b, ' ')
+		}
+		b = append(b, t[:min(j, enough)]...)
+		t = t[j:]
+	}
+	if len(b) > maxTitle {
+		i := maxTitle
+		for i > 0 && !utf8.RuneStart(b[i]) {
+			i--
+		}
+		b = b[:i]
+	}
+	return string(b)
+}
+
+// isUnicodeSpace returns the length of the rune at t[i] if it is white space
+// (unicode.IsSpace), else 0.
+func isUnicodeSpace(t string, i int) int {
+	if c := t[i]; c < utf8.RuneSelf {
+		if c == ' ' || '\t' <= c && c <= '\r' {
+			return 1
+		}
+		return 0
+	}
+	r, size := utf8.DecodeRuneInString(t[i:])
+	if unicode.IsSpace(r) {
+		return size
+	}
+	return 0
+}
