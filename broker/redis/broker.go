@@ -715,33 +715,86 @@ func (d *delivery) Reject(ctx context.Context, reason string) error {
 // Extend moves the lease's end to dur from now (server time).
 func (d *delivery) Extend(ctx context.Context, dur time.Duration) error {
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	switch {
 	case d.settled || d.busy:
+		d.mu.Unlock()
 		return d.err("extend", broker.ErrSettled)
 	case d.lost:
+		d.mu.Unlock()
 		return d.err("extend", broker.ErrLeaseLost)
 	case dur < time.Millisecond:
+		d.mu.Unlock()
 		return d.err("extend", fmt.Errorf("%w: duration %v < 1ms", broker.ErrInvalid, dur))
 	}
+	d.mu.Unlock()
 	d.b.mu.Lock()
 	closed := d.b.closed
 	d.b.mu.Unlock()
 	if closed {
 		return d.err("extend", broker.ErrClosed)
 	}
-	deadline := time.Now().Add(dur)
-	r, err := extendScript.Run(ctx, d.b.client, []string{d.k.inflight}, d.member, dur.Milliseconds()).Int64()
+	held, err := d.b.extend(ctx, d.b.client, d.k, []*delivery{d}, dur)
 	if err != nil {
 		return d.err("extend", err)
 	}
-	if r == 1 {
-		d.deadline = deadline
-	}
-	if r == 0 {
-		d.lost = true
-		d.b.untrack(d)
+	if held == 0 {
 		return d.err("extend", broker.ErrLeaseLost)
 	}
 	return nil
+}
+
+// extend moves the leases of ds (all of queue k) to dur from now, in one
+// script call on on, and says how many were still held; the others are
+// marked lost.
+func (b *Broker) extend(ctx context.Context, on goredis.Scripter, k *keys, ds []*delivery, dur time.Duration) (int, error) {
+	args := make([]any, 0, 1+len(ds))
+	args = append(args, dur.Milliseconds())
+	for _, d := range ds {
+		args = append(args, d.member)
+	}
+	// The leases end no sooner than this (the script runs after it).
+	deadline := time.Now().Add(dur)
+	res, err := extendScript.Run(ctx, on, []string{k.inflight}, args...).Int64Slice()
+	if err == nil && len(res) != len(ds) {
+		err = fmt.Errorf("unexpected script reply of %d values for %d leases", len(res), len(ds))
+	}
+	if err != nil {
+		return 0, err
+	}
+	held := 0
+	for i, d := range ds {
+		if d.extended(deadline, res[i] == 1) {
+			held++
+		}
+	}
+	return held, nil
+}
+
+// extended records the outcome of an extension of d's lease to deadline,
+// and says whether d is still leased: held, or settled since the
+// extension was sent (its member is gone because it was settled).
+func (d *delivery) extended(deadline time.Time, held bool) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch {
+	case held:
+		if deadline.After(d.deadline) {
+			d.deadline = deadline
+		}
+		return true
+	case d.settled || d.busy:
+		return true
+	}
+	if !d.lost {
+		d.lost = true
+		d.b.untrack(d)
+	}
+	return false
+}
+
+// isLost tells whether d's lease is known to be lost.
+func (d *delivery) isLost() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.lost
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -14,14 +15,12 @@ import (
 	"github.com/trawlhq/trawl/broker"
 )
 
-// maxReadAhead caps a consumer's read-ahead, whatever its prefetch. A
-// delivery read ahead runs down its lease while every slot of its worker
-// is busy: with a read-ahead of the engine's concurrency, three workers on
-// slow pages with one-second leases (integration TestRedisThreeWorkers)
-// lost leases of pages in progress and fetched pages twice; with one,
-// none. One delivery read ahead already hides the round trip of the next
-// lease from a caller that asks when a slot is free.
-const maxReadAhead = 1
+// renewAfter is how long, as a fraction of the lease, a delivery waits in
+// the read-ahead before the consumer renews the leases of all it holds
+// there (one script call): a worker whose slots are all busy keeps its
+// read-ahead, and Next hands each out with nearly a whole lease, as
+// Receive would.
+const renewAfter = 8 // lease/renewAfter
 
 // Backing off a consumer's connection after an error.
 const (
@@ -31,9 +30,12 @@ const (
 
 // consumer is a broker.Consumer on Redis. One goroutine, owned by the
 // consumer, leases up to prefetch messages at a time with the receive
-// script (so leases work exactly as Receive's) and, when the queue has
-// none, waits for its wake-up token with BLPOP, both on a connection of
-// its own. Close unblocks that wait at once (CLIENT UNBLOCK from another
+// script (so leases work exactly as Receive's), renews the leases of those
+// waiting in its read-ahead every lease/renewAfter (so a busy worker's
+// read-ahead is neither handed to another worker nor counted as a
+// delivery when it waits longer than a lease) and, when the queue has
+// none, waits for its wake-up token with BLPOP, all on a connection of its
+// own. Close unblocks that wait at once (CLIENT UNBLOCK from another
 // connection): no blocking command outlives the consumer.
 type consumer struct {
 	b        *Broker
@@ -53,9 +55,10 @@ type consumer struct {
 }
 
 // Consume opens a consumer of queue that reads ahead up to prefetch
-// deliveries, and never more than one (see maxReadAhead). It holds one connection of its own (taken from the client's
-// pool, or from the pool of the node that serves the queue on a Cluster)
-// until Close. ctx bounds the opening only.
+// deliveries, keeping their leases while they wait. It holds one
+// connection of its own (taken from the client's pool, or from the pool of
+// the node that serves the queue on a Cluster) until Close. ctx bounds the
+// opening only.
 func (b *Broker) Consume(ctx context.Context, queue string, prefetch int) (broker.Consumer, error) {
 	if err := b.check("consume", queue); err != nil {
 		return nil, err
@@ -71,7 +74,7 @@ func (b *Broker) Consume(ctx context.Context, queue string, prefetch int) (broke
 	c := &consumer{
 		b:        b,
 		k:        keysFor(queue),
-		prefetch: min(prefetch, maxReadAhead),
+		prefetch: prefetch,
 		more:     make(chan struct{}, 1),
 		room:     make(chan struct{}, 1),
 		done:     make(chan struct{}),
@@ -95,11 +98,11 @@ func signal(ch chan struct{}) {
 	}
 }
 
-// Next returns the oldest read-ahead delivery, waiting for one. A delivery
-// read ahead so long ago that less than three quarters of its lease are
-// left is extended first, so that the caller gets it with nearly a whole
-// lease, as from Receive; one whose lease ran out is skipped (it is back
-// in the queue, or with another consumer).
+// Next returns the oldest read-ahead delivery, waiting for one. The loop
+// renews read-ahead leases; a delivery whose renewal came late (less than
+// three quarters of its lease left) is extended first, so that the caller
+// gets it with most of a lease, as from Receive; one whose lease was lost
+// is skipped (it is back in the queue, or with another consumer).
 func (c *consumer) Next(ctx context.Context) (broker.Delivery, error) {
 	for {
 		if err := ctx.Err(); err != nil {
@@ -142,8 +145,11 @@ func (c *consumer) Next(ctx context.Context) (broker.Delivery, error) {
 func (c *consumer) fresh(ctx context.Context, d *delivery) bool {
 	lease := c.b.cfg.Lease
 	d.mu.Lock()
-	left := time.Until(d.deadline)
+	left, lost := time.Until(d.deadline), d.lost
 	d.mu.Unlock()
+	if lost {
+		return false
+	}
 	if left >= lease*3/4 {
 		return true
 	}
@@ -263,8 +269,9 @@ func (c *consumer) dial(ctx context.Context) (*conn, error) {
 	return &conn{node: node, cn: cn, id: id}, nil
 }
 
-// loop leases messages while there is room in the read-ahead, waiting on
-// the queue's token when it has none, until Close.
+// loop leases messages while there is room in the read-ahead, renews the
+// leases of what waits there, and waits on the queue's token when it has
+// nothing to lease, until Close.
 func (c *consumer) loop() {
 	defer close(c.exited)
 	ctx := context.Background()
@@ -285,21 +292,21 @@ func (c *consumer) loop() {
 		return ok
 	}
 	for {
-		c.mu.Lock()
-		n := c.prefetch - len(c.buf)
-		c.mu.Unlock()
-		if n <= 0 {
-			select {
-			case <-c.room:
-				continue
-			case <-c.done:
-				return
-			}
-		}
 		select {
 		case <-c.done:
 			return
 		default:
+		}
+		c.mu.Lock()
+		n := c.prefetch - len(c.buf)
+		renew := c.renewAt()
+		c.mu.Unlock()
+		due := !renew.IsZero() && !time.Now().Before(renew)
+		if n <= 0 && !due {
+			if !c.awaitRoom(renew) {
+				return
+			}
+			continue
 		}
 		if cn == nil {
 			var err error
@@ -309,6 +316,14 @@ func (c *consumer) loop() {
 				}
 				continue
 			}
+		}
+		if due {
+			if err := c.renew(ctx, cn); err != nil {
+				if !fail(err) {
+					return
+				}
+			}
+			continue
 		}
 		ds, next, err := c.b.lease(ctx, cn.cn, &c.k, n)
 		if err != nil {
@@ -332,10 +347,71 @@ func (c *consumer) loop() {
 		if next >= 0 && next+time.Millisecond < wait {
 			wait = next + time.Millisecond
 		}
+		if !renew.IsZero() {
+			wait = min(wait, time.Until(renew))
+		}
 		if !c.block(ctx, cn, wait) {
 			drop()
 		}
 	}
+}
+
+// renewAt is when the read-ahead's leases are next renewed: lease/renewAfter
+// after the oldest was leased or renewed; zero while it is empty. c.mu is
+// held.
+func (c *consumer) renewAt() time.Time {
+	var at time.Time
+	for _, d := range c.buf {
+		d.mu.Lock()
+		t := d.deadline.Add(-c.b.cfg.Lease + c.b.cfg.Lease/renewAfter)
+		d.mu.Unlock()
+		if at.IsZero() || t.Before(at) {
+			at = t
+		}
+	}
+	return at
+}
+
+// awaitRoom waits until Next takes from the read-ahead, or renew comes
+// (never if zero); false on Close.
+func (c *consumer) awaitRoom(renew time.Time) bool {
+	var due <-chan time.Time
+	if !renew.IsZero() {
+		t := time.NewTimer(time.Until(renew))
+		defer t.Stop()
+		due = t.C
+	}
+	select {
+	case <-c.room:
+	case <-due:
+	case <-c.done:
+		return false
+	}
+	return true
+}
+
+// renew extends the leases of every delivery in the read-ahead to a whole
+// lease, in one script call on cn; those whose leases were lost (renewed
+// too late: another consumer took them back) leave the read-ahead.
+func (c *consumer) renew(ctx context.Context, cn *conn) error {
+	c.mu.Lock()
+	ds := slices.Clone(c.buf)
+	c.mu.Unlock()
+	if len(ds) == 0 {
+		return nil
+	}
+	held, err := c.b.extend(ctx, cn.cn, &c.k, ds, c.b.cfg.Lease)
+	if err != nil {
+		return err
+	}
+	if lost := len(ds) - held; lost > 0 {
+		c.mu.Lock()
+		c.buf = slices.DeleteFunc(c.buf, (*delivery).isLost)
+		c.mu.Unlock()
+		signal(c.room)
+		c.b.log.Warn("read-ahead leases ran out before they were renewed; messages handed on", "queue", c.k.queue, "count", lost)
+	}
+	return nil
 }
 
 // block waits on the queue's token for up to wait, on cn; false if cn is
@@ -353,8 +429,16 @@ func (c *consumer) block(ctx context.Context, cn *conn, wait time.Duration) bool
 		_ = node.ClientUnblock(uctx, id).Err()
 	}
 	c.mu.Unlock()
-	secs := strconv.FormatFloat(max(wait, time.Millisecond).Seconds(), 'f', 3, 64)
-	err := cn.cn.Do(ctx, "blpop", c.k.notify, secs).Err()
+	var err error
+	if wait >= time.Second {
+		// BLPop reads its reply with the block's own timeout (plus a
+		// margin), whatever the client's ReadTimeout; it counts whole
+		// seconds, so the loop may look a little early.
+		err = cn.cn.BLPop(ctx, wait.Truncate(time.Second), c.k.notify).Err()
+	} else {
+		secs := strconv.FormatFloat(max(wait, time.Millisecond).Seconds(), 'f', 3, 64)
+		err = cn.cn.Do(ctx, "blpop", c.k.notify, secs).Err()
+	}
 	c.mu.Lock()
 	c.unblock = nil
 	c.mu.Unlock()
@@ -363,7 +447,7 @@ func (c *consumer) block(ctx context.Context, cn *conn, wait time.Duration) bool
 	case err == nil || errors.Is(err, goredis.Nil):
 		return true
 	case errors.As(err, &ne) && ne.Timeout():
-		// BlockTimeout beyond the client's ReadTimeout: the reply may
+		// A wait beyond a ReadTimeout under a second: the reply may
 		// still come, so the connection is not reused.
 		return false
 	}

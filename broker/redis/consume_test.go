@@ -3,6 +3,7 @@ package redis_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -106,5 +107,103 @@ func TestConsumerLeavesNoBlockedCommand(t *testing.T) {
 			t.Fatalf("Next still waiting 2s after Close (broker %v)", closeBroker)
 		}
 		cancel()
+	}
+}
+
+// TestConsumerReadAheadLease: deliveries a consumer reads ahead while its
+// worker is busy for longer than the lease keep their leases: another
+// worker (whose Receive gives back expired leases) takes none of them, and
+// each comes out of Next once, at attempt 1, and its Ack holds. A consumer
+// that let read-ahead leases run out handed them to other workers and
+// counted each expiry as a delivery (MaxDeliveries of them dead-letter a
+// message never processed).
+func TestConsumerReadAheadLease(t *testing.T) {
+	client := integration.RedisClient(t)
+	// Long enough that the consumer's renewals run in time on a loaded
+	// machine; the read-ahead still waits three leases.
+	const lease = 2 * time.Second
+	a := newBroker(t, client, redis.Config{Lease: lease})
+	other := newBroker(t, client, redis.Config{Lease: lease})
+	ctx := t.Context()
+	q := integration.Name(t) + ":requests"
+	want := []string{"m0", "m1", "m2"}
+	for _, body := range want {
+		if err := a.Publish(ctx, q, broker.Message{Body: []byte(body)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := a.Consume(ctx, q, len(want))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	nctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	first, err := c.Next(nctx)
+	cancel()
+	if err != nil {
+		t.Fatalf("Next: %v", err)
+	}
+	// The read-ahead is in: the queue has nothing ready.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		n, err := a.Counts(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n.Ready == 0 && n.InFlight == int64(len(want)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("counts %+v 5s after Next, want the other %d read ahead", n, len(want)-1)
+		}
+		time.Sleep(10 * time.Millisecond) // polling an observable condition
+	}
+	// The worker holds first for three leases, extending it; another
+	// worker asks for work all along.
+	e := first.(broker.Extender)
+	waiting := make(chan error, 1)
+	go func() {
+		rctx, cancel := context.WithTimeout(ctx, 3*lease)
+		defer cancel()
+		ds, err := other.Receive(rctx, q, 1)
+		if err == nil {
+			var got []string
+			for _, d := range ds {
+				got = append(got, fmt.Sprintf("%s/%d", d.Message().Body, d.Attempt()))
+			}
+			err = fmt.Errorf("received %q", got)
+		}
+		waiting <- err
+	}()
+	tick := time.NewTicker(lease / 4)
+	defer tick.Stop()
+	for end := time.Now().Add(3 * lease); time.Now().Before(end); <-tick.C {
+		if err := e.Extend(ctx, lease); err != nil {
+			t.Fatalf("Extend: %v", err)
+		}
+	}
+	if err := <-waiting; !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("another worker while the read-ahead waited three leases: %v, want nothing", err)
+	}
+	got := []broker.Delivery{first}
+	for range len(want) - 1 {
+		nctx, cancel := context.WithTimeout(ctx, time.Second)
+		d, err := c.Next(nctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("Next after three leases: %v", err)
+		}
+		got = append(got, d)
+	}
+	for i, d := range got {
+		if string(d.Message().Body) != want[i] || d.Attempt() != 1 {
+			t.Errorf("Next %d: %s attempt %d, want %s attempt 1", i, d.Message().Body, d.Attempt(), want[i])
+		}
+		if err := d.Ack(ctx); err != nil {
+			t.Errorf("Ack of %s, read ahead for three leases: %v", d.Message().Body, err)
+		}
+	}
+	if n, err := a.Counts(ctx, q); err != nil || n != (broker.Counts{}) {
+		t.Errorf("counts after the acks: %+v, %v; want none", n, err)
 	}
 }

@@ -53,14 +53,17 @@
 //
 // Consume starts one goroutine, owned by the consumer, on a connection of
 // its own (to the node that serves the queue, on a Cluster): it runs the
-// same lease script as Receive, keeps one message read ahead for Next
-// (prefetch, if larger, is not used: a deeper read-ahead runs down leases
-// while a worker's slots are busy), and waits with BLPOP when the queue has none. Close
-// ends that wait at once with CLIENT UNBLOCK from another connection, then
-// gives the read-ahead back as never delivered (its Attempt unchanged).
-// Next extends a delivery read ahead so long ago that less than three
-// quarters of its lease are left, and skips one whose lease ran out. An idle consumer sends
-// two commands per BlockTimeout.
+// same lease script as Receive for up to prefetch messages at a time,
+// keeps them read ahead for Next, renews the leases of those still
+// waiting there every eighth of a lease (one script call for all), and
+// waits with BLPOP when the queue has none. So a worker whose slots are
+// all busy keeps its read-ahead: another worker does not take it when it
+// waits longer than a lease, and the wait does not count as a delivery.
+// Close ends that wait at once with CLIENT UNBLOCK from another
+// connection, then gives the read-ahead back as never delivered (its
+// Attempt unchanged). Next extends a delivery whose renewal came late
+// (less than three quarters of its lease left), and skips one whose lease
+// was lost. An idle consumer sends two commands per BlockTimeout.
 //
 // # Keys
 //

@@ -235,15 +235,23 @@ bury(KEYS[2], ARGV[1], ARGV[2])
 return 1
 `)
 
-// extendScript moves a lease's deadline to now + d.
+// extendScript moves the deadlines of leases to now + d.
 //
 // KEYS: inflight
-// ARGV: inflight member, d (ms)
-// Returns: 1, or 0 if the lease was lost.
+// ARGV: d (ms), inflight members
+// Returns: per member 1, or 0 if its lease was lost.
 var extendScript = goredis.NewScript(luaLib + `
-if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
-redis.call('ZADD', KEYS[1], 'XX', now_ms() + tonumber(ARGV[2]), ARGV[1])
-return 1
+local deadline = now_ms() + tonumber(ARGV[1])
+local out = {}
+for i = 2, #ARGV do
+  if redis.call('ZSCORE', KEYS[1], ARGV[i]) then
+    redis.call('ZADD', KEYS[1], 'XX', deadline, ARGV[i])
+    out[#out + 1] = 1
+  else
+    out[#out + 1] = 0
+  end
+end
+return out
 `)
 
 // countScript counts a queue.
