@@ -97,6 +97,7 @@ type Crawler struct {
 	extractLinks func(base *url.URL, body []byte) (title string, links []*url.URL)
 	limiter      HostLimiter
 	scope        *scope
+	seen         *seenLinks // links offered to the filter already
 	stats        *Stats
 	log          *slog.Logger
 	extract      []*Extraction
@@ -136,7 +137,7 @@ func New(b broker.Broker, f dedup.Filter, cfg Config) (*Crawler, error) {
 	if b == nil || f == nil {
 		return nil, errors.New("engine: a broker and a filter are required")
 	}
-	c := &Crawler{broker: b, filter: f, stats: cc.Stats, log: cc.Logger, extractLinks: ExtractLinks}
+	c := &Crawler{broker: b, filter: f, stats: cc.Stats, log: cc.Logger, extractLinks: ExtractLinks, seen: newSeenLinks()}
 	if c.stats == nil {
 		c.stats = NewStats()
 	}
@@ -1125,9 +1126,15 @@ func (c *Crawler) enqueueAll(ctx context.Context, pages []links) error {
 	// link is a request kept for the filter and the publish.
 	type link struct {
 		r    *Request
-		page int // in pages
-		fp   int // in claims; -1: not filtered (DontFilter)
+		u    *url.URL
+		page int    // in pages
+		fp   int    // in claims, or notFiltered, or seenBefore
+		seen uint64 // its key in c.seen; 0: not to be remembered
 	}
+	const (
+		notFiltered = -1 // DontFilter
+		seenBefore  = -2 // in c.seen: the filter holds it
+	)
 	var (
 		keep    []link
 		marks   []dedup.Fingerprint       // the parents' expanded marks
@@ -1167,10 +1174,9 @@ func (c *Crawler) enqueueAll(ctx context.Context, pages []links) error {
 					}
 				}
 			}
-			l := link{r: r, page: i, fp: -1}
+			l := link{r: r, u: u, page: i, fp: notFiltered}
 			if !r.DontFilter {
-				l.fp = len(claims)
-				claims = append(claims, c.fp.Fingerprint(r.Method, u, r.Body, r.Header))
+				l.fp = 0 // claimed below, once the page's mark is in
 				filtered = true
 			}
 			keep = append(keep, l)
@@ -1182,24 +1188,52 @@ func (c *Crawler) enqueueAll(ctx context.Context, pages []links) error {
 			}
 		}
 	}
-	var fresh, again []bool // per claim: new to the filter; claimed before, but not published
-	if len(claims) > 0 {
-		// The parents' marks go first, in a call of their own: a filter's
-		// batch need not be all or nothing (a pipeline of SADDs under
-		// Redis's maxmemory, or across Cluster nodes, can fail in part),
-		// and a link claimed without its parent's mark would never be
-		// published again by a later attempt: lost.
-		if len(marks) > 0 {
-			first, err := c.filter.Add(ctx, marks...)
-			if err != nil {
-				return fmt.Errorf("engine: filter: %w", err)
-			}
-			for i, m := range markOf {
-				if m >= 0 {
-					recheck[i] = !first[m]
-				}
+	// The parents' marks go first, in a call of their own: a filter's
+	// batch need not be all or nothing (a pipeline of SADDs under
+	// Redis's maxmemory, or across Cluster nodes, can fail in part), and
+	// a link claimed without its parent's mark would never be published
+	// again by a later attempt: lost.
+	if len(marks) > 0 {
+		first, err := c.filter.Add(ctx, marks...)
+		if err != nil {
+			return fmt.Errorf("engine: filter: %w", err)
+		}
+		for i, m := range markOf {
+			if m >= 0 {
+				recheck[i] = !first[m]
 			}
 		}
+	}
+	// A link this crawler offered before, in a batch that was written,
+	// is one the filter holds: on a page seen for the first time it would
+	// be filtered, so it costs no fingerprint and no filter call. A page
+	// to recheck asks the filter about every link.
+	for j := range keep {
+		l := &keep[j]
+		if l.fp == notFiltered {
+			continue
+		}
+		if k, ok := c.seen.seenKey(l.r); ok {
+			l.seen = k
+			if !recheck[l.page] && c.seen.has(k) {
+				l.fp = seenBefore
+				continue
+			}
+		}
+		l.fp = len(claims)
+		claims = append(claims, c.fp.Fingerprint(l.r.Method, l.u, l.r.Body, l.r.Header))
+	}
+	// remember marks the links offered to the filter as seen, once their
+	// batch is written.
+	remember := func() {
+		for _, l := range keep {
+			if l.seen != 0 && l.fp >= 0 {
+				c.seen.add(l.seen)
+			}
+		}
+	}
+	var fresh, again []bool // per claim: new to the filter; claimed before, but not published
+	if len(claims) > 0 {
 		var err error
 		if fresh, err = c.filter.Add(ctx, claims...); err != nil {
 			return fmt.Errorf("engine: filter: %w", err)
@@ -1220,6 +1254,10 @@ func (c *Crawler) enqueueAll(ctx context.Context, pages []links) error {
 	var published []dedup.Fingerprint // of the filtered requests published
 	msgs := make([]broker.Message, 0, len(keep))
 	for _, l := range keep {
+		if l.fp == seenBefore {
+			c.stats.Inc(StatFiltered)
+			continue
+		}
 		if l.fp >= 0 {
 			switch {
 			case fresh[l.fp]:
@@ -1238,11 +1276,13 @@ func (c *Crawler) enqueueAll(ctx context.Context, pages []links) error {
 		msgs = append(msgs, broker.Message{Body: body, Priority: l.r.Priority})
 	}
 	if len(msgs) == 0 {
+		remember()
 		return nil
 	}
 	if err := c.broker.Publish(ctx, RequestsQueue(c.cfg.Name), msgs...); err != nil {
 		return fmt.Errorf("engine: publish: %w", err)
 	}
+	remember()
 	c.stats.Add(StatEnqueued, int64(len(msgs)))
 	if len(published) > 0 {
 		for i, fp := range published {
