@@ -16,6 +16,7 @@ import (
 
 	"github.com/trawlhq/trawl/broker"
 	"github.com/trawlhq/trawl/dedup"
+	"github.com/trawlhq/trawl/internal/linkscan"
 )
 
 // Callback handles a response: it returns the requests to follow and the
@@ -92,9 +93,10 @@ type Crawler struct {
 	fp      dedup.Fingerprinter
 	fetcher *httpFetcher
 	robots  *robotsCache
-	// extractLinks finds a page's title and links: ExtractLinks; the
-	// benchmark of the link scanner swaps in the x/net/html tokenizer.
-	extractLinks func(base *url.URL, body []byte) (title string, links []*url.URL)
+	// extractLinks finds a page's title and links, and the links'
+	// String()s: linkscan.ExtractStrings; the benchmark of the link
+	// scanner swaps in the x/net/html tokenizer.
+	extractLinks func(base *url.URL, body []byte) (title string, links []*url.URL, urls []string)
 	limiter      HostLimiter
 	scope        *scope
 	seen         *seenLinks // links offered to the filter already
@@ -137,7 +139,7 @@ func New(b broker.Broker, f dedup.Filter, cfg Config) (*Crawler, error) {
 	if b == nil || f == nil {
 		return nil, errors.New("engine: a broker and a filter are required")
 	}
-	c := &Crawler{broker: b, filter: f, stats: cc.Stats, log: cc.Logger, extractLinks: ExtractLinks, seen: newSeenLinks()}
+	c := &Crawler{broker: b, filter: f, stats: cc.Stats, log: cc.Logger, extractLinks: linkscan.ExtractStrings, seen: newSeenLinks()}
 	if c.stats == nil {
 		c.stats = NewStats()
 	}
@@ -1356,15 +1358,15 @@ func (c *Crawler) defaultCallback(_ context.Context, resp *Response) (Result, er
 	}
 	var res Result
 	if isHTML(ct, resp.Body) {
-		title, links := c.extractLinks(resp.URL, resp.Body)
+		title, links, urls := c.extractLinks(resp.URL, resp.Body)
 		var referrer string // carried only when error items report it
 		if c.cfg.ErrorItems {
 			referrer = p.URL
 		}
 		p.Title, p.Links = title, len(links)
 		res.Requests = make([]*Request, 0, len(links))
-		for _, l := range links {
-			res.Requests = append(res.Requests, &Request{URL: l.String(), Depth: resp.Request.Depth + 1, Referrer: referrer, parsed: l})
+		for i, l := range links {
+			res.Requests = append(res.Requests, &Request{URL: urls[i], Depth: resp.Request.Depth + 1, Referrer: referrer, parsed: l})
 		}
 		if len(c.extract) > 0 {
 			p.Fields = extractFields(c.extract, resp.URL, resp.Body)

@@ -1,6 +1,10 @@
 package engine
 
-import "github.com/trawlhq/trawl/internal/linkscan"
+import (
+	"net/url"
+
+	"github.com/trawlhq/trawl/internal/linkscan"
+)
 
 // Politeness is the local limiter, exposed to the package's external
 // tests, which read the delays it adapted.
@@ -14,4 +18,13 @@ func NewPoliteness(o PolitenessConfig) *Politeness { return newPoliteness(o) }
 
 // UseTokenizerLinks makes c extract links with the reference link extraction with x/net/html's
 // tokenizer (linkscan.ExtractTokenized), for the benchmark of the link scanner.
-func UseTokenizerLinks(c *Crawler) { c.extractLinks = linkscan.ExtractTokenized }
+func UseTokenizerLinks(c *Crawler) {
+	c.extractLinks = func(base *url.URL, body []byte) (string, []*url.URL, []string) {
+		title, links := linkscan.ExtractTokenized(base, body)
+		urls := make([]string, len(links))
+		for i, l := range links {
+			urls[i] = l.String()
+		}
+		return title, links, urls
+	}
+}

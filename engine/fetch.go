@@ -270,7 +270,10 @@ func (f *httpFetcher) fetch(ctx context.Context, r *Request, limit int64, trunca
 	}
 	var buf bytes.Buffer
 	if resp.ContentLength > 0 {
-		buf.Grow(int(min(resp.ContentLength, limit)))
+		// ReadFrom wants bytes.MinRead free before each read, the one
+		// that finds the end too: without them a body of exactly its
+		// Content-Length would be copied into a buffer twice its size.
+		buf.Grow(int(min(resp.ContentLength, limit)) + bytes.MinRead)
 	}
 	n, err := buf.ReadFrom(io.LimitReader(resp.Body, limit+1))
 	if err != nil {

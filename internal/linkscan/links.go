@@ -32,6 +32,13 @@ const (
 // and other raw text are not found; links in <noscript> are. It does not
 // modify body.
 func Extract(base *url.URL, body []byte) (title string, links []*url.URL) {
+	title, links, _ = ExtractStrings(base, body)
+	return title, links
+}
+
+// ExtractStrings is Extract that also returns each link's String(), in
+// urls (urls[i] is links[i].String()), which it knows without calling it.
+func ExtractStrings(base *url.URL, body []byte) (title string, links []*url.URL, urls []string) {
 	var s linkScan
 	s.run(body)
 	if s.inTitle {
@@ -45,7 +52,7 @@ func Extract(base *url.URL, body []byte) (title string, links []*url.URL) {
 		}
 	}
 	if len(s.hrefs) == 0 {
-		return title, nil
+		return title, nil, nil
 	}
 	// s.hrefs may hold duplicates (see linkScan.add): they resolve to the
 	// same URL, which the resolver drops.
@@ -53,7 +60,8 @@ func Extract(base *url.URL, body []byte) (title string, links []*url.URL) {
 	for _, h := range s.hrefs {
 		r.add(s.href(h))
 	}
-	return title, r.links()
+	links, urls = r.links()
+	return title, links, urls
 }
 
 // hasToken reports whether the space-separated list v holds tok (ASCII

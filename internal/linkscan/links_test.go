@@ -141,7 +141,15 @@ func FuzzExtractLinks(f *testing.F) {
 		if err != nil {
 			base = nil
 		}
-		_, links := Extract(base, body)
+		_, links, urls := ExtractStrings(base, body)
+		if len(urls) != len(links) {
+			t.Fatalf("%d links, %d strings", len(links), len(urls))
+		}
+		for i, u := range links {
+			if urls[i] != u.String() {
+				t.Errorf("link %d: string %q, String() %q", i, urls[i], u)
+			}
+		}
 		seen := make(map[string]bool)
 		for _, u := range links {
 			if u.Scheme != "http" && u.Scheme != "https" {

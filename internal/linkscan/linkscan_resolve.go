@@ -101,10 +101,11 @@ func (r *resolver) add(href []byte) {
 	}
 }
 
-// links returns the distinct links in the order they were added, or nil.
-func (r *resolver) links() []*url.URL {
+// links returns the distinct links in the order they were added, and
+// their String()s, or nils.
+func (r *resolver) links() ([]*url.URL, []string) {
 	if len(r.ents) == 0 {
-		return nil
+		return nil, nil
 	}
 	// r.keys is not written to from here on: it can be the string's bytes.
 	keys := unsafe.String(unsafe.SliceData(r.keys), len(r.keys))
@@ -141,15 +142,17 @@ func (r *resolver) links() []*url.URL {
 
 	slab := make([]url.URL, fast)
 	links := make([]*url.URL, 0, kept)
+	urls := make([]string, 0, kept)
 	for _, e := range r.ents {
 		if e.dup {
 			continue
 		}
+		key := keys[e.start:e.end]
+		urls = append(urls, key)
 		if e.slow > 0 {
 			links = append(links, r.slow[e.slow-1])
 			continue
 		}
-		key := keys[e.start:e.end]
 		u := &slab[0]
 		slab = slab[1:]
 		u.ForceQuery = e.force
@@ -167,7 +170,7 @@ func (r *resolver) links() []*url.URL {
 		}
 		links = append(links, u)
 	}
-	return links
+	return links, urls
 }
 
 // splitRef splits a reference into the part before the query and the query
