@@ -245,25 +245,32 @@ func (c *Crawler) Run(ctx context.Context) error {
 	}
 
 	c.settling = c.startSettlement(work)
+	// A page goroutine per slot, for the whole run: a goroutine per page
+	// would grow a fresh stack (fetching and scanning need some) each time.
 	sem := make(chan struct{}, c.cfg.Concurrency)
-	err := c.receive(ctx, sem, func(d broker.Delivery) {
-		c.inflight.Add(1)
-		c.stats.AddInFlight(1)
-		c.leases.Store(d, struct{}{})
+	pages := make(chan broker.Delivery)
+	for range c.cfg.Concurrency {
 		wg.Go(func() {
-			defer func() {
+			for d := range pages {
+				c.handle(ctx, work, d)
 				c.leases.Delete(d)
 				c.inflight.Add(-1)
 				c.stats.AddInFlight(-1)
 				<-sem
-			}()
-			c.handle(ctx, work, d)
+			}
 		})
+	}
+	err := c.receive(ctx, sem, func(d broker.Delivery) {
+		c.inflight.Add(1)
+		c.stats.AddInFlight(1)
+		c.leases.Store(d, struct{}{})
+		pages <- d // a goroutine is free: d took a free slot
 	})
-	// Wait for the page goroutines (each releases its slot), then the keeper.
+	// Wait for the pages in hand (each releases its slot), then the keeper.
 	for range c.cfg.Concurrency {
 		sem <- struct{}{}
 	}
+	close(pages)
 	// Then write and acknowledge what they left with the writer and the
 	// acker, before the keeper stops extending leases.
 	c.settling.stop()
