@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -463,12 +461,7 @@ func (s *suite) testConsumerWakes(t *testing.T) {
 		body := fmt.Sprintf("wake%d", i)
 		nctx, ncancel := context.WithTimeout(t.Context(), 10*time.Second)
 		ch := nextAsync(nctx, c)
-		select {
-		case r := <-ch:
-			ncancel()
-			t.Fatalf("Next on a consumer of an empty queue returned %q, %v; want it to wait", bodies(r.ds), r.err)
-		case <-time.After(200 * time.Millisecond):
-		}
+		expectWaiting(t, ch, "Next")
 		sent := time.Now()
 		publish(t, other, q, msg(body, p))
 		r := awaitNext(t, ch, nctx, q)
@@ -581,32 +574,10 @@ func (s *suite) testConsumerClose(t *testing.T) {
 	p := s.c.Priorities[0]
 	c := consume(t, b, q, 2)
 	keep := consume(t, b, q, 2)
-
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	ch := nextAsync(ctx, c)
-	select {
-	case r := <-ch:
-		t.Fatalf("Next on a consumer of an empty queue returned %q, %v; want it to wait", bodies(r.ds), r.err)
-	case <-time.After(200 * time.Millisecond):
-	}
-	if err := c.Close(); err != nil {
-		t.Fatalf("Close: %v", err)
-	}
-	select {
-	case r := <-ch:
-		if len(r.ds) > 0 {
-			t.Fatalf("Next waiting when Close was called returned %q", bodies(r.ds))
-		}
-		wantErr(t, "Next waiting when Close was called", r.err, broker.ErrClosed)
-	case <-time.After(snappy):
-		t.Fatalf("Next still waiting %v after Close", snappy)
-	}
+	closeEndsNext(t, c, q, "Close", c.Close)
 	if err := c.Close(); err != nil {
 		t.Errorf("second Close: %v, want nil", err)
 	}
-	_, err := next(t, ctx, c, q)
-	wantErr(t, "Next after Close", err, broker.ErrClosed)
 
 	publish(t, b, q, msg("kept", p))
 	d := nextOne(t, keep, q, prompt)
@@ -616,37 +587,43 @@ func (s *suite) testConsumerClose(t *testing.T) {
 	ack(t, d)
 }
 
+// closeEndsNext checks that close (what: the consumer's Close or its
+// broker's) ends a Next waiting on c, of the empty queue q, with
+// ErrClosed at once, and every later Next too.
+func closeEndsNext(t *testing.T, c broker.Consumer, q, what string, close func() error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	ch := nextAsync(ctx, c)
+	expectWaiting(t, ch, "Next")
+	if err := close(); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	select {
+	case r := <-ch:
+		if len(r.ds) > 0 {
+			t.Fatalf("Next waiting at %s returned %q", what, bodies(r.ds))
+		}
+		wantErr(t, "Next waiting at "+what, r.err, broker.ErrClosed)
+	case <-time.After(snappy):
+		t.Fatalf("Next still waiting %v after %s", snappy, what)
+	}
+	_, err := next(t, ctx, c, q)
+	wantErr(t, "Next after "+what, err, broker.ErrClosed)
+}
+
 // testConsumerBrokerClose: closing the broker ends its consumers' Next
 // with ErrClosed, and Consume on a closed broker fails.
 func (s *suite) testConsumerBrokerClose(t *testing.T) {
 	b := s.one(t, s.setup())
 	q := queue(t)
 	c := consume(t, b, q, 2)
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	ch := nextAsync(ctx, c)
-	select {
-	case r := <-ch:
-		t.Fatalf("Next on a consumer of an empty queue returned %q, %v; want it to wait", bodies(r.ds), r.err)
-	case <-time.After(200 * time.Millisecond):
-	}
-	if err := b.Close(); err != nil {
-		t.Fatalf("broker Close: %v", err)
-	}
-	select {
-	case r := <-ch:
-		if len(r.ds) > 0 {
-			t.Fatalf("Next waiting when the broker closed returned %q", bodies(r.ds))
-		}
-		wantErr(t, "Next waiting when the broker closed", r.err, broker.ErrClosed)
-	case <-time.After(snappy):
-		t.Fatalf("Next still waiting %v after the broker's Close", snappy)
-	}
-	_, err := next(t, ctx, c, q)
-	wantErr(t, "Next on a consumer of a closed broker", err, broker.ErrClosed)
+	closeEndsNext(t, c, q, "the broker's Close", b.Close)
 	if err := c.Close(); err != nil {
 		t.Errorf("Close of a consumer of a closed broker: %v, want nil", err)
 	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
 	// Consume on a closed broker fails: at once, or at the first Next.
 	c2, err := b.Consume(ctx, q, 1)
 	if err == nil {
@@ -665,94 +642,21 @@ func (s *suite) testConsumerBrokerClose(t *testing.T) {
 // prefetches share a queue being published to; each message is delivered
 // once.
 func (s *suite) testConsumerConcurrent(t *testing.T) {
-	const (
-		n         = 200
-		nBrokers  = 3
-		consumers = 5
-	)
+	const nBrokers = 3
 	bs := s.brokers(t, Setup{Order: s.order, Lease: longLease}, nBrokers)
 	q := queue(t)
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	var (
-		mu    sync.Mutex
-		got   = map[string]int{}
-		total atomic.Int64
-		wg    sync.WaitGroup
-	)
-	cs := make([]broker.Consumer, consumers)
-	for i := range cs {
-		cs[i] = consume(t, bs[i%nBrokers], q, 1+i%4)
-	}
-	for p := range 2 {
-		wg.Go(func() {
-			for i := 0; i < n/2; {
-				k := min(1+i%7, n/2-i)
-				msgs := make([]broker.Message, k)
-				for j := range msgs {
-					msgs[j] = msg(fmt.Sprintf("p%d-%03d", p, i+j), s.c.Priorities[(i+j)%len(s.c.Priorities)])
-				}
-				if err := bs[p].Publish(ctx, q, msgs...); err != nil {
-					t.Errorf("publisher %d: Publish: %v", p, err)
-					return
-				}
-				i += k
+	takers := make([]taker, 5)
+	for i := range takers {
+		c := consume(t, bs[i%nBrokers], q, 1+i%4)
+		takers[i] = func(ctx context.Context) ([]broker.Delivery, error) {
+			d, err := c.Next(ctx)
+			if err != nil {
+				return nil, err
 			}
-		})
-	}
-	for i, c := range cs {
-		wg.Go(func() {
-			for ctx.Err() == nil {
-				d, err := c.Next(ctx)
-				if err != nil {
-					if ctx.Err() == nil {
-						t.Errorf("consumer %d: Next: %v", i, err)
-					}
-					return
-				}
-				mu.Lock()
-				got[string(d.Message().Body)]++
-				mu.Unlock()
-				if d.Attempt() != 1 {
-					t.Errorf("consumer %d: %q has Attempt() = %d, want 1 (nothing was nacked or expired)", i, d.Message().Body, d.Attempt())
-				}
-				if err := d.Ack(t.Context()); err != nil {
-					t.Errorf("consumer %d: Ack %q: %v", i, d.Message().Body, err)
-				}
-				if total.Add(1) == n {
-					cancel()
-				}
-			}
-		})
-	}
-	finished := make(chan struct{})
-	go func() {
-		wg.Wait()
-		close(finished)
-	}()
-	select {
-	case <-finished:
-	case <-time.After(time.Until(deadlineOf(ctx)) + snappy):
-		t.Fatalf("consumers still in Next %v after their context ended", snappy)
-	}
-	var missing, dup []string
-	for p := range 2 {
-		for i := range n / 2 {
-			body := fmt.Sprintf("p%d-%03d", p, i)
-			switch got[body] {
-			case 0:
-				missing = append(missing, body)
-			case 1:
-			default:
-				dup = append(dup, fmt.Sprintf("%s×%d", body, got[body]))
-			}
+			return []broker.Delivery{d}, nil
 		}
 	}
-	if len(missing) > 0 || len(dup) > 0 || len(got) != n {
-		t.Fatalf("%d consumers on %d brokers: %d distinct of %d messages; missing %q; delivered more than once while leased %q",
-			consumers, nBrokers, len(got), n, missing, dup)
-	}
-	waitCounts(t, bs[0], q, broker.Counts{})
+	s.shareQueue(t, bs, q, "Next", takers)
 }
 
 func (s *suite) testConsumerInvalid(t *testing.T) {

@@ -35,13 +35,14 @@ func receiveAsync(t *testing.T, b broker.Broker, q string, max int, wait time.Du
 	return ch
 }
 
-// expectWaiting checks that a Receive started with receiveAsync is still
-// waiting a little after it began (its queue has nothing visible).
-func expectWaiting(t *testing.T, ch <-chan result) {
+// expectWaiting checks that a call started with receiveAsync (what:
+// "Receive") or nextAsync ("Next") is still waiting a little after it
+// began (its queue has nothing visible).
+func expectWaiting(t *testing.T, ch <-chan result, what string) {
 	t.Helper()
 	select {
 	case r := <-ch:
-		t.Fatalf("Receive on a queue with nothing visible returned %q, %v; want it to wait", bodies(r.ds), r.err)
+		t.Fatalf("%s on a queue with nothing visible returned %q, %v; want it to wait", what, bodies(r.ds), r.err)
 	case <-time.After(200 * time.Millisecond):
 	}
 }
@@ -718,13 +719,27 @@ func (s *suite) testClosedConsumer(t *testing.T) {
 }
 
 func (s *suite) testConcurrentConsumers(t *testing.T) {
-	const (
-		n         = 200
-		nBrokers  = 3
-		consumers = 6
-	)
+	const nBrokers = 3
 	bs := s.brokers(t, Setup{Order: s.order, Lease: 30 * time.Second}, nBrokers)
 	q := queue(t)
+	takers := make([]taker, 6)
+	for c := range takers {
+		b, max := bs[c%nBrokers], 1+c%5
+		takers[c] = func(ctx context.Context) ([]broker.Delivery, error) { return b.Receive(ctx, q, max) }
+	}
+	s.shareQueue(t, bs, q, "Receive", takers)
+}
+
+// taker takes deliveries from a queue: Receive, or a consumer's Next.
+type taker func(ctx context.Context) ([]broker.Delivery, error)
+
+// shareQueue has two of bs publish 200 messages to q, of every priority,
+// while takers, each in its goroutine, take them (what names how:
+// "Receive", "Next") and ack them, and checks that each message is taken
+// once, at attempt 1, and that the takers return once their context ends.
+func (s *suite) shareQueue(t *testing.T, bs []broker.Broker, q, what string, takers []taker) {
+	t.Helper()
+	const n = 200
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	var (
@@ -749,14 +764,13 @@ func (s *suite) testConcurrentConsumers(t *testing.T) {
 			}
 		})
 	}
-	for c := range consumers {
-		b, max := bs[c%nBrokers], 1+c%5
+	for c, take := range takers {
 		wg.Go(func() {
 			for ctx.Err() == nil {
-				ds, err := b.Receive(ctx, q, max)
+				ds, err := take(ctx)
 				if err != nil {
 					if ctx.Err() == nil {
-						t.Errorf("consumer %d: Receive: %v", c, err)
+						t.Errorf("taker %d: %s: %v", c, what, err)
 					}
 					return
 				}
@@ -765,10 +779,10 @@ func (s *suite) testConcurrentConsumers(t *testing.T) {
 					got[string(d.Message().Body)]++
 					mu.Unlock()
 					if d.Attempt() != 1 {
-						t.Errorf("consumer %d: %q has Attempt() = %d, want 1 (nothing was nacked or expired)", c, d.Message().Body, d.Attempt())
+						t.Errorf("taker %d: %q has Attempt() = %d, want 1 (nothing was nacked or expired)", c, d.Message().Body, d.Attempt())
 					}
 					if err := d.Ack(t.Context()); err != nil {
-						t.Errorf("consumer %d: Ack %q: %v", c, d.Message().Body, err)
+						t.Errorf("taker %d: Ack %q: %v", c, d.Message().Body, err)
 					}
 					if total.Add(1) == n {
 						cancel()
@@ -785,7 +799,7 @@ func (s *suite) testConcurrentConsumers(t *testing.T) {
 	select {
 	case <-finished:
 	case <-time.After(time.Until(deadlineOf(ctx)) + snappy):
-		t.Fatalf("consumers still in Receive %v after their context ended", snappy)
+		t.Fatalf("takers still in %s %v after their context ended", what, snappy)
 	}
 	var missing, dup []string
 	for p := range 2 {
@@ -801,8 +815,8 @@ func (s *suite) testConcurrentConsumers(t *testing.T) {
 		}
 	}
 	if len(missing) > 0 || len(dup) > 0 || len(got) != n {
-		t.Fatalf("%d consumers on %d brokers: %d distinct of %d messages; missing %q; received more than once while leased %q",
-			consumers, nBrokers, len(got), n, missing, dup)
+		t.Fatalf("%d takers (%s) on %d brokers: %d distinct of %d messages; missing %q; taken more than once while leased %q",
+			len(takers), what, len(bs), len(got), n, missing, dup)
 	}
 	waitCounts(t, bs[0], q, broker.Counts{})
 }
@@ -814,7 +828,7 @@ func (s *suite) testReceiveWakes(t *testing.T) {
 	p := s.c.Priorities[0]
 
 	ch := receiveAsync(t, waiter, q, 5, 10*time.Second)
-	expectWaiting(t, ch)
+	expectWaiting(t, ch, "Receive")
 	sent := time.Now()
 	publish(t, other, q, msg("wake", p))
 	r := await(t, ch, 10*time.Second, "woken by Publish")
@@ -829,7 +843,7 @@ func (s *suite) testReceiveWakes(t *testing.T) {
 	publish(t, other, q, msg("again", p))
 	d := receiveOne(t, other, q, prompt)
 	ch = receiveAsync(t, waiter, q, 5, 10*time.Second)
-	expectWaiting(t, ch)
+	expectWaiting(t, ch, "Receive")
 	sent = time.Now()
 	if err := d.Nack(t.Context(), 0); err != nil {
 		t.Fatalf("Nack: %v", err)
@@ -854,7 +868,7 @@ func (s *suite) testReceiveWakes(t *testing.T) {
 	}
 	waitCounts(t, other, q, broker.Counts{Dead: 1})
 	ch = receiveAsync(t, waiter, q, 5, 10*time.Second)
-	expectWaiting(t, ch)
+	expectWaiting(t, ch, "Receive")
 	sent = time.Now()
 	if n, err := dlq.Requeue(t.Context(), q, 1); n != 1 || err != nil {
 		t.Fatalf("Requeue = %d, %v; want 1, nil", n, err)
@@ -974,7 +988,7 @@ func (s *suite) testClosed(t *testing.T) {
 	ds := receive(t, b, q, 3, 3, prompt)
 
 	ch := receiveAsync(t, b, empty, 1, 10*time.Second)
-	expectWaiting(t, ch)
+	expectWaiting(t, ch, "Receive")
 	if err := b.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
