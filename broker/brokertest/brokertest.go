@@ -40,11 +40,6 @@ type Config struct {
 	// Lease is the shortest lease the backend supports, used by redelivery
 	// tests; 0 = 500ms.
 	Lease time.Duration
-	// ReorderSlack is how many messages beyond the consumer's prefetch may
-	// overtake a message in the consumer order tests. 0, exact, is the
-	// contract; a backend with a known deviation says so here, with its
-	// cause, until it is fixed.
-	ReorderSlack int
 	// Restartable, if not nil, returns a server of t's own that the suite
 	// may restart, to check that a consumer open across a restart delivers
 	// again without being reopened. A server shared with other subtests

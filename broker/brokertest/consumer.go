@@ -204,7 +204,7 @@ func (o *orderModel) took(t *testing.T, got broker.Message, seed uint64) {
 			continue
 		}
 		p.overtaken++
-		if p.overtaken > o.prefetch+o.s.c.ReorderSlack {
+		if p.overtaken > o.prefetch {
 			var rest []broker.Message
 			for _, q := range o.pending {
 				rest = append(rest, q.m)

@@ -429,7 +429,7 @@ func (b *Broker) Receive(ctx context.Context, queue string, limit int) ([]broker
 		if len(ds) > 0 {
 			sortDeliveries(ds)
 			if len(ds) > limit {
-				b.unclaim(ds[limit:])
+				b.putBack(ds[limit:])
 				ds = ds[:limit]
 			}
 			return b.hand(op, queue, ds)
@@ -690,10 +690,30 @@ func oneLine(s string) string {
 }
 
 // unclaim gives back deliveries that were pulled but never handed to the
-// caller, without counting the delivery: the next one has the same attempt.
-// One whose lease has run out is left to the server, which delivers it
-// again (an acknowledgement now could remove that next delivery).
+// caller (a Receive or wait cut short, a consumer's read-ahead at Close)
+// as copies, without counting the delivery: the next one has the same
+// attempt. A copy goes to the end of its band.
 func (b *Broker) unclaim(ds []*delivery) {
+	b.giveBack(ds, func(ctx context.Context, d *delivery) error { return b.requeue(ctx, d, d.attempt-1) })
+}
+
+// putBack gives back deliveries that a wait brought beyond what its caller
+// can take (one came per band, more than the caller's max or read-ahead
+// room) with a nak that the server confirms before the caller pulls
+// again. JetStream delivers a consumer's nakked messages before its
+// others, so each keeps its place in its band, where unclaim's copy would
+// be overtaken by every message of its band published before it was
+// given back. JetStream counts the nak as a delivery, which Attempt
+// discounts while the message is younger than a lease (see admit): one
+// delivered again later than that counts an attempt more.
+func (b *Broker) putBack(ds []*delivery) {
+	b.giveBack(ds, func(ctx context.Context, d *delivery) error { return b.ackReq(ctx, d.m, []byte("-NAK")) })
+}
+
+// giveBack gives ds back with back, each. One whose lease has run out is
+// left to the server, which delivers it again (settling it now could
+// settle that next delivery).
+func (b *Broker) giveBack(ds []*delivery, back func(context.Context, *delivery) error) {
 	ctx, cancel := b.detached()
 	defer cancel()
 	for _, d := range ds {
@@ -701,11 +721,11 @@ func (b *Broker) unclaim(ds []*delivery) {
 		lost := !time.Now().Before(d.deadline)
 		b.mu.Unlock()
 		if lost {
-			b.log.Debug("an unclaimed delivery's lease ran out; the server delivers it again", "queue", d.q.queue)
+			b.log.Debug("a delivery given back had lost its lease; the server delivers it again", "queue", d.q.queue)
 			continue
 		}
-		if err := b.requeue(ctx, d, d.attempt-1); err != nil {
-			b.log.Warn("giving back an unclaimed message failed; it comes back after its lease",
+		if err := back(ctx, d); err != nil {
+			b.log.Warn("giving back a message failed; it comes back after its lease",
 				"queue", d.q.queue, "error", err)
 		}
 	}

@@ -31,12 +31,7 @@ func suiteConfig(conn func(t *testing.T) *natsgo.Conn) brokertest.Config {
 		// LIFO: a stream is consumed from its front.
 		Orders:     []broker.Order{broker.Priority, broker.FIFO},
 		Priorities: nats.Config{}.BandPriorities(),
-		// Known deviation (issue 10, open): when a higher band fills the
-		// read-ahead, the consumer naks the lower band's extra back to the
-		// server, and the band's next fetch may overtake it before the nak
-		// lands (Consumer/OrderInterleaved failed about one run in four).
-		ReorderSlack: 4,
-		Lease:        suiteLease,
+		Lease:      suiteLease,
 	}
 }
 

@@ -37,11 +37,6 @@ func TestClusterConformance(t *testing.T) {
 		},
 		Orders:     []broker.Order{broker.Priority, broker.FIFO},
 		Priorities: nats.Config{}.BandPriorities(),
-		// Known deviation (issue 10, open): when a higher band fills the
-		// read-ahead, the consumer naks the lower band's extra back to the
-		// server, and the band's next fetch may overtake it before the nak
-		// lands (Consumer/OrderInterleaved failed about one run in four).
-		ReorderSlack: 4,
 		// Acks go to the stream's leader and are replicated before the
 		// answer: a lease of 500ms is too short on a loaded machine.
 		Lease: clusterLease,

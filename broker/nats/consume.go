@@ -128,7 +128,8 @@ func (c *consumer) buffered() int {
 	return len(c.buf)
 }
 
-// push adds ds to buf, and gives back (uncounted) what is beyond prefetch.
+// push adds ds to buf, and gives back what is beyond prefetch (see
+// putBack: a wait brings one message per band that had one).
 func (c *consumer) push(ds []*delivery) {
 	c.mu.Lock()
 	c.buf = append(c.buf, ds...)
@@ -141,7 +142,7 @@ func (c *consumer) push(ds []*delivery) {
 	c.mu.Unlock()
 	poke(c.avail)
 	if len(extra) > 0 {
-		c.b.unclaim(extra)
+		c.b.putBack(extra)
 	}
 }
 

@@ -137,6 +137,40 @@ func TestConsumer(t *testing.T) {
 	waitCounts(t, other, q, broker.Counts{})
 }
 
+// TestConsumerExtraKeepsPlace: a consumer with prefetch 1 waiting on an
+// empty queue may get messages of several bands at once; it keeps the
+// highest and gives the others back in place, so that within a band Next
+// returns messages in publish order, each at attempt 1. (Given back as a
+// copy at the end of its band, low-a came after low-b.)
+func TestConsumerExtraKeepsPlace(t *testing.T) {
+	e := embedded(t, "")
+	b := newBroker(t, embeddedConn(e)(t), nats.Config{})
+	ctx := t.Context()
+	q := integration.Name(t) + ":requests"
+	c := consume(t, b, q, 1)
+	for round := range 20 {
+		// The consumer waits (its queue is empty) while the three are
+		// published in one batch.
+		if err := b.Publish(ctx, q, msg("low-a", -2), msg("high", 2), msg("low-b", -2)); err != nil {
+			t.Fatal(err)
+		}
+		var got []broker.Delivery
+		for range 3 {
+			d := next(t, c, 5*time.Second)
+			got = append(got, d)
+			if err := d.Ack(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		order := bodies(got)
+		a, z := slices.Index(order, "low-a/1"), slices.Index(order, "low-b/1")
+		if a < 0 || z < 0 || a > z || !slices.Contains(order, "high/1") {
+			t.Fatalf("round %d: Next returned %q; want low-a before low-b, each at attempt 1", round, order)
+		}
+	}
+	waitCounts(t, b, q, broker.Counts{})
+}
+
 // TestConsumerReadAheadLease: deliveries read ahead for longer than their
 // lease (the worker is busy) are kept alive, not given to another worker:
 // each comes out of Next once, at attempt 1, and its Ack holds.

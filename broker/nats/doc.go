@@ -83,16 +83,19 @@
 // Messages, one message each): a Publish, Nack, Requeue, expiring delay or
 // lease wakes it at once, with no polling. It then drains those
 // subscriptions (the server forgets the open requests when their inbox
-// loses its subscriber, and what it sent before is still read), tops the
-// result up to max, and gives back (uncounted) what is beyond max. A
-// cancelled Receive gives back what its requests brought in the same way,
-// at once.
+// loses its subscriber, and what it sent before is still read) and tops
+// the result up to max. What is beyond max (one message came per band)
+// goes back with a nak the server confirms before the next pull, so that
+// it keeps its place in its band: JetStream delivers a consumer's nakked
+// messages before its others. A cancelled Receive gives back what its
+// requests brought at once, as copies (uncounted).
 //
 // A consumer (Broker.Consume) is one loop per queue doing the same: while
 // the queue has messages it refills its read-ahead (at most prefetch
 // deliveries, sorted by band) with "no wait" fetches once half of it has
 // been taken by Next; when the queue is empty and the read-ahead used up,
-// it waits as Receive does, with requests that nats.go renews as they
+// it waits as Receive does (what comes beyond prefetch goes back with a
+// nak, in place), with requests that nats.go renews as they
 // expire (every 30s) and the server's heartbeats in between, which also
 // carry it across a reconnection or a server restart. An idle consumer
 // therefore sends the server one pull request per band and per 30s
@@ -104,8 +107,9 @@
 // # Deviations
 //
 //   - Priorities are banded (above). LIFO is not supported.
-//   - Counts: a delivery whose lease expired counts as InFlight until it is
-//     delivered again (the server keeps it pending).
+//   - Counts: a delivery whose lease expired, or that went back with a nak
+//     (below), counts as InFlight until it is delivered again (the server
+//     keeps it pending).
 //   - Extend restarts the lease at Config.Lease whatever duration it is
 //     given.
 //   - A message published a moment before is not yet known to the
@@ -118,6 +122,13 @@
 //     restart (the server restores delivery times rounded down), so a
 //     message in flight across a restart may get one attempt more than
 //     MaxDeliveries.
+//   - A message that a wait brought beyond what its Receive or consumer
+//     could take (several bands received messages at once, more than max
+//     or prefetch) goes back with JetStream's nak, which keeps its place in
+//     its band but counts as a delivery: Attempt discounts it (as above)
+//     while the message is younger than a lease, not when it is delivered
+//     again later than that, when it counts one attempt more. A consumer
+//     whose prefetch is at least Config.Bands never gives back that way.
 //   - Delays are measured from the nack by the server's timestamp and the
 //     clock of the worker that next handles the delayed message; clock
 //     skew shortens or lengthens a delay within its length. A Nack
