@@ -329,6 +329,9 @@ func (c *Crawler) receive(ctx context.Context, sem chan struct{}, dispatch func(
 		default:
 		}
 	}
+	hunger := time.AfterFunc(time.Hour, signal) // one timer, reset per Next
+	hunger.Stop()
+	defer hunger.Stop()
 	for {
 		if c.cfg.MaxPages > 0 && c.started.Load() >= int64(c.cfg.MaxPages) {
 			c.log.Info("page limit reached", "pages", c.cfg.MaxPages)
@@ -348,9 +351,9 @@ func (c *Crawler) receive(ctx context.Context, sem chan struct{}, dispatch func(
 			return c.ended(ctx, run)
 		}
 		// A frontier that keeps this worker waiting asks for start URLs.
-		t := time.AfterFunc(startsPoll, signal)
+		hunger.Reset(startsPoll)
 		d, err := cons.Next(run)
-		t.Stop()
+		hunger.Stop()
 		if err != nil {
 			<-sem
 			if run.Err() != nil {
