@@ -93,8 +93,10 @@ type Broker interface {
 //     that read-ahead may reorder up to prefetch deliveries.
 //   - At most prefetch deliveries are read ahead (leased to the consumer
 //     but not yet returned by Next); the rest of the queue stays available
-//     to other consumers. A backend may also count deliveries returned by
-//     Next and not yet settled against prefetch (RabbitMQ's basic.qos does).
+//     to other consumers. Deliveries returned by Next and not yet settled
+//     do not count: a consumer with prefetch N that returned N deliveries,
+//     none settled, still returns the next one. A broker that is an
+//     UnsettledCounter says that its consumers count them instead.
 //   - A delivery returned by Next is leased, settled and extended exactly
 //     like one returned by Receive.
 //   - Next returns an error wrapping ctx.Err() when ctx ends first, and one
@@ -118,6 +120,20 @@ type Consumer interface {
 	Next(ctx context.Context) (Delivery, error)
 	// Close stops the consumer; see the type's promises.
 	Close() error
+}
+
+// UnsettledCounter is implemented by brokers whose consumers count the
+// deliveries returned by Next and not yet settled against their prefetch
+// (RabbitMQ's basic.qos counts every unacknowledged delivery of a
+// consumer, and a live consumer's count cannot be changed): such a
+// consumer holds at most prefetch deliveries, read ahead or returned and
+// unsettled, and returns no more until some are settled. A caller that
+// keeps up to n deliveries unsettled while it reads on, and wants up to
+// prefetch read ahead, asks Consume for prefetch + n.
+type UnsettledCounter interface {
+	// CountsUnsettled reports whether the broker's consumers count
+	// unsettled deliveries against their prefetch.
+	CountsUnsettled() bool
 }
 
 // BatchAcker is implemented by brokers that acknowledge many deliveries in

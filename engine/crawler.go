@@ -396,8 +396,9 @@ func (c *Crawler) ended(ctx, run context.Context) error {
 // Concurrency deliveries (one per slot), retrying while the broker fails
 // for less than FailureTimeout.
 func (c *Crawler) consume(ctx context.Context, queue string) (broker.Consumer, error) {
+	prefetch := consumePrefetch(c.broker, c.cfg.Concurrency)
 	for {
-		cons, err := c.broker.Consume(ctx, queue, c.cfg.Concurrency)
+		cons, err := c.broker.Consume(ctx, queue, prefetch)
 		if err == nil {
 			c.receives.ok()
 			return cons, nil
@@ -418,6 +419,20 @@ func (c *Crawler) consume(ctx context.Context, queue string) (broker.Consumer, e
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// consumePrefetch is the prefetch of a consumer of b for a crawler of the
+// given concurrency: one delivery read ahead per slot. A broker whose
+// consumers count unsettled deliveries against their prefetch
+// (broker.UnsettledCounter: RabbitMQ) gets room on top for those the
+// writer and the acker hold (see settle.go), else they would take slots'
+// room while their batch waits and fewer than concurrency pages would be
+// in flight.
+func consumePrefetch(b broker.Broker, concurrency int) int {
+	if uc, ok := b.(broker.UnsettledCounter); ok && uc.CountsUnsettled() {
+		return concurrency + 2*batchSize(concurrency)
+	}
+	return concurrency
 }
 
 // feedStarts takes a batch of start URLs into the frontier, logging a

@@ -27,8 +27,9 @@ import (
 // most maxBatch), a page waiting for room: a worker holds at most twice
 // its concurrency deliveries unsettled, and a worker killed with kill -9
 // has at most that many pages fetched again. A consumer whose prefetch
-// counts deliveries not yet settled (RabbitMQ's basic.qos) needs a
-// prefetch of twice Config.Concurrency to keep every slot busy.
+// counts deliveries not yet settled (broker.UnsettledCounter: RabbitMQ's
+// basic.qos) is opened with room for them (consumePrefetch), so that
+// every slot stays busy while batches wait.
 //
 // Both run in goroutines owned by Run, which stops them once no page is
 // left in progress: the writer first (its acknowledgements go to the

@@ -493,3 +493,173 @@ func TestShutdownFlushesBatches(t *testing.T) {
 		}
 	})
 }
+
+// qosBroker is a memory broker whose consumers count, as RabbitMQ's
+// basic.qos does, the deliveries returned by Next and not yet settled
+// against their prefetch (a broker.UnsettledCounter): Next waits while
+// prefetch of them are unsettled. The acknowledgements of its consumers'
+// deliveries wait until ackGate is closed.
+type qosBroker struct {
+	*memory.Broker
+	ackGate chan struct{}
+}
+
+func (b *qosBroker) CountsUnsettled() bool { return true }
+
+func (b *qosBroker) Consume(ctx context.Context, queue string, prefetch int) (broker.Consumer, error) {
+	c, err := b.Broker.Consume(ctx, queue, prefetch)
+	if err != nil {
+		return nil, err
+	}
+	return &qosConsumer{Consumer: c, window: make(chan struct{}, prefetch), gate: b.ackGate}, nil
+}
+
+type qosConsumer struct {
+	broker.Consumer
+	window chan struct{} // a token per delivery returned and not settled
+	gate   chan struct{}
+}
+
+func (c *qosConsumer) Next(ctx context.Context) (broker.Delivery, error) {
+	select {
+	case c.window <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	d, err := c.Consumer.Next(ctx)
+	if err != nil {
+		<-c.window
+		return nil, err
+	}
+	return &qosDelivery{Delivery: d, c: c}, nil
+}
+
+type qosDelivery struct {
+	broker.Delivery
+	c    *qosConsumer
+	once sync.Once
+}
+
+func (d *qosDelivery) settled() { d.once.Do(func() { <-d.c.window }) }
+
+func (d *qosDelivery) Ack(ctx context.Context) error {
+	select {
+	case <-d.c.gate:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	err := d.Delivery.Ack(ctx)
+	d.settled()
+	return err
+}
+
+func (d *qosDelivery) Nack(ctx context.Context, delay time.Duration) error {
+	err := d.Delivery.Nack(ctx, delay)
+	d.settled()
+	return err
+}
+
+func (d *qosDelivery) Reject(ctx context.Context, reason string) error {
+	err := d.Delivery.Reject(ctx, reason)
+	d.settled()
+	return err
+}
+
+// On a broker whose consumers count unsettled deliveries against their
+// prefetch (RabbitMQ), a crawler still fetches Concurrency pages at once
+// while the acknowledgements of earlier pages are pending: its consumer's
+// prefetch leaves room for what the writer and the acker hold.
+func TestConcurrencyWhileAcksPending(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const concurrency, leaves = 4, 20
+		mb, err := memory.New(memory.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer mb.Close()
+		lf, err := local.New(local.Config{Capacity: 10_000, FPRate: 1e-6})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lf.Close()
+		qb := &qosBroker{Broker: mb, ackGate: make(chan struct{})}
+
+		// "/" links to /leaf/1 … /leaf/20. A fetch waits until concurrency
+		// fetches run at once (then every fetch goes on) or a second passed.
+		var mu sync.Mutex
+		running, most := 0, 0
+		full := make(chan struct{})
+		fetches := map[string]int{}
+		site := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			fetches[r.URL.Path]++
+			running++
+			if running > most {
+				most = running
+				if most == concurrency {
+					close(full)
+				}
+			}
+			mu.Unlock()
+			select {
+			case <-full:
+			case <-time.After(time.Second):
+			}
+			mu.Lock()
+			running--
+			mu.Unlock()
+			w.Header().Set("Content-Type", "text/html")
+			fmt.Fprint(w, "<html>")
+			if r.URL.Path == "/" {
+				for i := 1; i <= leaves; i++ {
+					fmt.Fprintf(w, `<a href="/leaf/%d">x</a>`, i)
+				}
+			}
+			fmt.Fprint(w, "</html>")
+		})
+		pn := newPipeNet()
+		srv := &http.Server{Handler: site}
+		go srv.Serve(pn)
+		defer srv.Close()
+
+		c, err := New(qb, lf, Config{Concurrency: concurrency, PerHost: concurrency, IgnoreRobots: true, IdleTimeout: time.Second,
+			Sink: sinkFunc(func(context.Context, []any) error { return nil })})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.fetcher.transport.DialContext = pn.dial
+		if err := c.Seed(t.Context(), StartURL{URL: "http://site.test/"}); err != nil {
+			t.Fatal(err)
+		}
+		// The acknowledgements wait until concurrency fetches ran at
+		// once, or 5s (the acker's calls give up after settleTimeout).
+		pending := make(chan int, 1) // the most fetches at once while acks were pending
+		go func() {
+			select {
+			case <-full:
+			case <-time.After(5 * time.Second):
+			}
+			mu.Lock()
+			pending <- most
+			mu.Unlock()
+			close(qb.ackGate)
+		}()
+		if err := c.Run(t.Context()); err != nil {
+			t.Fatalf("run: %v", err)
+		}
+		if n := <-pending; n != concurrency {
+			t.Errorf("at most %d fetches ran at once while acknowledgements were pending, want %d (the consumer's prefetch: %d)",
+				n, concurrency, consumePrefetch(qb, concurrency))
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(fetches) != leaves+1 {
+			t.Errorf("%d pages fetched, want %d", len(fetches), leaves+1)
+		}
+		for p, n := range fetches {
+			if n != 1 {
+				t.Errorf("%s fetched %d times, want once", p, n)
+			}
+		}
+	})
+}

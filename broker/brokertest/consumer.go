@@ -28,6 +28,7 @@ func (s *suite) consumerTests() []test {
 		{"Consumer/Order", s.testConsumerOrder},
 		{"Consumer/OrderInterleaved", s.testConsumerOrderInterleaved},
 		{"Consumer/ReadAhead", s.testConsumerReadAhead},
+		{"Consumer/Unsettled", s.testConsumerUnsettled},
 		{"Consumer/Settle", s.testConsumerSettle},
 		{"Consumer/LeaseExpiry", s.testConsumerLeaseExpiry},
 		{"Consumer/Extend", s.testConsumerExtend},
@@ -352,6 +353,58 @@ func (s *suite) testConsumerReadAhead(t *testing.T) {
 	}
 	ack(t, got...)
 	waitCounts(t, other, q, broker.Counts{})
+}
+
+// testConsumerUnsettled: deliveries returned by Next and not settled do
+// not count against prefetch: a consumer with prefetch 2 that returned 2,
+// none settled, returns a third at once. A broker.UnsettledCounter claims
+// the opposite and is held to it: its consumer returns no third, leaves
+// every other message to another broker meanwhile, and once one of its
+// deliveries is settled returns a message published since.
+func (s *suite) testConsumerUnsettled(t *testing.T) {
+	const n, prefetch = 10, 2
+	bs := s.brokers(t, Setup{Order: s.order, Lease: longLease}, 2)
+	a, other := bs[0], bs[1]
+	q := queue(t)
+	p := s.c.Priorities[0]
+	msgs := make([]broker.Message, n)
+	for i := range msgs {
+		msgs[i] = msg(fmt.Sprintf("u%02d", i), p)
+	}
+	publish(t, a, q, msgs...)
+	c := consume(t, a, q, prefetch)
+	var held []broker.Delivery
+	for range prefetch {
+		held = append(held, nextOne(t, c, q, prompt))
+	}
+	if uc, ok := a.(broker.UnsettledCounter); !ok || !uc.CountsUnsettled() {
+		held = append(held, nextOne(t, c, q, prompt))
+		ack(t, held...)
+		return
+	}
+	nextNone(t, c, q, readAheadWindow)
+	want := n - prefetch
+	ctx, cancel := context.WithTimeout(t.Context(), prompt)
+	var got []broker.Delivery
+	for len(got) < want {
+		ds, err := recv(t, ctx, other, q, want-len(got))
+		if err != nil {
+			cancel()
+			t.Fatalf("a consumer with prefetch %d whose %d deliveries are unsettled (it counts them) left only %d of %d messages to another broker within %v: %v",
+				prefetch, prefetch, len(got), n, prompt, err)
+		}
+		got = append(got, ds...)
+	}
+	cancel()
+	ack(t, got...)
+	publish(t, a, q, msg("late", p))
+	ack(t, held[0])
+	d := nextOne(t, c, q, prompt)
+	if string(d.Message().Body) != "late" {
+		t.Errorf("after one of its deliveries was settled the consumer returned %q, want late", d.Message().Body)
+	}
+	ack(t, d)
+	ack(t, held[1:]...)
 }
 
 // testConsumerSettle: deliveries from Next are acked, nacked (at once and

@@ -19,7 +19,8 @@
 // cancelled Receive loses nothing), closed brokers, invalid arguments,
 // counts, purge and queue independence; and the promises of
 // broker.Consumer: order within the read-ahead window, the read-ahead
-// bound, settling, lease expiry and extension of deliveries from Next,
+// bound, deliveries returned and unsettled kept out of it (or, for a
+// broker.UnsettledCounter, counted in it), settling, lease expiry and extension of deliveries from Next,
 // wake-up, cancellation that loses nothing, Close of the consumer (read-ahead
 // given back at once) and of its broker, concurrent consumers, and, where
 // Config.Restartable offers a server of the test's own, a consumer open

@@ -27,6 +27,8 @@ var (
 	_ broker.Extender    = (*delivery)(nil)
 	_ broker.BatchAcker  = (*Broker)(nil)
 	_ broker.Consumer    = (*consumer)(nil)
+
+	_ broker.UnsettledCounter = (*Broker)(nil)
 )
 
 // ErrQueueMismatch is returned when a queue exists with other arguments

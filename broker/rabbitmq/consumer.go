@@ -64,6 +64,15 @@ func (b *Broker) Consume(ctx context.Context, queue string, prefetch int) (broke
 	}, nil
 }
 
+// CountsUnsettled reports true: basic.qos counts the deliveries Next
+// returned and that are not yet acknowledged, and RabbitMQ applies a
+// channel's basic.qos to the consumers started after it only, so the
+// window of a live consumer cannot grow with what its caller holds
+// (global basic.qos could, but quorum queues refuse it and RabbitMQ
+// deprecates it). A caller that holds deliveries unsettled asks Consume
+// for a prefetch that covers them (broker.UnsettledCounter).
+func (b *Broker) CountsUnsettled() bool { return true }
+
 func (c *consumer) err(err error) error { return opErr("consume", c.queue, err) }
 
 // Next returns the next delivery, subscribing first if need be.

@@ -62,9 +62,13 @@
 // returned by Next are the only reordering (a message of higher priority
 // published meanwhile comes after them), and count as in flight for
 // Counts and in the presence reports. basic.qos also counts deliveries
-// returned by Next and not yet settled. Deliveries are settled on the
-// consumer's channel. The lease (below) starts when Next returns a
-// delivery.
+// returned by Next and not yet settled, and a live consumer's window
+// cannot grow (a channel's basic.qos applies to the consumers started
+// after it), so the broker is a broker.UnsettledCounter: a caller that
+// holds deliveries unsettled while it reads on (the engine, whose
+// settlement is batched) asks for a prefetch that covers them.
+// Deliveries are settled on the consumer's channel. The lease (below)
+// starts when Next returns a delivery.
 //
 // Close cancels the consumer (basic.cancel) and gives what it read ahead
 // back at once, as copies with the same attempt, published and confirmed
