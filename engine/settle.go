@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -17,9 +18,9 @@ import (
 // write: see enqueueAll). Only once that returned without error are the
 // deliveries acknowledged, through the acker, which collects the
 // acknowledgements of every page and sends them in batches (one
-// broker.BatchAcker call where the broker has it). A failed write nacks
-// every page of its batch, with the retry back-off; nacks and rejects are
-// never batched.
+// broker.BatchAcker call where the broker has it). A failed write is
+// written again in halves, so that only the page at fault is nacked, with
+// the retry back-off (see writeAll); nacks and rejects are never batched.
 //
 // A batch is written, or acknowledged, when it is full or when its first
 // element has waited for the interval, whichever comes first. The writer
@@ -198,10 +199,57 @@ func (c *Crawler) release(d broker.Delivery) {
 }
 
 // writeAll writes the links and items of ps together and settles their
-// deliveries: acknowledged when everything was written, each nacked with
-// its own failure action otherwise. Links are published before items are
-// written, as a page alone does (see process).
+// deliveries: each acknowledged once what it yields is written, each
+// nacked with its own failure action when it cannot be. Links are
+// published before items are written, as a page alone does (see process).
+//
+// A failed batch is written again in halves, so that one page at fault
+// (a link the broker refuses, say a message over NATS's max payload)
+// costs its batch-mates nothing: a half that is written is acknowledged,
+// a half that fails again is split again, down to the page at fault,
+// which is nacked. When both halves of a batch fail, the fault is not one
+// page's (the filter, broker or sink is failing): the batch is nacked
+// whole, so that a backend that is down costs three writes per batch, not
+// one per page.
 func (c *Crawler) writeAll(ctx context.Context, ps []pageWrite) {
+	err := c.write(ctx, ps)
+	if err == nil {
+		return
+	}
+	if len(ps) > 1 {
+		c.log.Debug("writing a batch failed; writing its halves", "pages", len(ps), "err", err)
+	}
+	c.splitFailed(ctx, ps, err)
+}
+
+// splitFailed settles ps, whose write together failed with err, writing
+// each half again (see writeAll).
+func (c *Crawler) splitFailed(ctx context.Context, ps []pageWrite, err error) {
+	if len(ps) == 1 {
+		c.nackAll(ctx, ps, err)
+		return
+	}
+	var failed []pageWrite
+	var ferr error
+	for _, half := range [][]pageWrite{ps[:len(ps)/2], ps[len(ps)/2:]} {
+		if err := c.write(ctx, half); err != nil {
+			if failed != nil {
+				c.nackAll(ctx, ps, errors.Join(ferr, err))
+				return
+			}
+			failed, ferr = half, err
+		}
+	}
+	if failed != nil {
+		c.splitFailed(ctx, failed, ferr)
+	}
+}
+
+// write writes the links and items of ps together and, if that
+// succeeded, hands their deliveries to the acker. On failure it settles
+// nothing: its links stay claimed without publication marks, and the
+// next write of the same pages publishes them (see enqueue).
+func (c *Crawler) write(ctx context.Context, ps []pageWrite) error {
 	pages := make([]links, 0, len(ps))
 	var items []any
 	for _, p := range ps {
@@ -217,17 +265,8 @@ func (c *Crawler) writeAll(ctx context.Context, ps []pageWrite) {
 		}
 	}
 	if err != nil {
-		// Nothing of the batch is acknowledged: its links stay claimed
-		// without publication marks, and the next attempt of each page
-		// publishes them (see enqueue).
 		c.writes.fail(err)
-		c.log.Warn("writing links or items failed; the pages will be retried", "pages", len(ps), "err", err)
-		for _, p := range ps {
-			c.log.Debug("page to be retried", "url", Redact(p.w.parent.URL))
-			c.settle(ctx, p.d, p.w.failed)
-			c.release(p.d)
-		}
-		return
+		return err
 	}
 	if len(pages) > 0 || len(items) > 0 {
 		c.writes.ok()
@@ -235,6 +274,18 @@ func (c *Crawler) writeAll(ctx context.Context, ps []pageWrite) {
 	c.stats.Add(StatItems, int64(len(items)))
 	for _, p := range ps {
 		c.ackHeld(ctx, p.d)
+	}
+	return nil
+}
+
+// nackAll settles each of ps, whose links or items could not be written
+// (err), with its failure action: nothing of them is acknowledged.
+func (c *Crawler) nackAll(ctx context.Context, ps []pageWrite, err error) {
+	c.log.Warn("writing links or items failed; the pages will be retried", "pages", len(ps), "err", err)
+	for _, p := range ps {
+		c.log.Debug("page to be retried", "url", Redact(p.w.parent.URL))
+		c.settle(ctx, p.d, p.w.failed)
+		c.release(p.d)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"path"
 	"slices"
 	"strings"
 	"sync"
@@ -63,9 +64,26 @@ func pathOf(queue string, body []byte) string {
 type tracingBroker struct {
 	*memory.Broker
 	log *opLog
+	// refuse, if set, fails every publish of a request with this path,
+	// and the rest of that publish with it (a message over NATS's max
+	// payload, say).
+	refuse string
 }
 
+// errRefused is the error of a publish that tracingBroker.refuse fails.
+var errRefused = errors.New("message refused")
+
 func (b *tracingBroker) Publish(ctx context.Context, queue string, msgs ...broker.Message) error {
+	if b.refuse != "" && queue == RequestsQueue("trawl") {
+		paths := make([]string, len(msgs))
+		for i, m := range msgs {
+			paths[i] = pathOf(queue, m.Body)
+		}
+		if slices.Contains(paths, b.refuse) {
+			b.log.add("refused " + strings.Join(paths, ","))
+			return fmt.Errorf("publish %s: %w", b.refuse, errRefused)
+		}
+	}
 	err := b.Broker.Publish(ctx, queue, msgs...)
 	if err == nil && queue == RequestsQueue("trawl") {
 		b.log.add(fmt.Sprintf("publishes %d", len(msgs)))
@@ -189,6 +207,7 @@ func treePages() []string {
 type bubbleCrawl struct {
 	c    *Crawler
 	mb   *memory.Broker
+	tb   *tracingBroker
 	log  *opLog
 	site *countingHandler
 }
@@ -271,7 +290,7 @@ func newBubbleCrawl(t *testing.T, batchAcker bool, f dedup.Filter, cfg Config) *
 	if err := c.Seed(t.Context(), StartURL{URL: "http://site.test/"}); err != nil {
 		t.Fatal(err)
 	}
-	return &bubbleCrawl{c: c, mb: mb, log: log, site: site}
+	return &bubbleCrawl{c: c, mb: mb, tb: tb, log: log, site: site}
 }
 
 // checkOrder fails t unless, in ops, every page's links were published and
@@ -408,11 +427,10 @@ func (f *failingClaims) Add(ctx context.Context, fps ...dedup.Fingerprint) ([]bo
 	return f.Filter.Add(ctx, fps...)
 }
 
-// A batch whose write fails is nacked as a whole: none of its pages is
-// acknowledged, each is nacked, and its retry publishes the links the
-// failed write claimed (nothing lost, nothing fetched twice but the pages
-// of that batch).
-func TestBatchWriteFailureNacksEveryPage(t *testing.T) {
+// A batch whose write fails once is written again in halves: none of its
+// pages is nacked or fetched again, and the links the failed write
+// claimed are published all the same (nothing lost).
+func TestBatchWriteFailureRetriesHalves(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		lf, err := local.New(local.Config{Capacity: 10_000, FPRate: 1e-6})
 		if err != nil {
@@ -435,19 +453,15 @@ func TestBatchWriteFailureNacksEveryPage(t *testing.T) {
 			t.Fatalf("no write of several pages failed (%v): the test tests nothing", failed)
 		}
 		ops := bc.log.all()
-		for _, p := range failed {
-			i := slices.IndexFunc(ops, func(op string) bool { return op == "ack "+p || op == "nack "+p })
-			if i < 0 || ops[i] != "nack "+p {
-				t.Errorf("%s, in the failed batch %v, was not nacked first (first settlement: %v)", p, failed, i)
+		checkOrder(t, ops, treePages()...)
+		for _, op := range ops {
+			if strings.HasPrefix(op, "nack ") {
+				t.Errorf("%s after a failure of one write of the batch %v: its halves should have been written", op, failed)
 			}
 		}
 		for _, p := range treePages() {
-			want := 1
-			if slices.Contains(failed, p) {
-				want = 2
-			}
-			if n := bc.site.count(p); n != want {
-				t.Errorf("%s fetched %d times, want %d", p, n, want)
+			if n := bc.site.count(p); n != 1 {
+				t.Errorf("%s fetched %d times, want once", p, n)
 			}
 		}
 		n, err := bc.mb.Counts(t.Context(), RequestsQueue("trawl"))
@@ -456,6 +470,77 @@ func TestBatchWriteFailureNacksEveryPage(t *testing.T) {
 		}
 		if n != (broker.Counts{}) {
 			t.Errorf("frontier after the crawl: %+v, want empty", n)
+		}
+	})
+}
+
+// A batch with one page at fault (one of its links is refused by the
+// broker, every time) is split down to that page: its batch-mates are
+// acknowledged and never nacked or fetched again; only the page at
+// fault is nacked, until the broker dead-letters it.
+func TestBatchWithPoisonedPage(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const poisoned, refused = "/2", "/2/3"
+		bc := newBubbleCrawl(t, true, nil, Config{RetryBackoff: 100 * time.Millisecond})
+		bc.tb.refuse = refused
+		if err := bc.c.Run(t.Context()); err != nil {
+			t.Fatalf("run: %v", err)
+		}
+		ops := bc.log.all()
+		// The pages of the first refused publish: the parents of its links.
+		var batchMates []string
+		for _, op := range ops {
+			if list, ok := strings.CutPrefix(op, "refused "); ok {
+				for _, l := range strings.Split(list, ",") {
+					if p := path.Dir(l); p != poisoned && !slices.Contains(batchMates, p) {
+						batchMates = append(batchMates, p)
+					}
+				}
+				break
+			}
+		}
+		if len(batchMates) == 0 {
+			t.Fatalf("the page at fault was written alone: the test tests nothing (%v)", ops)
+		}
+		var nacks, acks []string
+		for _, op := range ops {
+			kind, path, _ := strings.Cut(op, " ")
+			switch kind {
+			case "nack":
+				nacks = append(nacks, path)
+			case "ack":
+				acks = append(acks, path)
+			}
+		}
+		if len(nacks) == 0 || slices.ContainsFunc(nacks, func(p string) bool { return p != poisoned }) {
+			t.Errorf("nacked %v, want %s alone (its batch-mates: %v)", nacks, poisoned, batchMates)
+		}
+		if slices.Contains(acks, poisoned) {
+			t.Errorf("%s acknowledged though its link %s was never published", poisoned, refused)
+		}
+		// Everything but the page at fault and what only it links to is
+		// crawled once and acknowledged once.
+		var want []string
+		for _, p := range treePages() {
+			if p != poisoned && !strings.HasPrefix(p, poisoned+"/") {
+				want = append(want, p)
+			}
+		}
+		checkOrder(t, ops, want...)
+		for _, p := range want {
+			if n := bc.site.count(p); n != 1 {
+				t.Errorf("%s fetched %d times, want once", p, n)
+			}
+		}
+		if n := bc.site.count(poisoned); n < 2 {
+			t.Errorf("%s fetched %d times, want a retry at least", poisoned, n)
+		}
+		n, err := bc.mb.Counts(t.Context(), RequestsQueue("trawl"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != (broker.Counts{Dead: 1}) {
+			t.Errorf("frontier after the crawl: %+v, want %s dead-lettered and nothing else", n, poisoned)
 		}
 	})
 }
