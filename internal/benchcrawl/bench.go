@@ -139,7 +139,7 @@ func benchMain(ctx context.Context, args []string) error {
 	}()
 
 	sctx, stopSite := context.WithCancel(ctx)
-	s, waitSite, err := serveSite(sctx, c.pages)
+	s, waitSite, err := serveSite(sctx, c.pages, c.latency)
 	if err != nil {
 		stopSite()
 		return err
@@ -155,8 +155,8 @@ func benchMain(ctx context.Context, args []string) error {
 		m.idle = *idleFor
 		results = append(results, c.runMode(ctx, s, m, *runs))
 	}
-	fmt.Printf("make bench-crawl, %s to %s, %s; load average %s before, %s after; %d-page test site (no traps, no latency), one worker, --concurrency %d --per-host %d, median of %d crawls per mode\n\n",
-		started.Format("2006-01-02 15:04"), time.Now().UTC().Format("15:04 UTC"), c.version(ctx), load, loadavg(), c.pages, c.concurrency, c.concurrency, *runs)
+	fmt.Printf("make bench-crawl, %s to %s, %s; load average %s before, %s after; %s, one worker, --concurrency %d --per-host %d, median of %d crawls per mode\n\n",
+		started.Format("2006-01-02 15:04"), time.Now().UTC().Format("15:04 UTC"), c.version(ctx), load, loadavg(), c.siteDesc(), c.concurrency, c.concurrency, *runs)
 	printTable(os.Stdout, results, c.pages)
 	return ctx.Err()
 }

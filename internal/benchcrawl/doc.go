@@ -2,13 +2,14 @@
 // the test site, as a user runs them. It is run by make bench-crawl and
 // make soak, not by make test: it prints figures, it asserts nothing.
 //
-//	go run ./internal/benchcrawl [-trawl bin/trawl] [-pages 10000] [-concurrency 32]
+//	go run ./internal/benchcrawl [-trawl bin/trawl] [-pages 10000] [-concurrency 32] [-latency 0]
 //	go run ./internal/benchcrawl soak [-trawl bin/trawl] [-pages 100000]
 //
 // # bench (the default)
 //
 // One run, side by side, on one test site (internal/testsite, the site of
-// trawl testsite, with --no-traps and no latency) served by this process:
+// trawl testsite, with --no-traps and no latency unless -latency adds
+// some to every page) served by this process:
 //
 //   - the fetch limit: a bare loop of HTTP GETs over the site's pages
 //     (/ and /page/0 … /page/N-1) at the crawl's concurrency, in a process

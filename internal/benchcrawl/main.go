@@ -48,6 +48,7 @@ type common struct {
 	trawl       string
 	pages       int
 	concurrency int
+	latency     time.Duration
 	timeout     time.Duration
 	dir         string // scratch directory, removed at the end
 }
@@ -56,14 +57,15 @@ func (c *common) flags(fs *flag.FlagSet, pages int) {
 	fs.StringVar(&c.trawl, "trawl", "", "the trawl binary (default: go build ./cmd/trawl into a temporary directory)")
 	fs.IntVar(&c.pages, "pages", pages, "content pages of the test site")
 	fs.IntVar(&c.concurrency, "concurrency", 32, "the crawl's --concurrency and --per-host, and the fetch limit's goroutines")
+	fs.DurationVar(&c.latency, "latency", 0, "added to every page of the test site (0: none, as issue 10's bars have it): the crawl's concurrency, not its CPU, then sets its pace")
 	fs.DurationVar(&c.timeout, "timeout", 8*time.Minute, "give up on one crawl after this long")
 }
 
 // setup checks the flags, makes the scratch directory and builds trawl
 // unless -trawl names it. The caller removes c.dir.
 func (c *common) setup(ctx context.Context) error {
-	if c.pages < 1 || c.concurrency < 1 || c.timeout <= 0 {
-		return errors.New("-pages, -concurrency and -timeout must be positive")
+	if c.pages < 1 || c.concurrency < 1 || c.timeout <= 0 || c.latency < 0 {
+		return errors.New("-pages, -concurrency and -timeout must be positive, -latency not negative")
 	}
 	dir, err := os.MkdirTemp("", "trawl-benchcrawl-")
 	if err != nil {
@@ -141,4 +143,12 @@ func loadavg() string {
 // logf writes a progress line to stderr.
 func logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "%s benchcrawl: %s\n", time.Now().UTC().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
+
+// siteDesc describes the test site for a report's header.
+func (c *common) siteDesc() string {
+	if c.latency > 0 {
+		return fmt.Sprintf("%d-page test site (no traps, %v latency)", c.pages, c.latency)
+	}
+	return fmt.Sprintf("%d-page test site (no traps, no latency)", c.pages)
 }

@@ -41,10 +41,11 @@ func (w window) Rate() float64 {
 	return float64(w.Requests) / w.Elapsed().Seconds()
 }
 
-// serveSite serves a site of pages content pages, no traps and no latency,
-// on a loopback port until ctx ends; wait returns once it has stopped.
-func serveSite(ctx context.Context, pages int) (s *site, wait func(), err error) {
-	s = &site{Site: testsite.New(testsite.Config{Pages: pages, Links: 10, Seed: 1, NoTraps: true})}
+// serveSite serves a site of pages content pages, no traps, latency added
+// to each page, on a loopback port until ctx ends; wait returns once it
+// has stopped.
+func serveSite(ctx context.Context, pages int, latency time.Duration) (s *site, wait func(), err error) {
+	s = &site{Site: testsite.New(testsite.Config{Pages: pages, Links: 10, Seed: 1, NoTraps: true, Latency: latency})}
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, nil, fmt.Errorf("test site: %w", err)

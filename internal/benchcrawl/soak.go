@@ -106,7 +106,7 @@ func soakMain(ctx context.Context, args []string) error {
 	keep := true // unless all goes well
 	defer func() { c.cleanup(keep) }()
 	sctx, stopSite := context.WithCancel(ctx)
-	s, waitSite, err := serveSite(sctx, c.pages)
+	s, waitSite, err := serveSite(sctx, c.pages, c.latency)
 	if err != nil {
 		stopSite()
 		return err
@@ -200,8 +200,8 @@ func soakMain(ctx context.Context, args []string) error {
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
 
 func printSoak(w io.Writer, c common, mode string, win window, samples []rssSample, rep soakReport, problems []string, summary string) {
-	fmt.Fprintf(w, "%d-page test site (no traps, no latency), one worker, %s, --concurrency %d --per-host %d: %d requests in %.1f s (%.0f pages/s); trawl says %s\n\n",
-		c.pages, mode, c.concurrency, c.concurrency, win.Requests, win.Elapsed().Seconds(), win.Rate(), summary)
+	fmt.Fprintf(w, "%s, one worker, %s, --concurrency %d --per-host %d: %d requests in %.1f s (%.0f pages/s); trawl says %s\n\n",
+		c.siteDesc(), mode, c.concurrency, c.concurrency, win.Requests, win.Elapsed().Seconds(), win.Rate(), summary)
 	fmt.Fprintln(w, "| pages served | time | RSS MiB |")
 	fmt.Fprintln(w, "| ---: | ---: | ---: |")
 	next := 0.0
