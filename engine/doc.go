@@ -30,12 +30,16 @@
 // a few milliseconds of each other are written together (one filter call
 // per step, one publish, one sink write), and their deliveries are then
 // acknowledged together, in one call where the broker is a
-// broker.BatchAcker. A batch whose writing fails is nacked whole, each page
-// with its retry back-off. Pages waiting for their batch count as in
-// flight: a worker holds at most twice Config.Concurrency deliveries
-// unsettled, so a worker killed with kill -9 has at most that many pages
-// fetched again. Run writes and acknowledges every waiting page before it
-// returns.
+// broker.BatchAcker. A batch whose writing fails is written again in
+// halves, down to the page at fault, which alone is nacked with its retry
+// back-off; when both halves fail, the batch is nacked whole. Pages
+// waiting for their batch count as in flight: a worker holds at most
+// twice Config.Concurrency deliveries unsettled, so a worker killed with
+// kill -9 has at most that many pages fetched again (a consumer's
+// read-ahead comes back too). The frontier's consumer reads ahead one
+// delivery per slot; on a broker.UnsettledCounter (RabbitMQ) its prefetch
+// also covers the deliveries the batches hold. Run writes and
+// acknowledges every waiting page before it returns.
 //
 // The duplicate filter is consulted when a request is published, never
 // when it is consumed, so a redelivered request is not mistaken for a
