@@ -5,56 +5,26 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/trawlhq/trawl/internal/testsite"
+	"github.com/trawlhq/trawl/internal/trawlbin"
 )
 
 // trawlBin is the trawl binary, built once for the tests that run it as a
 // process (exit codes, stderr, signals).
 var trawlBin string
 
+// TestMain builds trawlBin, with the race detector if the tests have it,
+// and runs the tests four at a time unless -parallel says otherwise: they
+// drive trawl processes and servers and mostly wait on them.
 func TestMain(m *testing.M) {
-	setParallel(waitingTests)
-	dir, err := os.MkdirTemp("", "trawl-bin-")
-	if err != nil {
-		panic(err)
-	}
-	trawlBin = filepath.Join(dir, "trawl")
-	args := []string{"build", "-o", trawlBin}
-	if raceEnabled {
-		args = append(args, "-race")
-	}
-	if out, err := exec.Command("go", append(args, ".")...).CombinedOutput(); err != nil {
-		os.RemoveAll(dir)
-		panic("go build: " + err.Error() + "\n" + string(out))
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
-
-// waitingTests is how many parallel tests run at once unless -parallel
-// says otherwise (its default is the number of CPUs): the tests drive
-// trawl processes and servers and mostly wait on them.
-const waitingTests = 4
-
-// setParallel makes -parallel default to n in this test binary alone;
-// a -parallel given on the command line wins.
-func setParallel(n int) {
-	flag.Parse()
-	given := false
-	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
-	if !given {
-		flag.Set("test.parallel", strconv.Itoa(n))
-	}
+	trawlbin.TestMain(m, &trawlBin, trawlbin.Config{Parallel: 4, Race: trawlbin.RaceEnabled})
 }
 
 type result struct {

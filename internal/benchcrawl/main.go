@@ -14,6 +14,7 @@ import (
 	"time"
 
 	tclog "github.com/testcontainers/testcontainers-go/log"
+	"github.com/trawlhq/trawl/internal/trawlbin"
 )
 
 func main() {
@@ -82,11 +83,8 @@ func (c *common) setup(ctx context.Context) error {
 		}
 		return nil
 	}
-	c.trawl = filepath.Join(dir, "trawl")
-	build := exec.CommandContext(ctx, "go", "build", "-o", c.trawl, "./cmd/trawl")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		return fmt.Errorf("go build ./cmd/trawl (run from the module's root, or give -trawl): %w", err)
+	if c.trawl, err = trawlbin.Build(ctx, dir, false); err != nil {
+		return fmt.Errorf("%w (or give -trawl)", err)
 	}
 	return nil
 }

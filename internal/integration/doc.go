@@ -45,6 +45,8 @@
 //
 //	func TestMain(m *testing.M) { integration.Main(m) }
 //
+// (or through Run, which returns the exit code instead of exiting).
+//
 // The helpers fail a test whose binary does not do so, because with Ryuk
 // disabled (TESTCONTAINERS_RYUK_DISABLED=true, needed where Ryuk's image
 // cannot be pulled) nothing else would remove the containers.

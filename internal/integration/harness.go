@@ -60,7 +60,11 @@ var shared = &servers{}
 // already failed. Call it from TestMain:
 //
 //	func TestMain(m *testing.M) { integration.Main(m) }
-func Main(m *testing.M) {
+func Main(m *testing.M) { os.Exit(Run(m)) }
+
+// Run is Main that returns the exit code instead of exiting, for a
+// TestMain with more to do after the tests.
+func Run(m *testing.M) int {
 	shared.mu.Lock()
 	shared.running = true
 	shared.mu.Unlock()
@@ -87,7 +91,7 @@ func Main(m *testing.M) {
 			code = 1
 		}
 	}
-	os.Exit(code)
+	return code
 }
 
 // track registers a container for removal by Main.

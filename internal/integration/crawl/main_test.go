@@ -7,11 +7,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -21,39 +19,18 @@ import (
 	"github.com/trawlhq/trawl/dedup"
 	"github.com/trawlhq/trawl/internal/integration"
 	"github.com/trawlhq/trawl/internal/testsite"
+	"github.com/trawlhq/trawl/internal/trawlbin"
 )
 
 // trawlBin is the trawl binary the tests run as processes.
 var trawlBin string
 
+// TestMain builds trawlBin and runs the tests four at a time unless
+// -parallel says otherwise (they drive trawl processes and servers and
+// mostly wait on them), through integration.Run, which removes the
+// containers and checks for leaked goroutines.
 func TestMain(m *testing.M) {
-	setParallel(waitingTests)
-	dir, err := os.MkdirTemp("", "trawl-it-")
-	if err != nil {
-		panic(err)
-	}
-	trawlBin = filepath.Join(dir, "trawl")
-	if out, err := exec.Command("go", "build", "-o", trawlBin, "../../../cmd/trawl").CombinedOutput(); err != nil {
-		panic("go build: " + err.Error() + "\n" + string(out))
-	}
-	defer os.RemoveAll(dir)
-	integration.Main(m)
-}
-
-// waitingTests is how many parallel tests run at once unless -parallel
-// says otherwise (its default is the number of CPUs): the tests drive
-// trawl processes and servers and mostly wait on them.
-const waitingTests = 4
-
-// setParallel makes -parallel default to n in this test binary alone;
-// a -parallel given on the command line wins.
-func setParallel(n int) {
-	flag.Parse()
-	given := false
-	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
-	if !given {
-		flag.Set("test.parallel", strconv.Itoa(n))
-	}
+	trawlbin.TestMain(m, &trawlBin, trawlbin.Config{Parallel: 4, Run: integration.Run})
 }
 
 func serveSite(t *testing.T, o testsite.Config) (*testsite.Site, string) {
