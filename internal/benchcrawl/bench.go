@@ -138,13 +138,11 @@ func benchMain(ctx context.Context, args []string) error {
 		c.cleanup(keep)
 	}()
 
-	sctx, stopSite := context.WithCancel(ctx)
-	s, waitSite, err := serveSite(sctx, c.pages, c.latency)
+	s, stopSite, err := serveSite(ctx, c.pages, c.latency)
 	if err != nil {
-		stopSite()
 		return err
 	}
-	defer func() { stopSite(); waitSite() }()
+	defer stopSite()
 
 	started := time.Now().UTC()
 	load := loadavg()
@@ -256,51 +254,39 @@ func tail(path string, lines int) string {
 
 // crawl runs one `trawl crawl` of the mode and fills in r.
 func (c *common) crawl(ctx context.Context, s *site, m mode, srv *server, r *run) error {
-	dir := c.crawlDir(m)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	items := filepath.Join(dir, "items.jsonl")
 	idle := 3 * time.Second
 	if m.server == "rabbitmq" {
 		idle = max(idle, rabbitmq.MinIdleTimeout) // shorter, and it warns
 	}
-	args := append([]string{"crawl", "--flush", "--name", "bench", "--data-dir", dir, "--out", items,
-		"--concurrency", fmt.Sprint(c.concurrency), "--per-host", fmt.Sprint(c.concurrency),
-		"--idle-timeout", idle.String(), "--progress-interval", "0"}, m.flags...)
+	flags := m.flags
 	if srv != nil {
-		args = append(args, srv.flags...)
+		flags = append(slices.Clip(flags), srv.flags...)
 	}
-	args = append(args, s.URL+"/")
-
-	cctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
-	cmd, logFile, err := c.trawlCmd(cctx, dir, "crawl", args...)
+	p, err := c.newCrawl(ctx, s, c.crawlDir(m), "bench", idle, flags...)
 	if err != nil {
 		return err
 	}
-	defer logFile.Close()
-	s.reset()
+	defer p.close()
 	const every = 100 * time.Millisecond
 	site := startSampler(procCPU(os.Getpid()), every)
 	var broker *sampler
 	if srv != nil {
 		broker = startSampler(srv.cpu, every)
 	}
-	err = cmd.Start()
+	err = p.start()
 	var worker *sampler
 	if err == nil {
-		worker = startSampler(procCPU(cmd.Process.Pid), every)
-		err = cmd.Wait()
+		worker = startSampler(procCPU(p.cmd.Process.Pid), every)
+		err = p.wait()
 	}
 	siteSamples, workerSamples := site.stop(), worker.stop()
 	var brokerSamples []sample
 	if broker != nil {
 		brokerSamples = broker.stop()
 	}
-	r.summary = summaryLine(logFile.Name())
+	r.summary = p.summary()
 	if err != nil {
-		return fmt.Errorf("trawl %s: %w (%v)\n%s", strings.Join(args, " "), err, cctx.Err(), tail(logFile.Name(), 20))
+		return err
 	}
 	r.crawl = s.window()
 	if r.windowCPU.site, err = cpuOver(siteSamples, r.crawl.First, r.crawl.Last); err != nil {
@@ -315,19 +301,83 @@ func (c *common) crawl(ctx context.Context, s *site, m mode, srv *server, r *run
 		}
 		r.windowCPU.broker = r.brokerCPU
 	}
-	if err := s.Verify(); err != nil {
-		probs := strings.Split(err.Error(), "\n")
-		r.problems = append(r.problems, fmt.Sprintf("the site: %d problems, first: %s", len(probs), probs[0]))
+	r.items, r.problems, err = p.check(s)
+	return err
+}
+
+// crawlProc is one `trawl crawl` of the whole test site, as the bench and
+// the soak run it: one worker, the crawl flushed first, --concurrency and
+// --per-host at the run's concurrency, its items in dir/items.jsonl and
+// its stderr in dir/crawl.log.
+type crawlProc struct {
+	cmd    *exec.Cmd
+	log    *os.File
+	items  string
+	args   []string
+	ctx    context.Context // ends after -timeout
+	cancel context.CancelFunc
+}
+
+// newCrawl prepares the crawl of s named name in dir, with flags before
+// the start URL, and resets the site's counts; start runs it. idle is its
+// --idle-timeout. The caller closes it.
+func (c *common) newCrawl(ctx context.Context, s *site, dir, name string, idle time.Duration, flags ...string) (*crawlProc, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
 	}
-	b, err := os.ReadFile(items)
-	if err != nil {
-		return err
+	p := &crawlProc{items: filepath.Join(dir, "items.jsonl")}
+	p.args = append([]string{"crawl", "--flush", "--name", name, "--data-dir", dir, "--out", p.items,
+		"--concurrency", fmt.Sprint(c.concurrency), "--per-host", fmt.Sprint(c.concurrency),
+		"--idle-timeout", idle.String(), "--progress-interval", "0"}, flags...)
+	p.args = append(p.args, s.URL+"/")
+	p.ctx, p.cancel = context.WithTimeout(ctx, c.timeout)
+	var err error
+	if p.cmd, p.log, err = c.trawlCmd(p.ctx, dir, "crawl", p.args...); err != nil {
+		p.cancel()
+		return nil, err
 	}
-	r.items = bytes.Count(b, []byte("\n"))
-	if want := s.Expected(); r.items != want {
-		r.problems = append(r.problems, fmt.Sprintf("%d items, want %d", r.items, want))
+	s.reset()
+	return p, nil
+}
+
+// start starts the process.
+func (p *crawlProc) start() error { return p.cmd.Start() }
+
+// wait waits for the process to exit; an error names the command and
+// carries the end of its stderr.
+func (p *crawlProc) wait() error {
+	if err := p.cmd.Wait(); err != nil {
+		return fmt.Errorf("trawl %s: %w (%v)\n%s", strings.Join(p.args, " "), err, p.ctx.Err(), tail(p.log.Name(), 20))
 	}
 	return nil
+}
+
+// summary is trawl's "crawl done" line.
+func (p *crawlProc) summary() string { return summaryLine(p.log.Name()) }
+
+// check returns how many items the crawl wrote and what makes it
+// incomplete or wrong: problems the site found, an item count other than
+// one per page.
+func (p *crawlProc) check(s *site) (items int, problems []string, err error) {
+	if err := s.Verify(); err != nil {
+		probs := strings.Split(err.Error(), "\n")
+		problems = append(problems, fmt.Sprintf("the site: %d problems, first: %s", len(probs), probs[0]))
+	}
+	b, err := os.ReadFile(p.items)
+	if err != nil {
+		return 0, problems, err
+	}
+	items = bytes.Count(b, []byte("\n"))
+	if want := s.Expected(); items != want {
+		problems = append(problems, fmt.Sprintf("%d items, want %d", items, want))
+	}
+	return items, problems, nil
+}
+
+// close ends the crawl's timeout and closes its log.
+func (p *crawlProc) close() {
+	p.cancel()
+	p.log.Close()
 }
 
 // summaryLine is trawl's "crawl done" line from its stderr log.

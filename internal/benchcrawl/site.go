@@ -42,14 +42,15 @@ func (w window) Rate() float64 {
 }
 
 // serveSite serves a site of pages content pages, no traps, latency added
-// to each page, on a loopback port until ctx ends; wait returns once it
-// has stopped.
-func serveSite(ctx context.Context, pages int, latency time.Duration) (s *site, wait func(), err error) {
+// to each page, on a loopback port until ctx ends or stop is called; stop
+// returns once it has stopped.
+func serveSite(ctx context.Context, pages int, latency time.Duration) (s *site, stop func(), err error) {
 	s = &site{Site: testsite.New(testsite.Config{Pages: pages, Links: 10, Seed: 1, NoTraps: true, Latency: latency})}
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, nil, fmt.Errorf("test site: %w", err)
 	}
+	ctx, cancel := context.WithCancel(ctx)
 	s.URL = "http://" + ln.Addr().String()
 	srv := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
 	done := make(chan struct{})
@@ -70,7 +71,7 @@ func serveSite(ctx context.Context, pages int, latency time.Duration) (s *site, 
 		}
 		<-done
 	}()
-	return s, func() { <-stopped }, nil
+	return s, func() { cancel(); <-stopped }, nil
 }
 
 // ServeHTTP serves the site, timing what is not a control request.

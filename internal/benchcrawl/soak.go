@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -10,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"time"
 )
 
@@ -105,44 +103,31 @@ func soakMain(ctx context.Context, args []string) error {
 	}
 	keep := true // unless all goes well
 	defer func() { c.cleanup(keep) }()
-	sctx, stopSite := context.WithCancel(ctx)
-	s, waitSite, err := serveSite(sctx, c.pages, c.latency)
+	s, stopSite, err := serveSite(ctx, c.pages, c.latency)
 	if err != nil {
-		stopSite()
 		return err
 	}
-	defer func() { stopSite(); waitSite() }()
+	defer stopSite()
 
 	load := loadavg()
-	dir := filepath.Join(c.dir, "soak")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	items := filepath.Join(dir, "items.jsonl")
-	cargs := []string{"crawl", "--flush", "--name", "soak", "--data-dir", dir, "--out", items,
-		"--concurrency", fmt.Sprint(c.concurrency), "--per-host", fmt.Sprint(c.concurrency),
-		"--idle-timeout", "3s", "--progress-interval", "0"}
 	mode := "embedded default"
+	var flags []string
 	if *brokerFlag != "" {
-		cargs = append(cargs, "--broker="+*brokerFlag)
+		flags = []string{"--broker=" + *brokerFlag}
 		mode = "--broker=" + *brokerFlag
 	}
-	cargs = append(cargs, s.URL+"/")
-	cctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
-	cmd, logFile, err := c.trawlCmd(cctx, dir, "crawl", cargs...)
+	p, err := c.newCrawl(ctx, s, filepath.Join(c.dir, "soak"), "soak", 3*time.Second, flags...)
 	if err != nil {
 		return err
 	}
-	defer logFile.Close()
-	s.reset()
+	defer p.close()
 	logf("soak: crawling %d pages (%s, --concurrency %d)", c.pages, mode, c.concurrency)
-	if err := cmd.Start(); err != nil {
+	if err := p.start(); err != nil {
 		return err
 	}
 	start := time.Now()
 	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }() // read below
+	go func() { exited <- p.wait() }() // read below
 	var samples []rssSample
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
@@ -152,7 +137,7 @@ func soakMain(ctx context.Context, args []string) error {
 		case runErr = <-exited:
 			done = true
 		case <-tick.C:
-			cur, peak, err := rss(cmd.Process.Pid)
+			cur, peak, err := rss(p.cmd.Process.Pid)
 			if err != nil {
 				continue // exiting: the next select sees it
 			}
@@ -163,20 +148,12 @@ func soakMain(ctx context.Context, args []string) error {
 		}
 	}
 	if runErr != nil {
-		return fmt.Errorf("trawl %s: %w\n%s", strings.Join(cargs, " "), runErr, tail(logFile.Name(), 20))
+		return runErr
 	}
 	win := s.window()
-	var problems []string
-	if err := s.Verify(); err != nil {
-		probs := strings.Split(err.Error(), "\n")
-		problems = append(problems, fmt.Sprintf("the site: %d problems, first: %s", len(probs), probs[0]))
-	}
-	b, err := os.ReadFile(items)
+	_, problems, err := p.check(s)
 	if err != nil {
 		return err
-	}
-	if n, want := bytes.Count(b, []byte("\n")), s.Expected(); n != want {
-		problems = append(problems, fmt.Sprintf("%d items, want %d", n, want))
 	}
 	// Judge the crawl, not the idle timeout and the shutdown after it.
 	crawling := samples
@@ -189,7 +166,7 @@ func soakMain(ctx context.Context, args []string) error {
 	}
 	fmt.Printf("make soak, %s, %s; load average %s before, %s after\n\n",
 		time.Now().UTC().Format("2006-01-02 15:04 UTC"), c.version(ctx), load, loadavg())
-	printSoak(os.Stdout, c, mode, win, crawling, rep, problems, summaryLine(logFile.Name()))
+	printSoak(os.Stdout, c, mode, win, crawling, rep, problems, p.summary())
 	if len(problems) > 0 {
 		return errors.New("the crawl was incomplete")
 	}
