@@ -15,6 +15,7 @@ import (
 
 	"github.com/trawlhq/trawl"
 	"github.com/trawlhq/trawl/engine"
+	"github.com/trawlhq/trawl/internal/syncbuf"
 	"github.com/trawlhq/trawl/internal/testsite"
 )
 
@@ -37,7 +38,7 @@ func TestLibrarySitemapsHeadersCookies(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 
-	var out syncBuffer
+	var out syncbuf.Buffer
 	sink := engine.NewCSV(&out, []string{"url", "h1"})
 	c := trawl.New(trawl.Config{InMemory: true, Crawl: engine.Config{
 		Sitemaps: true,

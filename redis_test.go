@@ -14,7 +14,9 @@ import (
 	dedupredis "github.com/trawlhq/trawl/dedup/redis"
 	"github.com/trawlhq/trawl/engine"
 	"github.com/trawlhq/trawl/internal/integration"
+	"github.com/trawlhq/trawl/internal/syncbuf"
 	"github.com/trawlhq/trawl/internal/testsite"
+	"github.com/trawlhq/trawl/internal/testsite/sitetest"
 )
 
 func TestMain(m *testing.M) { integration.Main(m) }
@@ -29,12 +31,12 @@ func TestShopScrapeThreeWorkersOnRedis(t *testing.T) {
 	}
 	url := integration.Redis(t)
 	name := integration.Name(t)
-	site, base := serveShop(t, testsite.Config{Latency: 2 * time.Millisecond}) // long enough for three to share
+	site, base := sitetest.Serve(t, testsite.Config{Latency: 2 * time.Millisecond}) // long enough for three to share
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
 	const workers = 3
-	outs := make([]syncBuffer, workers)
+	outs := make([]syncbuf.Buffer, workers)
 	crawlers := make([]*trawl.Crawler, workers)
 	errs := make([]error, workers)
 	var wg sync.WaitGroup

@@ -2,7 +2,6 @@ package trawl_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -22,39 +21,10 @@ import (
 	"github.com/trawlhq/trawl/broker/memory"
 	"github.com/trawlhq/trawl/dedup/local"
 	"github.com/trawlhq/trawl/engine"
+	"github.com/trawlhq/trawl/internal/syncbuf"
 	"github.com/trawlhq/trawl/internal/testsite"
+	"github.com/trawlhq/trawl/internal/testsite/sitetest"
 )
-
-// serveShop serves a test site for the duration of the test.
-func serveShop(t *testing.T, o testsite.Config) (*testsite.Site, string) {
-	t.Helper()
-	site := testsite.New(o)
-	ctx, cancel := context.WithCancel(context.Background())
-	base, wait, err := site.Serve(ctx, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cancel(); wait() })
-	return site, base
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent use.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // products decodes JSON Lines of products.
 func products(t *testing.T, jsonl string) []product {
@@ -97,8 +67,8 @@ func checkProducts(t *testing.T, got []product) {
 // exactly once, with its title (entities decoded), price and rating, and
 // fetches every page exactly once.
 func TestShopScrape(t *testing.T) {
-	site, base := serveShop(t, testsite.Config{})
-	var out syncBuffer
+	site, base := sitetest.Serve(t, testsite.Config{})
+	var out syncbuf.Buffer
 	c := trawl.New(trawl.Config{InMemory: true, Output: &out})
 	scrape(c)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -123,10 +93,10 @@ func TestDefaultResumes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("two crawls with the embedded broker")
 	}
-	site, base := serveShop(t, testsite.Config{Latency: 5 * time.Millisecond})
+	site, base := sitetest.Serve(t, testsite.Config{Latency: 5 * time.Millisecond})
 	dir := t.TempDir()
 	start := base + "/shop/page/1"
-	var first, second syncBuffer
+	var first, second syncbuf.Buffer
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -161,8 +131,8 @@ func TestDefaultResumes(t *testing.T) {
 }
 
 // logBuffer captures a crawler's log.
-func logBuffer(level slog.Level) (*syncBuffer, *slog.Logger) {
-	var b syncBuffer
+func logBuffer(level slog.Level) (*syncbuf.Buffer, *slog.Logger) {
+	var b syncbuf.Buffer
 	return &b, slog.New(slog.NewTextHandler(&b, &slog.HandlerOptions{Level: level}))
 }
 
@@ -170,7 +140,7 @@ func logBuffer(level slog.Level) (*syncBuffer, *slog.Logger) {
 // worker that registered other handlers are dead-lettered unfetched, with a
 // reason naming the callback, and a Warn log.
 func TestUnknownCallback(t *testing.T) {
-	site, base := serveShop(t, testsite.Config{})
+	site, base := sitetest.Serve(t, testsite.Config{})
 	b, err := memory.New(memory.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -187,7 +157,7 @@ func TestUnknownCallback(t *testing.T) {
 	// The first worker takes the first listing page only, and follows its
 	// 20 products and its next page.
 	logA, la := logBuffer(slog.LevelInfo)
-	a := trawl.New(trawl.Config{Broker: b, Filter: f, Output: &syncBuffer{}, Crawl: engine.Config{MaxPages: 1, Logger: la}})
+	a := trawl.New(trawl.Config{Broker: b, Filter: f, Output: &syncbuf.Buffer{}, Crawl: engine.Config{MaxPages: 1, Logger: la}})
 	scrape(a)
 	if err := a.Run(ctx, base+"/shop/page/1"); err != nil {
 		t.Fatal(err)
@@ -200,7 +170,7 @@ func TestUnknownCallback(t *testing.T) {
 
 	// The second runs other code.
 	logB, lb := logBuffer(slog.LevelWarn)
-	other := trawl.New(trawl.Config{Broker: b, Filter: f, Output: &syncBuffer{}, Crawl: engine.Config{IdleTimeout: 100 * time.Millisecond, Logger: lb}})
+	other := trawl.New(trawl.Config{Broker: b, Filter: f, Output: &syncbuf.Buffer{}, Crawl: engine.Config{IdleTimeout: 100 * time.Millisecond, Logger: lb}})
 	other.OnHTML("h1", func(e *trawl.Element) { e.Item(e.Text()) })
 	err = other.Run(ctx)
 	if !errors.Is(err, engine.ErrNoPages) || !strings.Contains(err.Error(), name) {
@@ -264,7 +234,7 @@ func TestElement(t *testing.T) {
 		}
 		docs[r][r.Document()] = true
 	}
-	c := trawl.New(trawl.Config{InMemory: true, Output: &syncBuffer{}, Crawl: engine.Config{IgnoreRobots: true}})
+	c := trawl.New(trawl.Config{InMemory: true, Output: &syncbuf.Buffer{}, Crawl: engine.Config{IgnoreRobots: true}})
 	c.OnHTML("html", func(e *trawl.Element) { saw(e.Response) })
 	c.OnHTML("div.card", func(e *trawl.Element) {
 		saw(e.Response)
@@ -358,7 +328,7 @@ func TestHandlerFailures(t *testing.T) {
 	defer b.Close()
 	f, _ := local.New(local.Config{Capacity: 1000})
 	defer f.Close()
-	var out syncBuffer
+	var out syncbuf.Buffer
 	c := trawl.New(trawl.Config{Broker: b, Filter: f, Output: &out, Crawl: engine.Config{
 		IgnoreRobots: true, RetryBackoff: time.Millisecond, IdleTimeout: 100 * time.Millisecond,
 	}})

@@ -21,6 +21,7 @@ import (
 	"github.com/trawlhq/trawl/dedup/local"
 	"github.com/trawlhq/trawl/engine"
 	"github.com/trawlhq/trawl/internal/testsite"
+	"github.com/trawlhq/trawl/internal/testsite/sitetest"
 )
 
 // memSink collects items.
@@ -52,23 +53,11 @@ func newBackends(t *testing.T) (*memory.Broker, *local.Filter) {
 	return b, f
 }
 
-func serveSite(t *testing.T, o testsite.Config) (*testsite.Site, string) {
-	t.Helper()
-	site := testsite.New(o)
-	ctx, cancel := context.WithCancel(context.Background())
-	url, wait, err := site.Serve(ctx, "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cancel(); wait() })
-	return site, url
-}
-
 // TestCrawlTestsite crawls the synthetic site with every trap and asks the
 // site whether the crawl was correct: every reachable page exactly once,
 // nothing disallowed by robots.txt, flaky pages retried to success.
 func TestCrawlTestsite(t *testing.T) {
-	site, url := serveSite(t, testsite.Config{Pages: 300, Links: 8, Seed: 7, SlowDelay: 300 * time.Millisecond})
+	site, url := sitetest.Serve(t, testsite.Config{Pages: 300, Links: 8, Seed: 7, SlowDelay: 300 * time.Millisecond})
 	b, f := newBackends(t)
 	sink := &memSink{}
 	c, err := engine.New(b, f, engine.Config{
@@ -174,7 +163,7 @@ func TestNoPagesWrapsRetriedError(t *testing.T) {
 // does not have is dead-lettered, unfetched, with a reason naming the
 // callback, and logged at Warn once per name.
 func TestUnknownCallbackDeadLettered(t *testing.T) {
-	site, url := serveSite(t, testsite.Config{Pages: 5, Links: 2, NoTraps: true})
+	site, url := sitetest.Serve(t, testsite.Config{Pages: 5, Links: 2, NoTraps: true})
 	b, f := newBackends(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -236,7 +225,7 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 // TestBadPayloadDeadLettered: garbage in the frontier goes to the dead
 // letters, and the crawl goes on.
 func TestBadPayloadDeadLettered(t *testing.T) {
-	site, url := serveSite(t, testsite.Config{Pages: 20, Links: 3, NoTraps: true})
+	site, url := sitetest.Serve(t, testsite.Config{Pages: 20, Links: 3, NoTraps: true})
 	b, f := newBackends(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -273,7 +262,7 @@ func TestBadPayloadDeadLettered(t *testing.T) {
 // flight, and a second crawler on the same broker and filter finishes it
 // without fetching any page twice.
 func TestShutdownResumes(t *testing.T) {
-	site, url := serveSite(t, testsite.Config{Pages: 400, Links: 5, NoTraps: true, Latency: 2 * time.Millisecond})
+	site, url := sitetest.Serve(t, testsite.Config{Pages: 400, Links: 5, NoTraps: true, Latency: 2 * time.Millisecond})
 	b, f := newBackends(t)
 	sink := &memSink{}
 	cfg := engine.Config{Concurrency: 8, PerHost: 8, IdleTimeout: 200 * time.Millisecond, TrustedHosts: []string{"127.0.0.1"}, Sink: sink}
@@ -405,7 +394,7 @@ func (s *sliceStarts) PendingStarts(context.Context) (int64, error) {
 // TestExternalStarts: start URLs from a StartSource (plain and JSON
 // payloads; garbage is dropped with a count) seed the crawl.
 func TestExternalStarts(t *testing.T) {
-	site, url := serveSite(t, testsite.Config{Pages: 30, Links: 3, NoTraps: true})
+	site, url := sitetest.Serve(t, testsite.Config{Pages: 30, Links: 3, NoTraps: true})
 	b, f := newBackends(t)
 	starts := &sliceStarts{}
 	starts.AddStarts(context.Background(), []byte("\x00garbage"), []byte(`{"url": "`+url+`/page/5", "meta": {"k": "v"}}`))
@@ -469,7 +458,7 @@ func (s *sumStats) Load(context.Context) (map[string]int64, error) {
 // in Config.SharedStats the sum of their own counters once Run returns,
 // every counter, none counted twice.
 func TestSharedStats(t *testing.T) {
-	site, url := serveSite(t, testsite.Config{Pages: 200, Links: 8, Seed: 5, NoTraps: true})
+	site, url := sitetest.Serve(t, testsite.Config{Pages: 200, Links: 8, Seed: 5, NoTraps: true})
 	b, f := newBackends(t)
 	shared := &sumStats{}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

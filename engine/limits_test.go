@@ -13,6 +13,7 @@ import (
 	"github.com/trawlhq/trawl/broker"
 	"github.com/trawlhq/trawl/engine"
 	"github.com/trawlhq/trawl/internal/testsite"
+	"github.com/trawlhq/trawl/internal/testsite/sitetest"
 )
 
 // TestLongURLsNotFollowed: a link and a redirect to URLs over
@@ -71,7 +72,7 @@ func TestLongURLsNotFollowed(t *testing.T) {
 // default configuration: the crawl ends by itself, having followed the
 // calendar exactly DefaultMaxDepth hops from its start, each page once.
 func TestCalendarTrapEnds(t *testing.T) {
-	site, url := serveSite(t, testsite.Config{Pages: 10})
+	site, url := sitetest.Serve(t, testsite.Config{Pages: 10})
 	b, f := newBackends(t)
 	c, err := engine.New(b, f, engine.Config{
 		Concurrency: 16, PerHost: 16, IdleTimeout: 300 * time.Millisecond, IgnoreRobots: true,

@@ -1,7 +1,6 @@
 package engine_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -14,26 +13,10 @@ import (
 
 	"github.com/trawlhq/trawl/broker"
 	"github.com/trawlhq/trawl/engine"
+	"github.com/trawlhq/trawl/internal/syncbuf"
 	"github.com/trawlhq/trawl/internal/testsite"
+	"github.com/trawlhq/trawl/internal/testsite/sitetest"
 )
-
-// syncBuffer is a bytes.Buffer safe for concurrent writes, for logs.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // noMetadata hides a broker's Metadata and Presence: a worker on it
 // cannot adopt the crawl's settings and crawls by its own.
@@ -50,7 +33,7 @@ type noMetadata struct {
 // exactly once, nothing is dead-lettered, and the refusing worker says
 // loudly, once, what it lacks.
 func TestMisconfiguredWorkerLosesNothing(t *testing.T) {
-	site, url := serveSite(t, testsite.Config{Pages: 300, Links: 8, Seed: 11, SlowDelay: 100 * time.Millisecond})
+	site, url := sitetest.Serve(t, testsite.Config{Pages: 300, Links: 8, Seed: 11, SlowDelay: 100 * time.Millisecond})
 	b, f := newBackends(t)
 	sink := &memSink{}
 	good, err := engine.New(b, f, engine.Config{
@@ -60,7 +43,7 @@ func TestMisconfiguredWorkerLosesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	bad, err := engine.New(noMetadata{b, b}, f, engine.Config{
 		Concurrency: 8, PerHost: 8, IdleTimeout: time.Second, RetryBackoff: 10 * time.Millisecond,
 		Sink: sink, Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn})),

@@ -11,7 +11,9 @@ import (
 
 	"github.com/trawlhq/trawl/broker"
 	"github.com/trawlhq/trawl/engine"
+	"github.com/trawlhq/trawl/internal/syncbuf"
 	"github.com/trawlhq/trawl/internal/testsite"
+	"github.com/trawlhq/trawl/internal/testsite/sitetest"
 )
 
 // TestJoiningWorkerAdoptsCrawlSettings is issue 13.1's scenario: a crawl
@@ -20,7 +22,7 @@ import (
 // adopts the crawl's setting, says so, and fetches pages itself: nothing
 // refused, nothing lost, every page fetched once.
 func TestJoiningWorkerAdoptsCrawlSettings(t *testing.T) {
-	site, url := serveSite(t, testsite.Config{Pages: 200, Links: 8, Seed: 5, SlowDelay: 50 * time.Millisecond})
+	site, url := sitetest.Serve(t, testsite.Config{Pages: 200, Links: 8, Seed: 5, SlowDelay: 50 * time.Millisecond})
 	b, f := newBackends(t)
 	sink := &memSink{}
 	first, err := engine.New(b, f, engine.Config{
@@ -30,7 +32,7 @@ func TestJoiningWorkerAdoptsCrawlSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	joiner, err := engine.New(b, f, engine.Config{
 		Concurrency: 4, PerHost: 8, IdleTimeout: time.Second, RetryBackoff: 10 * time.Millisecond,
 		Sink: sink, Adopt: engine.SettingNames,

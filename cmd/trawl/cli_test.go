@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/trawlhq/trawl/internal/testsite"
+	"github.com/trawlhq/trawl/internal/testsite/sitetest"
 )
 
 // numberSite serves "/" linking to /p/1, /p/22, … /p/55555, and /p/N
@@ -194,7 +195,7 @@ var summaryRE = regexp.MustCompile(`^trawl: crawl done: (\d+) pages? fetched, (\
 // progress line comes at a steady interval.
 func TestSummaryLine(t *testing.T) {
 	t.Parallel()
-	_, url := serveSite(t, testsite.Config{Pages: 300, Links: 5, Seed: 3, Latency: 2 * time.Millisecond})
+	_, url := sitetest.Serve(t, testsite.Config{Pages: 300, Links: 5, Seed: 3, Latency: 2 * time.Millisecond})
 	for _, extra := range [][]string{nil, {"--max-pages", "10"}} {
 		t.Run(fmt.Sprint(extra), func(t *testing.T) {
 			t.Parallel()

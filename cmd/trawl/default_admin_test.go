@@ -15,7 +15,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,7 +22,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	natsbroker "github.com/trawlhq/trawl/broker/nats"
+	"github.com/trawlhq/trawl/internal/syncbuf"
 	"github.com/trawlhq/trawl/internal/testsite"
+	"github.com/trawlhq/trawl/internal/testsite/sitetest"
 )
 
 // startTestsite runs "trawl testsite" and returns its URL.
@@ -182,7 +183,7 @@ func TestDefaultModeAdmin(t *testing.T) {
 // item once, as JSON lines; a second call finds none.
 func TestOutQueueDefault(t *testing.T) {
 	t.Parallel()
-	_, url := serveSite(t, testsite.Config{Pages: 60, Links: 4, Seed: 3, NoTraps: true})
+	_, url := sitetest.Serve(t, testsite.Config{Pages: 60, Links: 4, Seed: 3, NoTraps: true})
 	dir := t.TempDir()
 	r := trawlIn(t, dir, time.Minute, "crawl", "--name", "q", "--out", "queue", "--idle-timeout", "300ms", url+"/")
 	if r.code != 0 {
@@ -234,7 +235,7 @@ func TestOutQueueDefault(t *testing.T) {
 // the local filter's size, the Go collector), not the old catch-all.
 func TestMetricsAddr(t *testing.T) {
 	t.Parallel()
-	_, url := serveSite(t, testsite.Config{Pages: 200, Links: 5, Seed: 3, NoTraps: true, Latency: 20 * time.Millisecond})
+	_, url := sitetest.Serve(t, testsite.Config{Pages: 200, Links: 5, Seed: 3, NoTraps: true, Latency: 20 * time.Millisecond})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -247,7 +248,7 @@ func TestMetricsAddr(t *testing.T) {
 	defer cancel()
 	crawl := exec.CommandContext(ctx, trawlBin, "crawl", "--out", out, "--concurrency", "2", "--idle-timeout", "0", "--metrics-addr", addr, url+"/")
 	crawl.Dir = dir
-	var crawlErr syncBuffer
+	var crawlErr syncbuf.Buffer
 	crawl.Stderr = &crawlErr
 	if err := crawl.Start(); err != nil {
 		t.Fatal(err)
@@ -291,7 +292,7 @@ func TestMetricsAddr(t *testing.T) {
 // --lease leave a crawl run with --lease 2m at 2m.
 func TestDefaultModeAdminKeepsLease(t *testing.T) {
 	t.Parallel()
-	_, url := serveSite(t, testsite.Config{Pages: 200, Links: 5, Seed: 3, NoTraps: true, Latency: 20 * time.Millisecond})
+	_, url := sitetest.Serve(t, testsite.Config{Pages: 200, Links: 5, Seed: 3, NoTraps: true, Latency: 20 * time.Millisecond})
 	dir := t.TempDir()
 	out := filepath.Join(dir, "items.jsonl")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -338,31 +339,13 @@ func TestDefaultModeAdminKeepsLease(t *testing.T) {
 	crawl.Wait()
 }
 
-// syncBuffer is a bytes.Buffer safe to read while a process writes it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestDefaultModeDirectoryInUse: a crawl whose data directory another
 // process holds without serving it (a command) waits, saying so, and runs
 // once it is free; a second crawl on a directory whose crawl runs is
 // refused at once.
 func TestDefaultModeDirectoryInUse(t *testing.T) {
 	t.Parallel()
-	_, url := serveSite(t, testsite.Config{Pages: 100, Links: 4, Seed: 3, NoTraps: true, Latency: 10 * time.Millisecond})
+	_, url := sitetest.Serve(t, testsite.Config{Pages: 100, Links: 4, Seed: 3, NoTraps: true, Latency: 10 * time.Millisecond})
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -373,7 +356,7 @@ func TestDefaultModeDirectoryInUse(t *testing.T) {
 	out := filepath.Join(dir, "items.jsonl")
 	crawl := exec.CommandContext(ctx, trawlBin, "crawl", "--out", out, "--concurrency", "2", "--idle-timeout", "0", url+"/")
 	crawl.Dir = dir
-	var crawlErr syncBuffer
+	var crawlErr syncbuf.Buffer
 	crawl.Stderr = &crawlErr
 	if err := crawl.Start(); err != nil {
 		t.Fatal(err)

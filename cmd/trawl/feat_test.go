@@ -14,13 +14,14 @@ import (
 	"time"
 
 	"github.com/trawlhq/trawl/internal/testsite"
+	"github.com/trawlhq/trawl/internal/testsite/sitetest"
 )
 
 // TestExtractSuffixes (issue 12): --extract takes ::attr(href) as absolute
 // URLs, ::attr(NAME) and ::text of a selector group, one value per match.
 func TestExtractSuffixes(t *testing.T) {
 	t.Parallel()
-	_, base := serveSite(t, testsite.Config{Pages: 5, NoTraps: true})
+	_, base := sitetest.Serve(t, testsite.Config{Pages: 5, NoTraps: true})
 	items, _ := crawlItems(t, "--include", `/shop/page/2$`,
 		"--extract", "product=article.product_pod h3 a::attr(href)",
 		"--extract", "full=article.product_pod h3 a::attr(title)",
@@ -62,7 +63,7 @@ func TestExtractSuffixes(t *testing.T) {
 // product's title and price; a second run appends rows, not a header.
 func TestCSVOut(t *testing.T) {
 	t.Parallel()
-	_, base := serveSite(t, testsite.Config{Pages: 5, NoTraps: true})
+	_, base := sitetest.Serve(t, testsite.Config{Pages: 5, NoTraps: true})
 	dir := t.TempDir()
 	out := filepath.Join(dir, "pages.csv")
 	args := []string{"crawl", "--idle-timeout", "300ms", "--out", out,
@@ -260,7 +261,7 @@ func TestProxyAndTimeout(t *testing.T) {
 // Without --sitemaps none of them is.
 func TestSitemaps(t *testing.T) {
 	t.Parallel()
-	site, base := serveSite(t, testsite.Config{Pages: 20, NoTraps: true})
+	site, base := sitetest.Serve(t, testsite.Config{Pages: 20, NoTraps: true})
 	items, r := crawlItems(t, "--sitemaps", base+"/")
 	if err := site.Verify(); err != nil {
 		t.Errorf("the site's own crawl is wrong with --sitemaps: %v", err)

@@ -12,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trawlhq/trawl/internal/syncbuf"
 	"github.com/trawlhq/trawl/internal/testsite"
+	"github.com/trawlhq/trawl/internal/testsite/sitetest"
 	"github.com/trawlhq/trawl/internal/trawlbin"
 )
 
@@ -59,18 +61,6 @@ func trawlIn(t *testing.T, dir string, timeout time.Duration, args ...string) re
 	return result{code, out.String(), errb.String()}
 }
 
-func serveSite(t *testing.T, o testsite.Config) (*testsite.Site, string) {
-	t.Helper()
-	site := testsite.New(o)
-	ctx, cancel := context.WithCancel(context.Background())
-	url, wait, err := site.Serve(ctx, "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cancel(); wait() })
-	return site, url
-}
-
 // TestCrawl5000 is the foundation's acceptance test: the default crawl of a
 // 5000-page test site fetches every reachable page exactly once, never a
 // robots-disallowed or external URL, retries the flaky pages, stops by
@@ -81,7 +71,7 @@ func TestCrawl5000(t *testing.T) {
 	if testing.Short() {
 		pages = 500
 	}
-	site, url := serveSite(t, testsite.Config{Pages: pages, Links: 10, Seed: 1})
+	site, url := sitetest.Serve(t, testsite.Config{Pages: pages, Links: 10, Seed: 1})
 	out := filepath.Join(t.TempDir(), "items.jsonl")
 	r := trawl(t, 5*time.Minute, "crawl", "--out", out, "--idle-timeout", "1s", url+"/")
 	if r.code != 0 {
@@ -185,7 +175,7 @@ func TestEnvFlags(t *testing.T) {
 // resume, and every item line written whole.
 func TestInterrupt(t *testing.T) {
 	t.Parallel()
-	_, url := serveSite(t, testsite.Config{Pages: 2000, Links: 5, NoTraps: true, Latency: 5 * time.Millisecond})
+	_, url := sitetest.Serve(t, testsite.Config{Pages: 2000, Links: 5, NoTraps: true, Latency: 5 * time.Millisecond})
 	out := filepath.Join(t.TempDir(), "items.jsonl")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -236,7 +226,7 @@ func TestResumeDefault(t *testing.T) {
 	if testing.Short() {
 		pages = 500
 	}
-	site, url := serveSite(t, testsite.Config{Pages: pages, Links: 10, Seed: 5, NoTraps: true, Latency: time.Millisecond})
+	site, url := sitetest.Serve(t, testsite.Config{Pages: pages, Links: 10, Seed: 5, NoTraps: true, Latency: time.Millisecond})
 	dir := t.TempDir()
 	out := filepath.Join(dir, "items.jsonl")
 	args := []string{"crawl", "--out", out, "--idle-timeout", "1s", url + "/"}
@@ -244,7 +234,7 @@ func TestResumeDefault(t *testing.T) {
 	defer cancel()
 	first := exec.CommandContext(ctx, trawlBin, args...)
 	first.Dir = dir
-	errb := new(syncBuffer) // read while the process writes it
+	errb := new(syncbuf.Buffer) // read while the process writes it
 	first.Stderr = errb
 	if err := first.Start(); err != nil {
 		t.Fatal(err)
@@ -265,7 +255,7 @@ func TestResumeDefault(t *testing.T) {
 	}
 	second := exec.CommandContext(ctx, trawlBin, args...)
 	second.Dir = dir
-	errb = new(syncBuffer)
+	errb = new(syncbuf.Buffer)
 	second.Stderr = errb
 	if err := second.Run(); err != nil {
 		t.Fatalf("second run: %v; stderr:\n%s", err, errb.String())

@@ -16,6 +16,7 @@ import (
 	"unsafe"
 
 	"github.com/trawlhq/trawl/internal/testsite"
+	"github.com/trawlhq/trawl/internal/testsite/sitetest"
 )
 
 // openPTY opens a pseudo-terminal: its controlling side and its terminal.
@@ -49,7 +50,7 @@ func openPTY(t *testing.T) (ptm, pts *os.File) {
 // TestSummaryLine).
 func TestProgressOnTerminal(t *testing.T) {
 	t.Parallel()
-	_, url := serveSite(t, testsite.Config{Pages: 200, Links: 4, Seed: 9, NoTraps: true, Latency: 15 * time.Millisecond})
+	_, url := sitetest.Serve(t, testsite.Config{Pages: 200, Links: 4, Seed: 9, NoTraps: true, Latency: 15 * time.Millisecond})
 	ptm, pts := openPTY(t)
 	defer ptm.Close()
 	out := filepath.Join(t.TempDir(), "items.jsonl")

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/trawlhq/trawl/internal/testsite"
+	"github.com/trawlhq/trawl/internal/testsite/sitetest"
 )
 
 // TestCrawlSettingsDefaultMode: in the default (embedded) mode the
@@ -16,7 +17,7 @@ import (
 // crawl with new settings.
 func TestCrawlSettingsDefaultMode(t *testing.T) {
 	t.Parallel()
-	_, url := serveSite(t, testsite.Config{Pages: 30, Links: 4, Seed: 3, NoTraps: true})
+	_, url := sitetest.Serve(t, testsite.Config{Pages: 30, Links: 4, Seed: 3, NoTraps: true})
 	dir := t.TempDir()
 	run := func(args ...string) result {
 		return trawlIn(t, dir, time.Minute, append(append([]string{"crawl", "--out", "/dev/null", "--idle-timeout", "500ms"}, args...), url+"/")...)

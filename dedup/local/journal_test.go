@@ -1,7 +1,6 @@
 package local_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -11,11 +10,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/trawlhq/trawl/dedup/local"
+	"github.com/trawlhq/trawl/internal/syncbuf"
 )
 
 // crash copies the files in dir, as they are now, to a new directory and
@@ -59,24 +58,6 @@ func copyFiles(t *testing.T, dir, dst string) bool {
 		}
 	}
 	return true
-}
-
-// syncBuffer is a bytes.Buffer that goroutines may write to at once.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // newLogger returns a logger writing text to w.
@@ -175,7 +156,7 @@ func TestTornTail(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			var logs syncBuffer
+			var logs syncbuf.Buffer
 			cfg := local.Config{Capacity: 1000, Path: filepath.Join(dir, "f"), JournalLimit: -1}
 			f := newFilter(t, cfg)
 			for i := 0; i < len(fps); i += 10 {

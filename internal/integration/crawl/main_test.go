@@ -11,14 +11,15 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/trawlhq/trawl/dedup"
 	"github.com/trawlhq/trawl/internal/integration"
+	"github.com/trawlhq/trawl/internal/syncbuf"
 	"github.com/trawlhq/trawl/internal/testsite"
+	"github.com/trawlhq/trawl/internal/testsite/sitetest"
 	"github.com/trawlhq/trawl/internal/trawlbin"
 )
 
@@ -33,30 +34,26 @@ func TestMain(m *testing.M) {
 	trawlbin.TestMain(m, &trawlBin, trawlbin.Config{Parallel: 4, Run: integration.Run})
 }
 
+// serveSite serves a test site for the test and returns it with the URL
+// of its root page.
 func serveSite(t *testing.T, o testsite.Config) (*testsite.Site, string) {
 	t.Helper()
-	site := testsite.New(o)
-	ctx, cancel := context.WithCancel(context.Background())
-	url, wait, err := site.Serve(ctx, "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cancel(); wait() })
-	return site, url + "/"
+	site, base := sitetest.Serve(t, o)
+	return site, base + "/"
 }
 
 // proc is a trawl process.
 type proc struct {
 	cmd    *exec.Cmd
 	out    string // its items file
-	stderr *syncBuffer
+	stderr *syncbuf.Buffer
 	done   chan error
 }
 
 // start runs trawl with args; its items go to a file of its own.
 func start(t *testing.T, args ...string) *proc {
 	t.Helper()
-	p := &proc{out: filepath.Join(t.TempDir(), "items.jsonl"), stderr: new(syncBuffer), done: make(chan error, 1)}
+	p := &proc{out: filepath.Join(t.TempDir(), "items.jsonl"), stderr: new(syncbuf.Buffer), done: make(chan error, 1)}
 	p.cmd = exec.Command(trawlBin, append(args, "--out", p.out)...)
 	p.cmd.Stderr = p.stderr
 	if err := p.cmd.Start(); err != nil {
@@ -71,24 +68,6 @@ func start(t *testing.T, args ...string) *proc {
 		}
 	})
 	return p
-}
-
-// syncBuffer is a bytes.Buffer safe to read while the process writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // waitStderr waits until p's stderr contains want, and returns how long
