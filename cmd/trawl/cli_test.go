@@ -344,6 +344,15 @@ func TestSmallGaps(t *testing.T) {
 			}
 		}
 	})
+	t.Run("crawl help", func(t *testing.T) {
+		t.Parallel()
+		// Start URLs given to several workers at once may be fetched once
+		// per worker (README: Give a start URL to one worker).
+		r := trawl(t, time.Minute, "crawl", "--help")
+		if !strings.Contains(r.stdout, "give the start URLs to one worker") {
+			t.Errorf("crawl --help does not say to give the start URLs to one worker:\n%s", r.stdout)
+		}
+	})
 	t.Run("version", func(t *testing.T) {
 		t.Parallel()
 		a, b := trawl(t, time.Minute, "--version"), trawl(t, time.Minute, "version")

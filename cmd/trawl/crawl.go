@@ -32,6 +32,11 @@ func newCrawlCmd(o *options, seed bool) *cobra.Command {
 	if seed {
 		cmd.Use = "crawl URL..."
 		cmd.Short = "Seed the URLs, then work until the crawl is done"
+		cmd.Long = `Seed the URLs, then work until the crawl is done.
+
+With a shared broker, give the start URLs to one worker (trawl crawl URL on
+one machine, trawl worker on the others, or trawl seed once): the same start
+URL given to several workers at once may be fetched once per worker.`
 		cmd.Args = cobra.ArbitraryArgs
 	}
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
