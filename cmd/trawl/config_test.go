@@ -1,10 +1,7 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -17,31 +14,7 @@ import (
 // the child's environment is theirs to set, the test process's is not.
 func trawlEnv(t *testing.T, env []string, args ...string) result {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, trawlBin, args...)
-	cmd.Dir = t.TempDir()
-	cmd.Env = os.Environ()
-	for _, kv := range env {
-		key, _, _ := strings.Cut(kv, "=")
-		cmd.Env = slices.DeleteFunc(cmd.Env, func(e string) bool { return strings.HasPrefix(e, key+"=") })
-		if strings.Contains(kv, "=") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	if ctx.Err() != nil {
-		t.Fatalf("trawl %v: timed out; stderr:\n%s", args, errb.String())
-	}
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return result{code, out.String(), errb.String()}
+	return runTrawl(t, t.TempDir(), env, time.Minute, args...)
 }
 
 // writeConfig writes a config file and returns its path.

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -22,7 +21,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	natsbroker "github.com/trawlhq/trawl/broker/nats"
-	"github.com/trawlhq/trawl/internal/syncbuf"
 	"github.com/trawlhq/trawl/internal/testsite"
 	"github.com/trawlhq/trawl/internal/testsite/sitetest"
 )
@@ -91,15 +89,8 @@ func TestDefaultModeAdmin(t *testing.T) {
 	out := filepath.Join(dir, "items.jsonl")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	crawl := exec.CommandContext(ctx, trawlBin, "crawl", "--name", "books", "--out", out, "--concurrency", "2",
+	crawl, crawlErr := startIn(t, ctx, dir, "crawl", "--name", "books", "--out", out, "--concurrency", "2",
 		"--idle-timeout", "0", "--allow-private", "--retry-times", "0", site+"/")
-	crawl.Dir = dir
-	var crawlErr bytes.Buffer
-	crawl.Stderr = &crawlErr
-	if err := crawl.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer crawl.Process.Kill()
 	until(t, ctx, "the crawl to write items", func() bool { return lines(out) >= 5 })
 
 	// While the crawl runs: its counters and its queues.
@@ -246,14 +237,7 @@ func TestMetricsAddr(t *testing.T) {
 	out := filepath.Join(dir, "items.jsonl")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	crawl := exec.CommandContext(ctx, trawlBin, "crawl", "--out", out, "--concurrency", "2", "--idle-timeout", "0", "--metrics-addr", addr, url+"/")
-	crawl.Dir = dir
-	var crawlErr syncbuf.Buffer
-	crawl.Stderr = &crawlErr
-	if err := crawl.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer crawl.Process.Kill()
+	crawl, crawlErr := startIn(t, ctx, dir, "crawl", "--out", out, "--concurrency", "2", "--idle-timeout", "0", "--metrics-addr", addr, url+"/")
 	until(t, ctx, "items", func() bool { return lines(out) >= 10 })
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
@@ -297,14 +281,7 @@ func TestDefaultModeAdminKeepsLease(t *testing.T) {
 	out := filepath.Join(dir, "items.jsonl")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	crawl := exec.CommandContext(ctx, trawlBin, "crawl", "--out", out, "--concurrency", "2", "--idle-timeout", "0", "--lease", "2m", url+"/")
-	crawl.Dir = dir
-	var crawlErr bytes.Buffer
-	crawl.Stderr = &crawlErr
-	if err := crawl.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer crawl.Process.Kill()
+	crawl, _ := startIn(t, ctx, dir, "crawl", "--out", out, "--concurrency", "2", "--idle-timeout", "0", "--lease", "2m", url+"/")
 	until(t, ctx, "items", func() bool { return lines(out) >= 5 })
 	statsJSON(t, dir)
 	if r := trawlIn(t, dir, 30*time.Second, "seed", url+"/?again"); r.code != 0 {
@@ -354,14 +331,7 @@ func TestDefaultModeDirectoryInUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, "items.jsonl")
-	crawl := exec.CommandContext(ctx, trawlBin, "crawl", "--out", out, "--concurrency", "2", "--idle-timeout", "0", url+"/")
-	crawl.Dir = dir
-	var crawlErr syncbuf.Buffer
-	crawl.Stderr = &crawlErr
-	if err := crawl.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer crawl.Process.Kill()
+	crawl, crawlErr := startIn(t, ctx, dir, "crawl", "--out", out, "--concurrency", "2", "--idle-timeout", "0", url+"/")
 	until(t, ctx, "the crawl to say it waits", func() bool { return strings.Contains(crawlErr.String(), "waiting up to") })
 	holder.Shutdown()
 	until(t, ctx, "the crawl to run once the directory is free", func() bool { return lines(out) >= 5 })

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -29,6 +30,25 @@ func TestMain(m *testing.M) {
 	trawlbin.TestMain(m, &trawlBin, trawlbin.Config{Parallel: 4, Race: trawlbin.RaceEnabled})
 }
 
+// startIn starts trawl in dir, for a test that works beside it while it
+// runs; its stderr may be read meanwhile. It is killed, if still running,
+// when the test ends.
+func startIn(t *testing.T, ctx context.Context, dir string, args ...string) (*exec.Cmd, *syncbuf.Buffer) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, trawlBin, args...)
+	cmd.Dir = dir
+	stderr := new(syncbuf.Buffer)
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	return cmd, stderr
+}
+
 type result struct {
 	code           int
 	stdout, stderr string
@@ -42,10 +62,28 @@ func trawl(t *testing.T, timeout time.Duration, args ...string) result {
 // trawlIn runs trawl in dir, where the default mode keeps its state.
 func trawlIn(t *testing.T, dir string, timeout time.Duration, args ...string) result {
 	t.Helper()
+	return runTrawl(t, dir, nil, timeout, args...)
+}
+
+// runTrawl runs trawl in dir with env (KEY=VALUE) added to the
+// environment (a bare KEY removes KEY from it), and fails t if it runs
+// longer than timeout.
+func runTrawl(t *testing.T, dir string, env []string, timeout time.Duration, args ...string) result {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, trawlBin, args...)
 	cmd.Dir = dir
+	if env != nil {
+		cmd.Env = os.Environ()
+		for _, kv := range env {
+			key, _, _ := strings.Cut(kv, "=")
+			cmd.Env = slices.DeleteFunc(cmd.Env, func(e string) bool { return strings.HasPrefix(e, key+"=") })
+			if strings.Contains(kv, "=") {
+				cmd.Env = append(cmd.Env, kv)
+			}
+		}
+	}
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -179,13 +217,7 @@ func TestInterrupt(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "items.jsonl")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, trawlBin, "crawl", "--concurrency", "4", "--out", out, url+"/")
-	cmd.Dir = t.TempDir() // the default mode keeps its state in ./.trawl
-	var errb bytes.Buffer
-	cmd.Stderr = &errb
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd, errb := startIn(t, ctx, t.TempDir(), "crawl", "--concurrency", "4", "--out", out, url+"/")
 	for lines(out) < 50 {
 		if ctx.Err() != nil {
 			t.Fatal("no progress")
@@ -232,13 +264,7 @@ func TestResumeDefault(t *testing.T) {
 	args := []string{"crawl", "--out", out, "--idle-timeout", "1s", url + "/"}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	first := exec.CommandContext(ctx, trawlBin, args...)
-	first.Dir = dir
-	errb := new(syncbuf.Buffer) // read while the process writes it
-	first.Stderr = errb
-	if err := first.Start(); err != nil {
-		t.Fatal(err)
-	}
+	first, errb := startIn(t, ctx, dir, args...)
 	for lines(out) < site.Expected()/2 {
 		if ctx.Err() != nil {
 			t.Fatalf("no progress: %s", errb.String())

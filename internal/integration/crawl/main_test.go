@@ -179,19 +179,27 @@ func union(t *testing.T, procs ...*proc) (distinct, dups int) {
 // run runs trawl to completion and returns its exit code and stderr.
 func run(t *testing.T, args ...string) (int, string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	code, _, stderr := runOut(t, args...)
+	return code, stderr
+}
+
+// runOut runs trawl to completion and returns its exit code, stdout and
+// stderr.
+func runOut(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	var errb bytes.Buffer
+	var out, errb bytes.Buffer
 	cmd := exec.CommandContext(ctx, trawlBin, args...)
-	cmd.Stderr = &errb
+	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
 	if ee, ok := err.(*exec.ExitError); ok {
-		return ee.ExitCode(), errb.String()
+		return ee.ExitCode(), out.String(), errb.String()
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	return 0, errb.String()
+	return 0, out.String(), errb.String()
 }
 
 // pages is the size of the test site of the multi-process crawls: 2000

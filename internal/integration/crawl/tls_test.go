@@ -1,11 +1,8 @@
 package crawl_test
 
 import (
-	"bytes"
-	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -42,7 +39,7 @@ func TestTLSRedisClientCert(t *testing.T) {
 	site, siteURL := serveSite(t, testsite.Config{Pages: 40, Links: 4, Seed: 33, NoTraps: true})
 	base := []string{"crawl", "--broker=redis", "--redis-url", srv.URL, "--tls-ca", ca.CAFile,
 		"--name", integration.Name(t), "--allow-private", "--idle-timeout=1s"}
-	code, stdout, stderr := runAll(t, append(base, siteURL)...)
+	code, stdout, stderr := runOut(t, append(base, siteURL)...)
 	t.Logf("without a client certificate: exit %d, stderr: %s", code, stderr)
 	if code == 0 {
 		t.Errorf("exit 0 without a client certificate")
@@ -136,7 +133,7 @@ func secure(t *testing.T, ca *integration.CA, pw, urlFlag string, flags func(pw 
 	t.Run("wrong-password", func(t *testing.T) {
 		args := append([]string{"crawl"}, flags(wrong)...)
 		args = append(args, "--name", integration.Name(t), "--allow-private", "--tls-ca", ca.CAFile, "--data-dir", t.TempDir(), siteURL)
-		code, stdout, stderr := runAll(t, args...)
+		code, stdout, stderr := runOut(t, args...)
 		t.Logf("exit %d, stderr: %s", code, stderr)
 		if code == 0 {
 			t.Errorf("exit 0 with a wrong password")
@@ -155,7 +152,7 @@ func secure(t *testing.T, ca *integration.CA, pw, urlFlag string, flags func(pw 
 			if ca != "" {
 				more = append([]string{"--tls-ca", ca}, more...)
 			}
-			code, stdout, stderr := runAll(t, crawl(integration.Name(t), more...)...)
+			code, stdout, stderr := runOut(t, crawl(integration.Name(t), more...)...)
 			t.Logf("--tls-ca %q: exit %d, stderr: %s", ca, code, stderr)
 			if code == 0 {
 				t.Errorf("--tls-ca %q: exit 0 with a server certificate of another CA", ca)
@@ -197,23 +194,4 @@ func noSecret(t *testing.T, pw string, outs ...string) {
 			t.Errorf("output shows the password:\n%s", o)
 		}
 	}
-}
-
-// runAll runs trawl to completion and returns its exit code, stdout and
-// stderr.
-func runAll(t *testing.T, args ...string) (int, string, string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	var out, errb bytes.Buffer
-	cmd := exec.CommandContext(ctx, trawlBin, args...)
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	if ee, ok := err.(*exec.ExitError); ok {
-		return ee.ExitCode(), out.String(), errb.String()
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return 0, out.String(), errb.String()
 }
