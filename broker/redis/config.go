@@ -41,12 +41,13 @@ type Config struct {
 	// Nack or an expired lease moves it to the dead letters
 	// (0: DefaultMaxDeliveries).
 	MaxDeliveries int
-	// BlockTimeout bounds one blocking wait of Receive or of a consumer on
-	// the server (0: DefaultBlockTimeout). A waiting Receive or consumer
-	// looks at the queue again after it, so it also bounds how late one
-	// notices a lease that ran out on a queue nothing else happens to, and
-	// sets what an idle consumer costs: two commands per BlockTimeout. Keep
-	// it below the client's ReadTimeout (go-redis default 3s).
+	// BlockTimeout bounds one blocking wait of Receive on the server (0:
+	// DefaultBlockTimeout). A waiting Receive looks at the queue again
+	// after it, so it also bounds how late one notices a lease that ran
+	// out on a queue nothing else happens to. Keep it below the client's
+	// ReadTimeout (go-redis default 3s). A consumer waits up to the longer
+	// of BlockTimeout and Lease (see Consume), with the read timeout its
+	// wait needs.
 	BlockTimeout time.Duration
 	// Logger receives lifecycle and warning logs (default: discarded).
 	Logger *slog.Logger

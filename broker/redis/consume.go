@@ -343,7 +343,7 @@ func (c *consumer) loop() {
 			signal(c.more)
 			continue
 		}
-		wait := c.b.cfg.BlockTimeout
+		wait := c.idleWait()
 		if next >= 0 && next+time.Millisecond < wait {
 			wait = next + time.Millisecond
 		}
@@ -354,6 +354,17 @@ func (c *consumer) loop() {
 			drop()
 		}
 	}
+}
+
+// idleWait is the longest a consumer waits on its queue's token: the
+// longer of BlockTimeout and the lease. What it waits for wakes it
+// (Publish, Nack, a delayed Nack, Requeue and a lease call that leaves
+// messages behind push the token) or ends its wait (the earliest lease or
+// delay of the queue it saw); only a lease taken by another consumer
+// after it looked, and then lost, is noticed as late as this. An idle
+// consumer sends two commands (the lease script and BLPOP) per idleWait.
+func (c *consumer) idleWait() time.Duration {
+	return max(c.b.cfg.BlockTimeout, c.b.cfg.Lease)
 }
 
 // renewAt is when the read-ahead's leases are next renewed: lease/renewAfter

@@ -167,6 +167,12 @@ func (s *StartURLs) take(ctx context.Context, max int, lease time.Duration, toke
 	if max <= 0 {
 		return nil, nil
 	}
+	// Idle workers look every second: one EXISTS while there is nothing
+	// to take or to recover, instead of the script and the three commands
+	// it runs. (An error here is left to the script to report.)
+	if n, err := s.client.Exists(ctx, s.key, s.taken).Result(); err == nil && n == 0 {
+		return nil, nil
+	}
 	mode := "list"
 	if s.set {
 		mode = "set"

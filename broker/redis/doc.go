@@ -63,7 +63,10 @@
 // connection, then gives the read-ahead back as never delivered (its
 // Attempt unchanged). Next extends a delivery whose renewal came late
 // (less than three quarters of its lease left), and skips one whose lease
-// was lost. An idle consumer sends two commands per BlockTimeout.
+// was lost. A consumer waits on the queue's token for up to the longer of
+// BlockTimeout and the lease (a delayed Nack pushes a token too, so that
+// a waiting consumer learns when the delay ends): an idle consumer sends
+// two commands per lease, 30s by default.
 //
 // # Keys
 //

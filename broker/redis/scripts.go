@@ -211,6 +211,7 @@ for i = 4, #ARGV do
       r = 3
     elseif delay > 0 then
       redis.call('ZADD', delayed, now_ms() + delay, with_count(m, n))
+      woke = true -- a waiting consumer then waits until the delay ends
       r = 2
     else
       give_back(ready, mode, m, n)

@@ -19,6 +19,19 @@ import (
 	"github.com/trawlhq/trawl/internal/rediskey"
 )
 
+// redisConnMaxIdle closes the pooled connections a worker no longer needs.
+// go-redis has no reaper: it closes a connection idle for longer than
+// ConnMaxIdleTime only when it hands it out, and by default it hands out
+// the most recently used one, so connections a busy moment (or the
+// start-up) opened stay open for good. A FIFO pool hands out the one idle
+// longest instead: while a worker is busy every connection is used well
+// within this; once it is idle, its commands (the feeder's look at the
+// start URLs, every second) go through the oldest connection each time,
+// and every connection but one is found idle for longer than this and
+// closed. An idle worker so holds two connections: that one and its
+// consumer's. A --redis-url that sets conn_max_idle_time keeps its own.
+const redisConnMaxIdle = 1500 * time.Millisecond
+
 // redisClient connects to --redis-url and checks that the server answers.
 func (o *options) redisClient(ctx context.Context) (goredis.UniversalClient, error) {
 	var (
@@ -32,6 +45,9 @@ func (o *options) redisClient(ctx context.Context) (goredis.UniversalClient, err
 			return nil, usageError("--redis-url: %v", err)
 		}
 		opt.PoolSize = max(opt.PoolSize, o.concurrency+8)
+		if opt.ConnMaxIdleTime == 0 {
+			opt.PoolFIFO, opt.ConnMaxIdleTime = true, redisConnMaxIdle
+		}
 		o.tls.apply(opt.TLSConfig) // rediss://
 		c, addr = goredis.NewClusterClient(opt), strings.Join(opt.Addrs, ",")
 	} else {
@@ -40,6 +56,12 @@ func (o *options) redisClient(ctx context.Context) (goredis.UniversalClient, err
 			return nil, usageError("--redis-url: %v", err)
 		}
 		opt.PoolSize = max(opt.PoolSize, o.concurrency+8)
+		if opt.ConnMaxIdleTime == 0 {
+			opt.PoolFIFO, opt.ConnMaxIdleTime = true, redisConnMaxIdle
+			// Pipelines on the same pool, not on a pool of their own
+			// whose connections an idle worker never takes again.
+			opt.PipelinePoolSize = -1
+		}
 		o.tls.apply(opt.TLSConfig) // rediss://
 		c, addr = goredis.NewClient(opt), opt.Addr
 	}
@@ -160,9 +182,13 @@ func scrapyWarning(name string, n int64) string {
 }
 
 // watchScrapyStarts warns once, on w, when NAME:start_urls holds entries,
-// looking at start and then every interval until ctx ends.
+// looking at start, then half an interval later and every interval after
+// that, until ctx ends. Its looks so fall between the worker's presence
+// announcements, which also come every 5s from the start: looks at the
+// same moment would each take a connection, and an idle worker holds two
+// (see redisConnMaxIdle).
 func watchScrapyStarts(ctx context.Context, client goredis.UniversalClient, name string, w io.Writer, every time.Duration) {
-	t := time.NewTicker(every)
+	t := time.NewTimer(every / 2)
 	defer t.Stop()
 	for {
 		if n, err := scrapyStarts(ctx, client, name); err == nil && n > 0 {
@@ -173,6 +199,7 @@ func watchScrapyStarts(ctx context.Context, client goredis.UniversalClient, name
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			t.Reset(every)
 		}
 	}
 }

@@ -187,3 +187,82 @@ func TestRedisOutOfMemory(t *testing.T) {
 		}
 	}
 }
+
+// TestRedisIdleCost: an idle worker (--idle-timeout 0, nothing queued)
+// sends Redis at most 10 commands per second, counting those its scripts
+// run, and holds at most 2 connections: issue 10's bar, on a server of its
+// own. (Before its consumer waited a lease and its pool let go of what it
+// no longer needs, it sent 12 and held 4 or 5.)
+func TestRedisIdleCost(t *testing.T) {
+	t.Parallel()
+	srv := integration.RedisContainer(t)
+	opt, err := goredis.ParseURL(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	watch := goredis.NewClient(opt)
+	t.Cleanup(func() { _ = watch.Close() })
+	// info reads INFO counters; each call is one command of the watcher's.
+	info := func() map[string]int64 {
+		t.Helper()
+		s, err := watch.Info(t.Context(), "stats", "clients").Result()
+		if err != nil {
+			t.Fatalf("INFO: %v", err)
+		}
+		m := map[string]int64{}
+		for line := range strings.Lines(s) {
+			k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+			if n, err := strconv.ParseInt(v, 10, 64); ok && err == nil {
+				m[k] = n
+			}
+		}
+		return m
+	}
+	const bar, conns = 10.0, 2
+	w := start(t, "worker", "--broker=redis", "--redis-url", srv.URL, "--name", integration.Name(t),
+		"--allow-domain=example.com", "--idle-timeout=0", "--concurrency=32", "--per-host=32")
+	pause := func(d time.Duration) {
+		t.Helper()
+		select {
+		case err := <-w.done:
+			t.Fatalf("the worker exited (%v):\n%s", err, w.stderr.String())
+		case <-time.After(d): // the span measured, not a synchronization
+		}
+	}
+	// Warm-up: until the worker's consumer waits, then its start-up.
+	deadline := time.Now().Add(30 * time.Second)
+	for info()["blocked_clients"] != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the worker's consumer is not waiting on Redis after 30s:\n%s", w.stderr.String())
+		}
+		pause(50 * time.Millisecond)
+	}
+	pause(2 * time.Second)
+
+	const span = 8 * time.Second
+	n0, t0 := info()["total_commands_processed"], time.Now()
+	pause(span)
+	n1 := info()["total_commands_processed"]
+	rate := float64(n1-n0-1) / time.Since(t0).Seconds() // less the first INFO
+	if rate > bar {
+		t.Errorf("an idle worker sent Redis %.1f commands/s over %v, want at most %v", rate, span, bar)
+	}
+	// A connection a moment's coincidence opened is closed within 2s.
+	deadline = time.Now().Add(3 * time.Second)
+	for {
+		held := info()["connected_clients"] - 1 // less the watcher
+		if held <= conns {
+			t.Logf("idle worker: %.1f commands/s, %d connections", rate, held)
+			break
+		}
+		if time.Now().After(deadline) {
+			list, _ := watch.ClientList(t.Context()).Result()
+			t.Fatalf("an idle worker holds %d connections to Redis, want at most %d:\n%s", held, conns, list)
+		}
+		pause(100 * time.Millisecond)
+	}
+	w.cmd.Process.Signal(interrupt)
+	if code := w.wait(t, time.Minute); code != 130 {
+		t.Errorf("exit %d after SIGINT, want 130:\n%s", code, w.stderr.String())
+	}
+}
