@@ -545,6 +545,64 @@ func TestBatchWithPoisonedPage(t *testing.T) {
 	})
 }
 
+// A batch whose halves both fail is nacked whole: a backend that is down
+// costs three writes per batch (the batch, then each half), not one per
+// page. The sink here fails three writes in a row from the first of
+// several items.
+func TestBatchBothHalvesFailNacksWhole(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		bc := newBubbleCrawl(t, true, nil, Config{RetryBackoff: 100 * time.Millisecond})
+		var mu sync.Mutex
+		var failedWrites [][]string // the pages of each failed write
+		next := bc.c.cfg.Sink
+		bc.c.cfg.Sink = sinkFunc(func(ctx context.Context, items []any) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if (len(failedWrites) > 0 || len(items) > 1) && len(failedWrites) < 3 {
+				var pages []string
+				for _, it := range items {
+					u, _ := url.Parse(it.(*Page).URL)
+					pages = append(pages, u.Path)
+				}
+				failedWrites = append(failedWrites, pages)
+				return errors.New("sink down")
+			}
+			return next.Write(ctx, items)
+		})
+		if err := bc.c.Run(t.Context()); err != nil {
+			t.Fatalf("run: %v", err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(failedWrites) != 3 {
+			t.Fatalf("%d writes failed, want 3: the test tests nothing", len(failedWrites))
+		}
+		batch := failedWrites[0]
+		halves := append(slices.Clone(failedWrites[1]), failedWrites[2]...)
+		slices.Sort(halves)
+		if !slices.Equal(halves, slices.Sorted(slices.Values(batch))) {
+			t.Errorf("failed writes %v: want a batch, then its two halves", failedWrites)
+		}
+		ops := bc.log.all()
+		for _, p := range batch {
+			i := slices.IndexFunc(ops, func(op string) bool { return op == "ack "+p || op == "nack "+p })
+			if i < 0 || ops[i] != "nack "+p {
+				t.Errorf("%s, in the batch %v whose halves both failed, was not nacked first", p, batch)
+			}
+		}
+		checkOrder(t, ops, treePages()...)
+		for _, p := range treePages() {
+			want := 1
+			if slices.Contains(batch, p) {
+				want = 2
+			}
+			if n := bc.site.count(p); n != want {
+				t.Errorf("%s fetched %d times, want %d", p, n, want)
+			}
+		}
+	})
+}
+
 // Run, stopped while pages are with the writer and the acker, writes and
 // acknowledges them before it returns.
 func TestShutdownFlushesBatches(t *testing.T) {
