@@ -27,7 +27,11 @@ type Config struct {
 	// pooled connections while it waits (at most BlockTimeout, and never
 	// past the caller's deadline), and each open consumer (Consume) holds
 	// one for as long as it is open: size its pool for those plus the
-	// other traffic.
+	// other traffic. go-redis closes an idle pooled connection only when
+	// it hands it out again, most recently used first, so a pool keeps
+	// what its busiest moment opened; with PoolFIFO and a short
+	// ConnMaxIdleTime it shrinks once idle (trawl's CLI: 1.5s, and
+	// PipelinePoolSize -1, so that an idle worker holds two connections).
 	Client goredis.UniversalClient
 	// Order is how queues order messages (default broker.Priority). All
 	// brokers using a queue must agree on it; a queue written in another
