@@ -68,7 +68,6 @@ var scrapySettings = map[string]string{
 	"nats-replicas":       "",
 	"amqp-queue-type":     "",
 	"nats-domain":         "",
-	"prefetch":            "",
 	"data-dir":            "`JOBDIR`",
 	"broker":              "`SCHEDULER` (`scrapy_redis.scheduler.Scheduler`: `redis`)",
 	"allow-empty":         "",

@@ -87,7 +87,7 @@ func (o *options) openRabbitMQ(ctx context.Context, b *backends, order broker.Or
 	}
 	rb, err := rabbitmq.New(ctx, rabbitmq.Config{
 		URL: o.amqpURL, ManagementURL: o.amqpManagementURL, TLS: o.tls.clone(), Name: "trawl " + o.name, Order: order, Lease: o.lease,
-		QueueType: o.queueType(), NonDurable: !o.amqpDurable, Recreate: o.amqpRecreate, Prefetch: o.prefetch, MaxDeliveries: o.maxDeliveries(), Logger: o.log,
+		QueueType: o.queueType(), NonDurable: !o.amqpDurable, Recreate: o.amqpRecreate, MaxDeliveries: o.maxDeliveries(), Logger: o.log,
 	})
 	if err != nil {
 		return err

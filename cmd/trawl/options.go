@@ -42,7 +42,6 @@ type options struct {
 	outFormat                        string
 	amqpDurable, amqpRecreate        bool
 	amqpManagementURL, natsDomain    string
-	prefetch                         int
 	natsReplicas                     int
 	amqpQueueType                    string
 	flush, allowPrivate, ignoreRobot bool
@@ -144,7 +143,6 @@ func (o *options) addCrawlFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.overrideSettings, "override-settings", false, "replace the crawl's stored settings (--allow-domain, --allow-private, --include, --exclude, --max-depth, --extract, --ignore-robots) by the ones given here where they differ, instead of refusing to start; workers already running keep theirs")
 	fs.StringVar(&o.userAgent, "user-agent", engine.DefaultUserAgent, "User-Agent header")
 	fs.BoolVar(&o.amqpRecreate, "amqp-recreate", false, "RabbitMQ: delete and redeclare a queue that exists with other arguments (loses its messages)")
-	fs.IntVar(&o.prefetch, "prefetch", 0, "RabbitMQ: prefetch count (0: sized from --concurrency)")
 	fs.IntVar(&o.retryTimes, "retry-times", 3, "retries of a failed page (timeout, 5xx, 429, callback error) before it is dead-lettered")
 	fs.DurationVar(&o.failureTimeout, "failure-timeout", time.Minute, "give up (exit 1, nothing acknowledged) once the broker, filter or sink has failed this long with no success (0: never)")
 	fs.DurationVar(&o.retryBackoff, "retry-backoff", 500*time.Millisecond, "delay before the first retry, doubled for each later one (with jitter, at most 1m)")
@@ -176,7 +174,7 @@ func (o *options) setup() error {
 		flag string
 		v    int64
 	}{
-		{"--max-depth", int64(o.maxDepth)}, {"--max-pages", int64(o.maxPages)}, {"--prefetch", int64(o.prefetch)},
+		{"--max-depth", int64(o.maxDepth)}, {"--max-pages", int64(o.maxPages)},
 		{"--delay", int64(o.delay)}, {"--idle-timeout", int64(o.idleTimeout)}, {"--lease", int64(o.lease)},
 		{"--progress-interval", int64(o.progressEvery)},
 	} {
