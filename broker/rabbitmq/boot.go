@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"time"
 
@@ -27,12 +28,18 @@ import (
 // transient queue (gone when the server restarts) that holds at most one
 // message and refuses more: on each connection a broker offers a random
 // id, and reads the id that the queue holds, its own or an earlier one.
+// It does so holding bootLock, an exclusive queue (one connection at a
+// time; gone with the connection that held it): x-max-length counts only
+// ready messages, so an offer made while another broker read the id (the
+// message then unacknowledged) was accepted, and two ids coexisted, each
+// broker believing its own (a redelivery then went uncounted).
 const (
 	bootQueue = "trawl.boot"
+	bootLock  = "trawl.boot.lock"
 	hBoot     = "x-trawl-boot"
-	// bootTries and bootRetry bound the reads of bootQueue while another
-	// broker holds its message.
-	bootTries = 100
+	// bootTries and bootRetry bound the waits for bootLock and the reads
+	// of bootQueue.
+	bootTries = 250
 	bootRetry = 20 * time.Millisecond
 )
 
@@ -51,8 +58,37 @@ func (s *session) boot0(ctx context.Context) (string, error) {
 	var raw [8]byte
 	_, _ = rand.Read(raw[:])
 	offer := hex.EncodeToString(raw[:])
-	var id string
-	err := s.side(func(ch *amqp.Channel) error {
+	for try := 0; ; try++ {
+		id, locked, err := s.bootOnce(ctx, offer)
+		if !locked {
+			return id, err
+		}
+		if try == bootTries {
+			return "", fmt.Errorf("%q stayed locked", bootLock)
+		}
+		t := time.NewTimer(bootRetry)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return "", ctx.Err()
+		}
+	}
+}
+
+// bootOnce reads the incarnation's id under bootLock; locked reports that
+// another connection held the lock.
+func (s *session) bootOnce(ctx context.Context, offer string) (id string, locked bool, err error) {
+	err = s.side(func(ch *amqp.Channel) error {
+		if _, err := ch.QueueDeclare(bootLock, false, true, true, false, nil); err != nil {
+			var ae *amqp.Error
+			if errors.As(err, &ae) && ae.Code == amqp.ResourceLocked {
+				locked = true
+				return nil
+			}
+			return fmt.Errorf("declare %q: %w", bootLock, err)
+		}
+		defer func() { _, _ = ch.QueueDelete(bootLock, false, false, false) }()
 		if _, err := ch.QueueDeclare(bootQueue, false, false, false, false, amqp.Table{
 			"x-max-length": int32(1),
 			"x-overflow":   "reject-publish",
@@ -61,8 +97,8 @@ func (s *session) boot0(ctx context.Context) (string, error) {
 		}
 		// Refused (basic.nack) when the queue already holds an id.
 		_, _ = s.send(ctx, []outgoing{{queue: bootQueue, pub: amqp.Publishing{DeliveryMode: amqp.Transient, Body: []byte(offer)}}})
-		// Another broker reading it at the same moment holds the message
-		// for a round trip: the queue then looks empty.
+		// The queue holds the id now; a read may still find it empty for
+		// a moment, while the last holder's requeue is on its way.
 		for try := 0; ; try++ {
 			d, ok, err := ch.Get(bootQueue, false)
 			if err != nil {
@@ -84,7 +120,7 @@ func (s *session) boot0(ctx context.Context) (string, error) {
 			}
 		}
 	})
-	return id, err
+	return id, locked, err
 }
 
 // countsRedelivery tells whether the redelivered flag of r stands for a
