@@ -227,16 +227,19 @@ func TestIdleCost(t *testing.T) {
 			nexts <- err
 		}()
 	}
-	counting := make(chan struct{})
+	counting, counted := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(counting)
 		tick := time.NewTicker(200 * time.Millisecond)
 		defer tick.Stop()
-		for {
+		for first := true; ; first = false {
 			for _, q := range qs {
 				if _, err := b.Counts(ctx, q); err != nil && ctx.Err() == nil {
 					t.Errorf("Counts: %v", err)
 				}
+			}
+			if first {
+				close(counted)
 			}
 			select {
 			case <-ctx.Done():
@@ -266,7 +269,10 @@ func TestIdleCost(t *testing.T) {
 			waitStats(t, 100*time.Millisecond)
 		}
 	}
-	// Past the start (declares, the first counts' look for delay queues).
+	// Past the start (declares, the first counts' look for delay queues,
+	// however long a loaded machine makes them), and past the management
+	// API's lag in counting them.
+	<-counted
 	waitStats(t, 3*time.Second)
 	before, start := stats(), time.Now()
 	waitStats(t, 10*time.Second)
