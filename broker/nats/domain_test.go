@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/trawlhq/trawl/broker"
 	"github.com/trawlhq/trawl/broker/nats"
@@ -73,7 +74,24 @@ func TestDomain(t *testing.T) {
 	}
 	ctx := t.Context()
 	q := integration.Name(t) + ":requests"
-	remote := newBroker(t, dial(t, leaf), nats.Config{Domain: "hub"})
+	// The hub's JetStream answers through the leaf a moment after the
+	// leaf connection is up (503 "jetstream not enabled" until then).
+	leafConn := dial(t, leaf)
+	js, err := jetstream.NewWithDomain(leafConn, "hub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		_, err := js.AccountInfo(ctx)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the hub's JetStream never answered through the leaf: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond) // polling an observable condition
+	}
+	remote := newBroker(t, leafConn, nats.Config{Domain: "hub"})
 	local := newBroker(t, dial(t, leaf), nats.Config{}) // the leaf's own JetStream
 	home := newBroker(t, dial(t, hub), nats.Config{})
 
