@@ -80,13 +80,20 @@ type NATSServer struct {
 func NATSContainer(t testing.TB, opts ...ServerOption) *NATSServer {
 	t.Helper()
 	skipShort(t, "NATS", "")
-	hp, err := freePort()
-	if err != nil {
-		t.Fatalf("integration: pick a host port: %v", err)
-	}
-	s, err := startNATS(hp, serverOpts(opts))
-	if s != nil && s.ctr != nil {
-		terminateOnCleanup(t, s.ctr)
+	var s *NATSServer
+	var err error
+	for try := 1; ; try++ {
+		hp, perr := freePort()
+		if perr != nil {
+			t.Fatalf("integration: pick a host port: %v", perr)
+		}
+		s, err = startNATS(hp, serverOpts(opts))
+		if s != nil && s.ctr != nil {
+			terminateOnCleanup(t, s.ctr)
+		}
+		if !portTaken(err) || try == portTries {
+			break
+		}
 	}
 	if err != nil {
 		t.Fatalf("integration: start a NATS container (image %q): %v", image(EnvNATSImage, "nats:2"), err)

@@ -122,17 +122,24 @@ func RabbitMQContainer(t testing.TB, opts ...ServerOption) *RabbitMQServer {
 	t.Helper()
 	skipShort(t, "RabbitMQ", "")
 	o := serverOpts(opts)
-	ports := map[string]string{}
-	for _, p := range rabbitPorts(o) {
-		hp, err := freePort()
-		if err != nil {
-			t.Fatalf("integration: pick a host port: %v", err)
+	var s *RabbitMQServer
+	var err error
+	for try := 1; ; try++ {
+		ports := map[string]string{}
+		for _, p := range rabbitPorts(o) {
+			hp, perr := freePort()
+			if perr != nil {
+				t.Fatalf("integration: pick a host port: %v", perr)
+			}
+			ports[p] = hp
 		}
-		ports[p] = hp
-	}
-	s, err := startRabbitMQ(ports, false, o)
-	if s != nil && s.ctr != nil {
-		terminateOnCleanup(t, s.ctr)
+		s, err = startRabbitMQ(ports, false, o)
+		if s != nil && s.ctr != nil {
+			terminateOnCleanup(t, s.ctr)
+		}
+		if !portTaken(err) || try == portTries {
+			break
+		}
 	}
 	if err != nil {
 		t.Fatalf("integration: start a RabbitMQ container (image %q): %v", image(EnvRabbitMQImage, "rabbitmq:3-management"), err)
@@ -187,6 +194,18 @@ func RabbitMQStock(t testing.TB) *RabbitMQServer {
 		t.Fatalf("integration: start a RabbitMQ container without plugins (image %q): %v", image(EnvRabbitMQImage, "rabbitmq:3-management"), err)
 	}
 	return &RabbitMQServer{URL: s.URL}
+}
+
+// portTries bounds the starts of a container on fixed host ports that
+// another container took in the meantime (see portTaken).
+const portTries = 5
+
+// portTaken reports whether a container failed to start because one of
+// the host ports chosen for it (free a moment before) was taken since,
+// by Docker for another container started beside it. Docker says so only
+// in words.
+func portTaken(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "port is already allocated")
 }
 
 // freePort returns a TCP port that was free on the host a moment ago.
