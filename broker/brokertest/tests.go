@@ -639,7 +639,7 @@ func settle(t *testing.T, ds []broker.Delivery) {
 }
 
 // extendTrial is one trial of testExtend: 0 when it passed, or the window
-// longer than the lease in which the lease was lost.
+// longer than nine tenths of the lease in which the lease was lost.
 func (s *suite) extendTrial(t *testing.T, take func(t *testing.T, b broker.Broker, q string) broker.Delivery) time.Duration {
 	lease := s.c.Lease
 	bs := s.brokers(t, s.short(), 2)
@@ -661,7 +661,10 @@ func (s *suite) extendTrial(t *testing.T, take func(t *testing.T, b broker.Broke
 		call := time.Now()
 		err := e.Extend(t.Context(), lease)
 		if err != nil {
-			if w := time.Since(renewed); errors.Is(err, broker.ErrLeaseLost) && w > lease {
+			// A backend may count a lease lost up to a tenth of it early
+			// (a margin for the time its renewal takes to reach the
+			// server): a stall that long voids the trial.
+			if w := time.Since(renewed); errors.Is(err, broker.ErrLeaseLost) && w > lease-lease/10 {
 				r := await(t, ch, prompt, "another consumer")
 				settle(t, r.ds)
 				return w
