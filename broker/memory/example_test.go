@@ -94,7 +94,7 @@ func ExampleBroker_Receive_delay() {
 
 	_ = b.Publish(ctx, "q", broker.Message{Body: []byte("retry me")})
 	ds, _ := b.Receive(ctx, "q", 1)
-	_ = ds[0].Nack(ctx, 50*time.Millisecond)
+	_ = ds[0].Nack(ctx, 2*time.Second) // long beside the 10ms below, even on a loaded machine
 
 	short, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
 	_, err := b.Receive(short, "q", 1)
