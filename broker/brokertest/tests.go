@@ -1147,7 +1147,10 @@ func keepLeased(t *testing.T, lease time.Duration, ds ...broker.Delivery) (stop 
 			}
 		}
 	}()
-	return func() { cancel(); <-done }
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop) // a test that fails before stop still ends the goroutine
+	return stop
 }
 
 func (s *suite) testPurge(t *testing.T) {
