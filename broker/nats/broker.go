@@ -32,6 +32,7 @@ type Broker struct {
 	cfg Config
 	nc  *natsgo.Conn
 	js  jetstream.JetStream
+	api string // the JetStream API's subject prefix ("$JS.API." or a domain's)
 	log *slog.Logger
 
 	life context.Context // ends when Close begins
@@ -97,6 +98,7 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 		cfg:    cfg,
 		nc:     cfg.Conn,
 		js:     js,
+		api:    apiPrefix(cfg.Domain),
 		log:    cfg.Logger.With("backend", "nats"),
 		queues: map[string]*queue{},
 		held:   map[*delivery]struct{}{},
@@ -417,11 +419,11 @@ func (b *Broker) Receive(ctx context.Context, queue string, limit int) ([]broker
 		}
 		var ds []*delivery
 		if err == nil {
-			ds, err = b.take(q, limit, true)
+			ds, err = b.take(q, limit)
 			if len(ds) == 0 && err == nil {
 				ds, err = b.wait(ctx, q, batch)
 				if len(ds) > 0 && len(ds) < limit {
-					more, _ := b.take(q, limit-len(ds), true)
+					more, _ := b.take(q, limit-len(ds))
 					ds = append(ds, more...)
 				}
 			}
@@ -512,15 +514,15 @@ func (b *Broker) hand(op, queue string, ds []*delivery) ([]broker.Delivery, erro
 // when the request that brought m was sent: its lease is counted from
 // then, not from now, so that a process held up between the server's
 // sending and now cannot settle it after the server gave it to another.
-func (b *Broker) admit(q *queue, cons int, m jetstream.Msg, sent time.Time) *delivery {
+func (b *Broker) admit(q *queue, cons int, m *natsgo.Msg, sent time.Time) *delivery {
 	now := time.Now()
 	leased := now
 	if !sent.IsZero() {
 		leased = sent
 	}
-	meta, err := m.Metadata()
+	meta, err := metadata(m)
 	if err != nil {
-		b.log.Error("not a jetstream message; ignored", "queue", q.queue, "subject", m.Subject(), "error", err)
+		b.log.Error("not a jetstream message; ignored", "queue", q.queue, "subject", m.Subject, "error", err)
 		return nil
 	}
 	// JetStream counts a delivery that never reached a client (sent to a
@@ -528,12 +530,12 @@ func (b *Broker) admit(q *queue, cons int, m jetstream.Msg, sent time.Time) *del
 	// cannot have been redelivered after an expired lease more often than
 	// leases fit in its age (plus a slack: a restarted server restores
 	// delivery times rounded down).
-	delivered := int(meta.NumDelivered)
+	delivered := int(meta.delivered)
 	if delivered > 1 {
-		age := max(now.Sub(meta.Timestamp), 0) + min(b.cfg.Lease/2, time.Second)
+		age := max(now.Sub(meta.stored), 0) + min(b.cfg.Lease/2, time.Second)
 		delivered = 1 + min(delivered-1, int(age/b.cfg.Lease))
 	}
-	if err := checkHeaders(m.Headers()); err != nil {
+	if err := checkHeaders(m.Header); err != nil {
 		b.buryForeign(q, m, err)
 		return nil
 	}
@@ -541,10 +543,10 @@ func (b *Broker) admit(q *queue, cons int, m jetstream.Msg, sent time.Time) *del
 		b:        b,
 		q:        q,
 		m:        m,
-		prio:     headerInt(m.Headers(), hdrPriority),
+		prio:     headerInt(m.Header, hdrPriority),
 		band:     cons,
-		attempt:  headerInt(m.Headers(), hdrAttempts) + delivered,
-		seq:      meta.Sequence.Stream,
+		attempt:  headerInt(m.Header, hdrAttempts) + delivered,
+		seq:      meta.seq,
 		deadline: b.leaseEnd(leased),
 	}
 	if d.attempt > b.cfg.MaxDeliveries {
@@ -565,22 +567,22 @@ func (b *Broker) admit(q *queue, cons int, m jetstream.Msg, sent time.Time) *del
 // its delay, measured from when it was stored (by the server's clock, read
 // with this machine's: a skew only shortens or lengthens the delay within
 // its length).
-func (b *Broker) delayed(q *queue, m jetstream.Msg) {
+func (b *Broker) delayed(q *queue, m *natsgo.Msg) {
 	ctx, cancel := b.detached()
 	defer cancel()
-	meta, err := m.Metadata()
+	meta, err := metadata(m)
 	if err != nil {
-		b.log.Error("not a jetstream message; ignored", "queue", q.queue, "subject", m.Subject(), "error", err)
+		b.log.Error("not a jetstream message; ignored", "queue", q.queue, "subject", m.Subject, "error", err)
 		return
 	}
-	h := m.Headers()
+	h := m.Header
 	if err := checkHeaders(h); err != nil {
 		b.buryForeign(q, m, err)
 		return
 	}
 	delay := time.Duration(headerInt(h, hdrDelay)) // within 0..MaxDelay
-	rest := min(delay-time.Since(meta.Timestamp), delay)
-	if meta.NumDelivered < 2 && rest > 0 {
+	rest := min(delay-time.Since(meta.stored), delay)
+	if meta.delivered < 2 && rest > 0 {
 		// JetStream's NakWithDelay, confirmed by the server.
 		body := fmt.Appendf(nil, `-NAK {"delay":%d}`, int64(rest))
 		if err := b.ackReq(ctx, m, body); err != nil {
@@ -589,7 +591,7 @@ func (b *Broker) delayed(q *queue, m jetstream.Msg) {
 		return
 	}
 	prio := headerInt(h, hdrPriority)
-	copy := message(q.bands[bandOf(prio, b.cfg.Bands)], m.Data(), prio, headerInt(h, hdrAttempts))
+	copy := message(q.bands[bandOf(prio, b.cfg.Bands)], m.Data, prio, headerInt(h, hdrAttempts))
 	if err := b.publish(ctx, q, copy); err != nil {
 		b.log.Warn("moving a delayed message back failed; tried again later", "queue", q.queue, "error", err)
 		return
@@ -604,26 +606,24 @@ func (b *Broker) delayed(q *queue, m jetstream.Msg) {
 // checkHeaders (written by something other than trawl), with why as the
 // reason, and logs it at Warn: the message is not handed out and not
 // held, so that it cannot stall the crawl.
-func (b *Broker) buryForeign(q *queue, m jetstream.Msg, why error) {
+func (b *Broker) buryForeign(q *queue, m *natsgo.Msg, why error) {
 	ctx, cancel := b.detached()
 	defer cancel()
-	b.log.Warn("message with invalid headers dead-lettered", "queue", q.queue, "subject", m.Subject(), "reason", why)
-	d := &delivery{b: b, q: q, m: m, prio: min(max(headerInt(m.Headers(), hdrPriority), -1<<31), 1<<31-1)}
+	b.log.Warn("message with invalid headers dead-lettered", "queue", q.queue, "subject", m.Subject, "reason", why)
+	d := &delivery{b: b, q: q, m: m, prio: min(max(headerInt(m.Header, hdrPriority), -1<<31), 1<<31-1)}
 	if err := b.bury(ctx, d, why.Error()); err != nil {
 		b.log.Warn("dead-letter failed; the message comes back after its lease", "queue", q.queue, "error", err)
 	}
 }
 
-// ackReq sends an acknowledgement other than +ACK (a -NAK with a delay,
-// +WPI) for m to its reply subject and waits for the server to confirm
-// it. (nats.go confirms only +ACK, with DoubleAck; its NakWithDelay and
-// InProgress are sent without waiting, and a lease extended without the
-// server's word could be counted on after the server gave the message
-// away.)
-func (b *Broker) ackReq(ctx context.Context, m jetstream.Msg, body []byte) error {
+// ackReq sends an acknowledgement (+ACK, a -NAK with a delay, +WPI) for
+// m to its reply subject and waits for the server to confirm it. (A lease
+// extended without the server's word could be counted on after the server
+// gave the message away.)
+func (b *Broker) ackReq(ctx context.Context, m *natsgo.Msg, body []byte) error {
 	ctx, cancel := b.bound(ctx)
 	defer cancel()
-	_, err := b.nc.RequestWithContext(ctx, m.Reply(), body)
+	_, err := b.nc.RequestWithContext(ctx, m.Reply, body)
 	if errors.Is(err, natsgo.ErrNoResponders) {
 		// The consumer (or its stream) is gone, and the message with it.
 		return fmt.Errorf("%w: %w", broker.ErrLeaseLost, err)
@@ -632,21 +632,14 @@ func (b *Broker) ackReq(ctx context.Context, m jetstream.Msg, body []byte) error
 }
 
 // ack acknowledges m (JetStream's DoubleAck: the server confirms it).
-func (b *Broker) ack(ctx context.Context, m jetstream.Msg) error {
-	ctx, cancel := b.bound(ctx)
-	defer cancel()
-	err := m.DoubleAck(ctx)
-	if errors.Is(err, natsgo.ErrNoResponders) {
-		// The consumer (or its stream) is gone, and the message with it.
-		return fmt.Errorf("%w: %w", broker.ErrLeaseLost, err)
-	}
-	return err
+func (b *Broker) ack(ctx context.Context, m *natsgo.Msg) error {
+	return b.ackReq(ctx, m, []byte("+ACK"))
 }
 
 // requeue publishes a copy of d's message to its band, counting attempts
 // deliveries so far, and acknowledges d: the message is ready again.
 func (b *Broker) requeue(ctx context.Context, d *delivery, attempts int) error {
-	if err := b.publish(ctx, d.q, message(d.q.bands[d.band], d.m.Data(), d.prio, attempts)); err != nil {
+	if err := b.publish(ctx, d.q, message(d.q.bands[d.band], d.m.Data, d.prio, attempts)); err != nil {
 		return err
 	}
 	return b.ack(ctx, d.m)
@@ -656,7 +649,7 @@ func (b *Broker) requeue(ctx context.Context, d *delivery, attempts int) error {
 // acknowledges d.
 func (b *Broker) postpone(ctx context.Context, d *delivery, delay time.Duration) error {
 	delay = min(delay, MaxDelay)
-	m := message(d.q.delay, d.m.Data(), d.prio, d.attempt)
+	m := message(d.q.delay, d.m.Data, d.prio, d.attempt)
 	m.Header.Set(hdrDelay, strconv.FormatInt(int64(delay), 10))
 	if err := b.publish(ctx, d.q, m); err != nil {
 		return err
@@ -667,7 +660,7 @@ func (b *Broker) postpone(ctx context.Context, d *delivery, delay time.Duration)
 // bury publishes d's message to the dead letters with reason and
 // acknowledges d.
 func (b *Broker) bury(ctx context.Context, d *delivery, reason string) error {
-	m := message(d.q.grave, d.m.Data(), d.prio, 0)
+	m := message(d.q.grave, d.m.Data, d.prio, 0)
 	m.Header.Set(hdrReason, oneLine(reason))
 	var id [12]byte
 	_, _ = rand.Read(id[:])

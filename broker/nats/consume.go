@@ -91,7 +91,7 @@ func (c *consumer) run() {
 		}
 		var ds []*delivery
 		if err == nil {
-			ds, err = b.take(c.q, c.prefetch-c.buffered(), false)
+			ds, err = b.take(c.q, c.prefetch-c.buffered())
 			if len(ds) == 0 && err == nil {
 				if c.buffered() > 0 {
 					dry = true

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
+	natsgo "github.com/nats-io/nats.go"
 
 	"github.com/trawlhq/trawl/broker"
 )
@@ -26,7 +26,7 @@ const (
 type delivery struct {
 	b       *Broker
 	q       *queue
-	m       jetstream.Msg // as pulled; its reply subject acknowledges it
+	m       *natsgo.Msg // as pulled; its reply subject acknowledges it
 	prio    int
 	band    int
 	attempt int
@@ -38,7 +38,7 @@ type delivery struct {
 
 // Message returns a copy of the delivered message.
 func (d *delivery) Message() broker.Message {
-	return broker.Message{Body: bytes.Clone(d.m.Data()), Priority: d.prio}
+	return broker.Message{Body: bytes.Clone(d.m.Data), Priority: d.prio}
 }
 
 // Queue names the queue the delivery came from.

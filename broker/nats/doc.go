@@ -78,7 +78,13 @@
 //
 // Receive first asks for what is there now: one stream info request tells
 // which bands hold messages, then a "no wait" fetch per non-empty band,
-// highest first. If there is nothing, it waits with a pull request that
+// highest first. A band that answers with fewer messages than it holds
+// (the server tells its consumers of a new message asynchronously) while
+// a lower band holds some is asked again with a short waiting request, so
+// that a lower band's message does not overtake it. Each fetch reads its
+// answer to the end, however late it comes (nats.go's Fetch drops what
+// comes a second after a "no wait" request: a held-up server or process
+// would lose those messages until their lease). If there is nothing, it waits with a pull request that
 // the server holds on every band and the delay consumer (nats.go's
 // Messages, one message each): a Publish, Nack, Requeue, expiring delay or
 // lease wakes it at once, with no polling. It then drains those

@@ -3,9 +3,12 @@ package nats
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	natsgo "github.com/nats-io/nats.go"
@@ -56,7 +59,7 @@ func sortDeliveries(ds []*delivery) {
 // accept handles a message of consumer cons: a delayed message is moved
 // or put off and nil returned; a band message becomes a delivery (nil if
 // it was dead-lettered). sent: see admit.
-func (b *Broker) accept(q *queue, cons int, m jetstream.Msg, sent time.Time) *delivery {
+func (b *Broker) accept(q *queue, cons int, m *natsgo.Msg, sent time.Time) *delivery {
 	if cons == q.delayIdx() {
 		b.delayed(q, m)
 		return nil
@@ -65,38 +68,149 @@ func (b *Broker) accept(q *queue, cons int, m jetstream.Msg, sent time.Time) *de
 }
 
 // fetch asks consumer cons of q for up to n messages, with one pull
-// request: those ready now (wait 0: a "no wait" request, answered at
-// once), or waiting up to wait for the batch. It appends the deliveries
-// to got and returns how many messages came.
+// request (see pull): those ready now (wait 0), or waiting up to wait for
+// the batch. It appends the deliveries to got and returns how many
+// messages came.
 func (b *Broker) fetch(q *queue, cons, n int, wait time.Duration, got *[]*delivery) (int, error) {
-	var batch jetstream.MessageBatch
-	var err error
 	// A "no wait" request is answered at once: the server sent its
 	// messages, and started their leases, after sent.
 	sent := time.Now()
-	if wait == 0 {
-		batch, err = q.cons[cons].FetchNoWait(n)
-	} else {
+	if wait > 0 {
 		sent = time.Time{}
-		batch, err = q.cons[cons].Fetch(n, jetstream.FetchMaxWait(wait))
 	}
-	if err != nil {
-		return 0, fmt.Errorf("pull request: %w", pullErr(err))
-	}
-	k := 0
-	for m := range batch.Messages() {
-		k++
+	ms, err := b.pull(q, cons, n, wait)
+	for _, m := range ms {
 		if d := b.accept(q, cons, m, sent); d != nil {
 			*got = append(*got, d)
 		}
 	}
-	if err := batch.Error(); err != nil {
-		return k, fmt.Errorf("pull request: %w", pullErr(err))
+	if err != nil {
+		return len(ms), fmt.Errorf("pull request: %w", pullErr(err))
 	}
-	return k, nil
+	return len(ms), nil
 }
 
-// take pulls what q has now, without waiting: up to max messages, band by
+// apiPrefix is the JetStream API's subject prefix for domain ("" for none).
+func apiPrefix(domain string) string {
+	if domain == "" {
+		return jetstream.DefaultAPIPrefix
+	}
+	return "$JS." + domain + ".API."
+}
+
+// pullRequest is the body of a JetStream pull request.
+type pullRequest struct {
+	Batch   int           `json:"batch"`
+	Expires time.Duration `json:"expires,omitempty"`
+	NoWait  bool          `json:"no_wait,omitempty"`
+}
+
+// pull sends one pull request to consumer cons of q for up to n messages:
+// a "no wait" one (wait 0), answered at once, or one that waits up to
+// wait for them. It returns the messages that came, with an error if the
+// request failed.
+//
+// It reads the answer to its end: n messages, or the status that ends a
+// request (no messages, request expired). (nats.go's Fetch stops
+// listening a second after its request's expiry, at once for a "no wait"
+// one, and drops what comes later: a server or a process held up that
+// long has then sent messages to nobody, back only after their lease.)
+// A request not ended after wait plus the broker's Timeout is stopped by
+// draining its subscription: the server forgets a request once its inbox
+// has no subscriber, and what it sent before that is still read.
+func (b *Broker) pull(q *queue, cons, n int, wait time.Duration) ([]*natsgo.Msg, error) {
+	req, err := json.Marshal(pullRequest{Batch: n, Expires: wait, NoWait: wait == 0})
+	if err != nil {
+		return nil, err
+	}
+	sub, err := b.nc.SubscribeSync(b.nc.NewInbox())
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = sub.Unsubscribe() }() // an error once drained
+	subject := b.api + "CONSUMER.MSG.NEXT." + q.work + "." + q.consumers[cons]
+	if err := b.nc.PublishRequest(subject, sub.Subject, req); err != nil {
+		return nil, err
+	}
+	var ms []*natsgo.Msg
+	deadline := time.Now().Add(wait + b.cfg.Timeout)
+	draining := false
+	for len(ms) < n {
+		m, err := sub.NextMsg(max(time.Until(deadline), time.Millisecond))
+		switch {
+		case errors.Is(err, natsgo.ErrTimeout) && !draining:
+			b.log.Warn("a pull request got no answer in time; stopping it", "queue", q.queue, "after", wait+b.cfg.Timeout)
+			if err := sub.Drain(); err != nil {
+				return ms, fmt.Errorf("drain: %w", err)
+			}
+			draining = true
+			deadline = time.Now().Add(b.cfg.Timeout)
+			continue
+		case draining && errors.Is(err, natsgo.ErrBadSubscription):
+			return ms, nil // drained: nothing more comes
+		case errors.Is(err, natsgo.ErrTimeout):
+			b.log.Warn("a pull request did not drain; messages sent to it come back after their lease", "queue", q.queue)
+			return ms, err
+		case err != nil:
+			return ms, err
+		}
+		status := m.Header.Get("Status")
+		if m.Reply != "" || status == "" {
+			// A message: its reply subject acknowledges it. (The
+			// server's statuses have none; a message's own Status
+			// header is its publisher's.)
+			ms = append(ms, m)
+			continue
+		}
+		switch status {
+		case "100": // a heartbeat
+		case "404", "408": // no messages; the request expired
+			return ms, nil
+		case "503":
+			return ms, natsgo.ErrNoResponders
+		default:
+			err := fmt.Errorf("status %s: %s", status, m.Header.Get("Description"))
+			if strings.Contains(strings.ToLower(m.Header.Get("Description")), "consumer deleted") {
+				err = fmt.Errorf("%w: %w", jetstream.ErrConsumerDeleted, err)
+			}
+			return ms, err
+		}
+	}
+	return ms, nil
+}
+
+// meta is what trawl reads of a JetStream message's metadata.
+type meta struct {
+	seq       uint64    // stream sequence
+	delivered uint64    // deliveries, this one included
+	stored    time.Time // when the stream stored it
+}
+
+// metadata reads m's metadata from its reply subject, in either form:
+//
+//	$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<time>.<pending>
+//	$JS.ACK.<domain>.<account hash>.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<time>.<pending>[.<token>…]
+func metadata(m *natsgo.Msg) (meta, error) {
+	tokens := strings.Split(m.Reply, ".")
+	if len(tokens) < 9 || tokens[0] != "$JS" || tokens[1] != "ACK" || (len(tokens) > 9 && len(tokens) < 11) {
+		return meta{}, fmt.Errorf("reply subject %q is not a JetStream acknowledgement's", m.Reply)
+	}
+	f := tokens[4:9] // delivered, sseq, cseq, time, pending
+	if len(tokens) >= 11 {
+		f = tokens[6:11]
+	}
+	var n [4]uint64
+	for i := range n {
+		v, err := strconv.ParseUint(f[i], 10, 64)
+		if err != nil {
+			return meta{}, fmt.Errorf("reply subject %q: %w", m.Reply, err)
+		}
+		n[i] = v
+	}
+	return meta{delivered: n[0], seq: n[1], stored: time.Unix(0, int64(n[3]))}, nil
+}
+
+// take pulls what q has now, without waiting: up to limit messages, band by
 // band from the highest, after moving the delayed messages that are due
 // back to their bands. It returns the deliveries it got even with an
 // error (the error then says why it got no more).
@@ -107,12 +221,13 @@ func (b *Broker) fetch(q *queue, cons, n int, wait time.Duration, got *[]*delive
 // it has stored and acknowledged to its publisher, because it tells its
 // consumers about new messages asynchronously, and a "no wait" request
 // trusts the consumer's count; taking from a lower band then would break
-// priority order. So, if exact, when such a request brings nothing, the
-// band's consumer is asked how many of its messages are in flight, and if
-// fewer than the band holds, a pull request that waits (up to oneShot)
-// collects the rest: a waiting request reads the stream itself. (A
-// Consumer does without: its waiting requests catch such a message.)
-func (b *Broker) take(q *queue, max int, exact bool) ([]*delivery, error) {
+// priority order. So, when such a request brings nothing, or fewer than
+// asked while a lower band holds messages, the band's consumer is asked how many of its messages are in flight, and then the
+// stream how many the band holds (in this order, so that an ack between
+// the two cannot look like a new message); if the band holds more, a pull
+// request that waits (up to oneShot) for that many collects them: a
+// waiting request reads the stream itself.
+func (b *Broker) take(q *queue, limit int) ([]*delivery, error) {
 	// These requests are answered at once; they are not cut short by the
 	// caller, so that what they bring is not lost.
 	ctx, cancel := b.detached()
@@ -128,29 +243,51 @@ func (b *Broker) take(q *queue, max int, exact bool) ([]*delivery, error) {
 			return got, err
 		}
 	}
-	for band := len(q.bands) - 1; band >= 0 && len(got) < max; band-- {
+	for band := len(q.bands) - 1; band >= 0 && len(got) < limit; band-- {
 		stored := held[q.bands[band]]
 		if stored == 0 {
 			continue
 		}
-		n, err := b.fetch(q, band, max-len(got), 0, &got)
+		asked := limit - len(got)
+		n, err := b.fetch(q, band, asked, 0, &got)
 		if err != nil {
 			return got, err
 		}
-		if n > 0 || !exact {
+		if n == asked || (n > 0 && !heldBelow(q, held, band)) {
 			continue
 		}
 		ci, err := q.cons[band].Info(ctx)
 		if err != nil {
 			return got, fmt.Errorf("consumer info: %w", pullErr(err))
 		}
-		if stored > uint64(ci.NumAckPending) {
-			if _, err := b.fetch(q, band, max-len(got), oneShot, &got); err != nil {
+		info, err := q.stream.Info(ctx, jetstream.WithSubjectFilter(q.bands[band]))
+		if err != nil {
+			return got, fmt.Errorf("stream info: %w", pullErr(err))
+		}
+		stored = info.State.Subjects[q.bands[band]]
+		if inFlight := uint64(max(ci.NumAckPending, 0)); stored > inFlight {
+			k := int(min(stored-inFlight, uint64(limit-len(got))))
+			if _, err := b.fetch(q, band, k, oneShot, &got); err != nil {
 				return got, err
 			}
 		}
 	}
 	return got, nil
+}
+
+// heldBelow tells whether a band of q below band holds messages.
+func heldBelow(q *queue, held map[string]uint64, band int) bool {
+	for _, subj := range q.bands[:band] {
+		if held[subj] > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// coreMsg is m, pulled by nats.go, as the core message it came as.
+func coreMsg(m jetstream.Msg) *natsgo.Msg {
+	return &natsgo.Msg{Subject: m.Subject(), Reply: m.Reply(), Header: m.Headers(), Data: m.Data()}
 }
 
 // arrival is a message, or an error, from one of wait's pulls.
@@ -253,7 +390,7 @@ func (b *Broker) wait(ctx context.Context, q *queue, batch int) ([]*delivery, er
 				stop()
 				continue
 			}
-			if d := b.accept(q, a.cons, a.m, time.Time{}); d != nil {
+			if d := b.accept(q, a.cons, coreMsg(a.m), time.Time{}); d != nil {
 				got = append(got, d)
 				stop()
 			}

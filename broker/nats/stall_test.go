@@ -1,0 +1,125 @@
+package nats_test
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+
+	"github.com/trawlhq/trawl/broker/nats"
+	"github.com/trawlhq/trawl/internal/integration"
+)
+
+// stallDialer dials TCP connections whose reads it can hold back: once
+// armed, the first write that holds trigger stalls every read that
+// returns after it until release, as a server (or this process) held up
+// between a request and its answer would.
+type stallDialer struct {
+	trigger []byte
+	mu      sync.Mutex
+	armed   bool
+	stalled chan struct{} // closed when the stall begins
+	gate    chan struct{} // closed by release
+}
+
+func newStallDialer(trigger string) *stallDialer {
+	return &stallDialer{trigger: []byte(trigger), stalled: make(chan struct{}), gate: make(chan struct{})}
+}
+
+func (d *stallDialer) Dial(network, address string) (net.Conn, error) {
+	c, err := net.Dial(network, address)
+	if err != nil {
+		return nil, err
+	}
+	return &stallConn{Conn: c, d: d}, nil
+}
+
+func (d *stallDialer) arm() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.armed = true
+}
+
+func (d *stallDialer) release() { close(d.gate) }
+
+type stallConn struct {
+	net.Conn
+	d        *stallDialer
+	stalling bool
+}
+
+func (c *stallConn) Write(p []byte) (int, error) {
+	d := c.d
+	d.mu.Lock()
+	if d.armed && bytes.Contains(p, d.trigger) {
+		d.armed = false
+		c.stalling = true
+		close(d.stalled)
+	}
+	d.mu.Unlock()
+	return c.Conn.Write(p)
+}
+
+func (c *stallConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.d.mu.Lock()
+	stalling := c.stalling
+	c.d.mu.Unlock()
+	if stalling {
+		<-c.d.gate
+	}
+	return n, err
+}
+
+// TestReceiveOutlivesStall: the answer to a pull request that comes more
+// than a second late (a server or a process held up) still delivers its
+// message. (nats.go's Fetch stops listening a second after a "no wait"
+// request and drops what comes later: the message then came back only
+// after its 30 s lease.)
+func TestReceiveOutlivesStall(t *testing.T) {
+	const stall = 1500 * time.Millisecond // past nats.go's second
+	e := embedded(t, "127.0.0.1:0")
+	dialer := newStallDialer("CONSUMER.MSG.NEXT")
+	nc, err := e.Connect(natsgo.InProcessServer(nil), natsgo.SetCustomDialer(dialer))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	b := newBroker(t, nc, nats.Config{Lease: 30 * time.Second})
+	q := integration.Name(t) + ":requests"
+	if err := b.Publish(t.Context(), q, msg("late", 0)); err != nil {
+		t.Fatal(err)
+	}
+
+	dialer.arm()
+	type result struct {
+		body string
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		ds, err := b.Receive(ctx, q, 1)
+		if err != nil || len(ds) != 1 {
+			done <- result{err: err}
+			return
+		}
+		done <- result{body: string(ds[0].Message().Body), err: ds[0].Ack(ctx)}
+	}()
+	select {
+	case <-dialer.stalled:
+	case r := <-done:
+		t.Fatalf("Receive returned (%q, %v) without a pull request", r.body, r.err)
+	}
+	time.Sleep(stall) // the stall under test, not a synchronisation
+	dialer.release()
+	r := <-done
+	if r.err != nil || r.body != "late" {
+		t.Fatalf("Receive across a %v stall: got %q, %v; want the message (it was sent to the pull request during the stall)", stall, r.body, r.err)
+	}
+}
