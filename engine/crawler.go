@@ -124,6 +124,12 @@ type Crawler struct {
 
 	joinMu sync.Mutex // guards joined
 	joined bool       // the crawl's settings were adopted (joinCrawl)
+	// trustMu serializes rereading the crawl's trusted hosts
+	// (refreshTrust); trustAt is when the last reread began, trustGrew
+	// when one last added a host.
+	trustMu   sync.Mutex
+	trustAt   time.Time
+	trustGrew time.Time
 	// shared: this worker's guard is the crawl's (its settings came from,
 	// or were stored with, the crawl), so its refusals are the crawl's.
 	shared atomic.Bool
@@ -794,6 +800,7 @@ func earlier(req *Request, d broker.Delivery) int {
 // how the delivery is to be settled. prior is the number of earlier
 // deliveries (see earlier).
 func (c *Crawler) process(ctx, work context.Context, req *Request, prior int) action {
+	asked := time.Now() // before the address guard is asked (see refuse)
 	log := c.log.With("url", Redact(req.URL))
 	if len(req.URL) > MaxURLLength {
 		c.fail(ErrorBadURL, nil)
@@ -825,7 +832,7 @@ func (c *Crawler) process(ctx, work context.Context, req *Request, prior int) ac
 		}
 		switch {
 		case errors.Is(err, ErrLocalRefusal):
-			return c.refuse(req, u, err)
+			return c.refuse(ctx, req, u, asked, err)
 		case errors.Is(err, ErrRobotsUnavailable):
 			return c.robotsDown(req, prior, u, err)
 		case err != nil:
@@ -857,7 +864,7 @@ func (c *Crawler) process(ctx, work context.Context, req *Request, prior int) ac
 	release()
 	if errors.Is(err, ErrLocalRefusal) {
 		c.started.Add(-1)
-		return c.refuse(req, u, err)
+		return c.refuse(ctx, req, u, asked, err)
 	}
 	if err == nil {
 		c.refused.streak.Store(0)

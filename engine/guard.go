@@ -111,6 +111,19 @@ func (g *guard) trust(host string) {
 	g.trusted[h] = struct{}{}
 }
 
+// trusts reports whether host, as given to trust, is trusted already.
+func (g *guard) trusts(host string) bool {
+	h := normalizeHost(host)
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	if _, port, err := net.SplitHostPort(host); err == nil && port != "" {
+		_, ok := g.exact[net.JoinHostPort(h, port)]
+		return ok
+	}
+	_, ok := g.trusted[h]
+	return ok
+}
+
 // isTrusted reports whether host (normalized or not) on port is trusted.
 func (g *guard) isTrusted(host, port string) bool {
 	h := normalizeHost(host)

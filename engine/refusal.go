@@ -37,14 +37,22 @@ type refusals struct {
 	pausedAt atomic.Int64 // unix nanoseconds of the last back-off logged
 }
 
-// refuse handles a request this worker's address guard refused. When the
-// worker's settings are the crawl's (stored with it, see Settings), every
-// worker would refuse it alike: the page fails, once, as a forbidden
-// address. Otherwise the refusal is this worker's own: the request is
+// refuse handles a request this worker's address guard refused, asked
+// at asked or later. When the worker's settings are the crawl's (stored
+// with it, see Settings), every worker would refuse it alike: the page
+// fails, once, as a forbidden address; unless the crawl has come to trust
+// the host since asked (a worker that gave it as a start URL joined after
+// this one: see refreshTrust), and the request is given back, to be
+// fetched. Otherwise the refusal is this worker's own: the request is
 // given back for another worker (or dead-lettered past MaxDeferrals),
 // never settled as done.
-func (c *Crawler) refuse(req *Request, u *url.URL, err error) action {
+func (c *Crawler) refuse(ctx context.Context, req *Request, u *url.URL, asked time.Time, err error) action {
 	if c.shared.Load() {
+		if c.refreshTrust(ctx, asked, u) {
+			c.log.Info("the crawl trusts this host now (a worker that seeded it joined after this one); fetching it",
+				"host", u.Host)
+			return giveBack()
+		}
 		// The guard is the crawl's: every worker would refuse it alike,
 		// so the page fails here, once, as a forbidden address.
 		c.fail(ErrorForbiddenAddress, err)
@@ -105,4 +113,50 @@ func (c *Crawler) refusalPause(ctx context.Context) bool {
 			"refused_in_a_row", n, "pause", d)
 	}
 	return sleep(ctx, d)
+}
+
+// refreshTrust rereads the crawl's trusted hosts, unless a reread began
+// since this refusal, and trusts those this worker does not yet. It
+// reports whether the trusted hosts grew after asked (when the refused
+// request was asked about) and now include u's host and port: then the
+// request is worth asking again (and only then: a request refused for
+// another address, a redirect's, cannot come back forever, for each time
+// takes a host more). The trusted hosts are the one setting that grows
+// after a worker joined: each worker that joins adds its start URLs'
+// hosts (see Settings.Merge), so a worker that joined before the one that
+// seeded a private address (a test site on loopback) would refuse its
+// pages. A refusal is rare where the crawl does not trust the address (a
+// link to a private address in a public crawl): one read of the crawl's
+// metadata per refusal is cheap.
+func (c *Crawler) refreshTrust(ctx context.Context, asked time.Time, u *url.URL) bool {
+	refused := time.Now()
+	c.trustMu.Lock()
+	defer c.trustMu.Unlock()
+	if m := c.metadata(); m != nil && c.trustAt.Before(refused) {
+		began := time.Now()
+		raw, err := m.GetMeta(ctx, c.cfg.Name, settingsKey)
+		var s Settings
+		if err == nil {
+			s, err = DecodeSettings(raw)
+		}
+		if err != nil {
+			c.log.Debug("rereading the crawl's trusted hosts failed", "err", err)
+			return false
+		}
+		for _, h := range s.TrustedHosts {
+			if !c.fetcher.guard.trusts(h) {
+				c.fetcher.Trust(h)
+				c.trustGrew = began
+			}
+		}
+		c.trustAt = began
+	}
+	if !c.trustGrew.After(asked) || !c.fetcher.guard.isTrusted(u.Hostname(), defaultPort(u)) {
+		return false
+	}
+	if c.robots != nil {
+		// A refusal cached while the host was not trusted.
+		c.robots.forgetRefusals()
+	}
+	return true
 }

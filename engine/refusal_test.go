@@ -189,3 +189,47 @@ func TestCrawlGuardRefusalFailsOnce(t *testing.T) {
 		t.Errorf("%s = %d, want 0", engine.StatDeadLetters, n)
 	}
 }
+
+// TestEarlierJoinerTrustsLaterSeeder is the race of three workers started
+// at once, one of them seeding a loopback site: a worker without start
+// URLs stores the crawl's settings first (no trusted host), the seeder
+// then joins and adds its start URL's host. The first worker, alone
+// running, must fetch the site (its guard rereads the crawl's trusted
+// hosts on a refusal), not fail its pages as forbidden.
+func TestEarlierJoinerTrustsLaterSeeder(t *testing.T) {
+	site, url := sitetest.Serve(t, testsite.Config{Pages: 50, Links: 5, Seed: 3})
+	b, f := newBackends(t)
+	sink := &memSink{}
+	cfg := engine.Config{Concurrency: 4, PerHost: 4, IdleTimeout: 300 * time.Millisecond, Sink: sink}
+	early, err := engine.New(b, f, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	if err := early.Seed(ctx); err != nil { // joins: stores its settings
+		t.Fatal(err)
+	}
+	seederCfg := cfg
+	seederCfg.TrustedHosts = []string{strings.TrimPrefix(url, "http://")}
+	seeder, err := engine.New(b, f, seederCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := seeder.Seed(ctx, engine.StartURL{URL: url + "/"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := early.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st := early.Stats()
+	if n := st.Get(engine.StatErrorKindPrefix + engine.ErrorForbiddenAddress); n != 0 {
+		t.Errorf("the early worker failed %d pages as forbidden addresses", n)
+	}
+	if err := site.Verify(); err != nil {
+		t.Errorf("site says the crawl was wrong:\n%v", err)
+	}
+	if got, want := sink.len(), site.Expected(); got != want {
+		t.Errorf("items = %d, want %d", got, want)
+	}
+}

@@ -209,6 +209,22 @@ func (r *robotsCache) entry(key string) (e *robotsEntry, leader bool) {
 	return e, true
 }
 
+// forgetRefusals drops the cached refusals of the address guard, so that
+// a host trusted since is asked for its robots.txt again.
+func (r *robotsCache) forgetRefusals() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for k, e := range r.entries {
+		select {
+		case <-e.done:
+			if e.refused != nil {
+				delete(r.entries, k)
+			}
+		default:
+		}
+	}
+}
+
 // fill fetches the robots.txt for e and closes e.done.
 func (r *robotsCache) fill(ctx context.Context, e *robotsEntry, u *url.URL) {
 	group, ttl, err := r.fetch(ctx, u)
