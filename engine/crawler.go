@@ -124,11 +124,9 @@ type Crawler struct {
 
 	joinMu sync.Mutex // guards joined
 	joined bool       // the crawl's settings were adopted (joinCrawl)
-	// trustMu serializes rereading the crawl's trusted hosts
-	// (refreshTrust); trustAt is when the last reread began, trustGrew
-	// when one last added a host.
+	// trustGrew is when refreshTrust last trusted a host the crawl came
+	// to trust after this worker joined.
 	trustMu   sync.Mutex
-	trustAt   time.Time
 	trustGrew time.Time
 	// shared: this worker's guard is the crawl's (its settings came from,
 	// or were stored with, the crawl), so its refusals are the crawl's.

@@ -97,10 +97,11 @@
 // settings named in Config.Adopt, logging them at Info; a crawler that
 // insists on a setting the crawl has with another value fails with a
 // *SettingsError (ErrSettingsConflict) unless Config.OverrideSettings.
-// Trusted hosts are merged: each worker that joins adds its own, so a
-// worker refused by its guard rereads the crawl's and, if they have come
-// to trust the host since (its seeder joined later), fetches the page
-// instead of failing it.
+// Trusted hosts are merged: each worker that joins adds its own (also as
+// one metadata key per host, created and never rewritten, so that workers
+// joining at once cannot lose each other's), and a worker refused by its
+// guard asks the crawl whether it trusts the host by now (its seeder
+// joined later): then it fetches the page instead of failing it.
 // While Run runs, the worker announces itself (broker.Presence), so that
 // a purge can refuse while workers are live (LiveWorkers).
 //

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/trawlhq/trawl/broker"
 )
 
 // MaxDeferrals is how often a request is given back untried (see
@@ -115,43 +118,72 @@ func (c *Crawler) refusalPause(ctx context.Context) bool {
 	return sleep(ctx, d)
 }
 
-// refreshTrust rereads the crawl's trusted hosts, unless a reread began
-// since this refusal, and trusts those this worker does not yet. It
-// reports whether the trusted hosts grew after asked (when the refused
-// request was asked about) and now include u's host and port: then the
-// request is worth asking again (and only then: a request refused for
-// another address, a redirect's, cannot come back forever, for each time
-// takes a host more). The trusted hosts are the one setting that grows
-// after a worker joined: each worker that joins adds its start URLs'
-// hosts (see Settings.Merge), so a worker that joined before the one that
-// seeded a private address (a test site on loopback) would refuse its
-// pages. A refusal is rare where the crawl does not trust the address (a
-// link to a private address in a public crawl): one read of the crawl's
-// metadata per refusal is cheap.
+// trustKey is the Metadata key that says the crawl trusts h, a host or
+// "host:port" as TrustedAddr writes it (normalized). Every worker that
+// joins creates one per trusted host of its own (see publishTrust): keys
+// created, never rewritten, so that workers joining at once cannot lose
+// each other's, as they could in the stored Settings (read, merged, set).
+func trustKey(h string) string { return "trusted " + h }
+
+// normalizeTrusted writes a trusted host ("host" or "host:port") as
+// trustKey expects it.
+func normalizeTrusted(h string) string {
+	if _, port, err := net.SplitHostPort(h); err == nil && port != "" {
+		return net.JoinHostPort(normalizeHost(h), port)
+	}
+	return normalizeHost(h)
+}
+
+// publishTrust records with the crawl, in m, that it trusts hosts.
+func publishTrust(ctx context.Context, m broker.Metadata, crawl string, hosts []string) error {
+	for _, h := range hosts {
+		err := m.CreateMeta(ctx, crawl, trustKey(normalizeTrusted(h)), []byte(h))
+		if err != nil && !errors.Is(err, broker.ErrExists) {
+			return fmt.Errorf("crawl %q: store trusted host %q: %w", crawl, h, err)
+		}
+	}
+	return nil
+}
+
+// refreshTrust asks the crawl whether it trusts u's host (or its host and
+// port) now, and trusts it here if so. It reports whether this worker's
+// trusted hosts grew after asked (when the refused request was asked
+// about) and now include u's: then the request is worth asking again
+// (and only then: a request refused for another address, a redirect's,
+// cannot come back forever, for each time takes a host more). Trusted
+// hosts are the one setting that grows after a worker joined: each worker
+// that joins adds its start URLs' hosts, so a worker that joined before
+// the one that seeded a private address (a test site on loopback) would
+// refuse its pages. A refusal is rare where the crawl does not trust the
+// address (a link to a private address in a public crawl): two reads of
+// the crawl's metadata per refusal are cheap.
 func (c *Crawler) refreshTrust(ctx context.Context, asked time.Time, u *url.URL) bool {
-	refused := time.Now()
-	c.trustMu.Lock()
-	defer c.trustMu.Unlock()
-	if m := c.metadata(); m != nil && c.trustAt.Before(refused) {
-		began := time.Now()
-		raw, err := m.GetMeta(ctx, c.cfg.Name, settingsKey)
-		var s Settings
-		if err == nil {
-			s, err = DecodeSettings(raw)
+	m := c.metadata()
+	if m == nil {
+		return false
+	}
+	host := normalizeHost(u.Hostname())
+	for _, h := range []string{net.JoinHostPort(host, defaultPort(u)), host} {
+		if c.fetcher.guard.trusts(h) {
+			continue
+		}
+		_, err := m.GetMeta(ctx, c.cfg.Name, trustKey(h))
+		if errors.Is(err, broker.ErrNotFound) {
+			continue
 		}
 		if err != nil {
-			c.log.Debug("rereading the crawl's trusted hosts failed", "err", err)
+			c.log.Debug("asking the crawl whether it trusts a host failed", "host", h, "err", err)
 			return false
 		}
-		for _, h := range s.TrustedHosts {
-			if !c.fetcher.guard.trusts(h) {
-				c.fetcher.Trust(h)
-				c.trustGrew = began
-			}
-		}
-		c.trustAt = began
+		c.fetcher.Trust(h)
+		c.trustMu.Lock()
+		c.trustGrew = time.Now()
+		c.trustMu.Unlock()
 	}
-	if !c.trustGrew.After(asked) || !c.fetcher.guard.isTrusted(u.Hostname(), defaultPort(u)) {
+	c.trustMu.Lock()
+	grew := c.trustGrew
+	c.trustMu.Unlock()
+	if !grew.After(asked) || !c.fetcher.guard.isTrusted(host, defaultPort(u)) {
 		return false
 	}
 	if c.robots != nil {

@@ -233,3 +233,92 @@ func TestEarlierJoinerTrustsLaterSeeder(t *testing.T) {
 		t.Errorf("items = %d, want %d", got, want)
 	}
 }
+
+// barrierMeta is a crawl's metadata where reading the settings waits
+// until n readers have read them: workers joining at once, each reading
+// the crawl's settings before any writes its merge back.
+type barrierMeta struct {
+	broker.Metadata
+	mu      sync.Mutex
+	waiting int
+	all     chan struct{}
+}
+
+func newBarrierMeta(m broker.Metadata, n int) *barrierMeta {
+	return &barrierMeta{Metadata: m, waiting: n, all: make(chan struct{})}
+}
+
+func (b *barrierMeta) GetMeta(ctx context.Context, crawl, key string) ([]byte, error) {
+	v, err := b.Metadata.GetMeta(ctx, crawl, key)
+	if key != "settings" {
+		return v, err
+	}
+	b.mu.Lock()
+	if b.waiting > 0 {
+		b.waiting--
+		if b.waiting == 0 {
+			close(b.all)
+		}
+	}
+	b.mu.Unlock()
+	select {
+	case <-b.all:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return v, err
+}
+
+// TestTrustOfSeedersJoiningAtOnce: two workers seeding two loopback sites
+// join at once (each reads the crawl's settings before the other writes
+// its merge, so the stored settings keep one site's host only). A worker
+// that joined before both, running alone, still fetches both sites whole:
+// every worker's trusted hosts are kept apart from the settings, never
+// overwritten.
+func TestTrustOfSeedersJoiningAtOnce(t *testing.T) {
+	siteA, urlA := sitetest.Serve(t, testsite.Config{Pages: 30, Links: 4, Seed: 1})
+	siteB, urlB := sitetest.Serve(t, testsite.Config{Pages: 30, Links: 4, Seed: 2})
+	b, f := newBackends(t)
+	sink := &memSink{}
+	cfg := engine.Config{Concurrency: 4, PerHost: 4, IdleTimeout: 300 * time.Millisecond, Sink: sink}
+	early, err := engine.New(b, f, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	if err := early.Seed(ctx); err != nil {
+		t.Fatal(err)
+	}
+	meta := newBarrierMeta(b, 2)
+	var wg sync.WaitGroup
+	for _, u := range []string{urlA, urlB} {
+		c := cfg
+		c.Metadata = meta
+		c.TrustedHosts = []string{strings.TrimPrefix(u, "http://")}
+		seeder, err := engine.New(b, f, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			if err := seeder.Seed(ctx, engine.StartURL{URL: u + "/"}); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if err := early.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := early.Stats().Get(engine.StatErrorKindPrefix + engine.ErrorForbiddenAddress); n != 0 {
+		t.Errorf("the early worker failed %d pages as forbidden addresses", n)
+	}
+	for _, s := range []*testsite.Site{siteA, siteB} {
+		if err := s.Verify(); err != nil {
+			t.Errorf("site says the crawl was wrong:\n%v", err)
+		}
+	}
+	if got, want := sink.len(), siteA.Expected()+siteB.Expected(); got != want {
+		t.Errorf("items = %d, want %d", got, want)
+	}
+}

@@ -415,7 +415,11 @@ func (c *Crawler) joinCrawl(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if !s.Equal(SettingsOf(c.cfg.Config)) {
+	own := SettingsOf(c.cfg.Config)
+	if err := publishTrust(ctx, m, c.cfg.Name, own.TrustedHosts); err != nil {
+		return err
+	}
+	if !s.Equal(own) {
 		if err := c.apply(s); err != nil {
 			return err
 		}
