@@ -25,10 +25,14 @@ import (
 // KEYS[3] throttle: AutoThrottle's adapted delay (ms) of the host
 // ARGV[1] token, ARGV[2] per-host cap, ARGV[3] minimum delay (ms), ARGV[4]
 // token TTL (ms), ARGV[5] AutoThrottle's start delay (ms; 0 = off: KEYS[3]
-// is not read)
+// is not read), ARGV[6..] tokens of this worker's slots of the host that
+// were given back since (removed first: see HostLimiter)
 // Returns 0 when the slot was taken, else the milliseconds to wait.
 var acquireScript = goredis.NewScript(luaLib + `
 local now = now_ms()
+for i = 6, #ARGV do
+  redis.call('ZREM', KEYS[1], ARGV[i])
+end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local nxt = tonumber(redis.call('GET', KEYS[2]) or '0')
 local n = redis.call('ZCARD', KEYS[1])
@@ -163,9 +167,11 @@ type LimiterConfig struct {
 // HostLimiter paces requests per host across every worker of a crawl:
 // scrapy-redis applies its per-host limits per process, so N workers hit a
 // site N times harder; here the cap and the delay hold for the whole crawl.
-// Taking a slot is one round trip (a Lua script, on server time); giving it
-// back is one more, made off the fetch's path. It implements
-// engine.HostLimiter.
+// Taking a slot is one round trip (a Lua script, on server time). Giving
+// it back rides on this worker's next Acquire for the host, if one comes
+// within releaseLinger (a crawl's pages of one host follow each other),
+// and is a round trip of its own after that: one round trip per page,
+// not two. It implements engine.HostLimiter.
 //
 // A slot is a token in a sorted set, scored by the time it expires. While
 // a limiter holds slots, a keeper goroutine renews them every SlotTTL/3,
@@ -185,11 +191,17 @@ type HostLimiter struct {
 	delays  map[string]time.Duration // per-host delays above cfg.Delay
 	held    map[string]string        // token -> slots key, slots in use here
 	pending map[string]string        // token -> slots key, releases that failed
+	giving  map[string][]string      // slots key -> tokens given back, not yet removed
 	running bool                     // the keeper runs
 	closed  bool
 	stop    chan struct{} // closed by Close
 	wg      sync.WaitGroup
 }
+
+// releaseLinger is how long a slot given back waits for this worker's
+// next Acquire of its host to carry its removal, before it is removed on
+// its own. Another worker waiting for a slot asks again every Poll (20ms).
+const releaseLinger = 2 * time.Millisecond
 
 // NewHostLimiter returns a limiter shared by the workers of cfg.Crawl.
 // Close it when done.
@@ -218,7 +230,8 @@ func NewHostLimiter(cfg LimiterConfig) (*HostLimiter, error) {
 	}
 	l := &HostLimiter{
 		cfg: cfg, log: cfg.Logger, delays: make(map[string]time.Duration),
-		held: make(map[string]string), pending: make(map[string]string), stop: make(chan struct{}),
+		held: make(map[string]string), pending: make(map[string]string), giving: make(map[string][]string),
+		stop: make(chan struct{}),
 	}
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
@@ -226,8 +239,9 @@ func NewHostLimiter(cfg LimiterConfig) (*HostLimiter, error) {
 	return l, nil
 }
 
-// Close stops the keeper. Slots still held are not released: they free
-// themselves within SlotTTL (Close is not a release). Close is idempotent.
+// Close stops the keeper, after removing the slots given back. Slots
+// still held are not released: they free themselves within SlotTTL (Close
+// is not a release). Close is idempotent.
 func (l *HostLimiter) Close() error {
 	l.mu.Lock()
 	if !l.closed {
@@ -235,7 +249,7 @@ func (l *HostLimiter) Close() error {
 		close(l.stop)
 	}
 	l.mu.Unlock()
-	l.wg.Wait()
+	l.wg.Wait() // the keeper and the lingering releases
 	return nil
 }
 
@@ -278,13 +292,18 @@ func (l *HostLimiter) Acquire(ctx context.Context, host string) (func(), error) 
 	token := hex.EncodeToString(b[:])
 	keys := l.keys(host)
 	delay := l.delay(host).Milliseconds()
+	args := []any{token, l.cfg.PerHost, delay, l.cfg.SlotTTL.Milliseconds(), l.startMs()}
 	for {
-		wait, err := acquireScript.Run(ctx, l.cfg.Client, keys, token, l.cfg.PerHost, delay, l.cfg.SlotTTL.Milliseconds(), l.startMs()).Int64()
+		given := l.takeGiven(keys[0])
+		wait, err := acquireScript.Run(ctx, l.cfg.Client, keys, append(args, toAny(given)...)...).Int64()
 		if err != nil {
 			// The script may have run without its reply reaching us:
-			// make sure the token goes.
+			// make sure the token goes, and those it was to remove.
 			l.mu.Lock()
 			l.track(l.pending, token, keys[0])
+			for _, tok := range given {
+				l.track(l.pending, tok, keys[0])
+			}
 			l.mu.Unlock()
 			return nil, fmt.Errorf("redis host limiter: acquire %q: %w", host, err)
 		}
@@ -307,22 +326,64 @@ func (l *HostLimiter) Acquire(ctx context.Context, host string) (func(), error) 
 	l.track(l.held, token, keys[0])
 	l.mu.Unlock()
 	var once sync.Once
-	return func() {
-		once.Do(func() {
-			l.mu.Lock()
-			delete(l.held, token)
-			l.mu.Unlock()
-			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer cancel()
-			if err := l.cfg.Client.ZRem(ctx, keys[0], token).Err(); err != nil {
-				l.log.Warn("redis host limiter: release failed; retrying in the background (it frees at its TTL otherwise)",
-					"host", host, "ttl", l.cfg.SlotTTL, "err", err)
-				l.mu.Lock()
-				l.track(l.pending, token, keys[0])
-				l.mu.Unlock()
-			}
-		})
-	}, nil
+	return func() { once.Do(func() { l.give(keys[0], token) }) }, nil
+}
+
+// give gives the slot token of slots key back: its removal rides on the
+// next Acquire of the host (see takeGiven), or is sent on its own after
+// releaseLinger.
+func (l *HostLimiter) give(key, token string) {
+	l.mu.Lock()
+	delete(l.held, token)
+	closed := l.closed
+	if !closed {
+		first := len(l.giving[key]) == 0
+		l.giving[key] = append(l.giving[key], token)
+		if first {
+			l.wg.Add(1)
+			time.AfterFunc(releaseLinger, func() { // owned by l: Close waits for it
+				defer l.wg.Done()
+				l.removeGiven(key)
+			})
+		}
+	}
+	l.mu.Unlock()
+	if closed { // no Acquire comes: remove it now
+		l.mu.Lock()
+		l.giving[key] = append(l.giving[key], token)
+		l.mu.Unlock()
+		l.removeGiven(key)
+	}
+}
+
+// takeGiven returns the tokens of slots key given back and not yet
+// removed, for the caller to remove.
+func (l *HostLimiter) takeGiven(key string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	given := l.giving[key]
+	delete(l.giving, key)
+	return given
+}
+
+// removeGiven removes the tokens of slots key given back that no Acquire
+// carried; a failure leaves them to the keeper, which retries.
+func (l *HostLimiter) removeGiven(key string) {
+	given := l.takeGiven(key)
+	if len(given) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := l.cfg.Client.ZRem(ctx, key, toAny(given)...).Err(); err != nil {
+		l.log.Warn("redis host limiter: release failed; retrying in the background (it frees at its TTL otherwise)",
+			"slots", key, "ttl", l.cfg.SlotTTL, "err", err)
+		l.mu.Lock()
+		for _, tok := range given {
+			l.track(l.pending, tok, key)
+		}
+		l.mu.Unlock()
+	}
 }
 
 // keepTick is how often the keeper retries failed releases.
