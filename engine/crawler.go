@@ -60,6 +60,18 @@ func (f *failures) ok() {
 	}
 }
 
+// bound returns ctx, ending when the streak reaches limit if one is
+// under way (limit < 0: never), so that a wait for work does not outlast
+// the check of the streak: a worker whose writes keep failing gives up at
+// limit, not at the next delivery (a retry's back-off later).
+func (f *failures) bound(ctx context.Context, limit time.Duration) (context.Context, context.CancelFunc) {
+	since := f.since.Load()
+	if since == 0 || limit < 0 {
+		return ctx, func() {}
+	}
+	return context.WithDeadline(ctx, time.Unix(0, since).Add(limit))
+}
+
 // check returns an error when the streak has lasted longer than limit
 // (limit < 0: never).
 func (f *failures) check(limit time.Duration) error {
@@ -356,12 +368,17 @@ func (c *Crawler) receive(ctx context.Context, sem chan struct{}, dispatch func(
 		}
 		// A frontier that keeps this worker waiting asks for start URLs.
 		hunger.Reset(startsPoll)
-		d, err := cons.Next(run)
+		next, stopNext := c.writes.bound(run, c.cfg.FailureTimeout)
+		d, err := cons.Next(next)
+		stopNext()
 		hunger.Stop()
 		if err != nil {
 			<-sem
 			if run.Err() != nil {
 				return c.ended(ctx, run)
+			}
+			if next.Err() != nil {
+				continue // the writes' streak reached FailureTimeout: checked above
 			}
 			if errors.Is(err, broker.ErrClosed) || errors.Is(err, broker.ErrInvalid) {
 				return fmt.Errorf("engine: receive: %w", err)
