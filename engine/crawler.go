@@ -137,9 +137,8 @@ type Crawler struct {
 	joinMu sync.Mutex // guards joined
 	joined bool       // the crawl's settings were adopted (joinCrawl)
 	// trustGrew is when refreshTrust last trusted a host the crawl came
-	// to trust after this worker joined.
-	trustMu   sync.Mutex
-	trustGrew time.Time
+	// to trust after this worker joined (unix nanoseconds).
+	trustGrew atomic.Int64
 	// shared: this worker's guard is the crawl's (its settings came from,
 	// or were stored with, the crawl), so its refusals are the crawl's.
 	shared atomic.Bool

@@ -176,14 +176,9 @@ func (c *Crawler) refreshTrust(ctx context.Context, asked time.Time, u *url.URL)
 			return false
 		}
 		c.fetcher.Trust(h)
-		c.trustMu.Lock()
-		c.trustGrew = time.Now()
-		c.trustMu.Unlock()
+		c.trustGrew.Store(time.Now().UnixNano())
 	}
-	c.trustMu.Lock()
-	grew := c.trustGrew
-	c.trustMu.Unlock()
-	if !grew.After(asked) || !c.fetcher.guard.isTrusted(host, defaultPort(u)) {
+	if c.trustGrew.Load() <= asked.UnixNano() || !c.fetcher.guard.isTrusted(host, defaultPort(u)) {
 		return false
 	}
 	if c.robots != nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/trawlhq/trawl/broker"
+	"github.com/trawlhq/trawl/dedup"
 	"github.com/trawlhq/trawl/engine"
 	"github.com/trawlhq/trawl/internal/syncbuf"
 	"github.com/trawlhq/trawl/internal/testsite"
@@ -190,6 +191,20 @@ func TestCrawlGuardRefusalFailsOnce(t *testing.T) {
 	}
 }
 
+// joinedCrawler returns a crawler on b and f that has joined the crawl
+// (stored its settings, if the crawl had none) without seeding.
+func joinedCrawler(ctx context.Context, t *testing.T, b broker.Broker, f dedup.Filter, cfg engine.Config) *engine.Crawler {
+	t.Helper()
+	c, err := engine.New(b, f, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Seed(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 // TestEarlierJoinerTrustsLaterSeeder is the race of three workers started
 // at once, one of them seeding a loopback site: a worker without start
 // URLs stores the crawl's settings first (no trusted host), the seeder
@@ -201,15 +216,9 @@ func TestEarlierJoinerTrustsLaterSeeder(t *testing.T) {
 	b, f := newBackends(t)
 	sink := &memSink{}
 	cfg := engine.Config{Concurrency: 4, PerHost: 4, IdleTimeout: 300 * time.Millisecond, Sink: sink}
-	early, err := engine.New(b, f, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	if err := early.Seed(ctx); err != nil { // joins: stores its settings
-		t.Fatal(err)
-	}
+	early := joinedCrawler(ctx, t, b, f, cfg)
 	seederCfg := cfg
 	seederCfg.TrustedHosts = []string{strings.TrimPrefix(url, "http://")}
 	seeder, err := engine.New(b, f, seederCfg)
@@ -281,15 +290,9 @@ func TestTrustOfSeedersJoiningAtOnce(t *testing.T) {
 	b, f := newBackends(t)
 	sink := &memSink{}
 	cfg := engine.Config{Concurrency: 4, PerHost: 4, IdleTimeout: 300 * time.Millisecond, Sink: sink}
-	early, err := engine.New(b, f, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	if err := early.Seed(ctx); err != nil {
-		t.Fatal(err)
-	}
+	early := joinedCrawler(ctx, t, b, f, cfg)
 	meta := newBarrierMeta(b, 2)
 	var wg sync.WaitGroup
 	for _, u := range []string{urlA, urlB} {

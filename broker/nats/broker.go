@@ -525,6 +525,14 @@ func (b *Broker) admit(q *queue, cons int, m *natsgo.Msg, sent time.Time) *deliv
 		b.log.Error("not a jetstream message; ignored", "queue", q.queue, "subject", m.Subject, "error", err)
 		return nil
 	}
+	if !b.leaseEnd(leased).After(now) {
+		// It came after its lease (a server or this process held up):
+		// the server gives it to another, and settling it here could
+		// settle that next delivery.
+		b.log.Warn("a message came after its lease had run out; the server delivers it again",
+			"queue", q.queue, "late", now.Sub(leased))
+		return nil
+	}
 	// JetStream counts a delivery that never reached a client (sent to a
 	// pull request whose subscriber had just left) as one. A message
 	// cannot have been redelivered after an expired lease more often than

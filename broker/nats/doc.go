@@ -84,7 +84,10 @@
 // that a lower band's message does not overtake it. Each fetch reads its
 // answer to the end, however late it comes (nats.go's Fetch drops what
 // comes a second after a "no wait" request: a held-up server or process
-// would lose those messages until their lease). If there is nothing, it waits with a pull request that
+// would lose those messages until their lease); a message's lease is
+// counted from when its request was sent, and one that comes after its
+// lease ran out is not handed out (the server gives it to another). If
+// there is nothing, it waits with a pull request that
 // the server holds on every band and the delay consumer (nats.go's
 // Messages, one message each): a Publish, Nack, Requeue, expiring delay or
 // lease wakes it at once, with no polling. It then drains those

@@ -72,12 +72,13 @@ func (b *Broker) accept(q *queue, cons int, m *natsgo.Msg, sent time.Time) *deli
 // the batch. It appends the deliveries to got and returns how many
 // messages came.
 func (b *Broker) fetch(q *queue, cons, n int, wait time.Duration, got *[]*delivery) (int, error) {
-	// A "no wait" request is answered at once: the server sent its
-	// messages, and started their leases, after sent.
+	// The server sent the messages, and started their leases, after
+	// sent: their leases are counted from then, not from their arrival,
+	// which pull waits for however late it is (a message that came 5s
+	// late under a 3s lease was handed out after the server gave it to
+	// another worker: a page fetched twice). A waiting request (wait is
+	// at most oneShot here) costs its messages at most wait of lease.
 	sent := time.Now()
-	if wait > 0 {
-		sent = time.Time{}
-	}
 	ms, err := b.pull(q, cons, n, wait)
 	for _, m := range ms {
 		if d := b.accept(q, cons, m, sent); d != nil {

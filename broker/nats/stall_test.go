@@ -77,49 +77,64 @@ func (c *stallConn) Read(p []byte) (int, error) {
 
 // TestReceiveOutlivesStall: the answer to a pull request that comes more
 // than a second late (a server or a process held up) still delivers its
-// message. (nats.go's Fetch stops listening a second after a "no wait"
-// request and drops what comes later: the message then came back only
-// after its 30 s lease.)
+// message if its lease has not run out meanwhile (nats.go's Fetch stops
+// listening a second after a "no wait" request and dropped it: it came
+// back only after its lease), and is not handed out if it has (the server
+// gives it to another worker: handing it out too would fetch a page
+// twice); then the server's next delivery is.
 func TestReceiveOutlivesStall(t *testing.T) {
 	const stall = 1500 * time.Millisecond // past nats.go's second
-	e := embedded(t, "127.0.0.1:0")
-	dialer := newStallDialer("CONSUMER.MSG.NEXT")
-	nc, err := e.Connect(natsgo.InProcessServer(nil), natsgo.SetCustomDialer(dialer))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	b := newBroker(t, nc, nats.Config{Lease: 30 * time.Second})
-	q := integration.Name(t) + ":requests"
-	if err := b.Publish(t.Context(), q, msg("late", 0)); err != nil {
-		t.Fatal(err)
-	}
+	for _, tc := range []struct {
+		name        string
+		lease       time.Duration
+		wantAttempt int
+	}{
+		{"within the lease", 30 * time.Second, 1},
+		{"past the lease", time.Second, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := embedded(t, "127.0.0.1:0")
+			dialer := newStallDialer("CONSUMER.MSG.NEXT")
+			nc, err := e.Connect(natsgo.InProcessServer(nil), natsgo.SetCustomDialer(dialer))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(nc.Close)
+			b := newBroker(t, nc, nats.Config{Lease: tc.lease})
+			q := integration.Name(t) + ":requests"
+			if err := b.Publish(t.Context(), q, msg("late", 0)); err != nil {
+				t.Fatal(err)
+			}
 
-	dialer.arm()
-	type result struct {
-		body string
-		err  error
-	}
-	done := make(chan result, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-		defer cancel()
-		ds, err := b.Receive(ctx, q, 1)
-		if err != nil || len(ds) != 1 {
-			done <- result{err: err}
-			return
-		}
-		done <- result{body: string(ds[0].Message().Body), err: ds[0].Ack(ctx)}
-	}()
-	select {
-	case <-dialer.stalled:
-	case r := <-done:
-		t.Fatalf("Receive returned (%q, %v) without a pull request", r.body, r.err)
-	}
-	time.Sleep(stall) // the stall under test, not a synchronisation
-	dialer.release()
-	r := <-done
-	if r.err != nil || r.body != "late" {
-		t.Fatalf("Receive across a %v stall: got %q, %v; want the message (it was sent to the pull request during the stall)", stall, r.body, r.err)
+			dialer.arm()
+			type result struct {
+				body    string
+				attempt int
+				err     error
+			}
+			done := make(chan result, 1)
+			go func() {
+				ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+				defer cancel()
+				ds, err := b.Receive(ctx, q, 1)
+				if err != nil || len(ds) != 1 {
+					done <- result{err: err}
+					return
+				}
+				done <- result{body: string(ds[0].Message().Body), attempt: ds[0].Attempt(), err: ds[0].Ack(ctx)}
+			}()
+			select {
+			case <-dialer.stalled:
+			case r := <-done:
+				t.Fatalf("Receive returned (%q, %v) without a pull request", r.body, r.err)
+			}
+			time.Sleep(stall) // the stall under test, not a synchronisation
+			dialer.release()
+			r := <-done
+			if r.err != nil || r.body != "late" || r.attempt != tc.wantAttempt {
+				t.Fatalf("Receive across a %v stall, lease %v: got %q attempt %d, %v; want the message, attempt %d",
+					stall, tc.lease, r.body, r.attempt, r.err, tc.wantAttempt)
+			}
+		})
 	}
 }

@@ -331,28 +331,24 @@ func (l *HostLimiter) Acquire(ctx context.Context, host string) (func(), error) 
 
 // give gives the slot token of slots key back: its removal rides on the
 // next Acquire of the host (see takeGiven), or is sent on its own after
-// releaseLinger.
+// releaseLinger, or at once once l is closed (no Acquire comes).
 func (l *HostLimiter) give(key, token string) {
 	l.mu.Lock()
 	delete(l.held, token)
 	closed := l.closed
 	if !closed {
-		first := len(l.giving[key]) == 0
-		l.giving[key] = append(l.giving[key], token)
-		if first {
+		if len(l.giving[key]) == 0 {
 			l.wg.Add(1)
 			time.AfterFunc(releaseLinger, func() { // owned by l: Close waits for it
 				defer l.wg.Done()
-				l.removeGiven(key)
+				l.remove(key, l.takeGiven(key))
 			})
 		}
+		l.giving[key] = append(l.giving[key], token)
 	}
 	l.mu.Unlock()
-	if closed { // no Acquire comes: remove it now
-		l.mu.Lock()
-		l.giving[key] = append(l.giving[key], token)
-		l.mu.Unlock()
-		l.removeGiven(key)
+	if closed {
+		l.remove(key, []string{token})
 	}
 }
 
@@ -366,20 +362,19 @@ func (l *HostLimiter) takeGiven(key string) []string {
 	return given
 }
 
-// removeGiven removes the tokens of slots key given back that no Acquire
-// carried; a failure leaves them to the keeper, which retries.
-func (l *HostLimiter) removeGiven(key string) {
-	given := l.takeGiven(key)
-	if len(given) == 0 {
+// remove removes tokens from slots key; a failure leaves them to the
+// keeper, which retries.
+func (l *HostLimiter) remove(key string, tokens []string) {
+	if len(tokens) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := l.cfg.Client.ZRem(ctx, key, toAny(given)...).Err(); err != nil {
+	if err := l.cfg.Client.ZRem(ctx, key, toAny(tokens)...).Err(); err != nil {
 		l.log.Warn("redis host limiter: release failed; retrying in the background (it frees at its TTL otherwise)",
 			"slots", key, "ttl", l.cfg.SlotTTL, "err", err)
 		l.mu.Lock()
-		for _, tok := range given {
+		for _, tok := range tokens {
 			l.track(l.pending, tok, key)
 		}
 		l.mu.Unlock()
