@@ -104,7 +104,16 @@ func Run(t *testing.T, c Config) {
 // end as soon as the awaited thing happens.
 const (
 	prompt = 5 * time.Second // for what is due at once
-	snappy = 2 * time.Second // how late a wake-up may be
+	snappy = 2 * time.Second // how late a call may return after its context ended
+
+	// A call that waits on an empty queue and must be woken by another
+	// broker's Publish, Nack or Requeue waits up to wakeWait, and fails
+	// if it took more than wakeLag to return: far less than wakeWait, so
+	// a call that slept through the wake-up and ran out its wait fails,
+	// while a loaded machine (CI running the race detector beside
+	// containers: one NATS wake-up took 2.8 s) does not.
+	wakeWait = 60 * time.Second
+	wakeLag  = 10 * time.Second
 )
 
 // suite is the suite for one order mode.

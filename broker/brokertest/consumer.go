@@ -512,7 +512,7 @@ func (s *suite) testConsumerWakes(t *testing.T) {
 	t.Cleanup(func() { _ = c.Close() })
 	for i := range 3 {
 		body := fmt.Sprintf("wake%d", i)
-		nctx, ncancel := context.WithTimeout(t.Context(), 10*time.Second)
+		nctx, ncancel := context.WithTimeout(t.Context(), wakeWait)
 		ch := nextAsync(nctx, c)
 		expectWaiting(t, ch, "Next")
 		sent := time.Now()
@@ -523,7 +523,7 @@ func (s *suite) testConsumerWakes(t *testing.T) {
 			t.Fatalf("round %d: waiting Next after a Publish by another broker: %q, %v; want %s (the context given to Consume ended after it returned)",
 				i, bodies(r.ds), r.err, body)
 		}
-		if lag := r.at.Sub(sent); lag > snappy {
+		if lag := r.at.Sub(sent); lag > wakeLag {
 			t.Errorf("round %d: a waiting Next took %v to see a Publish by another broker", i, lag)
 		}
 		ack(t, r.ds...)

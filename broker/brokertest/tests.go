@@ -830,32 +830,32 @@ func (s *suite) testReceiveWakes(t *testing.T) {
 	q := queue(t)
 	p := s.c.Priorities[0]
 
-	ch := receiveAsync(t, waiter, q, 5, 10*time.Second)
+	ch := receiveAsync(t, waiter, q, 5, wakeWait)
 	expectWaiting(t, ch, "Receive")
 	sent := time.Now()
 	publish(t, other, q, msg("wake", p))
-	r := await(t, ch, 10*time.Second, "woken by Publish")
+	r := await(t, ch, wakeWait, "woken by Publish")
 	if r.err != nil || len(r.ds) != 1 || string(r.ds[0].Message().Body) != "wake" {
 		t.Fatalf("waiting Receive after a Publish by another broker: %q, %v; want wake", bodies(r.ds), r.err)
 	}
-	if lag := r.at.Sub(sent); lag > snappy {
+	if lag := r.at.Sub(sent); lag > wakeLag {
 		t.Errorf("a waiting Receive took %v to see a Publish by another broker", lag)
 	}
 	ack(t, r.ds...)
 
 	publish(t, other, q, msg("again", p))
 	d := receiveOne(t, other, q, prompt)
-	ch = receiveAsync(t, waiter, q, 5, 10*time.Second)
+	ch = receiveAsync(t, waiter, q, 5, wakeWait)
 	expectWaiting(t, ch, "Receive")
 	sent = time.Now()
 	if err := d.Nack(t.Context(), 0); err != nil {
 		t.Fatalf("Nack: %v", err)
 	}
-	r = await(t, ch, 10*time.Second, "woken by Nack")
+	r = await(t, ch, wakeWait, "woken by Nack")
 	if r.err != nil || len(r.ds) != 1 || string(r.ds[0].Message().Body) != "again" || r.ds[0].Attempt() != 2 {
 		t.Fatalf("waiting Receive after a Nack by another broker: %q attempts %v, %v; want again attempt 2", bodies(r.ds), attempts(r.ds), r.err)
 	}
-	if lag := r.at.Sub(sent); lag > snappy {
+	if lag := r.at.Sub(sent); lag > wakeLag {
 		t.Errorf("a waiting Receive took %v to see a Nack by another broker", lag)
 	}
 	ack(t, r.ds...)
@@ -870,17 +870,17 @@ func (s *suite) testReceiveWakes(t *testing.T) {
 		t.Fatalf("Reject: %v", err)
 	}
 	waitCounts(t, other, q, broker.Counts{Dead: 1})
-	ch = receiveAsync(t, waiter, q, 5, 10*time.Second)
+	ch = receiveAsync(t, waiter, q, 5, wakeWait)
 	expectWaiting(t, ch, "Receive")
 	sent = time.Now()
 	if n, err := dlq.Requeue(t.Context(), q, 1); n != 1 || err != nil {
 		t.Fatalf("Requeue = %d, %v; want 1, nil", n, err)
 	}
-	r = await(t, ch, 10*time.Second, "woken by Requeue")
+	r = await(t, ch, wakeWait, "woken by Requeue")
 	if r.err != nil || len(r.ds) != 1 || string(r.ds[0].Message().Body) != "dead" {
 		t.Fatalf("waiting Receive after a Requeue by another broker: %q, %v; want dead", bodies(r.ds), r.err)
 	}
-	if lag := r.at.Sub(sent); lag > snappy {
+	if lag := r.at.Sub(sent); lag > wakeLag {
 		t.Errorf("a waiting Receive took %v to see a Requeue by another broker", lag)
 	}
 	ack(t, r.ds...)

@@ -63,7 +63,16 @@ type run struct {
 	// mean of the measures before and after): the model ratio.
 	windowCPU struct{ site, worker, broker time.Duration }
 	fetchCPU  time.Duration // site + fetch loop, per page
+	fetchSite time.Duration // the site's alone, per page of the fetch limit
 }
+
+// perPage is d per page of the crawl, in µs.
+func (r *run) perPage(d time.Duration) float64 {
+	return micros(d / time.Duration(max(1, r.crawl.Requests)))
+}
+
+// micros is d in µs.
+func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
 // cpuRatio is what the ratio would be if the machine were idle and every
 // process CPU-bound: the fetch limit's CPU per page (the site's and the
@@ -203,10 +212,14 @@ func (c *common) runMode(ctx context.Context, s *site, m mode, runs int) *result
 		keepLog(filepath.Join(c.crawlDir(m), "crawl.log"), i+1)
 		one.fetch = (before.Rate() + after.Rate()) / 2
 		one.fetchCPU = (before.perPage() + after.perPage()) / 2
+		one.fetchSite = (before.site/time.Duration(before.Requests) + after.site/time.Duration(after.Requests)) / 2
 		before = after
 		r.runs = append(r.runs, one)
 		logf("%s: crawl %d of %d: %.0f pages/s, %.2f of the fetch limit (%.0f pages/s), CPU model %.2f; trawl says %s",
 			m.name, i+1, runs, one.crawl.Rate(), one.ratio(), one.fetch, one.cpuRatio(), one.summary)
+		logf("%s: crawl %d of %d: CPU µs per page: site %.0f, worker %.0f, broker server %.0f; fetch limit: site %.0f, loop %.0f",
+			m.name, i+1, runs, one.perPage(one.windowCPU.site), one.perPage(one.windowCPU.worker), one.perPage(one.windowCPU.broker),
+			micros(one.fetchSite), micros(one.fetchCPU-one.fetchSite))
 	}
 	if srv != nil {
 		r.idle = c.idle(ctx, m, srv)

@@ -80,7 +80,8 @@ func get(ctx context.Context, client *http.Client, u string) error {
 // fetched is what one measure of the fetch limit saw.
 type fetched struct {
 	window
-	cpu time.Duration // the site's (this process's) and the loop's
+	cpu  time.Duration // the site's (this process's) and the loop's
+	site time.Duration // the site's alone
 }
 
 // perPage is the CPU per request.
@@ -108,7 +109,8 @@ func fetchLimit(ctx context.Context, s *site, pages, conc int) (fetched, error) 
 	if err != nil {
 		return fetched{}, err
 	}
-	f := fetched{window: s.window(), cpu: c1 - c0 + cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()}
+	f := fetched{window: s.window(), site: c1 - c0}
+	f.cpu = f.site + cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 	if want := pages + 1; f.Requests != want {
 		return f, fmt.Errorf("fetch limit: the site served %d requests, want %d", f.Requests, want)
 	}
