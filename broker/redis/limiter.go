@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -17,43 +19,58 @@ import (
 )
 
 // acquireScript takes a request slot of a host, shared by every worker of a
-// crawl, or says how long to wait.
+// crawl, or says how long to wait, for each of one or more Acquire calls
+// of this worker sent together (see HostLimiter).
 //
-// KEYS[1] slots: sorted set of tokens of requests in progress, scored by
-// the time (ms) the token expires (a worker that died frees its slot then)
-// KEYS[2] next: the earliest time (ms) the next request may start
-// KEYS[3] throttle: AutoThrottle's adapted delay (ms) of the host
-// ARGV[1] token, ARGV[2] per-host cap, ARGV[3] minimum delay (ms), ARGV[4]
-// token TTL (ms), ARGV[5] AutoThrottle's start delay (ms; 0 = off: KEYS[3]
-// is not read), ARGV[6..] tokens of this worker's slots of the host that
-// were given back since (removed first: see HostLimiter)
-// Returns 0 when the slot was taken, else the milliseconds to wait.
+// ARGV[1] per-host cap, ARGV[2] token TTL (ms), ARGV[3] AutoThrottle's
+// start delay (ms; 0 = off: the throttle key is not read). Then for each
+// call i (from 1), KEYS[3i-2] slots: sorted set of tokens of requests in
+// progress, scored by the time (ms) the token expires (a worker that died
+// frees its slot then); KEYS[3i-1] next: the earliest time (ms) the next
+// request may start; KEYS[3i] throttle: AutoThrottle's adapted delay (ms)
+// of the host; and in ARGV from a = 4 on: ARGV[a] token, ARGV[a+1]
+// minimum delay (ms), ARGV[a+2] the count g of tokens of this worker's
+// slots of the host given back since (removed first), ARGV[a+3..a+2+g]
+// those tokens; the next call's arguments follow.
+// Returns, per call, 0 when the slot was taken, else the milliseconds to
+// wait. Calls for one host are served in order: a later one sees the slot
+// an earlier one took.
 var acquireScript = goredis.NewScript(luaLib + `
 local now = now_ms()
-for i = 6, #ARGV do
-  redis.call('ZREM', KEYS[1], ARGV[i])
-end
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-local nxt = tonumber(redis.call('GET', KEYS[2]) or '0')
-local n = redis.call('ZCARD', KEYS[1])
-local cap, delay, ttl = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local start = tonumber(ARGV[5])
-if start > 0 then
-  delay = math.max(delay, tonumber(redis.call('GET', KEYS[3]) or start))
-end
-if n < cap and now >= nxt then
-  redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
-  redis.call('PEXPIRE', KEYS[1], ttl)
-  if delay > 0 then
-    redis.call('SET', KEYS[2], now + delay, 'PX', delay)
+local cap, ttl, start = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local out = {}
+local a = 4
+for i = 1, #KEYS / 3 do
+  local slots, next_, throttle = KEYS[3*i-2], KEYS[3*i-1], KEYS[3*i]
+  local token, delay, g = ARGV[a], tonumber(ARGV[a+1]), tonumber(ARGV[a+2])
+  for j = a + 3, a + 2 + g do
+    redis.call('ZREM', slots, ARGV[j])
   end
-  return 0
+  a = a + 3 + g
+  redis.call('ZREMRANGEBYSCORE', slots, '-inf', now)
+  local nxt = tonumber(redis.call('GET', next_) or '0')
+  local n = redis.call('ZCARD', slots)
+  if start > 0 then
+    delay = math.max(delay, tonumber(redis.call('GET', throttle) or start))
+  end
+  local wait = 0
+  if n < cap and now >= nxt then
+    redis.call('ZADD', slots, now + ttl, token)
+    redis.call('PEXPIRE', slots, ttl)
+    if delay > 0 then
+      redis.call('SET', next_, now + delay, 'PX', delay)
+    end
+  else
+    if now < nxt then wait = nxt - now end
+    if n >= cap then wait = math.max(wait, 1) end
+  end
+  out[i] = wait
 end
-local wait = 0
-if now < nxt then wait = nxt - now end
-if n >= cap then wait = math.max(wait, 1) end
-return wait
+return out
 `)
+
+// maxGroup bounds the Acquire calls sent in one script call.
+const maxGroup = 64
 
 // observeScript applies AutoThrottle's rule (engine.AutoThrottle.Next) to
 // a host's shared delay, so that every worker paces the host by one value
@@ -167,11 +184,14 @@ type LimiterConfig struct {
 // HostLimiter paces requests per host across every worker of a crawl:
 // scrapy-redis applies its per-host limits per process, so N workers hit a
 // site N times harder; here the cap and the delay hold for the whole crawl.
-// Taking a slot is one round trip (a Lua script, on server time). Giving
+// Taking a slot is one round trip (a Lua script, on server time), shared
+// by the Acquire calls of this worker that come while the one before it
+// runs (any hosts: a crawl's keys share one Redis Cluster slot). Giving
 // it back rides on this worker's next Acquire for the host, if one comes
 // within releaseLinger (a crawl's pages of one host follow each other),
-// and is a round trip of its own after that: one round trip per page,
-// not two. It implements engine.HostLimiter.
+// and is a round trip of its own after that: at most one round trip per
+// page, and one per burst of pages when they come close together. It
+// implements engine.HostLimiter.
 //
 // A slot is a token in a sorted set, scored by the time it expires. While
 // a limiter holds slots, a keeper goroutine renews them every SlotTTL/3,
@@ -191,11 +211,40 @@ type HostLimiter struct {
 	delays  map[string]time.Duration // per-host delays above cfg.Delay
 	held    map[string]string        // token -> slots key, slots in use here
 	pending map[string]string        // token -> slots key, releases that failed
-	giving  map[string][]string      // slots key -> tokens given back, not yet removed
+	giving  map[string]*given        // slots key -> tokens given back, not yet removed
+	asks    []*ask                   // Acquire calls waiting to be sent
+	sending bool                     // the sender runs
 	running bool                     // the keeper runs
 	closed  bool
 	stop    chan struct{} // closed by Close
 	wg      sync.WaitGroup
+}
+
+// given are tokens of one slots key given back and not yet removed.
+type given struct{ tokens []string }
+
+// ask is one try of an Acquire call, sent by the sender with the tries of
+// other calls that came while the script before it ran.
+type ask struct {
+	keys  []string // the host's keys
+	token string
+	delay int64 // ms
+	state atomic.Int32
+	done  chan answer // buffered: the sender never waits
+}
+
+// The states of an ask.
+const (
+	askWaiting   = iota
+	askAnswered  // the sender answers on done
+	askAbandoned // its caller is gone: the sender gives a slot taken back
+)
+
+// answer is the script's answer to an ask: wait as acquireScript returns
+// it, or the error of the call.
+type answer struct {
+	wait int64
+	err  error
 }
 
 // releaseLinger is how long a slot given back waits for this worker's
@@ -230,7 +279,7 @@ func NewHostLimiter(cfg LimiterConfig) (*HostLimiter, error) {
 	}
 	l := &HostLimiter{
 		cfg: cfg, log: cfg.Logger, delays: make(map[string]time.Duration),
-		held: make(map[string]string), pending: make(map[string]string), giving: make(map[string][]string),
+		held: make(map[string]string), pending: make(map[string]string), giving: make(map[string]*given),
 		stop: make(chan struct{}),
 	}
 	if l.log == nil {
@@ -249,7 +298,7 @@ func (l *HostLimiter) Close() error {
 		close(l.stop)
 	}
 	l.mu.Unlock()
-	l.wg.Wait() // the keeper and the lingering releases
+	l.wg.Wait() // the keeper, the sender and the lingering releases
 	return nil
 }
 
@@ -285,26 +334,23 @@ func (l *HostLimiter) track(set map[string]string, token, key string) {
 	go l.keep()
 }
 
-// Acquire waits until a request to host may start, or ctx ends.
+// Acquire waits until a request to host may start, or ctx ends. The
+// calls of this worker's page goroutines that come while the script of
+// earlier ones runs are sent together, in one script call, by one sender
+// goroutine: a round trip per burst of pages, not per page, with no wait
+// added (a call that finds no script running is sent at once).
 func (l *HostLimiter) Acquire(ctx context.Context, host string) (func(), error) {
 	var b [12]byte
 	rand.Read(b[:])
 	token := hex.EncodeToString(b[:])
 	keys := l.keys(host)
 	delay := l.delay(host).Milliseconds()
-	args := []any{token, l.cfg.PerHost, delay, l.cfg.SlotTTL.Milliseconds(), l.startMs()}
 	for {
-		given := l.takeGiven(keys[0])
-		wait, err := acquireScript.Run(ctx, l.cfg.Client, keys, append(args, toAny(given)...)...).Int64()
+		wait, err := l.ask(ctx, keys, token, delay)
 		if err != nil {
-			// The script may have run without its reply reaching us:
-			// make sure the token goes, and those it was to remove.
-			l.mu.Lock()
-			l.track(l.pending, token, keys[0])
-			for _, tok := range given {
-				l.track(l.pending, tok, keys[0])
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
 			}
-			l.mu.Unlock()
 			return nil, fmt.Errorf("redis host limiter: acquire %q: %w", host, err)
 		}
 		if wait == 0 {
@@ -329,6 +375,124 @@ func (l *HostLimiter) Acquire(ctx context.Context, host string) (func(), error) 
 	return func() { once.Do(func() { l.give(keys[0], token) }) }, nil
 }
 
+// ask has the sender try once to take a slot of the host of keys for
+// token, and returns the script's answer. If ctx ends first, the ask is
+// abandoned: a slot it still takes is given back.
+func (l *HostLimiter) ask(ctx context.Context, keys []string, token string, delay int64) (int64, error) {
+	a := &ask{keys: keys, token: token, delay: delay, done: make(chan answer, 1)}
+	l.mu.Lock()
+	if l.closed { // no sender after Close: send it alone
+		l.mu.Unlock()
+		l.send([]*ask{a})
+	} else {
+		l.asks = append(l.asks, a)
+		if !l.sending {
+			l.sending = true
+			l.wg.Add(1)
+			go l.sender()
+		}
+		l.mu.Unlock()
+	}
+	select {
+	case ans := <-a.done:
+		return ans.wait, ans.err
+	case <-ctx.Done():
+		if a.state.CompareAndSwap(askWaiting, askAbandoned) {
+			return 0, ctx.Err()
+		}
+		if ans := <-a.done; ans.err == nil && ans.wait == 0 {
+			l.give(keys[0], token) // answered as ctx ended: not ours to keep
+		}
+		return 0, ctx.Err()
+	}
+}
+
+// sender sends the waiting asks, up to maxGroup in one script call, until
+// none is left. It is started by ask and owned by l (Close waits for it).
+func (l *HostLimiter) sender() {
+	defer l.wg.Done()
+	for {
+		l.mu.Lock()
+		n := min(len(l.asks), maxGroup)
+		if n == 0 {
+			l.asks = nil
+			l.sending = false
+			l.mu.Unlock()
+			return
+		}
+		group := slices.Clone(l.asks[:n])
+		clear(l.asks[:n])
+		l.asks = l.asks[n:]
+		l.mu.Unlock()
+		l.send(group)
+	}
+}
+
+// askTimeout bounds one script call of the sender, whose asks' callers
+// each wait for it or for their own context.
+const askTimeout = 10 * time.Second
+
+// send runs acquireScript for group, with the tokens given back of each of
+// their hosts, and answers each ask.
+func (l *HostLimiter) send(group []*ask) {
+	var (
+		keys   []string
+		args   = []any{l.cfg.PerHost, l.cfg.SlotTTL.Milliseconds(), l.startMs()}
+		gave   = make(map[string][]string) // slots key -> tokens removed by this call
+		sent   = group[:0:0]
+		tokens = 0
+	)
+	for _, a := range group {
+		if a.state.Load() == askAbandoned {
+			continue // never sent: nothing to give back
+		}
+		sent = append(sent, a)
+		keys = append(keys, a.keys...)
+		var g []string
+		if _, done := gave[a.keys[0]]; !done {
+			g = l.takeGiven(a.keys[0])
+			gave[a.keys[0]] = g
+		}
+		args = append(args, a.token, a.delay, len(g))
+		args = append(args, toAny(g)...)
+		tokens += len(g)
+	}
+	if len(sent) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), askTimeout)
+	defer cancel()
+	waits, err := acquireScript.Run(ctx, l.cfg.Client, keys, args...).Int64Slice()
+	if err == nil && len(waits) != len(sent) {
+		err = fmt.Errorf("the script answered %d of %d calls", len(waits), len(sent))
+	}
+	if err != nil {
+		// The script may have run without its reply reaching us: make
+		// sure the tokens go, and those it was to remove.
+		l.mu.Lock()
+		for _, a := range sent {
+			l.track(l.pending, a.token, a.keys[0])
+		}
+		for key, toks := range gave {
+			for _, tok := range toks {
+				l.track(l.pending, tok, key)
+			}
+		}
+		l.mu.Unlock()
+	}
+	for i, a := range sent {
+		ans := answer{err: err}
+		if err == nil {
+			ans.wait = waits[i]
+		}
+		if a.state.CompareAndSwap(askWaiting, askAnswered) {
+			a.done <- ans
+		} else if ans.err == nil && ans.wait == 0 {
+			l.give(a.keys[0], a.token) // its caller is gone
+		}
+	}
+}
+
 // give gives the slot token of slots key back: its removal rides on the
 // next Acquire of the host (see takeGiven), or is sent on its own after
 // releaseLinger, or at once once l is closed (no Acquire comes).
@@ -337,14 +501,25 @@ func (l *HostLimiter) give(key, token string) {
 	delete(l.held, token)
 	closed := l.closed
 	if !closed {
-		if len(l.giving[key]) == 0 {
+		g := l.giving[key]
+		if g == nil {
+			g = &given{}
+			l.giving[key] = g
 			l.wg.Add(1)
 			time.AfterFunc(releaseLinger, func() { // owned by l: Close waits for it
 				defer l.wg.Done()
-				l.remove(key, l.takeGiven(key))
+				l.mu.Lock()
+				mine := l.giving[key] == g // not taken by an Acquire since
+				if mine {
+					delete(l.giving, key)
+				}
+				l.mu.Unlock()
+				if mine {
+					l.remove(key, g.tokens)
+				}
 			})
 		}
-		l.giving[key] = append(l.giving[key], token)
+		g.tokens = append(g.tokens, token)
 	}
 	l.mu.Unlock()
 	if closed {
@@ -357,9 +532,12 @@ func (l *HostLimiter) give(key, token string) {
 func (l *HostLimiter) takeGiven(key string) []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	given := l.giving[key]
+	g := l.giving[key]
+	if g == nil {
+		return nil
+	}
 	delete(l.giving, key)
-	return given
+	return g.tokens
 }
 
 // remove removes tokens from slots key; a failure leaves them to the

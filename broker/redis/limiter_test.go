@@ -2,8 +2,10 @@ package redis_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -413,4 +415,166 @@ func TestHostLimiterReleaseRidesOnAcquire(t *testing.T) {
 		t.Fatalf("another worker could not take the slot given back last: %v", err)
 	}
 	release()
+}
+
+// TestHostLimiterAcquiresShareRoundTrips: the Acquire calls that come
+// while a script call runs are sent together in the next one, each
+// answered as if alone: a call held at Redis and nine that came
+// meanwhile, seven for one host and three for another, take two script
+// calls and ten slots, and with a per-host cap of 7 an eighth call for
+// the first host finds it full.
+func TestHostLimiterAcquiresShareRoundTrips(t *testing.T) {
+	const calls = 10
+	client := integration.RedisClient(t)
+	hook := &holdHook{entered: make(chan struct{}), release: make(chan struct{})}
+	client.AddHook(hook)
+	l, err := redis.NewHostLimiter(redis.LimiterConfig{Client: client, Crawl: integration.Name(t), PerHost: 7, Poll: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	warm, err := l.Acquire(ctx, "warm.example") // the script is loaded: one call per try
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm()
+	hook.armed.Store(true)
+	type got struct {
+		release func()
+		err     error
+	}
+	results := make(chan got, calls)
+	acquire := func(host string) {
+		r, err := l.Acquire(ctx, host)
+		results <- got{r, err}
+	}
+	go acquire("a.example")
+	select {
+	case <-hook.entered: // the first call is at Redis, held
+	case <-ctx.Done():
+		t.Fatal("the first Acquire never reached Redis")
+	}
+	for i := 1; i < calls; i++ {
+		host := "a.example"
+		if i%3 == 0 {
+			host = "b.example" // another host, in the same script call
+		}
+		go acquire(host)
+	}
+	for redis.WaitingAsks(l) < calls-1 { // the nine are queued behind the held call
+		if ctx.Err() != nil {
+			t.Fatalf("%d of %d Acquire calls queued behind the held one", redis.WaitingAsks(l), calls-1)
+		}
+		runtime.Gosched()
+	}
+	close(hook.release)
+	for range calls {
+		r := <-results
+		if r.err != nil {
+			t.Fatalf("Acquire: %v", r.err)
+		}
+		defer r.release()
+	}
+	if n := hook.calls.Load(); n != 2 {
+		t.Errorf("%d script calls for %d Acquire calls, nine of them waiting together; want 2", n, calls)
+	}
+	short, cancelShort := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancelShort()
+	if r, err := l.Acquire(short, "a.example"); err == nil {
+		r()
+		t.Error("an eighth Acquire of a.example took a slot; want the host full (7 of 7)")
+	}
+}
+
+// holdHook, once armed, holds the first script call of a client until
+// release is closed, and counts the script calls.
+type holdHook struct {
+	armed   atomic.Bool // counts and holds only once armed
+	calls   atomic.Int32
+	entered chan struct{} // closed when the first call is held
+	release chan struct{}
+}
+
+func (h *holdHook) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+
+func (h *holdHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		if name := cmd.Name(); h.armed.Load() && (name == "evalsha" || name == "eval") {
+			if h.calls.Add(1) == 1 {
+				close(h.entered)
+				<-h.release
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *holdHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return next
+}
+
+// TestHostLimiterAbandonedAcquire: an Acquire whose context ends while it
+// waits behind another call returns at once with the context's error,
+// and takes no slot.
+func TestHostLimiterAbandonedAcquire(t *testing.T) {
+	client := integration.RedisClient(t)
+	hook := &holdHook{entered: make(chan struct{}), release: make(chan struct{})}
+	client.AddHook(hook)
+	l, err := redis.NewHostLimiter(redis.LimiterConfig{Client: client, Crawl: integration.Name(t), PerHost: 2, Poll: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	warm, err := l.Acquire(ctx, "warm.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm()
+	hook.armed.Store(true)
+	type got struct {
+		release func()
+		err     error
+	}
+	first := make(chan got, 1)
+	go func() {
+		r, err := l.Acquire(ctx, "h.example")
+		first <- got{r, err}
+	}()
+	<-hook.entered
+	gone, leave := context.WithCancel(ctx)
+	abandoned := make(chan error, 1)
+	go func() {
+		r, err := l.Acquire(gone, "h.example")
+		if err == nil {
+			r()
+		}
+		abandoned <- err
+	}()
+	for redis.WaitingAsks(l) < 1 {
+		if ctx.Err() != nil {
+			t.Fatal("the second Acquire never queued")
+		}
+		runtime.Gosched()
+	}
+	leave()
+	if err := <-abandoned; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Acquire abandoned while queued: %v, want context.Canceled", err)
+	}
+	close(hook.release)
+	f := <-first
+	if f.err != nil {
+		t.Fatal(f.err)
+	}
+	defer f.release() // held to the end: the host has one slot left
+	short, cancelShort := context.WithTimeout(ctx, 5*time.Second)
+	defer cancelShort()
+	r, err := l.Acquire(short, "h.example")
+	if err != nil {
+		t.Fatalf("the host's second slot: %v; want it free (the abandoned call took none)", err)
+	}
+	r()
 }
