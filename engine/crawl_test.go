@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"maps"
 	"net"
@@ -500,5 +501,62 @@ func TestSharedStats(t *testing.T) {
 	}
 	if got[engine.StatItems] != int64(site.Expected()) {
 		t.Errorf("shared %s = %d, want %d", engine.StatItems, got[engine.StatItems], site.Expected())
+	}
+}
+
+// TestCallbackKeepsItsBody: a callback may keep the Body it was given;
+// the engine reuses the buffers of bodies only its own default callback
+// saw, so what a callback kept still reads as the page it was.
+func TestCallbackKeepsItsBody(t *testing.T) {
+	const pages = 50
+	page := func(path string) []byte {
+		body := "<html><title>" + path + "</title>"
+		if path == "/" {
+			for i := range pages {
+				body += fmt.Sprintf(`<a href="/p/%d">p</a>`, i)
+			}
+		}
+		return []byte(body + strings.Repeat("<!-- "+path+" -->", 100) + "</html>")
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		w.Write(page(r.URL.Path))
+	}))
+	defer srv.Close()
+	var mu sync.Mutex
+	kept := map[string][]byte{}
+	b, f := newBackends(t)
+	c, err := engine.New(b, f, engine.Config{
+		Concurrency: 4, IdleTimeout: 100 * time.Millisecond, IgnoreRobots: true, TrustedHosts: []string{"127.0.0.1"},
+		Callbacks: map[string]engine.Callback{
+			"": func(ctx context.Context, r *engine.Response) (engine.Result, error) {
+				mu.Lock()
+				kept[r.URL.Path] = r.Body // not copied
+				mu.Unlock()
+				var res engine.Result
+				_, links := engine.ExtractLinks(r.URL, r.Body)
+				for _, l := range links {
+					res.Requests = append(res.Requests, &engine.Request{URL: l.String()})
+				}
+				return res, nil
+			},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c.Seed(ctx, engine.StartURL{URL: srv.URL + "/"})
+	if err := c.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(kept) != pages+1 {
+		t.Fatalf("callback saw %d pages, want %d", len(kept), pages+1)
+	}
+	for path, body := range kept {
+		if !bytes.Equal(body, page(path)) {
+			t.Errorf("the body kept for %s now reads %.60q…; want the page as served", path, body)
+		}
 	}
 }

@@ -815,7 +815,6 @@ func earlier(req *Request, d broker.Delivery) int {
 // deliveries (see earlier).
 func (c *Crawler) process(ctx, work context.Context, req *Request, prior int) action {
 	asked := time.Now() // before the address guard is asked (see refuse)
-	log := c.log.With("url", Redact(req.URL))
 	if len(req.URL) > MaxURLLength {
 		c.fail(ErrorBadURL, nil)
 		return reject(fmt.Sprintf("%v: %d bytes, the limit is %d", ErrURLTooLong, len(req.URL), MaxURLLength))
@@ -831,6 +830,7 @@ func (c *Crawler) process(ctx, work context.Context, req *Request, prior int) ac
 	if !ok {
 		cb, ok = c.builtinCallback(req.Callback)
 	}
+	recyclable := false // the default callback: it keeps nothing of the body
 	if !ok {
 		if req.Callback != "" {
 			reason := c.unknownCallback(ctx, req)
@@ -838,6 +838,7 @@ func (c *Crawler) process(ctx, work context.Context, req *Request, prior int) ac
 			return reject(reason)
 		}
 		cb = c.defaultCallback
+		recyclable = true
 	}
 	if c.robots != nil {
 		ok, delay, err := c.robots.Allowed(ctx, u)
@@ -850,14 +851,14 @@ func (c *Crawler) process(ctx, work context.Context, req *Request, prior int) ac
 		case errors.Is(err, ErrRobotsUnavailable):
 			return c.robotsDown(req, prior, u, err)
 		case err != nil:
-			log.Debug("robots.txt check failed; allowing", "err", err)
+			c.logPage(ctx, slog.LevelDebug, req, "robots.txt check failed; allowing", "err", err)
 		}
 		if delay > 0 {
 			c.limiter.SetDelay(u.Host, delay)
 		}
 		if !ok {
 			c.stats.Inc(StatRobotsForbidden)
-			log.Debug("forbidden by robots.txt")
+			c.logPage(ctx, slog.LevelDebug, req, "forbidden by robots.txt")
 			return ack()
 		}
 	}
@@ -890,7 +891,7 @@ func (c *Crawler) process(ctx, work context.Context, req *Request, prior int) ac
 		}
 		err = redactErr(err)
 		c.fail(fetchErrorKind(err), err)
-		log.Info("fetch failed", "err", err)
+		c.logPage(work, slog.LevelInfo, req, "fetch failed", "err", err)
 		return c.errorItem(work, req, nil, err, ack())
 	}
 	if o, ok := c.limiter.(LatencyObserver); ok {
@@ -899,7 +900,7 @@ func (c *Crawler) process(ctx, work context.Context, req *Request, prior int) ac
 	c.stats.Inc(StatResponses)
 	c.stats.Inc(statusStat(resp.StatusCode))
 	c.stats.Add(StatBytes, int64(len(resp.Body)))
-	log.Debug("fetched", "status", resp.StatusCode, "bytes", len(resp.Body))
+	c.logPage(work, slog.LevelDebug, req, "fetched", "status", resp.StatusCode, "bytes", len(resp.Body))
 
 	switch code := resp.StatusCode; {
 	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
@@ -922,6 +923,10 @@ func (c *Crawler) process(ctx, work context.Context, req *Request, prior int) ac
 	}
 
 	res, err := cb(work, resp)
+	if recyclable {
+		c.fetcher.recycle(resp.Body)
+		resp.Body = nil
+	}
 	switch {
 	case errors.Is(err, ErrDrop):
 		c.stats.Inc(StatDropped)
@@ -941,6 +946,15 @@ func (c *Crawler) process(ctx, work context.Context, req *Request, prior int) ac
 	// broker's delivery limit applies, not MaxRetries), its links stay
 	// claimed without marks, and its next attempt publishes them.
 	return written(&write{parent: req, links: res.Requests, items: res.Items, failed: nack(c.cfg.retryDelay(prior + 1))})
+}
+
+// logPage logs msg about req, with its URL, if level is enabled: a
+// logger made With the URL would format it for every page.
+func (c *Crawler) logPage(ctx context.Context, level slog.Level, req *Request, msg string, args ...any) {
+	if !c.log.Enabled(ctx, level) {
+		return
+	}
+	c.log.Log(ctx, level, msg, append([]any{"url", Redact(req.URL)}, args...)...)
 }
 
 // errorItem writes, with Config.ErrorItems, the item of a page that
@@ -1208,7 +1222,7 @@ func (c *Crawler) enqueueAll(ctx context.Context, pages []links) error {
 				continue
 			}
 			if !start {
-				switch c.scope.check(u, r.Depth, r.Scope) {
+				switch c.scope.check(u, r.URL, r.Depth, r.Scope) {
 				case offsite:
 					c.stats.Inc(StatOffsite)
 					continue

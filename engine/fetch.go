@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -111,6 +112,20 @@ type httpFetcher struct {
 	maxBody   int64
 	maxHeader int64
 	log       *slog.Logger
+	bodies    sync.Pool // *[]byte: bodies given back by recycle
+}
+
+// maxRecycled is the largest body buffer recycle keeps (most HTML pages
+// are far smaller).
+const maxRecycled = 256 << 10
+
+// recycle gives back body, a Response.Body of this fetcher that nothing
+// refers to any more, for a later fetch to read into.
+func (f *httpFetcher) recycle(body []byte) {
+	if c := cap(body); c > 0 && c <= maxRecycled {
+		body = body[:0]
+		f.bodies.Put(&body)
+	}
 }
 
 // newHTTPFetcher returns an httpFetcher configured by o.
@@ -268,7 +283,12 @@ func (f *httpFetcher) fetch(ctx context.Context, r *Request, limit int64, trunca
 		return nil, fmt.Errorf("fetch %s: %w: Content-Length %d over the limit of %d bytes",
 			u, ErrBodyTooLarge, resp.ContentLength, limit)
 	}
-	var buf bytes.Buffer
+	var buf *bytes.Buffer
+	if b, ok := f.bodies.Get().(*[]byte); ok {
+		buf = bytes.NewBuffer(*b)
+	} else {
+		buf = new(bytes.Buffer)
+	}
 	if resp.ContentLength > 0 {
 		// ReadFrom wants bytes.MinRead free before each read, the one
 		// that finds the end too: without them a body of exactly its
@@ -286,8 +306,10 @@ func (f *httpFetcher) fetch(ctx context.Context, r *Request, limit int64, trunca
 		buf.Truncate(int(limit))
 		n = limit
 	}
-	f.log.Debug("fetched", "url", u.String(), "status", resp.StatusCode,
-		"bytes", n, "duration", time.Since(start))
+	if f.log.Enabled(ctx, slog.LevelDebug) { // u.String() costs an allocation per page
+		f.log.Debug("fetched", "url", Redact(u.String()), "status", resp.StatusCode,
+			"bytes", n, "duration", time.Since(start))
+	}
 	return &Response{
 		Request:    r,
 		URL:        u,

@@ -44,7 +44,7 @@ type Response struct {
 	URL        *url.URL // the URL fetched
 	StatusCode int
 	Header     http.Header
-	Body       []byte
+	Body       []byte // the callback may keep it: the engine never reuses it
 	// Latency is the time from sending the request to its response
 	// headers (Scrapy's download latency); AutoThrottle adapts to it.
 	Latency time.Duration

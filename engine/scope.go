@@ -50,11 +50,12 @@ const (
 	tooLong // over MaxURLLength
 )
 
-func (s *scope) check(u *url.URL, depth int, origin string) verdict {
+// check says whether link u, whose String() is str (the URL published for
+// it), at depth, found on a page of scope origin, is to be followed.
+func (s *scope) check(u *url.URL, str string, depth int, origin string) verdict {
 	if u.Scheme != "http" && u.Scheme != "https" {
 		return excluded
 	}
-	str := u.String()
 	if len(str) > MaxURLLength {
 		return tooLong
 	}
