@@ -425,54 +425,23 @@ func TestHostLimiterReleaseRidesOnAcquire(t *testing.T) {
 // the first host finds it full.
 func TestHostLimiterAcquiresShareRoundTrips(t *testing.T) {
 	const calls = 10
-	client := integration.RedisClient(t)
-	hook := &holdHook{entered: make(chan struct{}), release: make(chan struct{})}
-	client.AddHook(hook)
-	l, err := redis.NewHostLimiter(redis.LimiterConfig{Client: client, Crawl: integration.Name(t), PerHost: 7, Poll: time.Hour,
-		SlotTTL: 10 * time.Minute}) // no renewal (a script call of its own) during the test
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	warm, err := l.Acquire(ctx, "warm.example") // the script is loaded: one call per try
-	if err != nil {
-		t.Fatal(err)
-	}
-	warm()
-	hook.armed.Store(true)
-	type got struct {
-		release func()
-		err     error
-	}
-	results := make(chan got, calls)
-	acquire := func(host string) {
-		r, err := l.Acquire(ctx, host)
-		results <- got{r, err}
-	}
-	go acquire("a.example")
-	select {
-	case <-hook.entered: // the first call is at Redis, held
-	case <-ctx.Done():
-		t.Fatal("the first Acquire never reached Redis")
-	}
+	l, hook := heldLimiter(t, ctx, 7)
+	results := make([]<-chan acquired, 0, calls)
+	results = append(results, acquireAsync(ctx, l, "a.example"))
+	hook.awaitHeld(t, ctx)
 	for i := 1; i < calls; i++ {
 		host := "a.example"
 		if i%3 == 0 {
 			host = "b.example" // another host, in the same script call
 		}
-		go acquire(host)
+		results = append(results, acquireAsync(ctx, l, host))
 	}
-	for redis.WaitingAsks(l) < calls-1 { // the nine are queued behind the held call
-		if ctx.Err() != nil {
-			t.Fatalf("%d of %d Acquire calls queued behind the held one", redis.WaitingAsks(l), calls-1)
-		}
-		runtime.Gosched()
-	}
+	awaitQueued(t, ctx, l, calls-1) // the nine, behind the held call
 	close(hook.release)
-	for range calls {
-		r := <-results
+	for _, ch := range results {
+		r := <-ch
 		if r.err != nil {
 			t.Fatalf("Acquire: %v", r.err)
 		}
@@ -489,6 +458,91 @@ func TestHostLimiterAcquiresShareRoundTrips(t *testing.T) {
 	}
 }
 
+// TestHostLimiterAbandonedAcquire: an Acquire whose context ends while it
+// waits behind another call returns at once with the context's error,
+// and takes no slot.
+func TestHostLimiterAbandonedAcquire(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	l, hook := heldLimiter(t, ctx, 2)
+	first := acquireAsync(ctx, l, "h.example")
+	hook.awaitHeld(t, ctx)
+	gone, leave := context.WithCancel(ctx)
+	abandoned := acquireAsync(gone, l, "h.example")
+	awaitQueued(t, ctx, l, 1)
+	leave()
+	if r := <-abandoned; !errors.Is(r.err, context.Canceled) {
+		if r.err == nil {
+			r.release()
+		}
+		t.Fatalf("Acquire abandoned while queued: %v, want context.Canceled", r.err)
+	}
+	close(hook.release)
+	f := <-first
+	if f.err != nil {
+		t.Fatal(f.err)
+	}
+	defer f.release() // held to the end: the host has one slot left
+	short, cancelShort := context.WithTimeout(ctx, 5*time.Second)
+	defer cancelShort()
+	r, err := l.Acquire(short, "h.example")
+	if err != nil {
+		t.Fatalf("the host's second slot: %v; want it free (the abandoned call took none)", err)
+	}
+	r()
+}
+
+// heldLimiter returns a limiter of perHost slots per host whose client
+// goes through a holdHook, armed once a first Acquire has loaded the
+// script (so that each try is one script call). Its slots outlive the
+// test: no renewal, a script call of its own, is counted.
+func heldLimiter(t *testing.T, ctx context.Context, perHost int) (*redis.HostLimiter, *holdHook) {
+	t.Helper()
+	client := integration.RedisClient(t)
+	hook := &holdHook{entered: make(chan struct{}), release: make(chan struct{})}
+	client.AddHook(hook)
+	l, err := redis.NewHostLimiter(redis.LimiterConfig{Client: client, Crawl: integration.Name(t), PerHost: perHost,
+		Poll: time.Hour, SlotTTL: 10 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	warm, err := l.Acquire(ctx, "warm.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm()
+	hook.armed.Store(true)
+	return l, hook
+}
+
+// acquired is what an Acquire started by acquireAsync returned.
+type acquired struct {
+	release func()
+	err     error
+}
+
+// acquireAsync starts l.Acquire(ctx, host) and returns where its result comes.
+func acquireAsync(ctx context.Context, l *redis.HostLimiter, host string) <-chan acquired {
+	ch := make(chan acquired, 1)
+	go func() {
+		r, err := l.Acquire(ctx, host)
+		ch <- acquired{r, err}
+	}()
+	return ch
+}
+
+// awaitQueued waits until n Acquire calls of l wait to be sent.
+func awaitQueued(t *testing.T, ctx context.Context, l *redis.HostLimiter, n int) {
+	t.Helper()
+	for redis.WaitingAsks(l) < n {
+		if ctx.Err() != nil {
+			t.Fatalf("%d of %d Acquire calls queued behind the held one", redis.WaitingAsks(l), n)
+		}
+		runtime.Gosched()
+	}
+}
+
 // holdHook, once armed, holds the first script call of a client until
 // release is closed, and counts the script calls.
 type holdHook struct {
@@ -496,6 +550,16 @@ type holdHook struct {
 	calls   atomic.Int32
 	entered chan struct{} // closed when the first call is held
 	release chan struct{}
+}
+
+// awaitHeld waits until the first script call is held.
+func (h *holdHook) awaitHeld(t *testing.T, ctx context.Context) {
+	t.Helper()
+	select {
+	case <-h.entered:
+	case <-ctx.Done():
+		t.Fatal("the first Acquire never reached Redis")
+	}
 }
 
 func (h *holdHook) DialHook(next goredis.DialHook) goredis.DialHook { return next }
@@ -514,68 +578,4 @@ func (h *holdHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 
 func (h *holdHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
 	return next
-}
-
-// TestHostLimiterAbandonedAcquire: an Acquire whose context ends while it
-// waits behind another call returns at once with the context's error,
-// and takes no slot.
-func TestHostLimiterAbandonedAcquire(t *testing.T) {
-	client := integration.RedisClient(t)
-	hook := &holdHook{entered: make(chan struct{}), release: make(chan struct{})}
-	client.AddHook(hook)
-	l, err := redis.NewHostLimiter(redis.LimiterConfig{Client: client, Crawl: integration.Name(t), PerHost: 2, Poll: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	warm, err := l.Acquire(ctx, "warm.example")
-	if err != nil {
-		t.Fatal(err)
-	}
-	warm()
-	hook.armed.Store(true)
-	type got struct {
-		release func()
-		err     error
-	}
-	first := make(chan got, 1)
-	go func() {
-		r, err := l.Acquire(ctx, "h.example")
-		first <- got{r, err}
-	}()
-	<-hook.entered
-	gone, leave := context.WithCancel(ctx)
-	abandoned := make(chan error, 1)
-	go func() {
-		r, err := l.Acquire(gone, "h.example")
-		if err == nil {
-			r()
-		}
-		abandoned <- err
-	}()
-	for redis.WaitingAsks(l) < 1 {
-		if ctx.Err() != nil {
-			t.Fatal("the second Acquire never queued")
-		}
-		runtime.Gosched()
-	}
-	leave()
-	if err := <-abandoned; !errors.Is(err, context.Canceled) {
-		t.Fatalf("Acquire abandoned while queued: %v, want context.Canceled", err)
-	}
-	close(hook.release)
-	f := <-first
-	if f.err != nil {
-		t.Fatal(f.err)
-	}
-	defer f.release() // held to the end: the host has one slot left
-	short, cancelShort := context.WithTimeout(ctx, 5*time.Second)
-	defer cancelShort()
-	r, err := l.Acquire(short, "h.example")
-	if err != nil {
-		t.Fatalf("the host's second slot: %v; want it free (the abandoned call took none)", err)
-	}
-	r()
 }
