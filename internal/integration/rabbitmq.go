@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -194,28 +193,6 @@ func RabbitMQStock(t testing.TB) *RabbitMQServer {
 		t.Fatalf("integration: start a RabbitMQ container without plugins (image %q): %v", image(EnvRabbitMQImage, "rabbitmq:3-management"), err)
 	}
 	return &RabbitMQServer{URL: s.URL}
-}
-
-// portTries bounds the starts of a container on fixed host ports that
-// another container took in the meantime (see portTaken).
-const portTries = 5
-
-// portTaken reports whether a container failed to start because one of
-// the host ports chosen for it (free a moment before) was taken since,
-// by Docker for another container started beside it. Docker says so only
-// in words.
-func portTaken(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "port is already allocated")
-}
-
-// freePort returns a TCP port that was free on the host a moment ago.
-func freePort() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port), nil
 }
 
 // startRabbitMQ starts a container, its ports bound to the given host

@@ -236,10 +236,6 @@ func RedisContainer(t testing.TB, opts ...ServerOption) *RedisServer {
 	t.Helper()
 	skipShort(t, "Redis", "")
 	o := serverOpts(opts)
-	hp, err := freePort()
-	if err != nil {
-		t.Fatalf("integration: pick a host port: %v", err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
 	args := []string{"redis-server", "--save", "", "--appendonly", "no"}
@@ -247,14 +243,7 @@ func RedisContainer(t testing.TB, opts ...ServerOption) *RedisServer {
 		args = append(args, "--user", "default", "off", "--user", o.user, "on", ">"+o.password, "~*", "&*", "+@all")
 	}
 	ready := wait.ForLog("Ready to accept connections").WithStartupTimeout(startTimeout)
-	custom := []testcontainers.ContainerCustomizer{
-		testcontainers.WithExposedPorts("6379/tcp"),
-		testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
-			hc.PortBindings = network.PortMap{
-				network.MustParsePort("6379/tcp"): []network.PortBinding{{HostPort: hp}},
-			}
-		}),
-	}
+	custom := []testcontainers.ContainerCustomizer{testcontainers.WithExposedPorts("6379/tcp")}
 	switch {
 	case o.ca != nil:
 		auth := "no"
@@ -269,9 +258,25 @@ func RedisContainer(t testing.TB, opts ...ServerOption) *RedisServer {
 	default:
 		custom = append(custom, testcontainers.WithWaitStrategyAndDeadline(startTimeout, ready)) // the image's command
 	}
-	ctr, err := testcontainers.Run(ctx, image(EnvRedisImage, "redis:7"), custom...)
-	if ctr != nil {
-		terminateOnCleanup(t, ctr)
+	var hp string
+	var ctr *testcontainers.DockerContainer
+	var err error
+	for try := 1; ; try++ {
+		if hp, err = freePort(); err != nil {
+			t.Fatalf("integration: pick a host port: %v", err)
+		}
+		bind := testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
+			hc.PortBindings = network.PortMap{
+				network.MustParsePort("6379/tcp"): []network.PortBinding{{HostPort: hp}},
+			}
+		})
+		ctr, err = testcontainers.Run(ctx, image(EnvRedisImage, "redis:7"), append(custom, bind)...)
+		if ctr != nil {
+			terminateOnCleanup(t, ctr)
+		}
+		if !portTaken(err) || try == portTries {
+			break
+		}
 	}
 	if err != nil {
 		t.Fatalf("integration: start a Redis container (image %q): %v", image(EnvRedisImage, "redis:7"), err)
