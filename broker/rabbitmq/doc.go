@@ -126,6 +126,13 @@
 //     no message an attempt, and a crash loop loses at most one count per
 //     restart. (The engine does not read Attempt as "its links may be
 //     published": publication marks in the filter say that.)
+//   - A server killed (kill -9, a power cut) forgets the acknowledgements
+//     it had not yet written to disk: a classic queue writes them in
+//     batches, when it next syncs (for a publisher confirm, say). Their
+//     messages come back after the restart, as redeliveries, and are
+//     processed again: at least once, never lost. Late in a crawl, when
+//     nothing new is published, one kill brought back the messages
+//     acknowledged in the last 1.5 s (482 pages of 2,001).
 //
 // AMQP has no lease: the server keeps a delivery with its channel until it
 // is settled or the channel closes (or RabbitMQ's consumer_timeout, 30

@@ -106,8 +106,9 @@ type Site struct {
 
 // hit counts the requests for one canonical key.
 type hit struct {
-	n  int // requests
-	ok int // requests answered 200
+	n     int       // requests
+	ok    int       // requests answered 200
+	first time.Time // when the first request came
 }
 
 // kind is what a resource is, which decides how it is served.
@@ -256,6 +257,23 @@ func (s *Site) Served() map[string]int {
 	return m
 }
 
+// FirstServed returns when each canonical resource key (as in Served) was
+// first requested since New or Reset.
+func (s *Site) FirstServed() map[string]time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := make(map[string]time.Time, len(s.hits)+64)
+	for i := range s.pageHits {
+		if h := s.pageHits[i]; h.n > 0 {
+			m[pagePath(i)] = h.first
+		}
+	}
+	for k, h := range s.hits {
+		m[k] = h.first
+	}
+	return m
+}
+
 // Reset forgets every request served so far, so that flaky pages answer 503
 // again and a fresh crawl can be verified.
 func (s *Site) Reset() {
@@ -370,6 +388,9 @@ func (s *Site) record(ctx context.Context, key string, page int, r *resource) in
 	}
 	h.n++
 	n := h.n
+	if n == 1 {
+		h.first = time.Now()
+	}
 	switch {
 	case r == nil && page < 0:
 		status = http.StatusNotFound

@@ -579,3 +579,29 @@ func TestControlEndpoints(t *testing.T) {
 		t.Errorf("after reset: %v", s.Served())
 	}
 }
+
+func TestFirstServed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := New(Config{Pages: 10})
+		t0 := time.Now()
+		render(t, s, "/page/1")
+		render(t, s, "/flaky/1")
+		time.Sleep(time.Second)
+		render(t, s, "/page/1")
+		render(t, s, "/flaky/1")
+		render(t, s, "/page/2")
+		first := s.FirstServed()
+		for key, want := range map[string]time.Time{"/page/1": t0, "/flaky/1": t0, "/page/2": t0.Add(time.Second)} {
+			if got, ok := first[key]; !ok || !got.Equal(want) {
+				t.Errorf("FirstServed()[%q] = %v, %v; want %v (the first request's time)", key, got, ok, want)
+			}
+		}
+		if _, ok := first["/page/3"]; ok {
+			t.Error("FirstServed has a page never requested")
+		}
+		s.Reset()
+		if n := len(s.FirstServed()); n != 0 {
+			t.Errorf("FirstServed after Reset: %d keys, want none", n)
+		}
+	})
+}
