@@ -32,7 +32,7 @@ const fixedPorts = 10000
 
 // freePort returns a TCP port that was free on the host, on every
 // address, a moment ago. It picks it at random below the ephemeral range:
-// a port from that range, free now, is the next one Docker gives to a
+// a port from that range, free now, may be the next one Docker gives to a
 // container started beside this one without a fixed port (CI saw "Bind
 // for :::32793 failed: port is already allocated"). Where the range
 // cannot be read, or leaves no room below it, the kernel picks the port.
