@@ -2,6 +2,7 @@ package brokertest
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -81,14 +82,31 @@ func (s *suite) testPresence(t *testing.T) {
 	if err := p0.Announce(ctx, crawl, "w1/1", time.Minute); err != nil {
 		t.Fatalf("Announce: %v", err)
 	}
-	if err := p1.Announce(ctx, crawl, "w2/1", 300*time.Millisecond); err != nil {
-		t.Fatalf("Announce: %v", err)
-	}
-	if err := p1.Announce(ctx, crawl, "w1/1", time.Minute); err != nil { // renewed: still one worker
-		t.Fatalf("Announce: %v", err)
-	}
-	if n := live(p1, crawl); n != 2 {
-		t.Fatalf("Live = %d, want 2", n)
+	// w2 announces itself for 300ms. Live must count it until then; a
+	// test held up past that (a loaded machine) proves nothing, so the
+	// trial is void and run again, as a new worker (three trials at most).
+	const short, trials = 300 * time.Millisecond, 3
+	for i := 1; ; i++ {
+		sent := time.Now()
+		if err := p1.Announce(ctx, crawl, fmt.Sprintf("w2/%d", i), short); err != nil {
+			t.Fatalf("Announce: %v", err)
+		}
+		if err := p1.Announce(ctx, crawl, "w1/1", time.Minute); err != nil { // renewed: still one worker
+			t.Fatalf("Announce: %v", err)
+		}
+		n := live(p1, crawl)
+		if n == 2 {
+			break
+		}
+		took := time.Since(sent)
+		if took < short {
+			t.Fatalf("Live = %d, want 2", n)
+		}
+		if i == trials {
+			t.Fatalf("Live = %d, want 2; in each of %d trials the test took longer than the announcement's %v (last %v): too loaded a machine to test Presence",
+				n, trials, short, took)
+		}
+		t.Logf("trial %d void: Live = %d, %v after an announcement of %v; trying again", i, n, took, short)
 	}
 	if n := live(p0, other); n != 0 {
 		t.Fatalf("Live of another crawl = %d, want 0", n)
