@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -186,55 +187,68 @@ func TestFetchEndlessBody(t *testing.T) {
 	}
 }
 
+// TestFetchTimeout runs in a synctest bubble over pipes, so the total
+// timeout is exact on the bubble's clock however loaded the machine.
 func TestFetchTimeout(t *testing.T) {
-	stop := make(chan struct{})
-	arrived := make(chan struct{}, 10)
-	srv := newTestServer(t, func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case arrived <- struct{}{}:
-		default:
+	synctest.Test(t, func(t *testing.T) {
+		stop := make(chan struct{})
+		arrived := make(chan struct{}, 10)
+		pn := newPipeNet()
+		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case arrived <- struct{}{}:
+			default:
+			}
+			if r.URL.Path == "/headers-then-stall" {
+				io.WriteString(w, "partial")
+				w.(http.Flusher).Flush()
+			}
+			select {
+			case <-r.Context().Done():
+			case <-stop:
+			}
+		})}
+		go srv.Serve(pn)
+		defer srv.Close()
+		defer close(stop)
+		piped := func(o FetchConfig) *httpFetcher {
+			f := newHTTPFetcher(o)
+			f.transport.DialContext = pn.dial
+			t.Cleanup(f.Close)
+			return f
 		}
-		if r.URL.Path == "/headers-then-stall" {
-			io.WriteString(w, "partial")
-			w.(http.Flusher).Flush()
+		const timeout = 200 * time.Millisecond
+		f := piped(FetchConfig{Timeout: timeout})
+		for _, path := range []string{"/no-headers", "/headers-then-stall"} {
+			start := time.Now()
+			_, err := f.Fetch(context.Background(), &Request{URL: "http://site.test" + path})
+			d := time.Since(start)
+			if err == nil {
+				t.Fatalf("%s: no error from a stalled server", path)
+			}
+			if d != timeout {
+				t.Errorf("%s: returned after %v, want %v", path, d, timeout)
+			}
+			if !isRetryable(err) {
+				t.Errorf("%s: timeout %v is not retryable", path, err)
+			}
 		}
-		select {
-		case <-r.Context().Done():
-		case <-stop:
+
+		// The caller's context is honoured too, and a cancel is not retryable.
+		for len(arrived) > 0 {
+			<-arrived
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		f = piped(FetchConfig{})
+		go func() {
+			<-arrived // cancel once the request is in flight
+			cancel()
+		}()
+		_, err := f.Fetch(ctx, &Request{URL: "http://site.test/no-headers"})
+		if !errors.Is(err, context.Canceled) || isRetryable(err) {
+			t.Errorf("cancelled fetch: err %v retryable %v", err, isRetryable(err))
 		}
 	})
-	defer close(stop)
-	const timeout = 200 * time.Millisecond
-	f := trusting(t, FetchConfig{Timeout: timeout})
-	for _, path := range []string{"/no-headers", "/headers-then-stall"} {
-		start := time.Now()
-		_, err := f.Fetch(context.Background(), &Request{URL: srv.URL + path})
-		d := time.Since(start)
-		if err == nil {
-			t.Fatalf("%s: no error from a stalled server", path)
-		}
-		if d < timeout || d > 10*timeout {
-			t.Errorf("%s: returned after %v, want about %v", path, d, timeout)
-		}
-		if !isRetryable(err) {
-			t.Errorf("%s: timeout %v is not retryable", path, err)
-		}
-	}
-
-	// The caller's context is honoured too, and a cancel is not retryable.
-	for len(arrived) > 0 {
-		<-arrived
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	f = trusting(t, FetchConfig{})
-	go func() {
-		<-arrived // cancel once the request is in flight
-		cancel()
-	}()
-	_, err := f.Fetch(ctx, &Request{URL: srv.URL + "/no-headers"})
-	if !errors.Is(err, context.Canceled) || isRetryable(err) {
-		t.Errorf("cancelled fetch: err %v retryable %v", err, isRetryable(err))
-	}
 }
 
 func TestFetchDoesNotFollowRedirects(t *testing.T) {

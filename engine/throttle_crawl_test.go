@@ -1,85 +1,110 @@
-package engine_test
+package engine
 
 import (
 	"context"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
-	"net/url"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
-	"github.com/trawlhq/trawl/engine"
+	"github.com/trawlhq/trawl/broker/memory"
+	"github.com/trawlhq/trawl/dedup/local"
 )
 
-// latencySite serves a home page linking to pages pages, each answering
-// after latency, and records when each request arrived.
-type latencySite struct {
-	*httptest.Server
+// latencySites serves hosts over a pipeNet: each host's home page links to
+// its pages, and every response (robots.txt aside) comes after the host's
+// latency. It records when each host's requests arrived. Inside a synctest
+// bubble the clock is fake, so a latency is exact and a request arrives at
+// the instant it is sent: the gaps are the crawler's pacing and nothing
+// else, however loaded the machine.
+type latencySites struct {
+	latency  map[string]time.Duration // by host
+	pages    map[string]int
 	mu       sync.Mutex
-	arrivals []time.Time
+	arrivals map[string][]time.Time
 }
 
-func newLatencySite(t *testing.T, latency time.Duration, pages int) *latencySite {
-	t.Helper()
-	s := &latencySite{}
-	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/robots.txt" {
-			http.NotFound(w, r)
-			return
+func (s *latencySites) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/robots.txt" {
+		http.NotFound(w, r)
+		return
+	}
+	s.mu.Lock()
+	s.arrivals[r.Host] = append(s.arrivals[r.Host], time.Now())
+	s.mu.Unlock()
+	select { // the host's latency, on the bubble's clock
+	case <-time.After(s.latency[r.Host]):
+	case <-r.Context().Done():
+		return
+	}
+	w.Header().Set("Content-Type", "text/html")
+	fmt.Fprint(w, "<html><body>")
+	if r.URL.Path == "/" {
+		for i := range s.pages[r.Host] {
+			fmt.Fprintf(w, `<a href="/p%d">p%d</a>`, i, i)
 		}
-		s.mu.Lock()
-		s.arrivals = append(s.arrivals, time.Now())
-		s.mu.Unlock()
-		select { // the host's latency, not a synchronization
-		case <-time.After(latency):
-		case <-r.Context().Done():
-			return
-		}
-		w.Header().Set("Content-Type", "text/html")
-		fmt.Fprint(w, "<html><body>")
-		if r.URL.Path == "/" {
-			for i := range pages {
-				fmt.Fprintf(w, `<a href="/p%d">p%d</a>`, i, i)
-			}
-		}
-		fmt.Fprint(w, "</body></html>")
-	}))
-	t.Cleanup(s.Close)
-	return s
+	}
+	fmt.Fprint(w, "</body></html>")
 }
 
-func (s *latencySite) host() string {
-	u, _ := url.Parse(s.URL)
-	return u.Host
-}
-
-// gaps returns the times between consecutive request arrivals.
-func (s *latencySite) gaps() []time.Duration {
+// gaps returns the times between host's consecutive request arrivals.
+func (s *latencySites) gaps(host string) []time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []time.Duration
-	for i := 1; i < len(s.arrivals); i++ {
-		out = append(out, s.arrivals[i].Sub(s.arrivals[i-1]))
+	a := s.arrivals[host]
+	for i := 1; i < len(a); i++ {
+		out = append(out, a[i].Sub(a[i-1]))
 	}
 	return out
 }
 
-func crawlThrottled(t *testing.T, cfg engine.Config, sites ...*latencySite) {
+// site is one host of latencySites: its latency and how many pages its
+// home page links to.
+type site struct {
+	host    string
+	latency time.Duration
+	pages   int
+}
+
+// crawlThrottled crawls sites from their home pages with cfg inside the
+// caller's synctest bubble and returns what the sites saw.
+func crawlThrottled(t *testing.T, cfg Config, sites ...site) *latencySites {
 	t.Helper()
-	b, f := newBackends(t)
-	cfg.Concurrency, cfg.PerHost, cfg.IdleTimeout = 16, 8, 300*time.Millisecond
-	cfg.TrustedHosts = []string{"127.0.0.1"}
-	c, err := engine.New(b, f, cfg)
+	ls := &latencySites{latency: map[string]time.Duration{}, pages: map[string]int{}, arrivals: map[string][]time.Time{}}
+	for _, s := range sites {
+		ls.latency[s.host], ls.pages[s.host] = s.latency, s.pages
+	}
+	pn := newPipeNet()
+	srv := &http.Server{Handler: ls}
+	go srv.Serve(pn)
+	defer srv.Close()
+
+	b, err := memory.New(memory.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer b.Close()
+	f, err := local.New(local.Config{Capacity: 10_000, FPRate: 1e-6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	cfg.Concurrency, cfg.PerHost, cfg.IdleTimeout = 16, 8, 300*time.Millisecond
+	cfg.IgnoreRobots = true
+	c, err := New(b, f, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.fetcher.transport.DialContext = pn.dial
+	defer c.fetcher.transport.CloseIdleConnections()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	var starts []engine.StartURL
+	var starts []StartURL
 	for _, s := range sites {
-		starts = append(starts, engine.StartURL{URL: s.URL + "/"})
+		starts = append(starts, StartURL{URL: "http://" + s.host + "/"})
 	}
 	if err := c.Seed(ctx, starts...); err != nil {
 		t.Fatal(err)
@@ -87,6 +112,7 @@ func crawlThrottled(t *testing.T, cfg engine.Config, sites ...*latencySite) {
 	if err := c.Run(ctx); err != nil {
 		t.Fatalf("run: %v", err)
 	}
+	return ls
 }
 
 // TestAutoThrottleSlowAndFastHosts crawls a slow host and a fast one with
@@ -95,51 +121,52 @@ func crawlThrottled(t *testing.T, cfg engine.Config, sites ...*latencySite) {
 // once), the fast host's delay falls from the start delay, never below
 // Delay.
 func TestAutoThrottleSlowAndFastHosts(t *testing.T) {
-	const latency, start, floor = 300 * time.Millisecond, 150 * time.Millisecond, 20 * time.Millisecond
-	slow, fast := newLatencySite(t, latency, 4), newLatencySite(t, 0, 6)
-	lim := engine.NewPoliteness(engine.PolitenessConfig{PerHost: 8, Delay: floor,
-		AutoThrottle: &engine.AutoThrottle{StartDelay: start, MaxDelay: 5 * time.Second}})
-	crawlThrottled(t, engine.Config{Delay: floor, Limiter: lim, IgnoreRobots: true}, slow, fast)
+	synctest.Test(t, func(t *testing.T) {
+		const latency, start, floor = 300 * time.Millisecond, 150 * time.Millisecond, 20 * time.Millisecond
+		slow, fast := site{"slow.test", latency, 4}, site{"fast.test", 0, 6}
+		lim := newPoliteness(politenessConfig{PerHost: 8, Delay: floor,
+			AutoThrottle: &AutoThrottle{StartDelay: start, MaxDelay: 5 * time.Second}})
+		ls := crawlThrottled(t, Config{Delay: floor, Limiter: lim}, slow, fast)
 
-	if d := lim.Delay(slow.host()); d < latency {
-		t.Errorf("slow host's delay %v, want at least its latency %v", d, latency)
-	}
-	// The fast host's delay follows its own latency: below the slow
-	// host's (by its 300ms: a loaded machine slows both alike), not
-	// below Delay. (Below the start delay too when the machine is quick;
-	// under -race on a loaded machine a "fast" response may take 200ms.)
-	if d, ds := lim.Delay(fast.host()), lim.Delay(slow.host()); d >= ds-latency/2 || d < floor {
-		t.Errorf("fast host's delay %v, want below the slow host's %v by %v and not below --delay %v", d, ds, latency/2, floor)
-	}
-	gaps := slow.gaps()
-	if len(gaps) != 4 {
-		t.Fatalf("slow host got %d requests, want 5", len(gaps)+1)
-	}
-	for i, g := range gaps {
-		// Starts are paced by the adapted delay (≥ latency); arrivals
-		// may differ from starts by a little network jitter.
-		if g < latency-50*time.Millisecond {
-			t.Errorf("slow host: request %d came %v after the previous, want about %v or more", i+1, g, latency)
+		if d := lim.Delay(slow.host); d < latency {
+			t.Errorf("slow host's delay %v, want at least its latency %v", d, latency)
 		}
-	}
+		if d := lim.Delay(fast.host); d >= start || d < floor {
+			t.Errorf("fast host's delay %v, want below the start delay %v and not below --delay %v", d, start, floor)
+		}
+		gaps := ls.gaps(slow.host)
+		if len(gaps) != slow.pages {
+			t.Fatalf("slow host got %d requests, want %d", len(gaps)+1, slow.pages+1)
+		}
+		for i, g := range gaps {
+			if g < latency {
+				t.Errorf("slow host: request %d came %v after the previous, want at least its latency %v", i+1, g, latency)
+			}
+		}
+	})
 }
 
 // TestAutoThrottleConfig: Config.AutoThrottle turns it on in the
 // engine's own limiter; without it the same crawl sends the slow host's
 // pages together.
 func TestAutoThrottleConfig(t *testing.T) {
-	const latency = 300 * time.Millisecond
-	paced := newLatencySite(t, latency, 3)
-	crawlThrottled(t, engine.Config{IgnoreRobots: true, AutoThrottle: &engine.AutoThrottle{StartDelay: 10 * time.Millisecond}}, paced)
-	for i, g := range paced.gaps() {
-		if g < latency-50*time.Millisecond {
-			t.Errorf("with AutoThrottle: request %d came %v after the previous, want about %v or more", i+1, g, latency)
+	synctest.Test(t, func(t *testing.T) {
+		const latency = 300 * time.Millisecond
+		paced := site{"paced.test", latency, 3}
+		ls := crawlThrottled(t, Config{AutoThrottle: &AutoThrottle{StartDelay: 10 * time.Millisecond}}, paced)
+		gaps := ls.gaps(paced.host)
+		if len(gaps) != paced.pages {
+			t.Fatalf("with AutoThrottle: %d requests, want %d", len(gaps)+1, paced.pages+1)
 		}
-	}
-	free := newLatencySite(t, latency, 3)
-	crawlThrottled(t, engine.Config{IgnoreRobots: true}, free)
-	gaps := free.gaps()
-	if len(gaps) != 3 || gaps[1] > latency/2 || gaps[2] > latency/2 {
-		t.Errorf("without AutoThrottle: gaps %v, want the 3 pages requested together", gaps)
-	}
+		for i, g := range gaps {
+			if g < latency {
+				t.Errorf("with AutoThrottle: request %d came %v after the previous, want at least its latency %v", i+1, g, latency)
+			}
+		}
+		ls = crawlThrottled(t, Config{}, paced)
+		gaps = ls.gaps(paced.host)
+		if len(gaps) != 3 || gaps[1] != 0 || gaps[2] != 0 {
+			t.Errorf("without AutoThrottle: gaps %v, want the 3 pages requested together", gaps)
+		}
+	})
 }

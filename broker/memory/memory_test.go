@@ -6,6 +6,7 @@ import (
 	"flag"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/trawlhq/trawl/broker"
@@ -169,33 +170,36 @@ func TestRequeueResetsAttempts(t *testing.T) {
 }
 
 // A waiting Receive sleeps until the earliest lease deadline or delayed
-// nack of its queue, not a moment more.
+// nack of its queue, not a moment more. It runs in a synctest bubble, so
+// "not a moment more" is exact on the bubble's clock.
 func TestReceiveWakesOnTimer(t *testing.T) {
 	t.Parallel()
-	b, _ := memory.New(memory.Config{Lease: time.Minute})
-	defer b.Close()
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-	defer cancel()
-	if err := b.Publish(ctx, "q", broker.Message{Body: []byte("x")}, broker.Message{Body: []byte("y")}); err != nil {
-		t.Fatal(err)
-	}
-	ds, err := b.Receive(ctx, "q", 2)
-	if err != nil || len(ds) != 2 {
-		t.Fatal(ds, err)
-	}
-	start := time.Now()
-	if err := ds[0].Nack(ctx, 300*time.Millisecond); err != nil {
-		t.Fatal(err)
-	}
-	if err := ds[1].(broker.Extender).Extend(ctx, 100*time.Millisecond); err != nil { // never shortens a lease
-		t.Fatal(err)
-	}
-	got, err := b.Receive(ctx, "q", 2)
-	el := time.Since(start)
-	if err != nil || len(got) != 1 || string(got[0].Message().Body) != "x" {
-		t.Fatalf("Receive: %v, %v; want x", got, err)
-	}
-	if el < 250*time.Millisecond || el > 2*time.Second {
-		t.Fatalf("delayed message arrived after %v, want about 300ms", el)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		b, _ := memory.New(memory.Config{Lease: time.Minute})
+		defer b.Close()
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		defer cancel()
+		if err := b.Publish(ctx, "q", broker.Message{Body: []byte("x")}, broker.Message{Body: []byte("y")}); err != nil {
+			t.Fatal(err)
+		}
+		ds, err := b.Receive(ctx, "q", 2)
+		if err != nil || len(ds) != 2 {
+			t.Fatal(ds, err)
+		}
+		start := time.Now()
+		if err := ds[0].Nack(ctx, 300*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		if err := ds[1].(broker.Extender).Extend(ctx, 100*time.Millisecond); err != nil { // never shortens a lease
+			t.Fatal(err)
+		}
+		got, err := b.Receive(ctx, "q", 2)
+		el := time.Since(start)
+		if err != nil || len(got) != 1 || string(got[0].Message().Body) != "x" {
+			t.Fatalf("Receive: %v, %v; want x", got, err)
+		}
+		if el != 300*time.Millisecond {
+			t.Fatalf("delayed message arrived after %v, want 300ms", el)
+		}
+	})
 }
