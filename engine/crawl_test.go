@@ -21,6 +21,7 @@ import (
 	"github.com/trawlhq/trawl/broker/memory"
 	"github.com/trawlhq/trawl/dedup/local"
 	"github.com/trawlhq/trawl/engine"
+	"github.com/trawlhq/trawl/internal/syncbuf"
 	"github.com/trawlhq/trawl/internal/testsite"
 	"github.com/trawlhq/trawl/internal/testsite/sitetest"
 )
@@ -54,6 +55,28 @@ func newBackends(t *testing.T) (*memory.Broker, *local.Filter) {
 	return b, f
 }
 
+// retryLog returns a logger for a crawler whose test demands every page
+// fetched once: if the test fails, it logs why the crawler fetched pages
+// again (its retries, give-ups and warnings), which a failure of the
+// site's Verify does not say.
+func retryLog(t *testing.T) *slog.Logger {
+	var buf syncbuf.Buffer
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		var why strings.Builder
+		for line := range strings.Lines(buf.String()) {
+			if strings.Contains(line, "msg=retrying") || strings.Contains(line, "msg=\"giving up\"") ||
+				strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR") {
+				why.WriteString(line)
+			}
+		}
+		t.Logf("the crawler's retries and warnings:\n%s", why.String())
+	})
+	return slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
 // TestCrawlTestsite crawls the synthetic site with every trap and asks the
 // site whether the crawl was correct: every reachable page exactly once,
 // nothing disallowed by robots.txt, flaky pages retried to success.
@@ -64,8 +87,11 @@ func TestCrawlTestsite(t *testing.T) {
 	c, err := engine.New(b, f, engine.Config{
 		Concurrency: 16, PerHost: 16, IdleTimeout: 300 * time.Millisecond,
 		RetryBackoff: 10 * time.Millisecond, TrustedHosts: []string{"127.0.0.1"},
-		Fetch: engine.FetchConfig{MaxBodySize: 1 << 20, Timeout: 3 * time.Second},
-		Sink:  sink,
+		// The default 30s fetch timeout: a timeout is a retry, a page fetched
+		// twice, and on a starved machine (-race beside other work) a small
+		// page has taken over 3s. A 1 MiB cap ends /endless long before.
+		Fetch: engine.FetchConfig{MaxBodySize: 1 << 20},
+		Sink:  sink, Logger: retryLog(t),
 	})
 	if err != nil {
 		t.Fatal(err)

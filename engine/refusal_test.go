@@ -39,7 +39,10 @@ func TestMisconfiguredWorkerLosesNothing(t *testing.T) {
 	sink := &memSink{}
 	good, err := engine.New(b, f, engine.Config{
 		Concurrency: 8, PerHost: 8, IdleTimeout: time.Second, RetryBackoff: 10 * time.Millisecond,
-		Fetch: engine.FetchConfig{AllowPrivate: true, Timeout: 3 * time.Second}, Sink: sink,
+		// The default 30s fetch timeout: a timeout is a retry, a page fetched
+		// twice, and on a starved machine (-race beside other work) a small
+		// page has taken over 3s. A 1 MiB cap ends /endless long before.
+		Fetch: engine.FetchConfig{AllowPrivate: true, MaxBodySize: 1 << 20}, Sink: sink, Logger: retryLog(t),
 	})
 	if err != nil {
 		t.Fatal(err)
