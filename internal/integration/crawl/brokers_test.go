@@ -24,7 +24,7 @@ import (
 func rabbitArgs(t *testing.T, srv *integration.RabbitMQServer) func(name string, more ...string) []string {
 	redis := integration.Redis(t)
 	return func(name string, more ...string) []string {
-		return append([]string{"--broker=rabbitmq", "--amqp-url", srv.URL, "--amqp-management-url", srv.ManagementURL,
+		return flags([]string{"--broker=rabbitmq", "--amqp-url", srv.URL, "--amqp-management-url", srv.ManagementURL,
 			"--redis-url", redis, "--name", name, "--allow-private", "--idle-timeout=2s", "--concurrency=16", "--per-host=16"}, more...)
 	}
 }
@@ -32,7 +32,7 @@ func rabbitArgs(t *testing.T, srv *integration.RabbitMQServer) func(name string,
 func natsArgs(t *testing.T, url string) func(name string, more ...string) []string {
 	redis := integration.Redis(t)
 	return func(name string, more ...string) []string {
-		return append([]string{"--broker=nats", "--nats-url", url, "--redis-url", redis, "--name", name,
+		return flags([]string{"--broker=nats", "--nats-url", url, "--redis-url", redis, "--name", name,
 			"--allow-private", "--idle-timeout=2s", "--concurrency=16", "--per-host=16"}, more...)
 	}
 }

@@ -73,7 +73,7 @@ func TestNATSClusterStopNode(t *testing.T) {
 	c := integration.StartNATSCluster(t)
 	redis := integration.Redis(t)
 	args := func(name string, more ...string) []string {
-		return append([]string{"--broker=nats", "--nats-url", c.URL(), "--nats-replicas=3", "--redis-url", redis, "--name", name,
+		return flags([]string{"--broker=nats", "--nats-url", c.URL(), "--nats-replicas=3", "--redis-url", redis, "--name", name,
 			"--allow-private", "--idle-timeout=3s", "--concurrency=16", "--per-host=16"}, more...)
 	}
 	clusterCrawl(t, args, func(ctx context.Context, name string) {
@@ -132,7 +132,7 @@ func natsStreamLeader(ctx context.Context, url, name string) (string, error) {
 func TestRedisClusterFailover(t *testing.T) {
 	c := integration.StartRedisFailoverCluster(t)
 	args := func(name string, more ...string) []string {
-		return append([]string{"--broker=redis", "--redis-url", c.URL(), "--name", name,
+		return flags([]string{"--broker=redis", "--redis-url", c.URL(), "--name", name,
 			"--allow-private", "--idle-timeout=3s", "--concurrency=16", "--per-host=16"}, more...)
 	}
 	clusterCrawl(t, args, func(ctx context.Context, name string) {
@@ -165,7 +165,7 @@ func TestRabbitMQClusterStopNode(t *testing.T) {
 	c := integration.StartRabbitMQCluster(t)
 	redis := integration.Redis(t)
 	args := func(name string, more ...string) []string {
-		return append([]string{"--broker=rabbitmq", "--amqp-url", c.URL(), "--amqp-queue-type=quorum", "--order=fifo",
+		return flags([]string{"--broker=rabbitmq", "--amqp-url", c.URL(), "--amqp-queue-type=quorum", "--order=fifo",
 			"--redis-url", redis, "--name", name,
 			"--allow-private", "--idle-timeout=3s", "--concurrency=16", "--per-host=16"}, more...)
 	}

@@ -230,3 +230,43 @@ func oneLine(t *testing.T, stderr, want string) {
 		t.Errorf("want one line mentioning %q, got:\n%s", want, stderr)
 	}
 }
+
+// flags returns the flags of base and then more, less those of base that
+// more gives again: each flag is given once, as a user would give it
+// (trawl takes a repeated flag's last value). A flag of base is "--name",
+// "--name=value" or "--name" then its value.
+func flags(base []string, more ...string) []string {
+	given := map[string]bool{}
+	for _, a := range more {
+		if name, ok := flagName(a); ok {
+			given[name] = true
+		}
+	}
+	out := make([]string, 0, len(base)+len(more))
+	for i := 0; i < len(base); i++ {
+		name, _ := flagName(base[i])
+		// "--name value": the value is the next argument, not a flag.
+		valued := !strings.Contains(base[i], "=") && i+1 < len(base) && !strings.HasPrefix(base[i+1], "-")
+		if given[name] {
+			if valued {
+				i++
+			}
+			continue
+		}
+		out = append(out, base[i])
+		if valued {
+			i++
+			out = append(out, base[i])
+		}
+	}
+	return append(out, more...)
+}
+
+// flagName returns the name of arg, "--name" or "--name=value".
+func flagName(arg string) (string, bool) {
+	if !strings.HasPrefix(arg, "--") {
+		return "", false
+	}
+	name, _, _ := strings.Cut(arg, "=")
+	return name, true
+}

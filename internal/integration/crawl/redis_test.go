@@ -16,7 +16,7 @@ import (
 
 // redisArgs are the flags of a worker of crawl name on the shared Redis.
 func redisArgs(t *testing.T, name string, more ...string) []string {
-	return append([]string{"--broker=redis", "--redis-url", integration.Redis(t), "--name", name,
+	return flags([]string{"--broker=redis", "--redis-url", integration.Redis(t), "--name", name,
 		"--allow-private", "--idle-timeout=2s", "--concurrency=16", "--per-host=16"}, more...)
 }
 

@@ -18,7 +18,7 @@ type deployment func(name string, more ...string) []string
 func settingsArgs(t *testing.T) deployment {
 	redis := integration.Redis(t)
 	return func(name string, more ...string) []string {
-		return append([]string{"--broker=redis", "--redis-url", redis, "--name", name,
+		return flags([]string{"--broker=redis", "--redis-url", redis, "--name", name,
 			"--idle-timeout=2s", "--concurrency=8", "--per-host=16"}, more...)
 	}
 }
@@ -28,7 +28,7 @@ func settingsArgs(t *testing.T) deployment {
 func natsSettingsArgs(t *testing.T) deployment {
 	nats, redis := integration.NATS(t), integration.Redis(t)
 	return func(name string, more ...string) []string {
-		return append([]string{"--broker=nats", "--nats-url", nats, "--redis-url", redis, "--name", name,
+		return flags([]string{"--broker=nats", "--nats-url", nats, "--redis-url", redis, "--name", name,
 			"--idle-timeout=2s", "--concurrency=8", "--per-host=16"}, more...)
 	}
 }
@@ -39,7 +39,7 @@ func rabbitSettingsArgs(t *testing.T) deployment {
 	srv := sharedRabbit(t)
 	redis := integration.Redis(t)
 	return func(name string, more ...string) []string {
-		return append([]string{"--broker=rabbitmq", "--amqp-url", srv.URL, "--amqp-management-url", srv.ManagementURL,
+		return flags([]string{"--broker=rabbitmq", "--amqp-url", srv.URL, "--amqp-management-url", srv.ManagementURL,
 			"--redis-url", redis, "--name", name, "--idle-timeout=2s", "--concurrency=8", "--per-host=16"}, more...)
 	}
 }
