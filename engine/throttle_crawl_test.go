@@ -115,6 +115,21 @@ func crawlThrottled(t *testing.T, cfg Config, sites ...site) *latencySites {
 	return ls
 }
 
+// checkPaced fails t unless host h got its home page and every page, each
+// at least its latency after the previous request.
+func checkPaced(t *testing.T, ls *latencySites, h site) {
+	t.Helper()
+	gaps := ls.gaps(h.host)
+	if len(gaps) != h.pages {
+		t.Fatalf("%s got %d requests, want %d", h.host, len(gaps)+1, h.pages+1)
+	}
+	for i, g := range gaps {
+		if g < h.latency {
+			t.Errorf("%s: request %d came %v after the previous, want at least its latency %v", h.host, i+1, g, h.latency)
+		}
+	}
+}
+
 // TestAutoThrottleSlowAndFastHosts crawls a slow host and a fast one with
 // AutoThrottle: the slow host's delay rises to its latency and its
 // requests are paced by it (a fixed 8 per host would send them all at
@@ -134,15 +149,7 @@ func TestAutoThrottleSlowAndFastHosts(t *testing.T) {
 		if d := lim.Delay(fast.host); d >= start || d < floor {
 			t.Errorf("fast host's delay %v, want below the start delay %v and not below --delay %v", d, start, floor)
 		}
-		gaps := ls.gaps(slow.host)
-		if len(gaps) != slow.pages {
-			t.Fatalf("slow host got %d requests, want %d", len(gaps)+1, slow.pages+1)
-		}
-		for i, g := range gaps {
-			if g < latency {
-				t.Errorf("slow host: request %d came %v after the previous, want at least its latency %v", i+1, g, latency)
-			}
-		}
+		checkPaced(t, ls, slow)
 	})
 }
 
@@ -154,17 +161,9 @@ func TestAutoThrottleConfig(t *testing.T) {
 		const latency = 300 * time.Millisecond
 		paced := site{"paced.test", latency, 3}
 		ls := crawlThrottled(t, Config{AutoThrottle: &AutoThrottle{StartDelay: 10 * time.Millisecond}}, paced)
-		gaps := ls.gaps(paced.host)
-		if len(gaps) != paced.pages {
-			t.Fatalf("with AutoThrottle: %d requests, want %d", len(gaps)+1, paced.pages+1)
-		}
-		for i, g := range gaps {
-			if g < latency {
-				t.Errorf("with AutoThrottle: request %d came %v after the previous, want at least its latency %v", i+1, g, latency)
-			}
-		}
+		checkPaced(t, ls, paced)
 		ls = crawlThrottled(t, Config{}, paced)
-		gaps = ls.gaps(paced.host)
+		gaps := ls.gaps(paced.host)
 		if len(gaps) != 3 || gaps[1] != 0 || gaps[2] != 0 {
 			t.Errorf("without AutoThrottle: gaps %v, want the 3 pages requested together", gaps)
 		}
