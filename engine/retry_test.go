@@ -246,16 +246,7 @@ func (f *failingFilter) Add(ctx context.Context, fps ...dedup.Fingerprint) ([]bo
 // lettered the pages and exited 0).
 func TestWriteFailuresStopRunWithoutAck(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		mb, err := memory.New(memory.Config{MaxDeliveries: 100})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer mb.Close()
-		lf, err := local.New(local.Config{Capacity: 1000, FPRate: 1e-6})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer lf.Close()
+		mb, lf := newBackends(t, memory.Config{MaxDeliveries: 100})
 		f := &failingFilter{Filter: lf, ok: 1} // the start URL gets through
 		pn := newPipeNet()
 		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

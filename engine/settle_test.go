@@ -236,22 +236,30 @@ func (h *countingHandler) count(path string) int {
 	return h.fetches[path]
 }
 
+// newBackends returns a memory broker of mc and a local filter of 10,000
+// URLs, both closed when t ends.
+func newBackends(t *testing.T, mc memory.Config) (*memory.Broker, *local.Filter) {
+	t.Helper()
+	mb, err := memory.New(mc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mb.Close() })
+	lf, err := local.New(local.Config{Capacity: 10_000, FPRate: 1e-6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lf.Close() })
+	return mb, lf
+}
+
 // newBubbleCrawl builds a crawler of the tree site over a tracing memory
 // broker (batchAcker: with AckBatch) and f (nil: a local filter), with a
 // sink that logs "item PATH". It must run inside a synctest bubble.
 func newBubbleCrawl(t *testing.T, batchAcker bool, f dedup.Filter, cfg Config) *bubbleCrawl {
 	t.Helper()
-	mb, err := memory.New(memory.Config{MaxDeliveries: 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { mb.Close() })
+	mb, lf := newBackends(t, memory.Config{MaxDeliveries: 10})
 	if f == nil {
-		lf, err := local.New(local.Config{Capacity: 10_000, FPRate: 1e-6})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { lf.Close() })
 		f = lf
 	}
 	log := &opLog{}
@@ -720,16 +728,7 @@ func (d *qosDelivery) Reject(ctx context.Context, reason string) error {
 func TestConcurrencyWhileAcksPending(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const concurrency, leaves = 4, 20
-		mb, err := memory.New(memory.Config{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer mb.Close()
-		lf, err := local.New(local.Config{Capacity: 10_000, FPRate: 1e-6})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer lf.Close()
+		mb, lf := newBackends(t, memory.Config{})
 		qb := &qosBroker{Broker: mb, ackGate: make(chan struct{})}
 
 		// "/" links to /leaf/1 … /leaf/20. A fetch waits until concurrency

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/trawlhq/trawl/broker/memory"
-	"github.com/trawlhq/trawl/dedup/local"
 )
 
 // latencySites serves hosts over a pipeNet: each host's home page links to
@@ -82,16 +81,7 @@ func crawlThrottled(t *testing.T, cfg Config, sites ...site) *latencySites {
 	go srv.Serve(pn)
 	defer srv.Close()
 
-	b, err := memory.New(memory.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	f, err := local.New(local.Config{Capacity: 10_000, FPRate: 1e-6})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	b, f := newBackends(t, memory.Config{})
 	cfg.Concurrency, cfg.PerHost, cfg.IdleTimeout = 16, 8, 300*time.Millisecond
 	cfg.IgnoreRobots = true
 	c, err := New(b, f, cfg)
