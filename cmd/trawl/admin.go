@@ -54,9 +54,9 @@ func newSeedCmd(o *options) *cobra.Command {
 			}
 			starts := make([]engine.StartURL, 0, len(lines))
 			for _, l := range lines {
-				s, err := engine.ParseStartURL([]byte(l))
+				s, err := parseStartURL(l)
 				if err != nil {
-					return usageError("bad start URL %q: %v", l, err)
+					return err
 				}
 				starts = append(starts, s)
 			}

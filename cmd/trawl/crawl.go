@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -51,9 +50,9 @@ func (o *options) crawl(ctx context.Context, args []string, seed bool, adopt []s
 	starts := make([]engine.StartURL, 0, len(args))
 	var trusted []string
 	for _, a := range args {
-		s, err := engine.ParseStartURL([]byte(a))
+		s, err := parseStartURL(a)
 		if err != nil {
-			return usageError("bad start URL %q: %v (want an absolute http or https URL, or JSON {\"url\": ...})", a, strings.TrimPrefix(err.Error(), engine.ErrBadPayload.Error()+": "))
+			return err
 		}
 		starts = append(starts, s)
 		u, _ := url.Parse(s.URL)

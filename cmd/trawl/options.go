@@ -8,8 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"net/url"
-	"slices"
 	"strings"
 	"time"
 
@@ -415,40 +413,4 @@ func (o *options) engineConfig() engine.Config {
 		}
 	}
 	return cfg
-}
-
-// checkURLs checks the URL (or the comma-separated URLs, for NATS) of a
-// flag. Its errors print the URL with its password redacted, and never
-// the part of it that failed to parse, which may be the password.
-func checkURLs(flag, value string, schemes []string) error {
-	if value == "" {
-		return nil
-	}
-	list := []string{value}
-	if flag == "--nats-url" || flag == "--amqp-url" {
-		list = strings.Split(value, ",")
-	}
-	for _, raw := range list {
-		raw = strings.TrimSpace(raw)
-		u, err := url.Parse(raw)
-		if err != nil {
-			why := "malformed"
-			var ue *url.Error
-			if errors.As(err, &ue) {
-				switch msg := ue.Err.Error(); {
-				case strings.HasPrefix(msg, "invalid port"):
-					why = "invalid port"
-				case strings.HasPrefix(msg, "invalid URL escape"):
-					why = "invalid %-escape (write % in a password as %25)"
-				case strings.Contains(msg, "invalid character"), strings.Contains(msg, "invalid userinfo"):
-					why = "invalid character"
-				}
-			}
-			return fmt.Errorf("%s %s: not a valid URL: %s", flag, engine.Redact(raw), why)
-		}
-		if !slices.Contains(schemes, u.Scheme) || (u.Host == "" && u.Scheme != "unix") {
-			return fmt.Errorf("%s %s: want scheme://host:port with scheme %s", flag, u.Redacted(), strings.Join(schemes, ", "))
-		}
-	}
-	return nil
 }

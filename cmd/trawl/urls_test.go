@@ -1,0 +1,76 @@
+package main
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestHostileURLs (issue 27.1): twenty URL forms a generated password
+// makes, with / # ? @ % , and spaces in the user and the password, IPv6
+// hosts and bad ports, given to every flag that takes a URL and as start
+// URLs: the password reaches no output, and every refusal at parse time
+// says what to fix.
+func TestHostileURLs(t *testing.T) {
+	t.Parallel()
+	const pw = "Pl4ntedS3cret"
+	const h = "127.0.0.1:1" // refuses connections
+	forms := []string{
+		"bob:se/" + pw + "@" + h,
+		"bob:se#" + pw + "@" + h,
+		"bob:se?" + pw + "@" + h,
+		"bob:se@" + pw + "@" + h,
+		"bob:se " + pw + "@" + h,
+		"bob:se%" + pw + "@" + h,
+		"bob:" + pw + "%@" + h,
+		"bob:12/" + pw + "@" + h,
+		"bob:" + pw + "/@" + h,
+		"bob:" + pw + ",x@" + h,
+		"bo/b:" + pw + "@" + h,
+		"bo#b:" + pw + "@" + h,
+		"bo?b:" + pw + "@" + h,
+		"bo b:" + pw + "@" + h,
+		"b@b:" + pw + "@" + h,
+		"bob:" + pw + "@[::1]:1",
+		"bob:" + pw + "@[::1:1",
+		"bob:" + pw + "@::1:1",
+		"bob:" + pw + "@127.0.0.1:x",
+		"bob:" + pw + "@127.0.0.1:99999",
+		":" + pw + "/x?y#z@" + h,
+	}
+	crawl := []string{"crawl", "--ignore-robots", "--retry-times", "0", "--idle-timeout", "100ms"}
+	targets := []struct {
+		name, scheme string
+		args         func(u string) []string
+	}{
+		{"redis-url", "redis", func(u string) []string { return []string{"stats", "--broker=redis", "--redis-url", u} }},
+		{"amqp-url", "amqp", func(u string) []string { return []string{"stats", "--broker=rabbitmq", "--amqp-url", u} }},
+		{"amqp-management-url", "http", func(u string) []string {
+			return []string{"stats", "--broker=rabbitmq", "--amqp-url", "amqp://" + h + "/", "--amqp-management-url", u}
+		}},
+		{"nats-url", "nats", func(u string) []string { return []string{"stats", "--broker=nats", "--nats-url", u} }},
+		{"proxy", "http", func(u string) []string { return append(crawl, "--proxy", u, "http://"+h+"/") }},
+		{"crawl start URL", "http", func(u string) []string { return append(crawl, u) }},
+		{"seed start URL", "http", func(u string) []string { return []string{"seed", u} }},
+	}
+	fix := regexp.MustCompile(`must be percent-encoded|goes in brackets|want 1 to 65535`)
+	for _, tg := range targets {
+		t.Run(tg.name, func(t *testing.T) {
+			t.Parallel()
+			for _, f := range forms {
+				u := tg.scheme + "://" + f + "/"
+				r := trawl(t, time.Minute, tg.args(u)...)
+				if strings.Contains(r.stdout+r.stderr, pw) {
+					t.Errorf("%s: the password is printed:\nstdout:\n%s\nstderr:\n%s", u, r.stdout, r.stderr)
+				}
+				if r.code == 2 && !fix.MatchString(lastLine(r.stderr)) {
+					t.Errorf("%s: refused without saying what to fix: %s", u, lastLine(r.stderr))
+				}
+				if r.code == 0 && tg.name != "seed start URL" {
+					t.Errorf("%s: exit 0, want a refusal or a failed connection; stderr:\n%s", u, r.stderr)
+				}
+			}
+		})
+	}
+}
