@@ -14,12 +14,12 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/trawlhq/trawl/engine"
-	"github.com/trawlhq/trawl/internal/rediskey"
+	"github.com/trawlhq/trawl/internal/redislayout"
 )
 
 // The crawl's Redis pieces beside its queues: start URLs, items, shared
 // stats (here) and per-host limits (limiter.go). Their keys are
-// "{NAME}:part" (rediskey.Crawl), hash-tagged like the broker's and the
+// "{NAME}:part" (internal/redislayout), hash-tagged like the broker's and the
 // duplicate filter's keys, so that a crawl's keys share one Cluster slot.
 var (
 	_ engine.StartSource   = (*StartURLs)(nil)
@@ -64,14 +64,8 @@ const maxRejectedPayload = 1 << 10
 // NewStartURLs returns the start URLs of crawl; with set, a Redis set
 // (no duplicates, no order) instead of a list.
 func NewStartURLs(client goredis.UniversalClient, crawl string, set bool) *StartURLs {
-	return &StartURLs{
-		client: client,
-		key:    rediskey.Crawl(crawl, "start_urls"),
-		dead:   rediskey.Crawl(crawl, "start_urls:dead"),
-		taken:  rediskey.Crawl(crawl, "start_urls:taken"),
-		leased: rediskey.Crawl(crawl, "start_urls:leased"),
-		set:    set,
-	}
+	k := redislayout.StartKeys(crawl)
+	return &StartURLs{client: client, key: k.List, dead: k.Dead, taken: k.Taken, leased: k.Leased, set: set}
 }
 
 // RejectStart keeps a rejected payload (its first KiB) with the reason in
@@ -352,7 +346,7 @@ type Items struct {
 
 // NewItems returns the item list of crawl.
 func NewItems(client goredis.UniversalClient, crawl string) *Items {
-	return &Items{client: client, key: rediskey.Crawl(crawl, "items")}
+	return &Items{client: client, key: redislayout.Items(crawl)}
 }
 
 // Write appends items as JSON, in one round trip.
@@ -394,7 +388,7 @@ type Stats struct {
 
 // NewStats returns the shared counters of crawl.
 func NewStats(client goredis.UniversalClient, crawl string) *Stats {
-	return &Stats{client: client, key: rediskey.Crawl(crawl, "stats")}
+	return &Stats{client: client, key: redislayout.Stats(crawl)}
 }
 
 // Add adds deltas to the counters in one round trip.
@@ -441,14 +435,15 @@ func (s *Stats) Purge(ctx context.Context) error {
 	return nil
 }
 
-// PurgeCrawl deletes every key of crawl name in Redis, {NAME}:*
-// (rediskey.Pattern), on every primary of a Cluster: its queues, start
-// URLs, items, stats, host limits, duplicate filter, and the ones no
-// component's Purge deletes (message id counters, the filter's layout).
-// Afterwards nothing of the crawl is left. It returns how many keys it
-// deleted.
+// PurgeCrawl deletes every key of crawl name's layout
+// (internal/redislayout) in Redis, on every primary of a Cluster: its
+// queues, start URLs, items, stats, host limits, duplicate filter, and the
+// ones no component's Purge deletes (message id counters, the filter's
+// layout). Afterwards nothing of the crawl is left, and nothing else was
+// deleted: a key tagged {NAME} that is not the crawl's stays. It returns
+// how many keys it deleted.
 func PurgeCrawl(ctx context.Context, client goredis.UniversalClient, name string) (int, error) {
-	pattern := rediskey.Pattern(name)
+	pattern := redislayout.Pattern(name)
 	var mu sync.Mutex
 	n := 0
 	del := func(ctx context.Context, c goredis.UniversalClient) error {
@@ -466,6 +461,9 @@ func PurgeCrawl(ctx context.Context, client goredis.UniversalClient, name string
 			return err
 		}
 		for iter.Next(ctx) {
+			if _, ok := redislayout.Match(name, iter.Val()); !ok {
+				continue
+			}
 			batch = append(batch, iter.Val())
 			if len(batch) == 500 {
 				if err := flush(); err != nil {

@@ -1,9 +1,9 @@
 package redis
 
-import "github.com/trawlhq/trawl/internal/rediskey"
+import "github.com/trawlhq/trawl/internal/redislayout"
 
-// keys are the Redis keys of one queue, built from rediskey.Of (the one
-// key-naming rule of trawl's Redis pieces).
+// keys are the Redis keys of one queue, as the crawl's layout
+// (internal/redislayout) names them.
 //
 // A queue name is split at its last ':' into a crawl name and a local
 // name; the crawl name becomes the Cluster hash tag, so that all keys of
@@ -25,14 +25,14 @@ type keys struct {
 }
 
 func keysFor(queue string) keys {
-	base := rediskey.Of(queue)
+	k := redislayout.QueueKeys(queue)
 	return keys{
 		queue:    queue,
-		ready:    base,
-		inflight: base + ":inflight",
-		delayed:  base + ":delayed",
-		dead:     base + ":dead",
-		notify:   base + ":notify",
-		seq:      base + ":seq",
+		ready:    k.Ready,
+		inflight: k.Inflight,
+		delayed:  k.Delayed,
+		dead:     k.Dead,
+		notify:   k.Notify,
+		seq:      k.Seq,
 	}
 }

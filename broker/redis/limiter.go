@@ -15,7 +15,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/trawlhq/trawl/engine"
-	"github.com/trawlhq/trawl/internal/rediskey"
+	"github.com/trawlhq/trawl/internal/redislayout"
 )
 
 // acquireScript takes a request slot of a host, shared by every worker of a
@@ -173,7 +173,7 @@ type LimiterConfig struct {
 	// AutoThrottle, if not nil, adapts each host's delay to its latency
 	// (see engine.AutoThrottle), never below Delay or the host's
 	// Crawl-delay. The adapted delay is kept in Redis, one key per host
-	// (rediskey.Crawl(Crawl, "host:HOST:throttle"), expiring an hour after its
+	// (redislayout.HostKeys(Crawl, HOST).Throttle, expiring an hour after its
 	// last change), so every worker paces a host by the same value and
 	// every worker's responses move it. nil = fixed delays.
 	AutoThrottle *engine.AutoThrottle
@@ -303,8 +303,8 @@ func (l *HostLimiter) Close() error {
 }
 
 func (l *HostLimiter) keys(host string) []string {
-	base := rediskey.Crawl(l.cfg.Crawl, "host:"+host)
-	return []string{base + ":slots", base + ":next", base + ":throttle"}
+	k := redislayout.HostKeys(l.cfg.Crawl, host)
+	return []string{k.Slots, k.Next, k.Throttle}
 }
 
 // startMs is AutoThrottle's start delay in ms for the acquire script

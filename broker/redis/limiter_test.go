@@ -17,7 +17,7 @@ import (
 	"github.com/trawlhq/trawl/broker/redis"
 	"github.com/trawlhq/trawl/engine"
 	"github.com/trawlhq/trawl/internal/integration"
-	"github.com/trawlhq/trawl/internal/rediskey"
+	"github.com/trawlhq/trawl/internal/redislayout"
 )
 
 // TestHostLimiterAcrossWorkers: three workers (limiters) with per-host 2
@@ -323,7 +323,7 @@ func TestHostLimiterAutoThrottleShared(t *testing.T) {
 	}
 	both("fast.example", 100*time.Millisecond) // down to Delay, no lower
 	both("other.example", time.Second)         // hosts apart
-	key := rediskey.Crawl(crawl, "host:slow.example:throttle")
+	key := redislayout.HostKeys(crawl, "slow.example").Throttle
 	if ttl, err := client.PTTL(ctx, key).Result(); err != nil || ttl <= 0 {
 		t.Errorf("throttle key %s: TTL %v, %v; want a key that expires", key, ttl, err)
 	}

@@ -9,7 +9,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/trawlhq/trawl/broker"
-	"github.com/trawlhq/trawl/internal/rediskey"
+	"github.com/trawlhq/trawl/internal/redislayout"
 )
 
 // Meta keeps a crawl's metadata in the Redis hash {NAME}:meta and its
@@ -35,7 +35,7 @@ func NewMeta(client goredis.UniversalClient) Meta { return Meta{client: client} 
 
 // GetMeta returns field key of {crawl}:meta.
 func (m Meta) GetMeta(ctx context.Context, crawl, key string) ([]byte, error) {
-	hash := rediskey.Crawl(crawl, "meta")
+	hash := redislayout.Meta(crawl)
 	v, err := m.client.HGet(ctx, hash, key).Bytes()
 	if errors.Is(err, goredis.Nil) {
 		return nil, fmt.Errorf("redis: %q field %q: %w", hash, key, broker.ErrNotFound)
@@ -48,7 +48,7 @@ func (m Meta) GetMeta(ctx context.Context, crawl, key string) ([]byte, error) {
 
 // SetMeta sets field key of {crawl}:meta.
 func (m Meta) SetMeta(ctx context.Context, crawl, key string, value []byte) error {
-	hash := rediskey.Crawl(crawl, "meta")
+	hash := redislayout.Meta(crawl)
 	if err := m.client.HSet(ctx, hash, key, value).Err(); err != nil {
 		return fmt.Errorf("redis: write %q field %q: %w", hash, key, err)
 	}
@@ -57,7 +57,7 @@ func (m Meta) SetMeta(ctx context.Context, crawl, key string, value []byte) erro
 
 // CreateMeta sets field key of {crawl}:meta if it has no value (HSETNX).
 func (m Meta) CreateMeta(ctx context.Context, crawl, key string, value []byte) error {
-	hash := rediskey.Crawl(crawl, "meta")
+	hash := redislayout.Meta(crawl)
 	ok, err := m.client.HSetNX(ctx, hash, key, value).Result()
 	if err != nil {
 		return fmt.Errorf("redis: write %q field %q: %w", hash, key, err)
@@ -70,7 +70,7 @@ func (m Meta) CreateMeta(ctx context.Context, crawl, key string, value []byte) e
 
 // PurgeMeta deletes {crawl}:meta.
 func (m Meta) PurgeMeta(ctx context.Context, crawl string) error {
-	hash := rediskey.Crawl(crawl, "meta")
+	hash := redislayout.Meta(crawl)
 	if err := m.client.Del(ctx, hash).Err(); err != nil {
 		return fmt.Errorf("redis: purge %q: %w", hash, err)
 	}
@@ -97,7 +97,7 @@ return redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')`)
 
 // Announce records worker id in {crawl}:workers for ttl.
 func (m Meta) Announce(ctx context.Context, crawl, id string, ttl time.Duration) error {
-	key := rediskey.Crawl(crawl, "workers")
+	key := redislayout.Workers(crawl)
 	if err := announceScript.Run(ctx, m.client, []string{key}, id, max(ttl.Milliseconds(), 1)).Err(); err != nil {
 		return fmt.Errorf("redis: announce worker in %q: %w", key, err)
 	}
@@ -106,7 +106,7 @@ func (m Meta) Announce(ctx context.Context, crawl, id string, ttl time.Duration)
 
 // Leave removes worker id from {crawl}:workers.
 func (m Meta) Leave(ctx context.Context, crawl, id string) error {
-	key := rediskey.Crawl(crawl, "workers")
+	key := redislayout.Workers(crawl)
 	if err := m.client.ZRem(ctx, key, id).Err(); err != nil {
 		return fmt.Errorf("redis: remove worker from %q: %w", key, err)
 	}
@@ -115,7 +115,7 @@ func (m Meta) Leave(ctx context.Context, crawl, id string) error {
 
 // Live counts the unexpired members of {crawl}:workers.
 func (m Meta) Live(ctx context.Context, crawl string) (int, error) {
-	key := rediskey.Crawl(crawl, "workers")
+	key := redislayout.Workers(crawl)
 	n, err := liveScript.Run(ctx, m.client, []string{key}).Int()
 	if err != nil {
 		return 0, fmt.Errorf("redis: count workers in %q: %w", key, err)

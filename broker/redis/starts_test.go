@@ -17,7 +17,7 @@ import (
 	"github.com/trawlhq/trawl/dedup/local"
 	"github.com/trawlhq/trawl/engine"
 	"github.com/trawlhq/trawl/internal/integration"
-	"github.com/trawlhq/trawl/internal/rediskey"
+	"github.com/trawlhq/trawl/internal/redislayout"
 )
 
 // TestRejectedStartsKept feeds a crawl's {NAME}:start_urls list garbage
@@ -73,7 +73,7 @@ func TestRejectedStartsKept(t *testing.T) {
 	if n := c.Stats().Get(engine.StatStartURLsRejected); n != 2 {
 		t.Errorf("%d start urls counted as rejected, want 2", n)
 	}
-	recs, err := client.LRange(ctx, rediskey.Crawl(name, "start_urls:dead"), 0, -1).Result()
+	recs, err := client.LRange(ctx, redislayout.StartKeys(name).Dead, 0, -1).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +199,7 @@ func leasedStartsComeBack(t *testing.T, client goredis.UniversalClient) {
 			t.Errorf("set %v: pending %d, %v after a confirmation; want 3", set, n, err)
 		}
 		// Wait, by the server's clock, for the end of the lease.
-		taken := rediskey.Crawl(name, "start_urls:taken")
+		taken := redislayout.StartKeys(name).Taken
 		deadlines, err := client.ZRangeWithScores(ctx, taken, 0, -1).Result()
 		if err != nil || len(deadlines) != 1 {
 			t.Fatalf("set %v: %s: %v, %v; want the one batch out", set, taken, deadlines, err)

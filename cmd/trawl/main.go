@@ -13,7 +13,7 @@
 //     (redis.Stats), flushed by Crawler.Run every second and when it
 //     returns;
 //   - deleting every key of a crawl in Redis (trawl purge):
-//     redis.PurgeCrawl; the keys' names: internal/rediskey;
+//     redis.PurgeCrawl; the keys' names: internal/redislayout;
 //   - the duplicate filter's persistence: dedup/local's journal;
 //   - completion, the summary and its warnings: Crawler.Run (idle exit)
 //     and engine.Summarize;

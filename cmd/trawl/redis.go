@@ -16,7 +16,7 @@ import (
 	"github.com/trawlhq/trawl/dedup"
 	dedupredis "github.com/trawlhq/trawl/dedup/redis"
 	"github.com/trawlhq/trawl/engine"
-	"github.com/trawlhq/trawl/internal/rediskey"
+	"github.com/trawlhq/trawl/internal/redislayout"
 )
 
 // redisConnMaxIdle closes the pooled connections a worker no longer needs.
@@ -98,7 +98,7 @@ func (o *options) openRedis(ctx context.Context, b *backends, order broker.Order
 		return err
 	}
 	b.broker, b.shared = rb, true
-	b.keys = rediskey.Of
+	b.keys = redislayout.Of
 	b.closes = append(b.closes, rb.Close)
 	return o.redisExtras(ctx, b, client, true)
 }
@@ -144,7 +144,7 @@ const redisBloomFPRate = 0.001
 // redisFilter opens the duplicate filter --dedup names for a Redis
 // deployment: the set (default) or the Bloom filter.
 func (o *options) redisFilter(ctx context.Context, client goredis.UniversalClient) (dedup.Filter, error) {
-	key := o.name + ":dupefilter"
+	key := redislayout.FilterName(o.name)
 	switch o.dedup {
 	case "", "set":
 		return dedupredis.NewSet(ctx, dedupredis.SetConfig{Client: client, Key: key, Capacity: o.bloomCapacity, Logger: o.log})
@@ -178,7 +178,7 @@ func scrapyStarts(ctx context.Context, client goredis.UniversalClient, name stri
 // scrapyWarning is the warning about entries in NAME:start_urls.
 func scrapyWarning(name string, n int64) string {
 	return fmt.Sprintf("trawl: warning: %s holds %d entries that trawl never reads; trawl's start URLs are at %s (hash-tagged for Redis Cluster): redis-cli rpush '%s' URL, or trawl seed",
-		engine.StartQueue(name), n, rediskey.Of(engine.StartQueue(name)), rediskey.Of(engine.StartQueue(name)))
+		engine.StartQueue(name), n, redislayout.StartKeys(name).List, redislayout.StartKeys(name).List)
 }
 
 // watchScrapyStarts warns once, on w, when NAME:start_urls holds entries,

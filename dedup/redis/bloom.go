@@ -13,6 +13,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/trawlhq/trawl/dedup"
+	"github.com/trawlhq/trawl/internal/redislayout"
 )
 
 // Defaults of BloomConfig's zero values.
@@ -110,7 +111,7 @@ func NewBloom(ctx context.Context, cfg BloomConfig) (*Bloom, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	m, k := BloomParams(cfg.Capacity, cfg.FPRate)
-	b := base(cfg.Key)
+	b := redislayout.FilterKeys(cfg.Key)
 	want := bloomLayout(m, k)
 	stored, err := claimLayout(ctx, cfg.Client, b, want)
 	if err != nil {
@@ -124,7 +125,7 @@ func NewBloom(ctx context.Context, cfg BloomConfig) (*Bloom, error) {
 	partBits := (m/nparts + 7) &^ 7
 	f := &Bloom{client: cfg.Client, key: cfg.Key, partBits: partBits, m: m, k: k}
 	for i := range nparts {
-		f.parts = append(f.parts, b+":bloom:"+strconv.FormatUint(i, 10))
+		f.parts = append(f.parts, b.BloomPart(i))
 	}
 	// Allocate small bitmaps whole, at their exact size; large ones grow as
 	// bits are set (Redis then rounds them up to its allocator's classes).

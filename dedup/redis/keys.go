@@ -7,21 +7,18 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/trawlhq/trawl/internal/rediskey"
+	"github.com/trawlhq/trawl/internal/redislayout"
 )
 
-// base returns the key prefix of filter key: the part of key before its
-// last ':' (the crawl name) becomes the Cluster hash tag, as the broker's
-// queue keys do, so that all keys of a crawl share a slot:
-// "books:dupefilter" -> "{books}:dupefilter". A key without ':' is its own
-// tag. The filters' keys are built from it here:
+// The filters' keys are the crawl's layout's (internal/redislayout): the
+// part of the filter's key before its last ':' (the crawl name) becomes
+// the Cluster hash tag, as the broker's queue keys do, so that all keys
+// of a crawl share a slot: "books:dupefilter" -> "{books}:dupefilter". A
+// key without ':' is its own tag. They are:
 //
 //	{books}:dupefilter:meta      hash: the filter's layout ("layout" field)
 //	{books}:dupefilter:<shard>   Set: the set of one shard (hex number)
 //	{books}:dupefilter:bloom:<i> Bloom: bitmap part i
-func base(key string) string { return rediskey.Of(key) }
-
-func metaKey(base string) string { return base + ":meta" }
 
 // ErrLayout is returned when a filter's key holds a filter of another kind
 // or shape than the one configured: two workers of one crawl configured
@@ -30,8 +27,8 @@ var ErrLayout = errors.New("redis dedup: filter layout mismatch")
 
 // claimLayout stores layout as the filter's layout unless one is stored,
 // and returns the stored one.
-func claimLayout(ctx context.Context, c goredis.UniversalClient, base, layout string) (string, error) {
-	meta := metaKey(base)
+func claimLayout(ctx context.Context, c goredis.UniversalClient, keys redislayout.Filter, layout string) (string, error) {
+	meta := keys.Meta
 	var get *goredis.StringCmd
 	_, err := c.TxPipelined(ctx, func(p goredis.Pipeliner) error {
 		p.HSetNX(ctx, meta, "layout", layout)

@@ -15,6 +15,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/trawlhq/trawl/dedup"
+	"github.com/trawlhq/trawl/internal/redislayout"
 )
 
 // DefaultSetCapacity is SetConfig.Capacity's zero value.
@@ -54,7 +55,7 @@ func (c SetConfig) Validate() error {
 type Set struct {
 	client goredis.UniversalClient
 	key    string // as configured, for messages
-	base   string
+	keys   redislayout.Filter
 	bits   int // shard bits
 	closed atomic.Bool
 }
@@ -95,7 +96,7 @@ func NewSet(ctx context.Context, cfg SetConfig) (*Set, error) {
 		}
 	}
 	bitsWanted := shardBits(cfg.Capacity, maxEntries)
-	b := base(cfg.Key)
+	b := redislayout.FilterKeys(cfg.Key)
 	stored, err := claimLayout(ctx, cfg.Client, b, setLayout(bitsWanted))
 	if err != nil {
 		return nil, fmt.Errorf("redis set filter %q: %w", cfg.Key, err)
@@ -112,7 +113,7 @@ func NewSet(ctx context.Context, cfg SetConfig) (*Set, error) {
 		log.Warn("shards will outgrow the server's set-max-intset-entries and cost several times more memory",
 			"per_shard", int(per), "set_max_intset_entries", maxEntries)
 	}
-	return &Set{client: cfg.Client, key: cfg.Key, base: b, bits: shard}, nil
+	return &Set{client: cfg.Client, key: cfg.Key, keys: b, bits: shard}, nil
 }
 
 // shardBits returns the number of shard bits that puts at most 3/4 of
@@ -136,7 +137,7 @@ func (s *Set) locate(fp dedup.Fingerprint) (string, string) {
 		shard = binary.BigEndian.Uint64(fp[:8]) >> (64 - s.bits)
 	}
 	member := int64(binary.BigEndian.Uint64(fp[8:]))
-	return s.base + ":" + strconv.FormatUint(shard, 16), strconv.FormatInt(member, 10)
+	return s.keys.Shard(shard), strconv.FormatInt(member, 10)
 }
 
 // Add adds fps with one SADD each, pipelined: one round trip per batch.
@@ -211,7 +212,7 @@ func (s *Set) Purge(ctx context.Context) error {
 	_, err := s.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
 		keys := make([]string, 0, chunk)
 		for i := range n {
-			keys = append(keys, s.base+":"+strconv.FormatUint(i, 16))
+			keys = append(keys, s.keys.Shard(i))
 			if len(keys) == chunk || i == n-1 {
 				p.Unlink(ctx, keys...)
 				keys = keys[:0]

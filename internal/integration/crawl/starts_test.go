@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/trawlhq/trawl/internal/integration"
-	"github.com/trawlhq/trawl/internal/rediskey"
+	"github.com/trawlhq/trawl/internal/redislayout"
 )
 
 // TestRedisStartsKill9: a worker killed with SIGKILL right after it took a
@@ -47,7 +47,7 @@ func TestRedisStartsKill9(t *testing.T) {
 	name := integration.Name(t)
 	client := integration.RedisClient(t)
 	ctx := t.Context()
-	key := rediskey.Crawl(name, "start_urls")
+	key := redislayout.StartKeys(name).List
 	urls := make([]any, n)
 	for i := range urls {
 		urls[i] = fmt.Sprintf("%s/p/%d", srv.URL, i)
