@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -246,8 +247,18 @@ func newDeadLetterCmd(o *options) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "deadletter list|requeue",
 		Short: "List or requeue a crawl's dead letters (trawl purge deletes them with the crawl)",
-		Args:  cobra.ExactArgs(1),
+		Long: `List or requeue a crawl's dead letters: the pages and start URLs it gave
+up on (failed past --retry-times, or not a start URL), with the reason.
+
+  trawl deadletter list      print them: queue, URL (no password), reason
+  trawl deadletter requeue   put them back in their queue, to be tried again
+
+trawl purge deletes them with the crawl.`,
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return cmd.Help()
+			}
 			switch args[0] {
 			case "list", "requeue":
 			default:
@@ -277,7 +288,8 @@ func newDeadLetterCmd(o *options) *cobra.Command {
 						return err
 					}
 					for _, l := range ls {
-						fmt.Fprintf(o.stdout, "%s\t%s\t%s\n", b.name(q), describe(q, l.Message.Body), l.Reason)
+						what, why := describe(q, l)
+						fmt.Fprintf(o.stdout, "%s\t%s\t%s\n", b.name(q), what, why)
 					}
 					total += len(ls)
 				case "requeue":
@@ -303,17 +315,36 @@ func newDeadLetterCmd(o *options) *cobra.Command {
 	return cmd
 }
 
-// describe renders a dead letter's payload for a listing.
-func describe(queue string, body []byte) string {
+// describe renders a dead letter for a listing: its URL, with no
+// password, and its reason. A start URL Redis kept as rejected is a JSON
+// record of the payload and the reason.
+func describe(queue string, l broker.DeadLetter) (what, reason string) {
+	body, reason := l.Message.Body, l.Reason
 	if strings.HasSuffix(queue, ":requests") {
 		var r engine.Request
 		if err := r.UnmarshalBinary(body); err == nil {
-			return r.URL
+			body = []byte(r.URL)
+		}
+	} else {
+		var rec struct {
+			Reason  string  `json:"reason"`
+			Payload *string `json:"payload"`
+		}
+		if json.Unmarshal(body, &rec) == nil && rec.Payload != nil {
+			body, reason = []byte(*rec.Payload), rec.Reason
 		}
 	}
-	s := fmt.Sprintf("%q", body)
+	text := startURLText(string(body))
+	if u, err := parseURL(text); err == nil && u.Host != "" && !strings.ContainsAny(text, " \t\r\n") {
+		return u.Redacted(), hidePassword(reason, u)
+	}
+	if strings.Contains(text, "@") {
+		shown := shownURL(text, true)
+		reason, text = strings.ReplaceAll(reason, text, shown), shown
+	}
+	s := strconv.Quote(text)
 	if len(s) > 120 {
 		s = s[:117] + "..."
 	}
-	return s
+	return s, engine.Redact(reason)
 }

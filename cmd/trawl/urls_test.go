@@ -1,6 +1,8 @@
 package main
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strings"
 	"testing"
@@ -72,5 +74,31 @@ func TestHostileURLs(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestDeadLetterList (issues 27.9, 28.11): "deadletter list" shows a dead
+// page's URL without the password of the start URL it came from, and
+// "trawl deadletter" alone prints its subcommands.
+func TestDeadLetterList(t *testing.T) {
+	t.Parallel()
+	const pw = "Pl4ntedS3cret"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "down", http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+	dir := t.TempDir()
+	start := strings.Replace(srv.URL, "http://", "http://u:"+pw+"@", 1) + "/"
+	if r := trawlIn(t, dir, time.Minute, "crawl", "--retry-times", "0", "--ignore-robots", "--idle-timeout", "300ms", start); r.code != 1 {
+		t.Fatalf("crawl of a site down: exit %d, want 1; stderr:\n%s", r.code, r.stderr)
+	}
+	r := trawlIn(t, dir, time.Minute, "deadletter", "list")
+	want := "trawl:requests\t" + strings.Replace(start, ":"+pw+"@", ":xxxxx@", 1) + "\t"
+	if r.code != 0 || !strings.HasPrefix(r.stdout, want) || strings.Contains(r.stdout+r.stderr, pw) {
+		t.Errorf("deadletter list: exit %d, stdout %q, want 0 and a line starting %q, no password; stderr:\n%s", r.code, r.stdout, want, r.stderr)
+	}
+	r = trawlIn(t, dir, time.Minute, "deadletter")
+	if r.code != 0 || !strings.Contains(r.stdout, "trawl deadletter list") || !strings.Contains(r.stdout, "trawl deadletter requeue") {
+		t.Errorf("deadletter alone: exit %d, want 0 and its subcommands; stdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
 	}
 }
