@@ -135,6 +135,10 @@ func (o *options) crawl(ctx context.Context, args []string, seed bool, adopt []s
 		what = "worker"
 	}
 	switch {
+	case ctx.Err() != nil && errors.Is(context.Cause(ctx), errTerminated):
+		// A service stopped: a graceful stop is a success.
+		fmt.Fprintf(o.stderr, "trawl: %s stopped (SIGTERM): %s; pages not done are back in the queue\n", what, sum)
+		return nil
 	case ctx.Err() != nil:
 		fmt.Fprintf(o.stderr, "trawl: %s interrupted: %s\n", what, sum)
 		return &exitError{code: 130, err: errors.New("interrupted; run the same command again to resume")}

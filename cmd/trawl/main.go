@@ -95,8 +95,8 @@ func asUsage(err error) error {
 }
 
 // run is main without the process: it returns the exit code. Exit codes:
-// 0 done, 1 failed (or a crawl wrote no item), 2 usage error, 130
-// interrupted.
+// 0 done (or stopped by SIGTERM), 1 failed (or a crawl wrote no item),
+// 2 usage error, 130 interrupted (SIGINT).
 func run(args []string, stdout, stderr io.Writer) int {
 	// No password in a URL reaches stderr, whatever prints it.
 	stderr = redactWriter{stderr}
@@ -149,21 +149,36 @@ func (r redactWriter) File() (*os.File, bool) {
 
 func oneLine(s string) string { return strings.ReplaceAll(strings.TrimSpace(s), "\n", "; ") }
 
-// signalContext ends its context on the first SIGINT or SIGTERM; a second
-// one exits at once.
+// errTerminated is the cause of a context ended by SIGTERM: the stop a
+// service manager (systemd, Kubernetes, docker) asks for, which a
+// graceful stop answers with exit 0. SIGINT (Ctrl-C) interrupts: 130.
+var errTerminated = errors.New("stopped by SIGTERM")
+
+// signalContext ends its context on the first SIGINT or SIGTERM (its
+// cause errTerminated); a second one exits at once.
 func signalContext(stderr io.Writer) (context.Context, func()) {
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancelCause(context.Background())
 	ch := make(chan os.Signal, 2)
 	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
 	done := make(chan struct{})
 	go func() {
+		var sig os.Signal
 		select {
-		case <-ch:
+		case sig = <-ch:
 		case <-done:
 			return
 		}
-		fmt.Fprintln(stderr, "trawl: stopping: finishing pages in flight (signal again to exit at once)")
-		cancel()
+		nl := ""
+		if f, ok := stderrFile(stderr); ok && isTerminal(f) {
+			// The terminal echoed ^C on the progress line: end it first.
+			nl = "\n"
+		}
+		fmt.Fprintln(stderr, nl+"trawl: stopping: finishing pages in flight (signal again to exit at once)")
+		if sig == syscall.SIGTERM {
+			cancel(errTerminated)
+		} else {
+			cancel(context.Canceled)
+		}
 		select {
 		case <-ch:
 			fmt.Fprintln(stderr, "trawl: exiting at once; unacknowledged pages return to the queue after their lease")
@@ -174,7 +189,7 @@ func signalContext(stderr io.Writer) (context.Context, func()) {
 	return ctx, func() {
 		signal.Stop(ch)
 		close(done)
-		cancel()
+		cancel(nil)
 	}
 }
 

@@ -2,6 +2,7 @@ package crawl_test
 
 import (
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -36,5 +37,35 @@ func TestRedisDeadLetterStarts(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("deadletter list lacks a line starting %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestRedisWorkerSIGTERM (issue 27.4): a service worker (--idle-timeout=0)
+// stopped by SIGTERM, as systemd, Kubernetes and docker stop it, exits 0
+// after a graceful stop, and loses nothing: a worker started later
+// finishes the crawl with every page fetched once.
+func TestRedisWorkerSIGTERM(t *testing.T) {
+	t.Parallel()
+	site, url := serveSite(t, testsite.Config{Pages: pages(), Links: 10, Seed: 17, NoTraps: true, Latency: time.Millisecond})
+	name := integration.Name(t)
+	mustRun(t, append([]string{"seed"}, redisArgs(t, name, url)...)...)
+	a := start(t, append([]string{"worker"}, redisArgs(t, name, "--idle-timeout=0")...)...)
+	a.waitItems(t, site.Expected()/4, 2*time.Minute)
+	a.cmd.Process.Signal(syscall.SIGTERM)
+	if code := a.wait(t, time.Minute); code != 0 {
+		t.Errorf("exit %d after SIGTERM, want 0:\n%s", code, a.stderr.String())
+	}
+	if d, _ := union(t, a); d >= site.Expected() {
+		t.Fatalf("the crawl finished before the stop (%d items); nothing was tested", d)
+	}
+	b := start(t, append([]string{"worker"}, redisArgs(t, name)...)...)
+	if code := b.wait(t, 5*time.Minute); code != 0 {
+		t.Fatalf("resuming worker exit %d:\n%s", code, b.stderr.String())
+	}
+	if err := site.Verify(); err != nil {
+		t.Errorf("site (every page exactly once across the stop): %v", err)
+	}
+	if distinct, dups := union(t, a, b); distinct != site.Expected() || dups != 0 {
+		t.Errorf("items: %d distinct (want %d), %d duplicates (want 0)", distinct, site.Expected(), dups)
 	}
 }
