@@ -12,7 +12,7 @@ STATICCHECK_VERSION := v0.8.2
 GOBIN_DIR   ?= $(or $(shell $(GO) env GOBIN),$(firstword $(subst :, ,$(shell $(GO) env GOPATH)))/bin)
 STATICCHECK ?= $(GOBIN_DIR)/staticcheck
 
-.PHONY: help build test test-cluster unit bench bench-crawl soak demo lint vet tools images fuzz docs-check
+.PHONY: help build test test-cluster unit bench bench-crawl bench-web soak demo lint vet tools images fuzz docs-check
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -80,6 +80,14 @@ bench-crawl: build ## crawl/fetch-limit ratio per broker, broker CPU, idle cost,
 	@env_line=""; \
 	if [ -z "$$TRAWL_REDIS_IMAGE" ] && [ -f "$(IMAGES)" ]; then env_line=$$(bash $(IMAGES)); fi; \
 	env $$env_line $(GO) run ./internal/benchcrawl -trawl bin/trawl $(BENCHCRAWL_FLAGS)
+
+# Crawls of a web-shaped site (internal/benchcrawl web): 1,000 hosts on
+# 127.0.x.y, half over HTTPS, 100 ms latency, against a bare fetch loop
+# under the same rules; not part of make test.
+bench-web: build ## crawl/fetch-loop ratio at 1,000 hosts, real latency and HTTPS, per mode and 4 workers, against issue 26's bars (about 10 minutes)
+	@env_line=""; \
+	if [ -z "$$TRAWL_REDIS_IMAGE" ] && [ -f "$(IMAGES)" ]; then env_line=$$(bash $(IMAGES)); fi; \
+	env $$env_line $(GO) run ./internal/benchcrawl web -trawl bin/trawl $(BENCHWEB_FLAGS)
 
 soak: build ## crawl 100,000 pages with one worker (embedded default), RSS every second: flat after the warm-up? (about 4 minutes)
 	$(GO) run ./internal/benchcrawl soak -trawl bin/trawl $(SOAK_FLAGS)

@@ -40,8 +40,12 @@ func dispatch(ctx context.Context, args []string) error {
 		return soakMain(ctx, args)
 	case "fetch":
 		return fetchMain(ctx, args)
+	case "web":
+		return webMain(ctx, args)
+	case "webfetch":
+		return webFetchMain(ctx, args)
 	}
-	return fmt.Errorf("unknown command %q: want bench (the default), soak or fetch", cmd)
+	return fmt.Errorf("unknown command %q: want bench (the default), soak, web, fetch or webfetch", cmd)
 }
 
 // common are the flags of bench and soak.

@@ -34,6 +34,10 @@ type server struct {
 	requests func(ctx context.Context) (count int64, conns int, err error)
 	// countUnit names what requests counts.
 	countUnit string
+	// scripted, on Redis, resets the server's command statistics
+	// (reset true) or sums the calls of every command in them since,
+	// those run inside scripts included, less the benchmark's own.
+	scripted func(ctx context.Context, reset bool) (int64, error)
 
 	ctr    testcontainers.Container
 	closes []func()
@@ -173,6 +177,29 @@ func (s *server) redis(ctx context.Context, addr string) error {
 		return time.Duration((sys + user) * float64(time.Second)), nil
 	}
 	s.cpuHow = "INFO cpu (used_cpu_sys + used_cpu_user)"
+	s.scripted = func(ctx context.Context, reset bool) (int64, error) {
+		if reset {
+			return 0, c.ConfigResetStat(ctx).Err()
+		}
+		m, err := info(ctx, "commandstats")
+		if err != nil {
+			return 0, err
+		}
+		var n int64
+		for k, v := range m {
+			cmd, ok := strings.CutPrefix(k, "cmdstat_")
+			if !ok || cmd == "info" || cmd == "config|resetstat" {
+				continue
+			}
+			calls, _, _ := strings.Cut(strings.TrimPrefix(v, "calls="), ",")
+			c, err := strconv.ParseInt(calls, 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("redis INFO commandstats: %s: %w", k, err)
+			}
+			n += c
+		}
+		return n, nil
+	}
 	s.countUnit = "commands"
 	s.requests = func(ctx context.Context) (int64, int, error) {
 		m, err := info(ctx, "stats", "clients")

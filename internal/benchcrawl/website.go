@@ -1,0 +1,488 @@
+package main
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/binary"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"io"
+	"log"
+	"math"
+	"math/big"
+	mrand "math/rand/v2"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// webConfig shapes the web-shaped test site.
+type webConfig struct {
+	hosts    int           // hosts, each on a loopback address of its own
+	pages    int           // pages in all, about (every host has at least one)
+	maxHost  int           // pages of the largest host, at most
+	median   time.Duration // the median latency of a request
+	slow     time.Duration // the latency of 1% of the requests
+	hang     time.Duration // how long a timing-out page hangs (past the fetch timeout)
+	timeouts float64       // the share of pages whose first request hangs
+	seed     uint64
+}
+
+// webSite serves cfg.hosts hosts on 127.0.x.y, half of them (the odd
+// ones) over HTTPS under a CA it made. Host h has size[h] pages: / and
+// /p/1 … /p/size-1, each page links to its children in a binary tree (so
+// every page is reachable from / within a depth of log2 size) and to
+// random pages of its own host and, 5% of its links, of other hosts.
+// Each request is delayed by a log-normal latency drawn from the URL and
+// the number of earlier requests for it, so that every client sees the
+// same delays; the first request of a few pages hangs past the fetch
+// timeout (the client's retry is answered).
+type webSite struct {
+	cfg   webConfig
+	size  []int
+	base  []string // scheme://127.0.x.y:port of each host
+	hosts map[netip.Addr]int
+	tls   *tls.Config
+	ca    []byte // PEM
+
+	count [][]atomic.Int32 // requests per host per page; index size[h] is robots.txt
+	other atomic.Int64     // requests for no page of the site
+
+	filler []byte // text that pads the pages
+
+	mu          sync.Mutex
+	first, last time.Time
+	n           int
+
+	lns     []net.Listener
+	srv     *http.Server
+	serving sync.WaitGroup
+}
+
+// hostAddr is host h's loopback address, 127.0.x.y with x, y in 1…250.
+func hostAddr(h int) netip.Addr {
+	return netip.AddrFrom4([4]byte{127, 0, byte(1 + h/250), byte(1 + h%250)})
+}
+
+// zipfSizes returns n host sizes that follow a Zipf law (size of rank r
+// proportional to 1/r), each at least 1 and at most maxHost, summing to
+// about pages.
+func zipfSizes(n, pages, maxHost int) []int {
+	sizes := func(c float64) ([]int, int) {
+		s, sum := make([]int, n), 0
+		for r := range n {
+			s[r] = max(1, min(maxHost, int(math.Round(c/float64(r+1)))))
+			sum += s[r]
+		}
+		return s, sum
+	}
+	lo, hi := 0.0, float64(pages)*float64(n)
+	for range 100 {
+		mid := (lo + hi) / 2
+		if _, sum := sizes(mid); sum < pages {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	s, _ := sizes(hi)
+	return s
+}
+
+// serveWeb starts the site; close stops it.
+func serveWeb(cfg webConfig) (*webSite, error) {
+	if cfg.hosts < 1 || cfg.hosts > 250*250 {
+		return nil, fmt.Errorf("-hosts %d: want 1 to %d", cfg.hosts, 250*250)
+	}
+	s := &webSite{cfg: cfg, size: zipfSizes(cfg.hosts, cfg.pages, cfg.maxHost), hosts: map[netip.Addr]int{}}
+	s.count = make([][]atomic.Int32, cfg.hosts)
+	for h := range s.count {
+		s.count[h] = make([]atomic.Int32, s.size[h]+1)
+	}
+	s.filler = fillerText(80 << 10)
+	if err := s.makeCA(); err != nil {
+		return nil, err
+	}
+	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 10 * time.Second,
+		ErrorLog: log.New(io.Discard, "", 0), TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){}}
+	for h := range cfg.hosts {
+		a := hostAddr(h)
+		ln, err := net.Listen("tcp", netip.AddrPortFrom(a, 0).String())
+		if err != nil {
+			s.close()
+			return nil, fmt.Errorf("web site: listen on %v: %w", a, err)
+		}
+		s.hosts[a] = h
+		scheme := "http"
+		if h%2 == 1 {
+			scheme, ln = "https", tls.NewListener(ln, s.tls)
+		}
+		s.lns = append(s.lns, ln)
+		s.base = append(s.base, scheme+"://"+ln.Addr().String())
+		s.serving.Go(func() { _ = s.srv.Serve(ln) }) // ends with close
+	}
+	return s, nil
+}
+
+// close stops the site.
+func (s *webSite) close() {
+	_ = s.srv.Close()
+	for _, ln := range s.lns {
+		_ = ln.Close()
+	}
+	s.serving.Wait()
+}
+
+// makeCA makes the CA and the TLS configuration, whose certificate for
+// each host (its IP address) is made on its first handshake.
+func (s *webSite) makeCA() error {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "trawl bench-web CA"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		IsCA:                  true,
+		KeyUsage:              x509.KeyUsageCertSign,
+		BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return err
+	}
+	ca, err := x509.ParseCertificate(der)
+	if err != nil {
+		return err
+	}
+	s.ca = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	var mu sync.Mutex
+	certs := map[netip.Addr]*tls.Certificate{}
+	s.tls = &tls.Config{
+		NextProtos: []string{"http/1.1"}, // the loop and trawl alike
+		GetCertificate: func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+			ap, err := netip.ParseAddrPort(hello.Conn.LocalAddr().String())
+			if err != nil {
+				return nil, err
+			}
+			a := ap.Addr()
+			mu.Lock()
+			defer mu.Unlock()
+			if c := certs[a]; c != nil {
+				return c, nil
+			}
+			lk, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+			if err != nil {
+				return nil, err
+			}
+			lt := &x509.Certificate{
+				SerialNumber: big.NewInt(int64(2 + s.hosts[a])),
+				Subject:      pkix.Name{CommonName: a.String()},
+				IPAddresses:  []net.IP{a.AsSlice()},
+				NotBefore:    time.Now().Add(-time.Hour),
+				NotAfter:     time.Now().Add(24 * time.Hour),
+				KeyUsage:     x509.KeyUsageDigitalSignature,
+				ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+			}
+			ld, err := x509.CreateCertificate(rand.Reader, lt, ca, &lk.PublicKey, key)
+			if err != nil {
+				return nil, err
+			}
+			c := &tls.Certificate{Certificate: [][]byte{ld}, PrivateKey: lk}
+			certs[a] = c
+			return c, nil
+		},
+	}
+	return nil
+}
+
+// writeCA writes the CA's certificate to path, for SSL_CERT_FILE.
+func (s *webSite) writeCA(path string) error { return os.WriteFile(path, s.ca, 0o644) }
+
+// fillerText is n bytes of words, the text that pads the pages.
+func fillerText(n int) []byte {
+	words := strings.Fields("the crawler fetched a page of text with links to other pages on this host and some to other hosts politeness latency queue worker broker")
+	r := mrand.New(mrand.NewPCG(1, 2))
+	var b []byte
+	for len(b) < n {
+		b = append(b, words[r.IntN(len(words))]...)
+		if r.IntN(12) == 0 {
+			b = append(b, ".\n"...)
+		} else {
+			b = append(b, ' ')
+		}
+	}
+	return b[:n]
+}
+
+// urls returns every URL of the site, host by host, robots.txt first,
+// then / and the pages in order.
+func (s *webSite) urls() []string {
+	var u []string
+	for h := range s.cfg.hosts {
+		u = append(u, s.base[h]+"/robots.txt", s.base[h]+"/")
+		for p := 1; p < s.size[h]; p++ {
+			u = append(u, s.base[h]+"/p/"+strconv.Itoa(p))
+		}
+	}
+	return u
+}
+
+// starts returns the home page of every host.
+func (s *webSite) starts() []string {
+	u := make([]string, len(s.base))
+	for h, b := range s.base {
+		u[h] = b + "/"
+	}
+	return u
+}
+
+// expected is the number of URLs of the site: its pages and robots.txt files.
+func (s *webSite) expected() int {
+	n := 0
+	for _, z := range s.size {
+		n += z + 1
+	}
+	return n
+}
+
+var seedHash = maphash.MakeSeed()
+
+// rng is a generator drawn from the site's seed and the values given.
+func (s *webSite) rng(vals ...uint64) *mrand.Rand {
+	var b [8]byte
+	var h maphash.Hash
+	h.SetSeed(seedHash)
+	for _, v := range append(vals, s.cfg.seed) {
+		binary.LittleEndian.PutUint64(b[:], v)
+		h.Write(b[:])
+	}
+	x := h.Sum64()
+	return mrand.New(mrand.NewPCG(x, x^0x9e3779b97f4a7c15))
+}
+
+// hangs tells whether the first request for page p of host h hangs.
+func (s *webSite) hangs(h, p int) bool {
+	return s.cfg.timeouts > 0 && s.rng(uint64(h), uint64(p), 7).Float64() < s.cfg.timeouts
+}
+
+// latency is the delay of request number attempt (0 for the first) of
+// page p of host h (p = size for robots.txt): log-normal with median
+// cfg.median (σ = 0.5), or cfg.slow for 1%; cfg.hang for a hanging
+// page's first request.
+func (s *webSite) latency(h, p, attempt int) time.Duration {
+	if attempt == 0 && p < s.size[h] && s.hangs(h, p) {
+		return s.cfg.hang
+	}
+	r := s.rng(uint64(h), uint64(p), uint64(attempt))
+	if r.Float64() < 0.01 {
+		return s.cfg.slow
+	}
+	return time.Duration(float64(s.cfg.median) * math.Exp(0.5*r.NormFloat64()))
+}
+
+// ServeHTTP serves a page, robots.txt, or 404.
+func (s *webSite) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	h, p, ok := s.route(r)
+	if !ok {
+		s.other.Add(1)
+		http.NotFound(w, r)
+		return
+	}
+	attempt := int(s.count[h][p].Add(1)) - 1
+	t := time.NewTimer(s.latency(h, p, attempt))
+	select {
+	case <-t.C:
+	case <-r.Context().Done():
+		t.Stop()
+		s.note(start)
+		return
+	}
+	var body []byte
+	if p == s.size[h] {
+		body = []byte("User-agent: *\nAllow: /\n")
+		w.Header().Set("Content-Type", "text/plain")
+	} else {
+		body = s.page(h, p)
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	}
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	_, _ = w.Write(body)
+	s.note(start)
+}
+
+// note records a request that started at start and ends now.
+func (s *webSite) note(start time.Time) {
+	end := time.Now()
+	s.mu.Lock()
+	if s.n == 0 || start.Before(s.first) {
+		s.first = start
+	}
+	if end.After(s.last) {
+		s.last = end
+	}
+	s.n++
+	s.mu.Unlock()
+}
+
+// route finds the host and page of r.
+func (s *webSite) route(r *http.Request) (h, p int, ok bool) {
+	la, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	if la == nil {
+		return 0, 0, false
+	}
+	ap, err := netip.ParseAddrPort(la.String())
+	if err != nil {
+		return 0, 0, false
+	}
+	h, ok = s.hosts[ap.Addr()]
+	if !ok {
+		return 0, 0, false
+	}
+	switch path := r.URL.Path; {
+	case path == "/":
+		return h, 0, true
+	case path == "/robots.txt":
+		return h, s.size[h], true
+	case strings.HasPrefix(path, "/p/"):
+		p, err := strconv.Atoi(path[3:])
+		if err != nil || p < 1 || p >= s.size[h] {
+			return 0, 0, false
+		}
+		return h, p, true
+	}
+	return 0, 0, false
+}
+
+// page is the HTML of page p of host h: 30 to 150 links, 20 to 80 KB.
+func (s *webSite) page(h, p int) []byte {
+	r := s.rng(uint64(h), uint64(p), 99)
+	size := 20<<10 + r.IntN(60<<10)
+	b := make([]byte, 0, size+256)
+	b = fmt.Appendf(b, "<!DOCTYPE html>\n<html><head><title>host %d page %d</title></head><body>\n<h1>host %d page %d</h1>\n", h, p, h, p)
+	n := 30 + r.IntN(121)
+	link := func(host, page int) {
+		b = append(b, `<a href="`...)
+		if host != h {
+			b = append(b, s.base[host]...)
+		}
+		if page == 0 {
+			b = append(b, '/')
+		} else {
+			b = fmt.Appendf(b, "/p/%d", page)
+		}
+		b = append(b, "\">a link</a>\n"...)
+	}
+	for _, c := range []int{2*p + 1, 2*p + 2} {
+		if c < s.size[h] {
+			link(h, c)
+			n--
+		}
+	}
+	for range n {
+		if r.IntN(20) == 0 {
+			o := r.IntN(s.cfg.hosts)
+			link(o, r.IntN(s.size[o]))
+		} else {
+			link(h, r.IntN(s.size[h]))
+		}
+	}
+	b = append(b, "<p>"...)
+	if pad := size - len(b) - 20; pad > 0 {
+		off := r.IntN(len(s.filler) - pad + 1)
+		b = append(b, s.filler[off:off+pad]...)
+	}
+	return append(b, "</p></body></html>\n"...)
+}
+
+// reset forgets the counts and the timing, for the next run.
+func (s *webSite) reset() {
+	for h := range s.count {
+		for p := range s.count[h] {
+			s.count[h][p].Store(0)
+		}
+	}
+	s.other.Store(0)
+	s.mu.Lock()
+	s.first, s.last, s.n = time.Time{}, time.Time{}, 0
+	s.mu.Unlock()
+}
+
+// window is what the site saw since the last reset.
+func (s *webSite) window() window {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return window{First: s.first, Last: s.last, Requests: s.n}
+}
+
+// tally is what the site's counts say of a run.
+type tally struct {
+	twice   int // URLs fetched more than once, beyond the retry of a hanging page
+	missing int // URLs never fetched
+	other   int64
+}
+
+// tally counts the URLs fetched twice and those never fetched.
+func (s *webSite) tally() tally {
+	var t tally
+	for h := range s.count {
+		for p := range s.count[h] {
+			n := int(s.count[h][p].Load())
+			allowed := 1
+			if p < s.size[h] && s.hangs(h, p) {
+				allowed = 2
+			}
+			switch {
+			case n == 0:
+				t.missing++
+			case n > allowed:
+				t.twice++
+			}
+		}
+	}
+	t.other = s.other.Load()
+	return t
+}
+
+// errWebIncomplete says that a run missed URLs or fetched some twice.
+var errWebIncomplete = errors.New("incomplete")
+
+// check returns an error if t shows URLs missed or fetched twice.
+func (t tally) check() error {
+	if t.missing > 0 || t.twice > 0 {
+		return fmt.Errorf("%w: %d URLs never fetched, %d fetched twice, %d requests for no page", errWebIncomplete, t.missing, t.twice, t.other)
+	}
+	return nil
+}
+
+// waitFirst waits until the site has seen a request, or ctx ends.
+func (s *webSite) waitFirst(ctx context.Context) error {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if s.window().Requests > 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
