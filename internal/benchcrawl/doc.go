@@ -4,6 +4,7 @@
 //
 //	go run ./internal/benchcrawl [-trawl bin/trawl] [-pages 10000] [-concurrency 32] [-latency 0]
 //	go run ./internal/benchcrawl soak [-trawl bin/trawl] [-pages 100000]
+//	go run ./internal/benchcrawl web [-trawl bin/trawl] [-hosts 1000] [-pages 20000] [-modes memory,redis]
 //
 // # bench (the default)
 //
@@ -43,6 +44,31 @@
 // rabbitmqctl list_connections, socket reads) and the connections it holds.
 //
 // Each figure is printed beside issue 10's bar with PASS or MISS.
+//
+// # web
+//
+// The crawl where crawls really run (make bench-web, issue 26): a site of
+// -hosts hosts (1,000), each on a loopback address 127.0.x.y of its own,
+// the odd ones over HTTPS under a CA this process makes (trawl trusts it
+// through SSL_CERT_FILE, nothing else does); host sizes follow a Zipf law
+// (-pages in all, at most -max-host per host: at --per-host 2 and 100 ms
+// a host serves 20 pages/s, so the largest host bounds a run's length);
+// each request waits a log-normal latency (median 100 ms, σ 0.5; 1% 2 s;
+// the first request of 0.05% of the pages hangs past --timeout), drawn
+// from its URL and attempt so that every client sees the same delays;
+// pages are 20–80 KB of HTML with 30–150 links, 5% to other hosts.
+//
+// For each mode (one worker on memory, the embedded default, redis, nats,
+// rabbitmq; 4 workers on redis and on nats with a Redis filter): a bare
+// loop of GETs over the same URLs (the webfetch command: every URL known
+// in advance, -concurrency times the workers in all, -per-host per host,
+// the same timeout), then the crawl, every host's home page a start URL.
+// It reports pages/s against the loop, worker CPU per page against the
+// loop's, the broker server's CPU per page, broker requests per page
+// (Redis: INFO commandstats, commands run by scripts included), the
+// worker's RSS, and URLs fetched twice; then one --broker=memory crawl
+// at -rss-hosts hosts (10,000) for the worker's RSS per host. Each figure
+// is printed beside issue 26's bar with PASS or MISS.
 //
 // # soak
 //
