@@ -263,23 +263,23 @@ func (c *Crawler) Run(ctx context.Context) error {
 	// A page goroutine per slot, for the whole run: a goroutine per page
 	// would grow a fresh stack (fetching and scanning need some) each time.
 	sem := make(chan struct{}, c.cfg.Concurrency)
-	pages := make(chan broker.Delivery)
+	pages := make(chan *benchItem)
+	bench := newWorkbench(c.cfg.PerHost, readAheadFactor*c.cfg.Concurrency)
 	for range c.cfg.Concurrency {
 		wg.Go(func() {
-			for d := range pages {
-				c.handle(ctx, work, d)
-				c.leases.Delete(d)
+			for it := range pages {
+				c.handle(ctx, work, it.d, it.req)
+				c.leases.Delete(it.d)
 				c.inflight.Add(-1)
 				c.stats.AddInFlight(-1)
+				bench.done(it.host)
 				<-sem
 			}
 		})
 	}
-	err := c.receive(ctx, sem, func(d broker.Delivery) {
-		c.inflight.Add(1)
+	err := c.receive(ctx, sem, bench, func(it *benchItem) {
 		c.stats.AddInFlight(1)
-		c.leases.Store(d, struct{}{})
-		pages <- d // a goroutine is free: d took a free slot
+		pages <- it // a goroutine is free: it took a free slot
 	})
 	// Wait for the pages in hand (each releases its slot), then the keeper.
 	for range c.cfg.Concurrency {
@@ -308,13 +308,17 @@ func (c *Crawler) Run(ctx context.Context) error {
 // errCrawlDone ends the receiver when the feeder found the crawl done.
 var errCrawlDone = errors.New("crawl done")
 
-// receive takes deliveries from one consumer of the frontier, one each
-// time a slot is free, and hands them to dispatch, while a feeder (feed)
-// moves start URLs into the frontier and watches for the crawl's end on
-// its own schedule. It returns nil when the crawl is done or MaxPages is
-// reached, ctx.Err() when ctx ends, and a broker error that is not
-// transient. Closing the consumer on return gives its read-ahead back.
-func (c *Crawler) receive(ctx context.Context, sem chan struct{}, dispatch func(broker.Delivery)) error {
+// receive takes deliveries from one consumer of the frontier onto the
+// workbench and hands them to dispatch, one each time a slot is free: the
+// first, in the frontier's order, whose host has room (see workbench),
+// reading on past deliveries for hosts at their cap while the workbench
+// has room for them. Meanwhile a feeder (feed) moves start URLs into the
+// frontier and watches for the crawl's end on its own schedule. It
+// returns nil when the crawl is done or MaxPages is reached, ctx.Err()
+// when ctx ends, and a broker error that is not transient. On return the
+// deliveries held back are given back, and closing the consumer gives its
+// read-ahead back.
+func (c *Crawler) receive(ctx context.Context, sem chan struct{}, bench *workbench, dispatch func(*benchItem)) error {
 	queue := RequestsQueue(c.cfg.Name)
 	// Start URLs first: a fresh crawl has nothing else.
 	startsLeft := c.feedStarts(ctx) > 0
@@ -325,6 +329,18 @@ func (c *Crawler) receive(ctx context.Context, sem chan struct{}, dispatch func(
 	defer func() {
 		if err := cons.Close(); err != nil {
 			c.log.Warn("closing the frontier's consumer failed", "queue", queue, "err", err)
+		}
+	}()
+	defer func() {
+		held := bench.drain()
+		ds := make([]broker.Delivery, len(held))
+		for i, it := range held {
+			ds[i] = it.d
+		}
+		c.giveBack(ctx, ds...)
+		for _, d := range ds {
+			c.leases.Delete(d)
+			c.inflight.Add(-1)
 		}
 	}()
 
@@ -365,41 +381,85 @@ func (c *Crawler) receive(ctx context.Context, sem chan struct{}, dispatch func(
 		case <-run.Done():
 			return c.ended(ctx, run)
 		}
-		// A frontier that keeps this worker waiting asks for start URLs.
-		hunger.Reset(startsPoll)
-		next, stopNext := c.writes.bound(run, c.cfg.FailureTimeout)
-		d, err := cons.Next(next)
-		stopNext()
-		hunger.Stop()
-		if err != nil {
+		it, err := c.nextItem(ctx, run, cons, bench, hunger)
+		if it == nil {
 			<-sem
+			if err != nil {
+				return err
+			}
 			if run.Err() != nil {
-				return c.ended(ctx, run)
-			}
-			if next.Err() != nil {
-				continue // the writes' streak reached FailureTimeout: checked above
-			}
-			if errors.Is(err, broker.ErrClosed) || errors.Is(err, broker.ErrInvalid) {
-				return fmt.Errorf("engine: receive: %w", err)
-			}
-			c.receives.fail(err)
-			if err := c.receives.check(c.cfg.FailureTimeout); err != nil {
-				c.log.Error("receiving keeps failing; stopping", "queue", queue, "err", err)
-				return fmt.Errorf("%w: receiving from %s %w", ErrBackendFailing, queue, err)
-			}
-			c.log.Warn("receive failed; retrying", "queue", queue, "err", err)
-			if !sleep(run, time.Second) {
 				return c.ended(ctx, run)
 			}
 			continue
 		}
+		dispatch(it)
+	}
+}
+
+// nextItem returns the delivery for the slot the receiver holds: the
+// first on the workbench whose host has room, else the next from the
+// frontier, waiting until either comes (a page that ends may give a
+// held-back delivery room while the frontier keeps the receiver
+// waiting). It returns nil and nil when the receiver is to look again
+// (after a failed receive, or when run ended), and nil and an error for
+// one that ends the crawl.
+func (c *Crawler) nextItem(ctx, run context.Context, cons broker.Consumer, bench *workbench, hunger *time.Timer) (*benchItem, error) {
+	queue := RequestsQueue(c.cfg.Name)
+	for {
+		if it := bench.take(); it != nil {
+			return it, nil
+		}
+		wait, woken := context.WithCancel(run)
+		if !bench.waitWith(woken) {
+			woken()
+			continue // a held-back delivery got room meanwhile
+		}
+		if bench.full() {
+			<-wait.Done() // a host got room, or run ended
+			bench.waitWith(nil)
+			woken()
+			if run.Err() != nil {
+				return nil, nil
+			}
+			continue
+		}
+		// A frontier that keeps this worker waiting asks for start URLs.
+		hunger.Reset(startsPoll)
+		next, stopNext := c.writes.bound(wait, c.cfg.FailureTimeout)
+		d, err := cons.Next(next)
+		stopNext()
+		hunger.Stop()
+		woke := wait.Err() != nil && run.Err() == nil
+		bench.waitWith(nil)
+		woken()
+		if err != nil {
+			switch {
+			case run.Err() != nil:
+				return nil, nil
+			case woke:
+				continue // a held-back delivery got room; Next lost nothing
+			case next.Err() != nil:
+				return nil, nil // the writes' streak reached FailureTimeout: the receiver checks it
+			case errors.Is(err, broker.ErrClosed) || errors.Is(err, broker.ErrInvalid):
+				return nil, fmt.Errorf("engine: receive: %w", err)
+			}
+			c.receives.fail(err)
+			if err := c.receives.check(c.cfg.FailureTimeout); err != nil {
+				c.log.Error("receiving keeps failing; stopping", "queue", queue, "err", err)
+				return nil, fmt.Errorf("%w: receiving from %s %w", ErrBackendFailing, queue, err)
+			}
+			c.log.Warn("receive failed; retrying", "queue", queue, "err", err)
+			sleep(run, time.Second)
+			return nil, nil
+		}
 		c.receives.ok()
 		if ctx.Err() != nil {
 			c.giveBack(ctx, d)
-			<-sem
-			return ctx.Err()
+			return nil, ctx.Err()
 		}
-		dispatch(d)
+		c.inflight.Add(1)
+		c.leases.Store(d, struct{}{})
+		bench.add(newBenchItem(d))
 	}
 }
 
@@ -445,12 +505,12 @@ func (c *Crawler) consume(ctx context.Context, queue string) (broker.Consumer, e
 // given concurrency: one delivery read ahead per slot. A broker whose
 // consumers count unsettled deliveries against their prefetch
 // (broker.UnsettledCounter: RabbitMQ) gets room on top for those the
-// writer and the acker hold (see settle.go), else they would take slots'
-// room while their batch waits and fewer than concurrency pages would be
-// in flight.
+// workbench holds back (see workbench) and those the writer and the acker
+// hold (see settle.go), else they would take slots' room while they wait
+// and fewer than concurrency pages would be in flight.
 func consumePrefetch(b broker.Broker, concurrency int) int {
 	if uc, ok := b.(broker.UnsettledCounter); ok && uc.CountsUnsettled() {
-		return concurrency + 2*batchSize(concurrency)
+		return concurrency + readAheadFactor*concurrency + 2*batchSize(concurrency)
 	}
 	return concurrency
 }
@@ -779,22 +839,24 @@ func (a action) is(kind int) bool { return a.kind == kind }
 
 // handle processes one delivery and settles it. ctx is Run's context (its
 // end means: start nothing new); work stays alive until the page is done.
-func (c *Crawler) handle(ctx, work context.Context, d broker.Delivery) {
+func (c *Crawler) handle(ctx, work context.Context, d broker.Delivery, req *Request) {
 	c.stats.Inc(StatDequeued)
-	var req Request
-	if err := req.UnmarshalBinary(d.Message().Body); err != nil {
-		c.deadLetter(work, d, err)
-		return
+	if req == nil {
+		req = new(Request)
+		if err := req.UnmarshalBinary(d.Message().Body); err != nil {
+			c.deadLetter(work, d, err)
+			return
+		}
 	}
 	if ctx.Err() != nil {
 		c.giveBack(work, d)
 		return
 	}
-	prior := earlier(&req, d)
-	a := c.process(ctx, work, &req, prior)
+	prior := earlier(req, d)
+	a := c.process(ctx, work, req, prior)
 	switch a.kind {
 	case giveBackKind:
-		c.republish(work, d, &req, prior)
+		c.republish(work, d, req, prior)
 	case writeKind:
 		c.submit(work, d, a.w)
 	default:

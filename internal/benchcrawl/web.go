@@ -69,6 +69,7 @@ type webRun struct {
 	commands   int64         // Redis commands (in scripts too), NATS messages or RabbitMQ socket reads; -1 unknown
 	unit       string
 	rss        int64 // the first worker's largest RSS seen
+	loopTwice  int   // URLs the loop fetched twice (its retries of timeouts)
 	tally      tally
 	summary    string
 	err        error
@@ -103,7 +104,7 @@ func webMain(ctx context.Context, args []string) error {
 	fs.IntVar(&f.rssHosts, "rss-hosts", 10000, "hosts of the memory check's site: one --broker=memory crawl at this many hosts, the same pages (0: no check)")
 	fs.IntVar(&f.concurrency, "concurrency", 256, "--concurrency of each worker; the loop's is this times the workers")
 	fs.IntVar(&f.perHost, "per-host", 2, "--per-host of the crawls and the loop")
-	fs.DurationVar(&f.timeout, "fetch-timeout", 5*time.Second, "the crawls' --timeout and the loop's")
+	fs.DurationVar(&f.timeout, "fetch-timeout", 10*time.Second, "the crawls' --timeout and the loop's")
 	fs.DurationVar(&f.crawlLimit, "crawl-limit", 10*time.Minute, "give up on one crawl after this long")
 	only := fs.String("modes", "", "comma-separated modes (memory, default, redis, nats, rabbitmq, redis4, nats4; default all)")
 	if err := fs.Parse(args); err != nil {
@@ -235,9 +236,11 @@ func (f *webFlags) loop(ctx context.Context, site *webSite, dir, ca string, work
 	}
 	r.loop = site.window()
 	r.loopCPU = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
-	if err := site.tally().check(); err != nil {
-		return fmt.Errorf("the loop: %w", err)
+	t := site.tally()
+	if t.missing > 0 {
+		return fmt.Errorf("the loop: %w", t.check())
 	}
+	r.loopTwice = t.twice
 	return nil
 }
 
@@ -391,6 +394,9 @@ func printWeb(w io.Writer, runs []*webRun, big *webRun) {
 	for _, r := range runs {
 		if r.err != nil {
 			notes = append(notes, fmt.Sprintf("%s: %v", r.mode.name, r.err))
+		}
+		if r.loopTwice > 0 {
+			notes = append(notes, fmt.Sprintf("%s: the loop before it fetched %d URLs twice (retries after its timeout)", r.mode.name, r.loopTwice))
 		}
 		if r.crawl.Requests == 0 {
 			fmt.Fprintf(w, "| %s | | failed | | ≥ %.2f | MISS | | | | ≤ %.1f | | | | | | | | |\n", r.mode.name, r.mode.bar, webCPUBar)

@@ -1,0 +1,198 @@
+package engine
+
+import (
+	"container/heap"
+	"context"
+	"net/url"
+	"strings"
+	"sync"
+
+	"github.com/trawlhq/trawl/broker"
+)
+
+// readAheadFactor times Concurrency is how many deliveries a worker holds
+// back in its workbench, read ahead of its slots, at most.
+const readAheadFactor = 4
+
+// workbench is a worker's deliveries by host, Mercator's back queues: the
+// receiver (Crawler.receive) gives a free slot to the first delivery, in
+// the order the frontier gave them, whose host has fewer than perHost of
+// this worker's pages in progress, and reads on past deliveries for hosts
+// at their cap, holding them back (at most limit) until their host has
+// room. A slot never waits on a capped host while another host has work
+// in hand, and within a host deliveries start in the frontier's order.
+//
+// A host's entry lives while the host has pages in progress or held back,
+// and is deleted when it has neither. workbench is safe for concurrent
+// use: the receiver adds and takes, page goroutines call done.
+type workbench struct {
+	perHost int
+	limit   int
+
+	mu    sync.Mutex
+	hosts map[string]*benchHost
+	ready benchHeap // hosts with work held back and a free slot, by their first delivery's arrival
+	held  int       // deliveries held back
+	seq   uint64
+	// wake, while the receiver waits for the frontier, ends that wait:
+	// done calls it when a held-back delivery's host gets room.
+	wake context.CancelFunc
+}
+
+// benchItem is one delivery on the workbench, decoded.
+type benchItem struct {
+	d    broker.Delivery
+	req  *Request // nil: the payload does not decode (handle dead-letters it)
+	host string   // lower-cased host:port; "" for a request with no host
+	seq  uint64
+}
+
+type benchHost struct {
+	key    string
+	active int          // pages in progress
+	queue  []*benchItem // held back, first come first served
+	index  int          // in ready; -1 when not
+}
+
+func newWorkbench(perHost, limit int) *workbench {
+	return &workbench{perHost: max(1, perHost), limit: max(1, limit), hosts: map[string]*benchHost{}}
+}
+
+// newBenchItem decodes d for the workbench.
+func newBenchItem(d broker.Delivery) *benchItem {
+	it := &benchItem{d: d}
+	var req Request
+	if err := req.UnmarshalBinary(d.Message().Body); err != nil {
+		return it
+	}
+	it.req = &req
+	if u, err := url.Parse(req.URL); err == nil {
+		it.host = strings.ToLower(u.Host)
+	}
+	return it
+}
+
+// add holds it back until take hands it out.
+func (w *workbench) add(it *benchItem) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.seq++
+	it.seq = w.seq
+	h := w.hosts[it.host]
+	if h == nil {
+		h = &benchHost{key: it.host, index: -1}
+		w.hosts[it.host] = h
+	}
+	h.queue = append(h.queue, it)
+	w.held++
+	w.readyIf(h)
+}
+
+// readyIf puts h among the ready hosts if it has work held back and room.
+// w.mu must be held.
+func (w *workbench) readyIf(h *benchHost) {
+	if h.index < 0 && len(h.queue) > 0 && (h.active < w.perHost || h.key == "") {
+		heap.Push(&w.ready, h)
+	}
+}
+
+// take returns the first held-back delivery, by arrival, whose host has
+// room, counting it in progress; nil if there is none.
+func (w *workbench) take() *benchItem {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.ready) == 0 {
+		return nil
+	}
+	h := w.ready[0]
+	it := h.queue[0]
+	h.queue[0] = nil
+	h.queue = h.queue[1:]
+	h.active++
+	w.held--
+	if len(h.queue) > 0 && (h.active < w.perHost || h.key == "") {
+		heap.Fix(&w.ready, 0)
+	} else {
+		heap.Remove(&w.ready, 0)
+	}
+	return it
+}
+
+// done ends a page of host that take handed out, and wakes the receiver
+// if a delivery held back for host may now start.
+func (w *workbench) done(host string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	h := w.hosts[host]
+	h.active--
+	if h.active == 0 && len(h.queue) == 0 {
+		delete(w.hosts, host)
+		return
+	}
+	w.readyIf(h)
+	if h.index >= 0 && w.wake != nil {
+		w.wake()
+		w.wake = nil
+	}
+}
+
+// waitWith records wake as what ends the receiver's coming wait, and
+// tells whether to wait at all: false when a held-back delivery may start
+// already. waitWith(nil) ends the record.
+func (w *workbench) waitWith(wake context.CancelFunc) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.wake = wake
+	return wake == nil || len(w.ready) == 0
+}
+
+// full tells whether the workbench holds back as many deliveries as it may.
+func (w *workbench) full() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.held >= w.limit
+}
+
+// drain removes and returns every held-back delivery.
+func (w *workbench) drain() []*benchItem {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var its []*benchItem
+	for k, h := range w.hosts {
+		its = append(its, h.queue...)
+		h.queue = nil
+		if h.active == 0 {
+			delete(w.hosts, k)
+		}
+	}
+	w.ready = w.ready[:0]
+	for _, h := range w.hosts {
+		h.index = -1
+	}
+	w.held = 0
+	return its
+}
+
+// benchHeap orders ready hosts by the arrival of their first held-back
+// delivery: the frontier's order, as far as the caps allow.
+type benchHeap []*benchHost
+
+func (b benchHeap) Len() int           { return len(b) }
+func (b benchHeap) Less(i, j int) bool { return b[i].queue[0].seq < b[j].queue[0].seq }
+func (b benchHeap) Swap(i, j int) {
+	b[i], b[j] = b[j], b[i]
+	b[i].index, b[j].index = i, j
+}
+func (b *benchHeap) Push(x any) {
+	h := x.(*benchHost)
+	h.index = len(*b)
+	*b = append(*b, h)
+}
+func (b *benchHeap) Pop() any {
+	old := *b
+	h := old[len(old)-1]
+	old[len(old)-1] = nil
+	h.index = -1
+	*b = old[:len(old)-1]
+	return h
+}

@@ -1,0 +1,135 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/trawlhq/trawl/broker/memory"
+)
+
+// TestWorkbenchSkipsCappedHosts crawls, with 4 slots and 1 request per
+// host, eight pages of one host queued before the home pages of three
+// others. The small hosts' pages start at once, beside the big host's
+// first: a worker that took deliveries in queue order would fill its
+// slots with the big host's pages, waiting for its cap, and reach the
+// small hosts only once they were all taken (after 4 of its latencies).
+// The big host still gets one request at a time, each a latency apart.
+func TestWorkbenchSkipsCappedHosts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const latency = time.Second
+		ls := &latencySites{latency: map[string]time.Duration{}, pages: map[string]int{}, arrivals: map[string][]time.Time{}}
+		small := []string{"s1.test", "s2.test", "s3.test"}
+		for _, h := range append([]string{"big.test"}, small...) {
+			ls.latency[h] = latency
+		}
+		pn := newPipeNet()
+		srv := &http.Server{Handler: ls}
+		go srv.Serve(pn)
+		defer srv.Close()
+
+		b, f := newBackends(t, memory.Config{})
+		c, err := New(b, f, Config{Concurrency: 4, PerHost: 1, IdleTimeout: 300 * time.Millisecond, IgnoreRobots: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.fetcher.transport.DialContext = pn.dial
+		defer c.fetcher.transport.CloseIdleConnections()
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		var starts []StartURL
+		for i := range 8 {
+			starts = append(starts, StartURL{URL: fmt.Sprintf("http://big.test/p%d", i)})
+		}
+		for _, h := range small {
+			starts = append(starts, StartURL{URL: "http://" + h + "/"})
+		}
+		if err := c.Seed(ctx, starts...); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Run(ctx); err != nil {
+			t.Fatalf("run: %v", err)
+		}
+
+		ls.mu.Lock()
+		first := ls.arrivals["big.test"][0]
+		for _, h := range small {
+			if a := ls.arrivals[h]; len(a) != 1 {
+				t.Errorf("%s got %d requests, want 1", h, len(a))
+			} else if wait := a[0].Sub(first); wait != 0 {
+				t.Errorf("%s's page started %v after the big host's first, want at once (a free slot waited on a capped host)", h, wait)
+			}
+		}
+		ls.mu.Unlock()
+		gaps := ls.gaps("big.test")
+		if len(gaps) != 7 {
+			t.Fatalf("big.test got %d requests, want 8", len(gaps)+1)
+		}
+		for i, g := range gaps {
+			if g < latency {
+				t.Errorf("big.test: request %d came %v after the previous, want at least %v (--per-host 1)", i+1, g, latency)
+			}
+		}
+	})
+}
+
+// TestWorkbenchOrder checks the workbench's own promises: a host at its
+// cap is skipped, deliveries start in arrival order within a host and
+// across hosts that have room, done gives a held-back delivery room and
+// wakes a waiting receiver, a host's entry goes once it has nothing, and
+// drain returns what is held back.
+func TestWorkbenchOrder(t *testing.T) {
+	w := newWorkbench(2, 100)
+	item := func(host string) *benchItem { return &benchItem{host: host} }
+	var its []*benchItem
+	for _, h := range []string{"a", "a", "a", "b", "a", "c"} {
+		it := item(h)
+		its = append(its, it)
+		w.add(it)
+	}
+	var got []*benchItem
+	for it := w.take(); it != nil; it = w.take() {
+		got = append(got, it)
+	}
+	// a's first two, then b and c past a's third (a at its cap).
+	want := []*benchItem{its[0], its[1], its[3], its[5]}
+	if len(got) != len(want) {
+		t.Fatalf("took %d, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("take %d: got item %v, want %v", i, got[i].seq, want[i].seq)
+		}
+	}
+	woken := false
+	if !w.waitWith(func() { woken = true }) {
+		t.Fatal("waitWith: a delivery is ready, want none")
+	}
+	w.done("b")
+	if woken {
+		t.Error("done(b) woke the receiver, though nothing waits for b")
+	}
+	if _, ok := w.hosts["b"]; ok {
+		t.Error("b's entry stays after its last page")
+	}
+	w.done("a")
+	if !woken {
+		t.Error("done(a) did not wake the receiver, though a's third delivery got room")
+	}
+	w.waitWith(nil)
+	if it := w.take(); it != its[2] {
+		t.Errorf("after done(a): took %v, want a's third", it)
+	}
+	if it := w.take(); it != nil {
+		t.Errorf("took %v, want nothing (a at its cap again)", it.seq)
+	}
+	if held := w.drain(); len(held) != 1 || held[0] != its[4] {
+		t.Errorf("drain returned %d, want a's fourth alone", len(held))
+	}
+	if w.full() || w.take() != nil {
+		t.Error("after drain: the workbench still holds work")
+	}
+}
