@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -41,6 +42,13 @@ func newSeedCmd(o *options) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "seed [URL...]",
 		Short: "Push start URLs into a crawl (also --file, one per line, - for stdin)",
+		Long: `Push start URLs into a crawl (also --file, one per line, - for stdin).
+
+The first seed of a crawl also stores its settings, the crawl flags below
+(scope, depth, include and exclude, extraction, robots, the address
+guard): every worker adopts them, and refuses to start with other values
+unless given --override-settings. To change them, purge the crawl and seed
+it again (on one machine: trawl crawl --flush with the new flags).`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			lines := args
 			if file != "" {
@@ -91,6 +99,10 @@ func newSeedCmd(o *options) *cobra.Command {
 	cmd.Flags().StringVar(&file, "file", "", "read start URLs (or JSON lines) from this file, - for stdin")
 	o.addBackendFlags(cmd.Flags())
 	o.addHiddenCrawlFlags(cmd.Flags())
+	// Shown: the settings seeding stores with the crawl.
+	for _, n := range append(slices.Clone(engine.SettingNames), "override-settings") {
+		cmd.Flags().Lookup(n).Hidden = false
+	}
 	return cmd
 }
 

@@ -127,6 +127,9 @@ func hint(msg string, err error) string {
 	if errors.Is(err, engine.ErrForbiddenAddress) {
 		return msg + " (private, loopback and link-local addresses are refused; --allow-private allows them)"
 	}
+	if errors.Is(err, engine.ErrSettingsConflict) {
+		return msg + "; a crawl's settings are stored when it is first seeded (trawl seed or trawl crawl): to start it again with new ones, run trawl crawl --flush with them (or trawl purge, then trawl seed with them)"
+	}
 	return connHint(msg, err)
 }
 

@@ -1,13 +1,30 @@
 package main
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/trawlhq/trawl/engine"
 	"github.com/trawlhq/trawl/internal/testsite"
 	"github.com/trawlhq/trawl/internal/testsite/sitetest"
 )
+
+// TestSeedHelpSettings (issue 27.2): trawl seed --help lists the crawl
+// settings seeding stores, and says that it stores them.
+func TestSeedHelpSettings(t *testing.T) {
+	t.Parallel()
+	r := trawl(t, time.Minute, "seed", "--help")
+	for _, n := range append(slices.Clone(engine.SettingNames), "override-settings") {
+		if !strings.Contains(r.stdout, "--"+n+" ") {
+			t.Errorf("seed --help lacks --%s, a setting it stores:\n%s", n, r.stdout)
+		}
+	}
+	if !strings.Contains(r.stdout, "stores its settings") {
+		t.Errorf("seed --help does not say it stores the crawl's settings:\n%s", r.stdout)
+	}
+}
 
 // TestCrawlSettingsDefaultMode: in the default (embedded) mode the
 // crawl's settings are kept in its data directory. A rerun given an
@@ -36,6 +53,12 @@ func TestCrawlSettingsDefaultMode(t *testing.T) {
 	r = run("--allow-empty", "--max-depth", "3")
 	if r.code != 1 || !strings.Contains(r.stderr, "--max-depth: the crawl has 1, this worker was given 3") {
 		t.Errorf("contradicting --max-depth: exit %d:\n%s", r.code, r.stderr)
+	}
+	// Issue 27.2: the refusal names both ways out of it.
+	for _, way := range []string{"trawl seed", "trawl crawl --flush", "--override-settings"} {
+		if !strings.Contains(lastLine(r.stderr), way) {
+			t.Errorf("the refusal does not name %q:\n%s", way, r.stderr)
+		}
 	}
 	r = run("--allow-empty", "--max-depth", "3", "--override-settings")
 	if r.code != 0 || !strings.Contains(r.stderr, "overriding the crawl's setting") {
