@@ -8,11 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/trawlhq/trawl/broker"
 	"github.com/trawlhq/trawl/engine"
 	"github.com/trawlhq/trawl/internal/redislayout"
 )
@@ -27,6 +30,7 @@ var (
 	_ engine.StartReturner = (*StartURLs)(nil)
 	_ engine.StartRejecter = (*StartURLs)(nil)
 	_ engine.StartBatch    = (*leasedStarts)(nil)
+	_ broker.DeadLetters   = (*StartURLs)(nil)
 	_ engine.Sink          = (*Items)(nil)
 	_ engine.SharedStats   = (*Stats)(nil)
 )
@@ -44,9 +48,17 @@ var (
 //
 // Payloads the engine rejects (not a start URL, too long) are kept with the
 // reason in the list {NAME}:start_urls:dead, one JSON object
-// {"reason": …, "payload": …} each (see RejectStart).
+// {"reason": …, "payload": …} each (see RejectStart). They are the start
+// URLs' dead letters: StartURLs implements broker.DeadLetters for the
+// queue engine.StartQueue(NAME), and Requeue puts them back into
+// {NAME}:start_urls as they came in.
+//
+// {NAME}:start_urls has one type for the crawl's life: a list, or a set
+// with set. Any other finds the key of the other type refused with
+// ErrStartsType.
 type StartURLs struct {
 	client goredis.UniversalClient
+	queue  string // engine.StartQueue(crawl), the name of its dead letters
 	key    string
 	dead   string
 	taken  string // sorted set: batch token -> lease deadline (Unix ms)
@@ -65,18 +77,16 @@ const maxRejectedPayload = 1 << 10
 // (no duplicates, no order) instead of a list.
 func NewStartURLs(client goredis.UniversalClient, crawl string, set bool) *StartURLs {
 	k := redislayout.StartKeys(crawl)
-	return &StartURLs{client: client, key: k.List, dead: k.Dead, taken: k.Taken, leased: k.Leased, set: set}
+	return &StartURLs{client: client, queue: engine.StartQueue(crawl), key: k.List, dead: k.Dead, taken: k.Taken, leased: k.Leased, set: set}
 }
 
 // RejectStart keeps a rejected payload (its first KiB) with the reason in
 // {NAME}:start_urls:dead, which holds the latest 10,000. It implements
 // engine.StartRejecter.
 func (s *StartURLs) RejectStart(ctx context.Context, payload []byte, reason string) error {
-	rec, err := json.Marshal(struct {
-		Reason  string `json:"reason"`
-		Payload string `json:"payload"`
-		Bytes   int    `json:"bytes"`
-	}{reason, string(payload[:min(len(payload), maxRejectedPayload)]), len(payload)})
+	kept := payload[:min(len(payload), maxRejectedPayload)]
+	rec, err := json.Marshal(rejectedStart{reason, string(kept), len(payload),
+		len(kept) == len(payload) && utf8.Valid(payload)})
 	if err != nil {
 		return fmt.Errorf("redis start urls: encode a rejected payload: %w", err)
 	}
@@ -89,6 +99,131 @@ func (s *StartURLs) RejectStart(ctx context.Context, payload []byte, reason stri
 		return fmt.Errorf("redis start urls: keep a rejected payload in %q: %w", s.dead, err)
 	}
 	return nil
+}
+
+// rejectedStart is a record of {NAME}:start_urls:dead.
+type rejectedStart struct {
+	Reason  string `json:"reason"`
+	Payload string `json:"payload"`
+	Bytes   int    `json:"bytes"` // the payload's length; only the first KiB is kept
+	// Whole says the payload is kept as it came in: not cut, and valid
+	// UTF-8 (JSON would replace the bytes that are not). Only a whole
+	// payload can be requeued.
+	Whole bool `json:"whole"`
+}
+
+// DeadLetters returns up to max of the rejected start URLs, oldest first,
+// each with the reason it was rejected; a payload longer than 1 KiB is
+// cut. queue must be the crawl's start queue.
+func (s *StartURLs) DeadLetters(ctx context.Context, queue string, max int) ([]broker.DeadLetter, error) {
+	if queue != s.queue {
+		return nil, fmt.Errorf("redis start urls: dead letters of %q: these are the start URLs of %q", queue, s.queue)
+	}
+	if max <= 0 {
+		return nil, nil
+	}
+	recs, err := s.client.LRange(ctx, s.dead, 0, int64(max)-1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("redis start urls: read %q: %w", s.dead, err)
+	}
+	out := make([]broker.DeadLetter, 0, len(recs))
+	for _, r := range recs {
+		var rec rejectedStart
+		if err := json.Unmarshal([]byte(r), &rec); err != nil {
+			rec = rejectedStart{Reason: "not a record of trawl", Payload: r}
+		}
+		out = append(out, broker.DeadLetter{Message: broker.Message{Body: []byte(rec.Payload)}, Reason: rec.Reason})
+	}
+	return out, nil
+}
+
+// requeueStartsScript moves up to max whole rejected payloads (see
+// rejectedStart), oldest first, from the dead letters back to the end of
+// the start URLs, as they came in; the others stay, in their order. DEL
+// comes before the pushes, so that a server out of memory does not refuse
+// the script (see returnStartsScript): the records it moves are larger
+// than the payloads.
+//
+// KEYS: start_urls, start_urls:dead
+// ARGV: "set" or "list", max
+// Returns the number moved.
+var requeueStartsScript = goredis.NewScript(`
+local max = tonumber(ARGV[2])
+local recs = redis.call('LRANGE', KEYS[2], 0, -1)
+local moved, kept = {}, {}
+for _, r in ipairs(recs) do
+  local ok, rec = pcall(cjson.decode, r)
+  local whole = ok and type(rec) == 'table' and type(rec.payload) == 'string' and
+    (rec.whole == true or (rec.whole == nil and rec.bytes == #rec.payload))
+  if whole and #moved < max then moved[#moved + 1] = rec.payload else kept[#kept + 1] = r end
+end
+if #moved == 0 then return 0 end
+redis.call('DEL', KEYS[2])
+for i = 1, #kept, 1000 do redis.call('RPUSH', KEYS[2], unpack(kept, i, math.min(i + 999, #kept))) end
+for i = 1, #moved, 1000 do
+  local hi = math.min(i + 999, #moved)
+  if ARGV[1] == 'set' then
+    redis.call('SADD', KEYS[1], unpack(moved, i, hi))
+  else
+    redis.call('RPUSH', KEYS[1], unpack(moved, i, hi))
+  end
+end
+return #moved
+`)
+
+// Requeue moves up to max rejected payloads back to the end of the start
+// URLs, as they came in, and says how many moved; queue must be the
+// crawl's start queue. A payload that was not kept whole (cut at 1 KiB, or
+// not UTF-8) cannot go back and stays with the dead letters.
+func (s *StartURLs) Requeue(ctx context.Context, queue string, max int) (int, error) {
+	if queue != s.queue {
+		return 0, fmt.Errorf("redis start urls: requeue %q: these are the start URLs of %q", queue, s.queue)
+	}
+	if max <= 0 {
+		return 0, nil
+	}
+	n, err := requeueStartsScript.Run(ctx, s.client, []string{s.key, s.dead}, s.mode(), max).Int()
+	if err != nil {
+		return 0, s.wrongType(ctx, fmt.Errorf("redis start urls: requeue from %q to %q: %w", s.dead, s.key, err))
+	}
+	return n, nil
+}
+
+// ErrStartsType is returned when {NAME}:start_urls holds another type than
+// the start URLs are configured to use: a set where a list is read (a
+// scrapy-redis user's SADD), or the reverse.
+var ErrStartsType = errors.New("redis start urls: wrong type")
+
+// mode is the key's type as the scripts name it.
+func (s *StartURLs) mode() string {
+	if s.set {
+		return "set"
+	}
+	return "list"
+}
+
+// Check returns an error wrapping ErrStartsType if {NAME}:start_urls
+// exists with another type than the one configured.
+func (s *StartURLs) Check(ctx context.Context) error {
+	t, err := s.client.Type(ctx, s.key).Result()
+	if err != nil {
+		return fmt.Errorf("redis start urls: type of %q: %w", s.key, err)
+	}
+	if t == "none" || t == s.mode() {
+		return nil
+	}
+	return fmt.Errorf("%w: %s is a %s, but this crawl reads its start URLs from a %s", ErrStartsType, s.key, t, s.mode())
+}
+
+// wrongType returns Check's error if err is Redis's WRONGTYPE, else err.
+func (s *StartURLs) wrongType(ctx context.Context, err error) error {
+	if !strings.Contains(err.Error(), "WRONGTYPE") {
+		return err
+	}
+	if c := s.Check(ctx); errors.Is(c, ErrStartsType) {
+		return c
+	}
+	return err
 }
 
 // luaPushFront defines pushFront(key, mode, t, i, j): it puts t[i..j]
@@ -167,17 +302,13 @@ func (s *StartURLs) take(ctx context.Context, max int, lease time.Duration, toke
 	if n, err := s.client.Exists(ctx, s.key, s.taken).Result(); err == nil && n == 0 {
 		return nil, nil
 	}
-	mode := "list"
-	if s.set {
-		mode = "set"
-	}
 	vals, err := takeStartsScript.Run(ctx, s.client, []string{s.key, s.taken, s.leased},
-		mode, max, lease.Milliseconds(), token).StringSlice()
+		s.mode(), max, lease.Milliseconds(), token).StringSlice()
 	if errors.Is(err, goredis.Nil) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("redis start urls: take from %q: %w", s.key, err)
+		return nil, s.wrongType(ctx, fmt.Errorf("redis start urls: take from %q: %w", s.key, err))
 	}
 	out := make([][]byte, len(vals))
 	for i, v := range vals {
@@ -273,11 +404,7 @@ func (s *StartURLs) ReturnStarts(ctx context.Context, payloads ...[]byte) error 
 // returnStarts runs returnStartsScript.
 func (s *StartURLs) returnStarts(ctx context.Context, token string, payloads [][]byte) error {
 	args := make([]any, 0, len(payloads)+2)
-	mode := "list"
-	if s.set {
-		mode = "set"
-	}
-	args = append(args, mode, token)
+	args = append(args, s.mode(), token)
 	for _, p := range payloads {
 		args = append(args, p)
 	}
@@ -303,7 +430,7 @@ func (s *StartURLs) AddStarts(ctx context.Context, payloads ...[]byte) error {
 		err = s.client.RPush(ctx, s.key, args...).Err()
 	}
 	if err != nil {
-		return fmt.Errorf("redis start urls: add to %q: %w", s.key, err)
+		return s.wrongType(ctx, fmt.Errorf("redis start urls: add to %q: %w", s.key, err))
 	}
 	return nil
 }
@@ -323,7 +450,7 @@ func (s *StartURLs) PendingStarts(ctx context.Context) (int64, error) {
 		return nil
 	})
 	if err != nil {
-		return 0, fmt.Errorf("redis start urls: count %q and %q: %w", s.key, s.taken, err)
+		return 0, s.wrongType(ctx, fmt.Errorf("redis start urls: count %q and %q: %w", s.key, s.taken, err))
 	}
 	return waiting.Val() + leased.Val(), nil
 }
@@ -370,6 +497,38 @@ func (s *Items) Write(ctx context.Context, items []any) error {
 
 // Close does nothing: every Write is already durable. The client is not closed.
 func (s *Items) Close() error { return nil }
+
+// Take removes and returns up to max items, oldest first (trawl items).
+func (s *Items) Take(ctx context.Context, max int) ([][]byte, error) {
+	vals, err := s.client.LPopCount(ctx, s.key, max).Result()
+	if errors.Is(err, goredis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("redis items: take from %q: %w", s.key, err)
+	}
+	out := make([][]byte, len(vals))
+	for i, v := range vals {
+		out[i] = []byte(v)
+	}
+	return out, nil
+}
+
+// Return puts items taken by Take back at the front of the list, in their
+// order.
+func (s *Items) Return(ctx context.Context, items [][]byte) error {
+	if len(items) == 0 {
+		return nil
+	}
+	args := make([]any, len(items))
+	for i, it := range items {
+		args[len(items)-1-i] = it
+	}
+	if err := s.client.LPush(ctx, s.key, args...).Err(); err != nil {
+		return fmt.Errorf("redis items: return %d to %q: %w", len(items), s.key, err)
+	}
+	return nil
+}
 
 // Purge deletes the items.
 func (s *Items) Purge(ctx context.Context) error {

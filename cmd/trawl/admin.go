@@ -90,7 +90,7 @@ it again (on one machine: trawl crawl --flush with the new flags).`,
 			}
 			err = c.Seed(cmd.Context(), starts...)
 			if err != nil {
-				return err
+				return startsHint(err, o.startSet)
 			}
 			fmt.Fprintf(o.stdout, "seeded %d start URLs into %s\n", len(starts), b.name(engine.StartQueue(o.name)))
 			return nil
@@ -289,6 +289,12 @@ trawl purge deletes them with the crawl.`,
 			total := 0
 			queues := []string{engine.RequestsQueue(o.name), engine.StartQueue(o.name)}
 			for _, q := range queues {
+				dl := dl
+				if sd, ok := b.starts.(broker.DeadLetters); ok && q == engine.StartQueue(o.name) {
+					// Start URLs outside the broker keep their own
+					// dead letters: back there, as they came in.
+					dl = sd
+				}
 				switch args[0] {
 				case "list":
 					n := max

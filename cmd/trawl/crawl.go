@@ -63,6 +63,9 @@ func (o *options) crawl(ctx context.Context, args []string, seed bool, adopt []s
 		return err
 	}
 	defer b.Close()
+	if err := o.checkStarts(ctx, b); err != nil {
+		return err
+	}
 	if seed && len(starts) == 0 && !b.shared {
 		return usageError("crawl needs at least one start URL")
 	}
@@ -166,7 +169,8 @@ var errNoItems = errors.New("no item")
 
 // openSink opens the item sink named by --out: a file, - for stdout,
 // "redis" for the Redis list {NAME}:items, "queue" for the broker queue
-// NAME:items.
+// NAME:items, which on Redis is that list: a crawl's items have one
+// format in Redis, which trawl items reads.
 func (o *options) openSink(b *backends) (engine.Sink, error) {
 	switch o.out {
 	case "-", "":
@@ -177,6 +181,9 @@ func (o *options) openSink(b *backends) (engine.Sink, error) {
 		}
 		return b.items, nil
 	case "queue":
+		if b.redisBroker() {
+			return b.items, nil
+		}
 		return engine.QueueSink{Broker: b.broker, Queue: engine.ItemsQueue(o.name)}, nil
 	}
 	if dir := filepath.Dir(o.out); dir != "." {

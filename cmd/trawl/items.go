@@ -20,7 +20,7 @@ func newItemsCmd(o *options) *cobra.Command {
 	var max int
 	cmd := &cobra.Command{
 		Use:   "items",
-		Short: "Take the items a crawl wrote with --out queue off NAME:items and print them, one JSON line each",
+		Short: "Take the items a crawl wrote with --out queue or --out redis off NAME:items and print them, one JSON line each",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if max < 0 {
@@ -46,6 +46,53 @@ func newItemsCmd(o *options) *cobra.Command {
 // acknowledges each once written: until the queue is empty (by its count,
 // or after itemsWait with nothing more) or max are taken.
 func (o *options) takeItems(ctx context.Context, b *backends, max int) (int, error) {
+	taken := 0
+	if l, ok := b.items.(itemList); ok { // --out redis (and --out queue on Redis)
+		n, err := o.takeList(ctx, l, max)
+		taken += n
+		if err != nil || b.redisBroker() || (max > 0 && taken >= max) {
+			return taken, err
+		}
+	}
+	if max > 0 {
+		max -= taken
+	}
+	n, err := o.takeQueue(ctx, b, max)
+	return taken + n, err
+}
+
+// itemList is a Redis item list (redisbroker.Items).
+type itemList interface {
+	Take(ctx context.Context, max int) ([][]byte, error)
+	Return(ctx context.Context, items [][]byte) error
+}
+
+// takeList writes the items of the list l to stdout, taking them off it
+// until it is empty or max are taken.
+func (o *options) takeList(ctx context.Context, l itemList, max int) (int, error) {
+	taken := 0
+	for max <= 0 || taken < max {
+		want := 100
+		if max > 0 {
+			want = min(want, max-taken)
+		}
+		its, err := l.Take(ctx, want)
+		if err != nil || len(its) == 0 {
+			return taken, err
+		}
+		for i, it := range its {
+			if _, err := fmt.Fprintf(o.stdout, "%s\n", it); err != nil {
+				_ = l.Return(context.WithoutCancel(ctx), its[i:]) // back to the list at once
+				return taken, fmt.Errorf("write: %w", err)
+			}
+			taken++
+		}
+	}
+	return taken, nil
+}
+
+// takeQueue takes the items off the broker queue NAME:items (takeItems).
+func (o *options) takeQueue(ctx context.Context, b *backends, max int) (int, error) {
 	q := engine.ItemsQueue(o.name)
 	counter, _ := b.broker.(broker.Counter)
 	taken := 0

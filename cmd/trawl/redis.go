@@ -137,6 +137,36 @@ func (o *options) redisExtras(ctx context.Context, b *backends, client goredis.U
 	return nil
 }
 
+// redisBroker reports whether the broker is Redis's, whose queue
+// NAME:items is the item list {NAME}:items.
+func (b *backends) redisBroker() bool {
+	_, ok := b.broker.(*redisbroker.Broker)
+	return ok && b.items != nil
+}
+
+// checkStarts fails if the Redis start URLs' key holds the other type
+// than --start-urls-set says (a scrapy-redis user's SADD without it): a
+// worker would find no start URL in it, for good.
+func (o *options) checkStarts(ctx context.Context, b *backends) error {
+	s, ok := b.starts.(*redisbroker.StartURLs)
+	if !ok {
+		return nil
+	}
+	return startsHint(s.Check(ctx), o.startSet)
+}
+
+// startsHint adds to an error of redisbroker.ErrStartsType the flag that
+// chooses the start URLs' type.
+func startsHint(err error, set bool) error {
+	if !errors.Is(err, redisbroker.ErrStartsType) {
+		return err
+	}
+	if set {
+		return fmt.Errorf("%w; without --start-urls-set, trawl reads a list", err)
+	}
+	return fmt.Errorf("%w; give every command of the crawl --start-urls-set to read a set", err)
+}
+
 // redisBloomFPRate is the false-positive rate of --dedup=bloom when
 // --bloom-fp-rate is not given.
 const redisBloomFPRate = 0.001

@@ -58,7 +58,14 @@ func TestRedisCLIAgrees(t *testing.T) {
 		t.Errorf("deadletter list: exit %d, stdout %q, want %q; stderr: %s", code, out, want, stderr)
 	}
 
+	// purge deletes exactly the crawl's layout: a key beside it, under
+	// the same hash tag, stays.
 	client := integration.RedisClient(t)
+	mine := "{" + name + "}:mine"
+	if err := client.Set(t.Context(), mine, "not trawl's", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Del(context.WithoutCancel(t.Context()), mine) })
 	before, err := client.Keys(t.Context(), "{"+name+"}:*").Result()
 	if err != nil {
 		t.Fatal(err)
@@ -67,8 +74,8 @@ func TestRedisCLIAgrees(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "purged") {
 		t.Fatalf("purge: exit %d: %s %s", code, out, stderr)
 	}
-	if left, err := client.Keys(t.Context(), "{"+name+"}:*").Result(); err != nil || len(left) != 0 {
-		t.Errorf("after purge, keys of the crawl are left: %v (err %v); before: %v", left, err, before)
+	if left, err := client.Keys(t.Context(), "{"+name+"}:*").Result(); err != nil || len(left) != 1 || left[0] != mine {
+		t.Errorf("after purge, keys %v are left (err %v), want only %s; before: %v", left, err, mine, before)
 	}
 }
 
@@ -124,7 +131,11 @@ func TestRedisDeadLetterRequeueAll(t *testing.T) {
 		key := "{" + name + "}:" + queue + ":dead"
 		vs := make([]any, n)
 		for i := range vs {
-			vs[i] = fmt.Sprintf("4:test0:http://127.0.0.1:1/%s/%d", queue, i) // reason "test", priority 0
+			u := fmt.Sprintf("http://127.0.0.1:1/%s/%d", queue, i)
+			vs[i] = "4:test0:" + u     // the broker's: reason "test", priority 0
+			if queue == "start_urls" { // the start URLs' own
+				vs[i] = fmt.Sprintf(`{"reason":"test","payload":%q,"bytes":%d,"whole":true}`, u, len(u))
+			}
 		}
 		if err := client.RPush(ctx, key, vs...).Err(); err != nil {
 			t.Fatal(err)
@@ -153,5 +164,8 @@ func TestRedisDeadLetterRequeueAll(t *testing.T) {
 	}
 	if r, s := dead("requests"), dead("start_urls"); r != 0 || s != 0 {
 		t.Errorf("after deadletter requeue, %d dead letters left in requests and %d in start_urls, want none", r, s)
+	}
+	if n, err := client.LLen(ctx, "{"+name+"}:start_urls").Result(); err != nil || n != 150 {
+		t.Errorf("after deadletter requeue, the list {%s}:start_urls holds %d start URLs (err %v), want 150", name, n, err)
 	}
 }
