@@ -57,6 +57,15 @@ type Delivery interface {
 	// Reject moves the message to the queue's dead-letter queue at once,
 	// with a reason (an undecodable payload, say).
 	Reject(ctx context.Context, reason string) error
+	// Release gives the message back at once without counting this
+	// delivery: the next delivery has the same Attempt, and Release never
+	// dead-letters it. It is for work that could not be finished for a
+	// reason that is not the message's (a backend refusing writes: a
+	// Redis server out of memory, a full disk), so that a failing backend
+	// spends no delivery attempt. It writes no more than Nack does, and
+	// on Redis it succeeds where the server refuses writes that grow its
+	// memory.
+	Release(ctx context.Context) error
 }
 
 // Broker is a set of named work queues shared by any number of consumers.

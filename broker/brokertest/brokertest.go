@@ -380,6 +380,7 @@ func (s *suite) tests() []test {
 		{"NackRequeues", s.testNackRequeues},
 		{"NackDelay", s.testNackDelay},
 		{"Reject", s.testReject},
+		{"ReleaseUncounted", s.testReleaseUncounted},
 		{"DeadLetters", s.testDeadLetters},
 		{"MaxDeliveries/Nack1", s.maxDeliveriesNack(1)},
 		{"MaxDeliveries/Nack3", s.maxDeliveriesNack(3)},

@@ -475,6 +475,37 @@ func (s *suite) maxDeliveriesNack(max int) func(t *testing.T) {
 	}
 }
 
+// testReleaseUncounted checks that Release gives a message back at once
+// without spending a delivery: released more often than MaxDeliveries,
+// the message is still delivered, with attempt 1, and never
+// dead-lettered; a Nack after that counts from there.
+func (s *suite) testReleaseUncounted(t *testing.T) {
+	const max = 2
+	b := s.one(t, Setup{Order: s.order, MaxDeliveries: max})
+	q := queue(t)
+	publish(t, b, q, msg("kept", s.c.Priorities[0]))
+	for i := range 2 * max {
+		d := receiveOne(t, b, q, prompt)
+		if d.Attempt() != 1 || string(d.Message().Body) != "kept" {
+			t.Fatalf("delivery after %d releases: %q, Attempt() = %d, want \"kept\", 1", i, d.Message().Body, d.Attempt())
+		}
+		if err := d.Release(t.Context()); err != nil {
+			t.Fatalf("Release %d: %v", i+1, err)
+		}
+		if err := d.Release(t.Context()); !errors.Is(err, broker.ErrSettled) {
+			t.Fatalf("second Release of one delivery: %v, want ErrSettled", err)
+		}
+	}
+	d := receiveOne(t, b, q, prompt)
+	if err := d.Nack(t.Context(), 0); err != nil {
+		t.Fatalf("Nack: %v", err)
+	}
+	if d := receiveOne(t, b, q, prompt); d.Attempt() != 2 {
+		t.Fatalf("delivery after a Nack: Attempt() = %d, want 2", d.Attempt())
+	}
+	waitCounts(t, b, q, broker.Counts{InFlight: 1})
+}
+
 // expectDeadLetter checks that body is q's only dead letter and says why,
 // if b implements broker.DeadLetters.
 func (s *suite) expectDeadLetter(t *testing.T, b broker.Broker, q, body string) {

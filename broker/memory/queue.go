@@ -212,6 +212,24 @@ func (d *delivery) Nack(_ context.Context, delay time.Duration) error {
 	return nil
 }
 
+// Release gives the message back at once, its delivery not counted.
+func (d *delivery) Release(context.Context) error {
+	if _, err := d.hold("release"); err != nil {
+		return err
+	}
+	s := d.b.s
+	defer s.mu.Unlock()
+	d.settled = true
+	q, m := d.q, d.m
+	q.leased.remove(m.idx)
+	m.owner = nil
+	m.attempt = max(0, m.attempt-1)
+	m.state = ready
+	q.ready.push(m)
+	q.signal()
+	return nil
+}
+
 // Reject dead-letters the message at once.
 func (d *delivery) Reject(_ context.Context, reason string) error {
 	if _, err := d.hold("reject"); err != nil {

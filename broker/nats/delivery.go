@@ -146,6 +146,19 @@ func (d *delivery) Nack(ctx context.Context, delay time.Duration) error {
 	return nil
 }
 
+// Release gives the message back at once to the end of its band, its
+// delivery not counted: the copy carries the attempts before this one.
+func (d *delivery) Release(ctx context.Context) error {
+	const op = "release"
+	if err := d.claim(op); err != nil {
+		return err
+	}
+	if err := d.b.requeue(ctx, d, d.attempt-1); err != nil {
+		return opErr(op, d.q.queue, err)
+	}
+	return nil
+}
+
 // Reject moves the message to the dead letters with reason (line breaks
 // become spaces).
 func (d *delivery) Reject(ctx context.Context, reason string) error {

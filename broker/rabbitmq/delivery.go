@@ -135,6 +135,16 @@ func (d *delivery) Nack(ctx context.Context, delay time.Duration) error {
 	return d.republish(ctx, "nack", key, w)
 }
 
+// Release publishes the message again with this delivery's attempt
+// number, so that the next delivery has the same, and acknowledges this
+// delivery.
+func (d *delivery) Release(ctx context.Context) error {
+	if err := d.begin("release"); err != nil {
+		return err
+	}
+	return d.republish(ctx, "release", d.queue, d.w)
+}
+
 // Reject moves the message to the dead-letter queue with reason.
 func (d *delivery) Reject(ctx context.Context, reason string) error {
 	if err := d.begin("reject"); err != nil {

@@ -704,6 +704,27 @@ func (d *delivery) Nack(ctx context.Context, delay time.Duration) error {
 	return err
 }
 
+// Release gives the message back at once with its delivery count as it
+// was. The script's first write is the ZREM of the lease, which a server
+// out of memory (maxmemory, noeviction) allows: the rest of the script
+// runs then, for it must not stop half-way.
+func (d *delivery) Release(ctx context.Context) error {
+	_, err := d.settle(ctx, "release", func(ctx context.Context) (int64, error) {
+		k := d.k
+		res, err := nackScript.Run(ctx, d.b.client,
+			[]string{k.ready, k.inflight, k.delayed, k.dead, k.notify},
+			d.b.mode, -1, 0, d.member).Int64Slice()
+		if err == nil && len(res) != 1 {
+			err = fmt.Errorf("unexpected script reply of %d values", len(res))
+		}
+		if err != nil {
+			return 0, err
+		}
+		return res[0], nil
+	})
+	return err
+}
+
 // Reject moves the message to the dead letters with reason.
 func (d *delivery) Reject(ctx context.Context, reason string) error {
 	_, err := d.settle(ctx, "reject", func(ctx context.Context) (int64, error) {
