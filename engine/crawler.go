@@ -259,7 +259,7 @@ func (c *Crawler) Run(ctx context.Context) error {
 		wg.Go(func() { c.announce(work, p, keeperDone) })
 	}
 
-	c.settling = c.startSettlement(work)
+	c.settling = c.startSettlement(work, ctx)
 	// A page goroutine per slot, for the whole run: a goroutine per page
 	// would grow a fresh stack (fetching and scanning need some) each time.
 	sem := make(chan struct{}, c.cfg.Concurrency)
@@ -662,14 +662,19 @@ func (c *Crawler) takeStarts(ctx context.Context) (int, error) {
 		reqs = append(reqs, c.withSitemaps(req)...)
 	}
 	if err := c.enqueue(ctx, nil, reqs); err != nil {
+		if pageFault(err) {
+			for _, d := range good {
+				c.settle(ctx, d, nack(c.cfg.retryDelay(d.Attempt())))
+			}
+			return len(ds), err
+		}
+		// The backend's failure, not the start URLs': they go back with
+		// their attempts unspent, taken again at the feeder's next tick.
 		c.writes.fail(err)
 		for _, d := range good {
-			c.settle(ctx, d, nack(c.cfg.retryDelay(d.Attempt())))
+			c.unspent(ctx, d)
 		}
 		return len(ds), err
-	}
-	if len(reqs) > 0 {
-		c.writes.ok()
 	}
 	for _, d := range good {
 		c.settle(ctx, d, ack())
@@ -710,7 +715,9 @@ func (c *Crawler) takeExternalStarts(ctx context.Context) (int, error) {
 		reqs = append(reqs, c.withSitemaps(req)...)
 	}
 	if err := c.enqueue(ctx, nil, reqs); err != nil {
-		c.writes.fail(err)
+		if !pageFault(err) {
+			c.writes.fail(err)
+		}
 		// Put them back, or they are lost. The writes that just failed
 		// may fail a push too (a Redis server out of memory): a source
 		// that can return what it gave is asked to.
@@ -731,9 +738,6 @@ func (c *Crawler) takeExternalStarts(ctx context.Context) (int, error) {
 			}
 		}
 		return len(ps), err
-	}
-	if len(reqs) > 0 {
-		c.writes.ok()
 	}
 	if batch != nil {
 		// In the frontier: confirm. A confirmation that fails leaves the
@@ -804,7 +808,7 @@ func (c *Crawler) keepLeases(ctx context.Context, done <-chan struct{}) {
 
 // action is how a delivery is settled.
 type action struct {
-	kind   int // ackKind, giveBackKind, rejectKind, nackKind, writeKind
+	kind   int // ackKind, giveBackKind, rejectKind, nackKind, writeKind, releaseKind
 	delay  time.Duration
 	reason string
 	w      *write // writeKind: what to write before the delivery is acknowledged
@@ -816,12 +820,17 @@ const (
 	rejectKind
 	nackKind
 	writeKind
+	releaseKind
 )
 
 func ack() action                 { return action{kind: ackKind} }
 func giveBack() action            { return action{kind: giveBackKind} }
 func reject(reason string) action { return action{kind: rejectKind, reason: reason} }
 func nack(d time.Duration) action { return action{kind: nackKind, delay: d} }
+
+// release is the action of a page whose work a failing backend stopped:
+// the delivery goes back uncounted (broker.Delivery.Release).
+func release() action { return action{kind: releaseKind} }
 
 // written is the action of a page that yields links or items: they are
 // written (with those of other pages, see writeAll), then the delivery is
@@ -833,7 +842,7 @@ func written(w *write) action {
 	return action{kind: writeKind, w: w}
 }
 func (a action) String() string {
-	return [...]string{"ack", "give back", "reject", "nack", "write, then ack"}[a.kind]
+	return [...]string{"ack", "give back", "reject", "nack", "write, then ack", "release"}[a.kind]
 }
 func (a action) is(kind int) bool { return a.kind == kind }
 
@@ -1041,9 +1050,14 @@ func (c *Crawler) errorItem(ctx context.Context, req *Request, resp *Response, w
 		p.Error = http.StatusText(resp.StatusCode)
 	}
 	if err := c.cfg.Sink.Write(ctx, []any{p}); err != nil {
+		if pageFault(err) {
+			c.log.Warn("the page's error item cannot be written; the page will be retried", "url", Redact(req.URL), "err", err)
+			return nack(c.cfg.retryDelay(1))
+		}
+		// The sink's failure: the page goes back, its attempt unspent.
 		c.writes.fail(err)
-		c.log.Warn("sink write failed; page will be retried", "url", Redact(req.URL), "err", err)
-		return nack(c.cfg.retryDelay(1))
+		c.log.Warn("sink write failed; the page goes back to the queue", "url", Redact(req.URL), "err", err)
+		return release()
 	}
 	c.stats.Inc(StatItems)
 	return then
@@ -1165,6 +1179,8 @@ func (c *Crawler) settle(ctx context.Context, d broker.Delivery, a action) {
 	case rejectKind:
 		c.stats.Inc(StatDeadLetters)
 		err = d.Reject(sctx, a.reason)
+	case releaseKind:
+		err = d.Release(sctx)
 	default:
 		err = d.Nack(sctx, a.delay)
 	}

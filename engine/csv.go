@@ -156,11 +156,11 @@ func (s *CSV) row(it any) ([]string, error) {
 	}
 	b, err := json.Marshal(it)
 	if err != nil {
-		return nil, fmt.Errorf("csv sink: encode %T: %w", it, err)
+		return nil, fmt.Errorf("csv sink: encode %T: %w: %w", it, ErrBadItem, err)
 	}
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(b, &obj); err != nil || obj == nil {
-		return nil, fmt.Errorf("csv sink: an item of type %T is not a JSON object; CSV needs named members", it)
+		return nil, fmt.Errorf("csv sink: %w: an item of type %T is not a JSON object; CSV needs named members", ErrBadItem, it)
 	}
 	for i, c := range s.columns {
 		v, ok := obj[c]

@@ -138,13 +138,15 @@ func (b *batcher[T]) run(max int, interval time.Duration, flush func([]T)) {
 type settlement struct {
 	writes *batcher[pageWrite]
 	acks   *batcher[toAck]
+	quit   context.Context // Run's ctx: its end stops holding failed writes
 }
 
 // startSettlement starts the writer and the acker; ctx is Run's work
-// context, alive until they are stopped.
-func (c *Crawler) startSettlement(ctx context.Context) *settlement {
+// context, alive until they are stopped, quit is Run's own.
+func (c *Crawler) startSettlement(ctx, quit context.Context) *settlement {
 	n := batchSize(c.cfg.Concurrency)
 	s := &settlement{
+		quit:   quit,
 		acks:   newBatcher(n, ackInterval, func(as []toAck) { c.ackAcks(ctx, as) }),
 		writes: newBatcher(n, writeInterval, func(ps []pageWrite) { c.writeAll(ctx, ps) }),
 	}
@@ -199,21 +201,33 @@ func (c *Crawler) release(d broker.Delivery) {
 }
 
 // writeAll writes the links and items of ps together and settles their
-// deliveries: each acknowledged once what it yields is written, each
-// nacked with its own failure action when it cannot be. Links are
-// published before items are written, as a page alone does (see process).
+// deliveries: each acknowledged once what it yields is written.
 //
-// A failed batch is written again in halves, so that one page at fault
-// (a link the broker refuses, say a message over NATS's max payload)
-// costs its batch-mates nothing: a half that is written is acknowledged,
-// a half that fails again is split again, down to the page at fault,
-// which is nacked. When both halves of a batch fail, the fault is not one
-// page's (the filter, broker or sink is failing): the batch is nacked
-// whole, so that a backend that is down costs three writes per batch, not
-// one per page.
+// A write that failed for a page's own fault (an item that does not
+// encode, a link the broker refuses as invalid: see pageFault) is written
+// again in halves, so that the page at fault costs its batch-mates
+// nothing: a half that is written is acknowledged, a half that fails
+// again is split again, down to the page at fault, which is nacked with
+// its failure action (a retry, dead-lettered past the retry limit).
+//
+// Any other failure is the backend's (a Redis server out of memory, a
+// broker refusing publishes, a filter that cannot be reached, a full
+// disk under the sink), and no page's: the pages are held, their leases
+// extended, and written again with a back-off until the write succeeds,
+// or until the writes have failed for Config.FailureTimeout or Run was
+// stopped; then they are released, their delivery not counted (see
+// holdFailed). A failing backend spends no page's attempts and
+// dead-letters nothing; while the writer holds a batch, the pages
+// finishing behind it wait for room, so a worker whose backend refuses
+// writes stops fetching (at most twice Concurrency pages fetched and not
+// written, see batchSize) instead of fetching pages it cannot record.
 func (c *Crawler) writeAll(ctx context.Context, ps []pageWrite) {
 	err := c.write(ctx, ps)
 	if err == nil {
+		return
+	}
+	if !pageFault(err) {
+		c.holdFailed(ctx, ps, err)
 		return
 	}
 	if len(ps) > 1 {
@@ -222,33 +236,108 @@ func (c *Crawler) writeAll(ctx context.Context, ps []pageWrite) {
 	c.splitFailed(ctx, ps, err)
 }
 
-// splitFailed settles ps, whose write together failed with err, writing
-// each half again (see writeAll).
+// pageFault tells whether a failed write is the fault of what a page
+// yields, not of the backend: an item a sink cannot encode
+// (ErrBadItem), a link or item the broker refuses as invalid (a message
+// over NATS's max payload).
+func pageFault(err error) bool {
+	return errors.Is(err, ErrBadItem) || errors.Is(err, broker.ErrInvalid)
+}
+
+// splitFailed settles ps, whose write together failed with err for a
+// page's fault, writing each half again (see writeAll).
 func (c *Crawler) splitFailed(ctx context.Context, ps []pageWrite, err error) {
 	if len(ps) == 1 {
 		c.nackAll(ctx, ps, err)
 		return
 	}
-	var failed []pageWrite
-	var ferr error
 	for _, half := range [][]pageWrite{ps[:len(ps)/2], ps[len(ps)/2:]} {
-		if err := c.write(ctx, half); err != nil {
-			if failed != nil {
-				c.nackAll(ctx, ps, errors.Join(ferr, err))
-				return
-			}
-			failed, ferr = half, err
+		switch err := c.write(ctx, half); {
+		case err == nil:
+		case pageFault(err):
+			c.splitFailed(ctx, half, err)
+		default:
+			c.holdFailed(ctx, half, err)
 		}
 	}
-	if failed != nil {
-		c.splitFailed(ctx, failed, ferr)
+}
+
+const (
+	// holdRetryMin and holdRetryMax bound the back-off between writes of
+	// a batch held while the backend fails.
+	holdRetryMin = 100 * time.Millisecond
+	holdRetryMax = 2 * time.Second
+)
+
+// holdFailed holds ps, whose write failed with err for no page's fault,
+// and writes them again with a back-off until that succeeds. It gives up
+// when the writes have failed for Config.FailureTimeout with no success
+// in between (Run then stops with ErrBackendFailing), or when Run was
+// stopped: it releases the deliveries then, uncounted (see release). The
+// clock of the failures is not reset by other writes succeeding meanwhile
+// (none runs: the writer is here), only by this batch being written.
+func (c *Crawler) holdFailed(ctx context.Context, ps []pageWrite, err error) {
+	c.log.Warn("writing links or items failed; holding the pages and writing them again",
+		"pages", len(ps), "failure_timeout", c.cfg.FailureTimeout, "err", err)
+	quit := ctx
+	if s := c.settling; s != nil {
+		quit = s.quit
+	}
+	wait := holdRetryMin
+	for {
+		if c.writes.check(c.cfg.FailureTimeout) != nil || quit.Err() != nil {
+			c.releaseAll(ctx, ps, err)
+			return
+		}
+		bounded, cancel := c.writes.bound(quit, c.cfg.FailureTimeout)
+		sleep(bounded, wait)
+		cancel()
+		if c.writes.check(c.cfg.FailureTimeout) != nil || quit.Err() != nil {
+			continue
+		}
+		err = c.write(ctx, ps)
+		switch {
+		case err == nil:
+			c.log.Info("writes succeed again; the held pages were written", "pages", len(ps))
+			return
+		case pageFault(err):
+			c.splitFailed(ctx, ps, err)
+			return
+		}
+		wait = min(2*wait, holdRetryMax)
+	}
+}
+
+// releaseAll gives back each of ps, whose links or items could not be
+// written because the backend failed (err), without counting the
+// delivery: nothing of them is acknowledged, and no attempt is spent.
+func (c *Crawler) releaseAll(ctx context.Context, ps []pageWrite, err error) {
+	c.log.Warn("the backend keeps refusing writes; giving the pages back, their attempts unspent",
+		"pages", len(ps), "err", err)
+	for _, p := range ps {
+		c.unspent(ctx, p.d)
+		c.release(p.d)
+	}
+}
+
+// unspent gives d back at once without counting its delivery
+// (broker.Delivery.Release), even after ctx ended.
+func (c *Crawler) unspent(ctx context.Context, d broker.Delivery) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	if err := d.Release(sctx); err != nil {
+		// The message comes back when its lease ends, that delivery counted.
+		c.log.Warn("settling a delivery failed", "queue", d.Queue(), "outcome", "release", "err", err)
 	}
 }
 
 // write writes the links and items of ps together and, if that
 // succeeded, hands their deliveries to the acker. On failure it settles
 // nothing: its links stay claimed without publication marks, and the
-// next write of the same pages publishes them (see enqueue).
+// next write of the same pages publishes them (see enqueue). A sink that
+// failed half-way through the items may have stored some of them: they
+// are written again (a sink sees every item at least once; JSONLines
+// and CSV cut a failed write back to their last whole record).
 func (c *Crawler) write(ctx context.Context, ps []pageWrite) error {
 	pages := make([]links, 0, len(ps))
 	var items []any
@@ -265,7 +354,9 @@ func (c *Crawler) write(ctx context.Context, ps []pageWrite) error {
 		}
 	}
 	if err != nil {
-		c.writes.fail(err)
+		if !pageFault(err) {
+			c.writes.fail(err)
+		}
 		return err
 	}
 	if len(pages) > 0 || len(items) > 0 {
@@ -279,9 +370,10 @@ func (c *Crawler) write(ctx context.Context, ps []pageWrite) error {
 }
 
 // nackAll settles each of ps, whose links or items could not be written
-// (err), with its failure action: nothing of them is acknowledged.
+// for their own fault (err), with its failure action: nothing of them is
+// acknowledged.
 func (c *Crawler) nackAll(ctx context.Context, ps []pageWrite, err error) {
-	c.log.Warn("writing links or items failed; the pages will be retried", "pages", len(ps), "err", err)
+	c.log.Warn("the links or items of a page cannot be written; the page will be retried", "pages", len(ps), "err", err)
 	for _, p := range ps {
 		c.log.Debug("page to be retried", "url", Redact(p.w.parent.URL))
 		c.settle(ctx, p.d, p.w.failed)

@@ -70,8 +70,10 @@ type tracingBroker struct {
 	refuse string
 }
 
-// errRefused is the error of a publish that tracingBroker.refuse fails.
-var errRefused = errors.New("message refused")
+// errRefused is the error of a publish that tracingBroker.refuse fails:
+// the broker refuses the message for what it is (broker.ErrInvalid), as
+// NATS refuses one over its max payload.
+var errRefused = fmt.Errorf("%w: message refused", broker.ErrInvalid)
 
 func (b *tracingBroker) Publish(ctx context.Context, queue string, msgs ...broker.Message) error {
 	if b.refuse != "" && queue == RequestsQueue("trawl") {
@@ -142,6 +144,14 @@ func (d *tracedDelivery) Nack(ctx context.Context, delay time.Duration) error {
 	err := d.Delivery.Nack(ctx, delay)
 	if err == nil {
 		d.log.add("nack " + d.path())
+	}
+	return err
+}
+
+func (d *tracedDelivery) Release(ctx context.Context) error {
+	err := d.Delivery.Release(ctx)
+	if err == nil {
+		d.log.add("release " + d.path())
 	}
 	return err
 }
@@ -558,11 +568,12 @@ func TestBatchWithPoisonedPage(t *testing.T) {
 	})
 }
 
-// A batch whose halves both fail is nacked whole: a backend that is down
-// costs three writes per batch (the batch, then each half), not one per
-// page. The sink here fails three writes in a row from the first of
-// several items.
-func TestBatchBothHalvesFailNacksWhole(t *testing.T) {
+// A batch whose write fails for the backend's fault (the sink refuses
+// three writes in a row, then accepts) is held and written again: no
+// page is nacked, released or fetched again, and the crawl completes.
+// Before, the batch was nacked whole: each of its pages spent an attempt
+// and was fetched twice.
+func TestBackendFailureHoldsBatch(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		bc := newBubbleCrawl(t, true, nil, Config{RetryBackoff: 100 * time.Millisecond})
 		var mu sync.Mutex
@@ -590,29 +601,105 @@ func TestBatchBothHalvesFailNacksWhole(t *testing.T) {
 		if len(failedWrites) != 3 {
 			t.Fatalf("%d writes failed, want 3: the test tests nothing", len(failedWrites))
 		}
-		batch := failedWrites[0]
-		halves := append(slices.Clone(failedWrites[1]), failedWrites[2]...)
-		slices.Sort(halves)
-		if !slices.Equal(halves, slices.Sorted(slices.Values(batch))) {
-			t.Errorf("failed writes %v: want a batch, then its two halves", failedWrites)
+		for _, w := range failedWrites[1:] {
+			if !slices.Equal(w, failedWrites[0]) {
+				t.Errorf("failed writes %v: want the held batch written again whole", failedWrites)
+			}
 		}
 		ops := bc.log.all()
-		for _, p := range batch {
-			i := slices.IndexFunc(ops, func(op string) bool { return op == "ack "+p || op == "nack "+p })
-			if i < 0 || ops[i] != "nack "+p {
-				t.Errorf("%s, in the batch %v whose halves both failed, was not nacked first", p, batch)
+		for _, op := range ops {
+			if strings.HasPrefix(op, "nack ") || strings.HasPrefix(op, "release ") {
+				t.Errorf("%s: a page whose batch the sink refused was settled other than by an ack", op)
 			}
 		}
 		checkOrder(t, ops, treePages()...)
 		for _, p := range treePages() {
-			want := 1
-			if slices.Contains(batch, p) {
-				want = 2
-			}
-			if n := bc.site.count(p); n != want {
-				t.Errorf("%s fetched %d times, want %d", p, n, want)
+			if n := bc.site.count(p); n != 1 {
+				t.Errorf("%s fetched %d times, want once", p, n)
 			}
 		}
+	})
+}
+
+// A sink that keeps failing for FailureTimeout stops Run with
+// ErrBackendFailing, dead-letters nothing and spends no attempt: the
+// pages held are released, and a run with the sink repaired completes
+// the crawl, each page fetched once but for those held (at most twice
+// Concurrency). Before, the pages were nacked and dead-lettered after
+// their last delivery.
+func TestFailingSinkSpendsNoAttempt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const timeout = 30 * time.Second
+		bc := newBubbleCrawl(t, true, nil, Config{RetryBackoff: 100 * time.Millisecond, FailureTimeout: timeout, Concurrency: 4})
+		var mu sync.Mutex
+		written, down := 0, false
+		next := bc.c.cfg.Sink
+		sink := sinkFunc(func(ctx context.Context, items []any) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if written >= 5 && down {
+				return errors.New("no space left on device")
+			}
+			written += len(items)
+			return next.Write(ctx, items)
+		})
+		bc.c.cfg.Sink = sink
+		mu.Lock()
+		down = true
+		mu.Unlock()
+		began := time.Now()
+		err := bc.c.Run(t.Context())
+		if !errors.Is(err, ErrBackendFailing) {
+			t.Fatalf("run with a sink that keeps failing: %v, want ErrBackendFailing", err)
+		}
+		if took := time.Since(began); took > timeout+holdRetryMax+time.Second {
+			t.Errorf("run gave up after %v, want within FailureTimeout %v", took, timeout)
+		}
+		n, err := bc.mb.Counts(t.Context(), RequestsQueue("trawl"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n.Dead != 0 || n.InFlight != 0 {
+			t.Fatalf("frontier after the failed run: %+v, want nothing dead or in flight", n)
+		}
+		ds, err := bc.mb.Receive(t.Context(), RequestsQueue("trawl"), 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range ds {
+			if d.Attempt() != 1 {
+				t.Errorf("%s: delivery %d after the failed run, want 1 (no attempt spent)", pathOf(d.Queue(), d.Message().Body), d.Attempt())
+			}
+			d.Release(t.Context())
+		}
+
+		mu.Lock()
+		down = false
+		mu.Unlock()
+		c, err := New(bc.c.broker, bc.c.filter, Config{IgnoreRobots: true, Concurrency: 4, IdleTimeout: time.Second, Sink: sink})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.fetcher.transport.DialContext = bc.c.fetcher.transport.DialContext
+		if err := c.Run(t.Context()); err != nil {
+			t.Fatalf("run with the sink repaired: %v", err)
+		}
+		twice := 0
+		for _, p := range treePages() {
+			switch n := bc.site.count(p); {
+			case n == 2:
+				twice++
+			case n != 1:
+				t.Errorf("%s fetched %d times", p, n)
+			}
+		}
+		if twice > 2*4 {
+			t.Errorf("%d pages fetched twice, want at most 2 × Concurrency", twice)
+		}
+		if n, _ := bc.mb.Counts(t.Context(), RequestsQueue("trawl")); n != (broker.Counts{}) {
+			t.Errorf("frontier after the crawl: %+v, want empty", n)
+		}
+		t.Logf("%d pages fetched twice", twice)
 	})
 }
 

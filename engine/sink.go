@@ -2,8 +2,10 @@ package engine
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -18,10 +20,13 @@ import (
 // Write must be safe for concurrent use. Write returns only once the items
 // are durable (a file written and flushed, a list pushed, a transaction
 // committed): the engine acknowledges a page only after its items were
-// written. An error fails the page's writes: the page is nacked and
-// processed again later (its items are written again then: a sink sees
-// every item at least once), and Run stops with ErrBackendFailing when
-// writes keep failing (see Config.FailureTimeout). Items are what the
+// written. An error wrapping ErrBadItem fails the page (an item that
+// cannot be stored for what it is: the page is retried, and
+// dead-lettered past the retry limit). Any other error is the sink's
+// failure, not the page's: the engine holds the page and writes it again
+// (its items are written again then: a sink sees every item at least
+// once), spending none of its attempts, and Run stops with
+// ErrBackendFailing when writes keep failing for Config.FailureTimeout. Items are what the
 // callbacks return: *Page from the default callback, anything from others.
 //
 // Close is called once, by whoever opened the sink, after Run returned;
@@ -33,6 +38,11 @@ type Sink interface {
 	Write(ctx context.Context, items []any) error
 	Close() error
 }
+
+// ErrBadItem is wrapped by a Sink's error for an item it cannot store for
+// what the item is (it does not encode): the page that yielded it is at
+// fault, and is retried and dead-lettered like a page whose fetch failed.
+var ErrBadItem = errors.New("engine: item cannot be stored")
 
 // Page is the item the default callback emits for every fetched page and,
 // with Config.ErrorItems, for every page that failed (Status is the final
@@ -53,10 +63,18 @@ type Page struct {
 }
 
 // JSONLines writes one JSON document per line to a writer, flushing after
-// every Write.
+// every Write. A Write that fails leaves nothing of itself in a file the
+// sink opened: the file is cut back to its last whole line, so that the
+// next Write (of the same items, again) neither glues onto a torn line
+// nor writes a line twice; and a file opened to append to is cut back to
+// its last whole line first (a crawl killed mid-write). A writer that is
+// not such a file (a pipe) may keep a torn line when a Write fails.
 type JSONLines struct {
 	mu     sync.Mutex
+	enc    bytes.Buffer // a Write's lines, encoded
+	out    io.Writer    // what w writes to
 	w      *bufio.Writer
+	file   *sinkFile // nil for a writer we don't own
 	closer io.Closer // nil for a writer we don't own
 	sync   func() error
 	closed bool
@@ -64,10 +82,11 @@ type JSONLines struct {
 
 // NewJSONLines writes items to w; Close flushes but does not close w.
 func NewJSONLines(w io.Writer) *JSONLines {
-	return &JSONLines{w: bufio.NewWriterSize(w, 64<<10)}
+	return &JSONLines{w: bufio.NewWriterSize(w, 64<<10), out: w}
 }
 
-// CreateJSONLines appends items to the file at path, creating it.
+// CreateJSONLines appends items to the file at path, creating it. A
+// torn last line (no newline at its end) is cut off first.
 func CreateJSONLines(path string) (*JSONLines, error) {
 	return openJSONLines(path, os.O_APPEND)
 }
@@ -79,16 +98,22 @@ func TruncateJSONLines(path string) (*JSONLines, error) {
 }
 
 func openJSONLines(path string, mode int) (*JSONLines, error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|mode, 0o644)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR|mode, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("jsonlines sink: %w", err)
 	}
-	s := NewJSONLines(f)
+	sf, err := newSinkFile(f, path)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("jsonlines sink: %w", err)
+	}
+	s := NewJSONLines(sf)
 	s.closer = f
-	// Only a regular file can be synced: /dev/null, a pipe or a terminal
-	// answer fsync with EINVAL.
-	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
+	// Only a regular file can be synced, or cut: /dev/null, a pipe or a
+	// terminal answer fsync with EINVAL.
+	if sf.regular {
 		s.sync = f.Sync
+		s.file = sf
 	}
 	return s, nil
 }
@@ -100,17 +125,39 @@ func (s *JSONLines) Write(_ context.Context, items []any) error {
 	if s.closed {
 		return fmt.Errorf("jsonlines sink: write: %w", os.ErrClosed)
 	}
-	enc := json.NewEncoder(s.w)
+	// Encoded first: an item that does not encode is the page's fault,
+	// and nothing of its batch is written.
+	s.enc.Reset()
+	enc := json.NewEncoder(&s.enc)
 	enc.SetEscapeHTML(false)
 	for _, it := range items {
 		if err := enc.Encode(it); err != nil {
-			return fmt.Errorf("jsonlines sink: encode: %w", err)
+			return fmt.Errorf("jsonlines sink: encode: %w: %w", ErrBadItem, err)
 		}
 	}
+	if _, err := s.w.Write(s.enc.Bytes()); err != nil {
+		return s.undo(fmt.Errorf("jsonlines sink: write: %w", err))
+	}
 	if err := s.w.Flush(); err != nil {
-		return fmt.Errorf("jsonlines sink: flush: %w", err)
+		return s.undo(fmt.Errorf("jsonlines sink: flush: %w", err))
+	}
+	if s.file != nil {
+		s.file.commit()
 	}
 	return nil
+}
+
+// undo drops what the failed Write left: its buffered lines, the buffer's
+// error (a bufio.Writer fails every later write once one failed), and in
+// a file of its own the bytes written since the last whole line.
+func (s *JSONLines) undo(err error) error {
+	s.w.Reset(s.out)
+	if s.file != nil {
+		if e := s.file.rollback(); e != nil {
+			return errors.Join(err, fmt.Errorf("jsonlines sink: %w", e))
+		}
+	}
+	return err
 }
 
 // Close flushes, syncs and closes the file (if the sink opened it).
@@ -139,6 +186,82 @@ func (s *JSONLines) Close() error {
 	return nil
 }
 
+// sinkFile is a sink's file of whole records, each ending in a newline:
+// it knows where the last whole record ends, and cuts the file back to
+// it after a failed write.
+type sinkFile struct {
+	f       *os.File
+	w       io.Writer // f; a test's writer that fails
+	path    string
+	regular bool
+	end     int64 // the size up to the last whole record
+	size    int64 // the size, with what was written since
+}
+
+// newSinkFile wraps f, just opened from path; a regular file's torn last
+// record is cut off.
+func newSinkFile(f *os.File, path string) (*sinkFile, error) {
+	sf := &sinkFile{f: f, w: f, path: path}
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		return sf, nil
+	}
+	sf.regular = true
+	end, err := lastRecordEnd(f, fi.Size())
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if end < fi.Size() {
+		if err := f.Truncate(end); err != nil {
+			return nil, fmt.Errorf("%s: cut the torn last line: %w", path, err)
+		}
+	}
+	sf.end, sf.size = end, end
+	return sf, nil
+}
+
+// lastRecordEnd returns the offset just after the last newline of f, of
+// the given size (0 when it has none).
+func lastRecordEnd(f *os.File, size int64) (int64, error) {
+	buf := make([]byte, 64<<10)
+	for off := size; off > 0; {
+		n := min(int64(len(buf)), off)
+		off -= n
+		if _, err := f.ReadAt(buf[:n], off); err != nil {
+			return 0, err
+		}
+		if i := bytes.LastIndexByte(buf[:n], '\n'); i >= 0 {
+			return off + int64(i) + 1, nil
+		}
+	}
+	return 0, nil
+}
+
+// Write writes to the file, counting what was written.
+func (sf *sinkFile) Write(p []byte) (int, error) {
+	n, err := sf.w.Write(p)
+	sf.size += int64(n)
+	return n, err
+}
+
+// commit records that the file ends in a whole record.
+func (sf *sinkFile) commit() { sf.end = sf.size }
+
+// rollback cuts the file back to its last whole record.
+func (sf *sinkFile) rollback() error {
+	if !sf.regular || sf.size == sf.end {
+		return nil
+	}
+	if err := sf.f.Truncate(sf.end); err != nil {
+		return fmt.Errorf("%s: cut a torn write: %w", sf.path, err)
+	}
+	if _, err := sf.f.Seek(sf.end, io.SeekStart); err != nil {
+		return fmt.Errorf("%s: cut a torn write: %w", sf.path, err)
+	}
+	sf.size = sf.end
+	return nil
+}
+
 // QueueSink publishes items as JSON messages to a broker queue (for
 // example ItemsQueue(name)), where a downstream consumer takes them. Write
 // returns once the broker has taken them.
@@ -153,7 +276,7 @@ func (s QueueSink) Write(ctx context.Context, items []any) error {
 	for i, it := range items {
 		b, err := json.Marshal(it)
 		if err != nil {
-			return fmt.Errorf("queue sink: encode: %w", err)
+			return fmt.Errorf("queue sink: encode: %w: %w", ErrBadItem, err)
 		}
 		msgs[i] = broker.Message{Body: b}
 	}

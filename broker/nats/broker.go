@@ -357,6 +357,17 @@ func (b *Broker) Publish(ctx context.Context, queue string, msgs ...broker.Messa
 // publish publishes msgs to q's work stream (or dead stream, for dead
 // letters) and waits for their acknowledgements.
 func (b *Broker) publish(ctx context.Context, q *queue, msgs ...*natsgo.Msg) error {
+	err := b.publishMsgs(ctx, q, msgs...)
+	if errors.Is(err, natsgo.ErrMaxPayload) {
+		// The message's fault, not the server's: the caller must not wait
+		// for the server to take it.
+		return fmt.Errorf("%w: %w", broker.ErrInvalid, err)
+	}
+	return err
+}
+
+// publishMsgs is publish without the wrapping of its errors.
+func (b *Broker) publishMsgs(ctx context.Context, q *queue, msgs ...*natsgo.Msg) error {
 	stream := q.work
 	if msgs[0].Subject == q.grave {
 		stream = q.dead

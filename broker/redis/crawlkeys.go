@@ -485,7 +485,7 @@ func (s *Items) Write(ctx context.Context, items []any) error {
 	for i, it := range items {
 		b, err := json.Marshal(it)
 		if err != nil {
-			return fmt.Errorf("redis items: encode: %w", err)
+			return fmt.Errorf("redis items: encode: %w: %w", engine.ErrBadItem, err)
 		}
 		args[i] = b
 	}

@@ -1,0 +1,140 @@
+package engine
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// fullDisk writes to w until it has taken room bytes, then fails as a
+// full disk does: a short write, then ENOSPC. Raising room frees space.
+type fullDisk struct {
+	w    io.Writer
+	room int
+}
+
+var errNoSpace = errors.New("no space left on device")
+
+func (d *fullDisk) Write(p []byte) (int, error) {
+	if len(p) <= d.room {
+		d.room -= len(p)
+		return d.w.Write(p)
+	}
+	n, _ := d.w.Write(p[:d.room])
+	d.room = 0
+	return n, errNoSpace
+}
+
+// TestJSONLinesFullDisk writes items to a JSONLines file whose disk fills
+// up, then frees space and writes the failed items again, as the engine
+// does: the file holds every item exactly once, each line valid JSON.
+// Without the cut back to the last whole line, the failed writes leave
+// torn lines, the items after them glued on, and (with the buffer's
+// sticky error) no write succeeds after the first failure.
+func TestJSONLinesFullDisk(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "items.jsonl")
+	s, err := CreateJSONLines(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	disk := &fullDisk{w: s.file.f, room: 1000}
+	s.file.w = disk
+	const n = 200
+	failed := 0
+	for i := 0; i < n; {
+		batch := []any{map[string]any{"i": i, "pad": strings.Repeat("x", i%37)}, map[string]any{"i": i + 1}}
+		if err := s.Write(t.Context(), batch); err != nil {
+			if !errors.Is(err, errNoSpace) || errors.Is(err, ErrBadItem) {
+				t.Fatalf("write %d: %v, want the disk's error, not a bad item", i, err)
+			}
+			failed++
+			if failed > n {
+				t.Fatalf("write %d failed %d times with room on the disk: %v", i, failed, err)
+			}
+			disk.room += 500 // space freed; the same items are written again
+			continue
+		}
+		i += 2
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if failed == 0 {
+		t.Fatal("the disk never filled: the test tests nothing")
+	}
+	checkLines(t, path, n)
+	t.Logf("%d writes failed on a full disk", failed)
+}
+
+// checkLines checks that path holds items 0..n-1 each exactly once, one
+// valid JSON object per line.
+func checkLines(t *testing.T, path string, n int) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[int]int{}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for line := 1; sc.Scan(); line++ {
+		var it struct{ I *int }
+		if err := json.Unmarshal(sc.Bytes(), &it); err != nil || it.I == nil {
+			t.Fatalf("line %d is not an item: %q (%v)", line, sc.Text(), err)
+		}
+		seen[*it.I]++
+	}
+	for i := range n {
+		if seen[i] != 1 {
+			t.Errorf("item %d written %d times, want once", i, seen[i])
+		}
+	}
+	if len(b) > 0 && b[len(b)-1] != '\n' {
+		t.Errorf("the file ends in a torn line: %q", b[max(0, len(b)-40):])
+	}
+}
+
+// TestJSONLinesCutsTornLine opens, to append to, a file whose last line
+// was torn (a crawl killed mid-write): the torn line is cut off, and the
+// next item is not glued onto it.
+func TestJSONLinesCutsTornLine(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "items.jsonl")
+	if err := os.WriteFile(path, []byte(`{"i":0}`+"\n"+`{"i":1,"pa`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := CreateJSONLines(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Write(t.Context(), []any{map[string]int{"i": 1}, map[string]int{"i": 2}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	checkLines(t, path, 3)
+}
+
+// TestJSONLinesBadItem checks that an item that does not encode is the
+// page's fault (ErrBadItem), and writes nothing of its batch.
+func TestJSONLinesBadItem(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "items.jsonl")
+	s, err := TruncateJSONLines(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.Write(t.Context(), []any{map[string]int{"i": 0}, func() {}})
+	if !errors.Is(err, ErrBadItem) {
+		t.Fatalf("write of a func: %v, want ErrBadItem", err)
+	}
+	if err := s.Write(t.Context(), []any{map[string]int{"i": 0}}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	checkLines(t, path, 1)
+}
