@@ -241,12 +241,20 @@ return 1
 // KEYS: inflight
 // ARGV: d (ms), inflight members
 // Returns: per member 1, or 0 if its lease was lost.
+//
+// A lease held is removed and added again, not updated in place (ZADD
+// XX): a server out of memory (maxmemory, noeviction) refuses a script
+// whose first write may grow its memory, as ZADD may, but not one whose
+// first write is a ZREM, and runs the rest of a script that has written.
+// So leases are kept while the server refuses writes, and the pages they
+// stand for are not handed on, their deliveries counted, while their
+// worker waits for the server to accept writes again.
 var extendScript = goredis.NewScript(luaLib + `
 local deadline = now_ms() + tonumber(ARGV[1])
 local out = {}
 for i = 2, #ARGV do
-  if redis.call('ZSCORE', KEYS[1], ARGV[i]) then
-    redis.call('ZADD', KEYS[1], 'XX', deadline, ARGV[i])
+  if redis.call('ZREM', KEYS[1], ARGV[i]) == 1 then
+    redis.call('ZADD', KEYS[1], deadline, ARGV[i])
     out[#out + 1] = 1
   else
     out[#out + 1] = 0

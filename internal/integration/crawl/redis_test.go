@@ -11,6 +11,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/trawlhq/trawl/internal/integration"
+	"github.com/trawlhq/trawl/internal/redislayout"
 	"github.com/trawlhq/trawl/internal/testsite"
 )
 
@@ -110,14 +111,20 @@ func TestRedisBadInput(t *testing.T) {
 	oneLine(t, stderr, "authentication failed")
 }
 
-// TestRedisOutOfMemory (issue 13.2): a Redis server that refuses writes
-// (maxmemory reached, noeviction) stops the worker with a non-zero exit
-// and a line naming the failure, without acknowledging the pages it could
-// not finish; once the limit is lifted and the dead letters requeued, a
-// new worker completes the crawl: no page lost. Its Redis is its own: the
-// maxmemory it sets would fail the other tests on the shared one.
+// TestRedisOutOfMemory (issues 13.2, 22): a Redis server that refuses
+// writes (maxmemory 2mb, noeviction) is a backend failure, not a page
+// failure. The worker holds the pages it could not finish, exits 1 within
+// --failure-timeout of the first refused write with a line naming the
+// failure and a summary that does not say "done", and dead-letters
+// nothing; once the limit is lifted the same command completes the crawl,
+// at most 2 × --concurrency pages fetched twice. (Before, the worker
+// nacked the pages, the broker dead-lettered them after their last
+// delivery, and the worker said "crawl done ... 0 dead letters", exit 0.)
+// Its Redis is its own: the maxmemory it sets would fail the other tests
+// on the shared one.
 func TestRedisOutOfMemory(t *testing.T) {
 	t.Parallel()
+	const concurrency, failureTimeout = 16, 10 * time.Second
 	srv := integration.RedisContainer(t)
 	opt, err := goredis.ParseURL(srv.URL)
 	if err != nil {
@@ -125,11 +132,11 @@ func TestRedisOutOfMemory(t *testing.T) {
 	}
 	client := goredis.NewClient(opt)
 	t.Cleanup(func() { client.Close() })
-	site, url := serveSite(t, testsite.Config{Pages: 2000, Links: 10, Seed: 25, NoTraps: true, Latency: time.Millisecond})
+	site, url := serveSite(t, testsite.Config{Pages: 2000, Links: 10, Seed: 25, NoTraps: true, Latency: 5 * time.Millisecond})
 	name := integration.Name(t)
-	args := func(more ...string) []string { return redisArgs(t, name, append(more, "--redis-url", srv.URL)...) }
+	args := append([]string{"crawl"}, redisArgs(t, name, "--redis-url", srv.URL, "--lease=3s",
+		"--concurrency="+strconv.Itoa(concurrency), "--failure-timeout="+failureTimeout.String(), url)...)
 	ctx := t.Context()
-	mustRun(t, append([]string{"seed"}, args(url)...)...)
 	info, err := client.Info(ctx, "memory").Result()
 	if err != nil {
 		t.Fatal(err)
@@ -143,35 +150,51 @@ func TestRedisOutOfMemory(t *testing.T) {
 	if used == 0 {
 		t.Fatalf("no used_memory in INFO memory:\n%s", info)
 	}
+	// 2 MiB, as in the issue, or 512 KiB over what an empty server uses.
+	limit := max(2<<20, used+512<<10)
 	lift := func() {
 		if err := client.ConfigSet(context.Background(), "maxmemory", "0").Err(); err != nil {
 			t.Errorf("lift maxmemory: %v", err)
 		}
 	}
 	t.Cleanup(lift)
-	for k, v := range map[string]string{"maxmemory-policy": "noeviction", "maxmemory": strconv.FormatInt(used+1<<20, 10)} {
+	for k, v := range map[string]string{"maxmemory-policy": "noeviction", "maxmemory": strconv.FormatInt(limit, 10)} {
 		if err := client.ConfigSet(ctx, k, v).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	a := start(t, append([]string{"worker"}, args("--lease=3s", "--failure-timeout=5s")...)...)
-	if code := a.wait(t, 3*time.Minute); code == 0 {
-		t.Fatalf("worker on a Redis out of memory exited 0:\n%s", a.stderr.String())
+	a := start(t, args...)
+	a.waitStderr(t, "writing links or items failed", 3*time.Minute)
+	refused := time.Now()
+	code := a.wait(t, 3*time.Minute)
+	took := time.Since(refused)
+	stderr := a.stderr.String()
+	lines := strings.Split(strings.TrimSpace(stderr), "\n")
+	last := lines[len(lines)-1]
+	t.Logf("the worker out of memory exited %d %v after the first refused write: %s", code, took.Round(time.Millisecond), last)
+	if code != 1 {
+		t.Errorf("worker on a Redis out of memory exited %d, want 1", code)
 	}
-	lines := strings.Split(strings.TrimSpace(a.stderr.String()), "\n")
-	t.Logf("the worker out of memory ended with: %s", lines[len(lines)-1])
-	if !strings.Contains(a.stderr.String(), "OOM") || !strings.Contains(a.stderr.String(), "keeps failing") {
-		t.Errorf("stderr does not say that Redis refuses writes (OOM, keeps failing):\n%s", a.stderr.String())
+	if took > failureTimeout+5*time.Second {
+		t.Errorf("worker exited %v after the first refused write, want within --failure-timeout %v", took, failureTimeout)
+	}
+	if !strings.Contains(stderr, "OOM") || !strings.Contains(stderr, "keeps failing") {
+		t.Errorf("stderr does not say that Redis refuses writes (OOM, keeps failing):\n%s", stderr)
+	}
+	if strings.Contains(stderr, " done") {
+		t.Errorf("the summary of a worker whose backend refused writes says done:\n%s", stderr)
+	}
+	dead, err := client.LLen(ctx, redislayout.QueueKeys(name+":requests").Dead).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dead != 0 {
+		t.Errorf("%d dead letters after Redis refused writes, want none: the refusal is not the pages' fault", dead)
 	}
 	lift()
-	code, out, stderr := runOut(t, append([]string{"deadletter", "requeue"}, args()...)...)
-	if code != 0 {
-		t.Fatalf("deadletter requeue: exit %d: %s", code, stderr)
-	}
-	t.Logf("deadletter requeue: %s", strings.TrimSpace(out))
-	b := start(t, append([]string{"worker"}, args("--lease=3s")...)...)
+	b := start(t, args...)
 	if code := b.wait(t, 3*time.Minute); code != 0 {
-		t.Fatalf("worker after the limit was lifted: exit %d:\n%s", code, b.stderr.String())
+		t.Fatalf("the same command after the limit was lifted: exit %d:\n%s", code, b.stderr.String())
 	}
 	distinct, dups := union(t, a, b)
 	t.Logf("%d pages expected; items: %d by the worker out of memory, %d after; %d distinct, %d twice",
@@ -179,12 +202,20 @@ func TestRedisOutOfMemory(t *testing.T) {
 	if distinct != site.Expected() {
 		t.Errorf("items of %d distinct pages, want all %d: pages lost", distinct, site.Expected())
 	}
+	twice := 0
 	if err := site.Verify(); err != nil {
 		for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
-			if errors.Is(e, testsite.ErrMissed) {
-				t.Errorf("page missed: %v", e)
+			switch {
+			case errors.Is(e, testsite.ErrDuplicate):
+				twice++
+			default:
+				t.Errorf("%v", e)
 			}
 		}
+	}
+	t.Logf("%d pages fetched twice", twice)
+	if twice > 2*concurrency {
+		t.Errorf("%d pages fetched twice, want at most 2 × --concurrency = %d", twice, 2*concurrency)
 	}
 }
 
