@@ -466,15 +466,18 @@ const PresenceTTL = 15 * time.Second
 // is closed, then withdraws it.
 func (c *Crawler) announce(ctx context.Context, p broker.Presence, done <-chan struct{}) {
 	id := workerID()
+	hb := c.newHeartbeat(id)
 	t := time.NewTicker(PresenceTTL / 3)
 	defer t.Stop()
 	for {
 		if err := p.Announce(ctx, c.cfg.Name, id, PresenceTTL); err != nil {
 			c.log.Warn("announcing this worker failed: trawl purge may not see it", "crawl", c.cfg.Name, "err", err)
 		}
+		c.beat(ctx, hb, false)
 		select {
 		case <-done:
 			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+			c.beat(lctx, hb, true)
 			if err := p.Leave(lctx, c.cfg.Name, id); err != nil {
 				c.log.Warn("withdrawing this worker's announcement failed: it expires within "+PresenceTTL.String(), "crawl", c.cfg.Name, "err", err)
 			}

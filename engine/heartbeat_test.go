@@ -1,0 +1,63 @@
+package engine_test
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/trawlhq/trawl/engine"
+	"github.com/trawlhq/trawl/internal/testsite"
+	"github.com/trawlhq/trawl/internal/testsite/sitetest"
+)
+
+// TestWorkersRecordThemselves: each of two crawlers of one crawl keeps its
+// own record in the crawl's metadata, which outlives it marked stopped,
+// with its process and its own pages.
+func TestWorkersRecordThemselves(t *testing.T) {
+	_, url := sitetest.Serve(t, testsite.Config{Pages: 30, Links: 4, Seed: 3, NoTraps: true})
+	b, f := newBackends(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if ws, err := engine.Workers(ctx, b, "trawl"); err != nil || len(ws) != 0 {
+		t.Fatalf("before any worker: %v, %v; want none", ws, err)
+	}
+	var total int64
+	for i := range 2 {
+		c, err := engine.New(b, f, engine.Config{
+			Concurrency: 4, IdleTimeout: 300 * time.Millisecond, TrustedHosts: []string{"127.0.0.1"},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			if err := c.Seed(ctx, engine.StartURL{URL: url + "/"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := c.Run(ctx); err != nil && i == 0 {
+			t.Fatalf("run: %v", err)
+		}
+		total += c.Stats().Get(engine.StatResponses)
+	}
+	ws, err := engine.Workers(ctx, b, "trawl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ws) != 2 || ws[0].ID == ws[1].ID {
+		t.Fatalf("records = %+v, want one per worker", ws)
+	}
+	var pages int64
+	for _, w := range ws {
+		if !w.Stopped || w.PID != os.Getpid() || w.Host == "" || w.Heartbeat.IsZero() || w.InFlight != 0 {
+			t.Errorf("record %+v: want stopped, this process, a host and a heartbeat, nothing in flight", w)
+		}
+		if w.Lost(time.Now()) {
+			t.Errorf("a worker that left is lost: %+v", w)
+		}
+		pages += w.Pages
+	}
+	if pages != total || ws[0].Pages == 0 {
+		t.Errorf("records' pages %d (first %d), want the crawlers' %d, the first's > 0", pages, ws[0].Pages, total)
+	}
+}
