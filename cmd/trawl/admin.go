@@ -142,38 +142,13 @@ func newStatsCmd(o *options) *cobra.Command {
 				return err
 			}
 			defer b.Close()
-			out := map[string]int64{}
-			if b.stats != nil {
-				m, err := b.stats.Load(cmd.Context())
-				if err != nil {
-					return err
-				}
-				out = m
-			}
-			if b.starts != nil {
-				n, err := b.starts.PendingStarts(cmd.Context())
-				if err != nil {
-					return err
-				}
-				out[b.name(engine.StartQueue(o.name))+"/ready"] = n
+			out, err := o.stats(cmd.Context(), b)
+			if err != nil {
+				return err
 			}
 			if b.redis != nil && b.starts != nil {
 				if n, err := scrapyStarts(cmd.Context(), b.redis, o.name); err == nil && n > 0 {
 					fmt.Fprintln(o.stderr, scrapyWarning(o.name, n))
-				}
-			}
-			if c, ok := b.broker.(broker.Counter); ok {
-				queues := []string{engine.RequestsQueue(o.name), engine.StartQueue(o.name)}
-				if b.starts != nil {
-					queues = queues[:1]
-				}
-				for _, q := range queues {
-					n, err := c.Counts(cmd.Context(), q)
-					if err != nil {
-						return err
-					}
-					k := b.name(q)
-					out[k+"/ready"], out[k+"/in_flight"], out[k+"/dead"] = n.Ready, n.InFlight, n.Dead
 				}
 			}
 			if asJSON {
@@ -331,6 +306,41 @@ trawl purge deletes them with the crawl.`,
 	o.addBackendFlags(cmd.Flags())
 	o.addHiddenCrawlFlags(cmd.Flags())
 	return cmd
+}
+
+// stats reads what trawl stats shows: the shared counters, and the
+// queues' counts keyed QUEUE/ready, QUEUE/in_flight and QUEUE/dead.
+func (o *options) stats(ctx context.Context, b *backends) (map[string]int64, error) {
+	out := map[string]int64{}
+	if b.stats != nil {
+		m, err := b.stats.Load(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out = m
+	}
+	if b.starts != nil {
+		n, err := b.starts.PendingStarts(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out[b.name(engine.StartQueue(o.name))+"/ready"] = n
+	}
+	if c, ok := b.broker.(broker.Counter); ok {
+		queues := []string{engine.RequestsQueue(o.name), engine.StartQueue(o.name)}
+		if b.starts != nil {
+			queues = queues[:1]
+		}
+		for _, q := range queues {
+			n, err := c.Counts(ctx, q)
+			if err != nil {
+				return nil, err
+			}
+			k := b.name(q)
+			out[k+"/ready"], out[k+"/in_flight"], out[k+"/dead"] = n.Ready, n.InFlight, n.Dead
+		}
+	}
+	return out, nil
 }
 
 // describe renders a dead letter for a listing: its URL, with no

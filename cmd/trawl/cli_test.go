@@ -442,7 +442,7 @@ func TestReadmeFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	flag := regexp.MustCompile(`(?m)^\s+(?:-\w, )?(--[a-z-]+)`)
-	for _, c := range []string{"crawl", "worker", "seed", "stats", "purge", "deadletter", "items", "testsite"} {
+	for _, c := range []string{"crawl", "worker", "seed", "stats", "purge", "deadletter", "items", "testsite", "dashboard"} {
 		r := trawl(t, time.Minute, c, "--help")
 		for _, m := range flag.FindAllStringSubmatch(r.stdout, -1) {
 			if m[1] == "--help" {

@@ -84,6 +84,8 @@ var scrapySettings = map[string]string{
 	"no-traps":            "",
 	"pages":               "",
 	"seed":                "",
+	"token":               "",
+	"stall-after":         "",
 
 	// AutoThrottle (AUTOTHROTTLE_DEBUG: --log-level debug is the nearest).
 	"autothrottle":                    "`AUTOTHROTTLE_ENABLED`",

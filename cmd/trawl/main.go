@@ -236,6 +236,7 @@ func newRoot(o *options) *cobra.Command {
 		newCrawlCmd(o, false),
 		newSeedCmd(o),
 		newStatsCmd(o),
+		newDashboardCmd(o),
 		newPurgeCmd(o),
 		newDeadLetterCmd(o),
 		newItemsCmd(o),

@@ -1,0 +1,467 @@
+// Package dashboard serves a live web page, and the JSON API behind it,
+// for one crawl: its workers (lost ones included), its totals (the
+// figures of trawl stats), its queues, dead letters and settings, and
+// charts of pages, items and errors per second and of queue depths over
+// the last hour. The page is plain HTML and JavaScript embedded in the
+// binary; it polls the API every second.
+//
+// A Dashboard reads the crawl through a Source, samples it every
+// Config.Every while its Run goroutine runs, and keeps the samples of the
+// last hour. When the Source is also a HistoryStore, the samples are
+// saved with the crawl every saveEvery and loaded again at start, so that
+// a dashboard restarted mid-crawl shows the hour before it.
+//
+// The API:
+//
+//	GET  /api/state          the latest sample (see State)
+//	GET  /api/history?since= the samples after since (Unix milliseconds)
+//	POST /api/requeue        requeue every dead letter (Source a Requeuer)
+//
+// With Config.Token set, every request needs it: the header
+// "Authorization: Bearer TOKEN", or ?token=TOKEN (the page passes on the
+// one of its own URL). POSTs from other sites are refused
+// (http.CrossOriginProtection).
+package dashboard
+
+import (
+	"context"
+	"crypto/subtle"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"log/slog"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/trawlhq/trawl/engine"
+)
+
+// Source is what a dashboard reads of a crawl.
+type Source interface {
+	// Snapshot reads the crawl as it is now.
+	Snapshot(ctx context.Context) (Snapshot, error)
+}
+
+// Requeuer is implemented by sources whose dead letters can be sent
+// back to their queues.
+type Requeuer interface {
+	// Requeue moves every dead letter back to its queue and says how
+	// many moved.
+	Requeue(ctx context.Context) (int, error)
+}
+
+// HistoryStore is implemented by sources that keep the dashboard's
+// history with the crawl (a few KiB).
+type HistoryStore interface {
+	LoadHistory(ctx context.Context) ([]byte, error)
+	SaveHistory(ctx context.Context, data []byte) error
+}
+
+// Snapshot is a crawl at one moment, as a Source reads it.
+type Snapshot struct {
+	// Stats are the figures trawl stats prints: the shared counters and
+	// the queues' counts, keyed as there.
+	Stats       map[string]int64
+	Queues      []Queue
+	Workers     []engine.WorkerStatus
+	DeadLetters []DeadLetter // the first few
+	// Settings are the crawl's stored settings, or nil.
+	Settings any
+}
+
+// Queue is a queue's depth. Delayed is -1 where the broker does not tell
+// delayed messages from ready ones (it counts them as ready).
+type Queue struct {
+	Name     string `json:"name"`
+	Ready    int64  `json:"ready"`
+	InFlight int64  `json:"in_flight"`
+	Delayed  int64  `json:"delayed"`
+	Dead     int64  `json:"dead"`
+}
+
+// DeadLetter is a dead-lettered page.
+type DeadLetter struct {
+	Queue  string `json:"queue"`
+	What   string `json:"what"` // its URL, or its payload
+	Reason string `json:"reason"`
+}
+
+// Config configures a Dashboard.
+type Config struct {
+	Crawl string // the crawl's name, for the page's title
+	// Every is how often the crawl is sampled (default 1s).
+	Every time.Duration
+	// StallAfter marks the crawl stalled when requests are queued and no
+	// page was fetched for that long (default 2m).
+	StallAfter time.Duration
+	// Token, if set, is required of every request.
+	Token  string
+	Logger *slog.Logger
+}
+
+// keep is how much history a dashboard keeps and shows.
+const keep = time.Hour
+
+// saveEvery is how often the history is saved to a HistoryStore, and the
+// resolution of what is saved.
+const saveEvery = 30 * time.Second
+
+// Point is one sample of the history.
+type Point struct {
+	T            int64   `json:"t"` // Unix milliseconds
+	PagesPerSec  float64 `json:"pages_per_sec"`
+	ItemsPerSec  float64 `json:"items_per_sec"`
+	ErrorsPerSec float64 `json:"errors_per_sec"`
+	Ready        int64   `json:"ready"`
+	InFlight     int64   `json:"in_flight"`
+	Delayed      int64   `json:"delayed"`
+	Dead         int64   `json:"dead"`
+}
+
+// Worker is a worker as the API shows it.
+type Worker struct {
+	engine.WorkerStatus
+	State string `json:"state"` // running, lost or stopped
+}
+
+// Totals are the headline figures, taken from the stats.
+type Totals struct {
+	Pages        int64            `json:"pages"`
+	Items        int64            `json:"items"`
+	Errors       int64            `json:"errors"`
+	ErrorsByKind map[string]int64 `json:"errors_by_kind"`
+	Retries      int64            `json:"retries"`
+	DeadLetters  int64            `json:"dead_letters"`
+}
+
+// State is what GET /api/state returns.
+type State struct {
+	Crawl       string           `json:"crawl"`
+	Time        int64            `json:"time"`            // Unix milliseconds of the sample
+	Error       string           `json:"error,omitempty"` // why the last sample failed
+	Status      string           `json:"status"`          // running, stalled, idle or unknown
+	Stalled     bool             `json:"stalled"`
+	StalledFor  float64          `json:"stalled_for_seconds,omitempty"`
+	ETASeconds  float64          `json:"eta_seconds,omitempty"` // while the frontier shrinks
+	Totals      Totals           `json:"totals"`
+	Stats       map[string]int64 `json:"stats"`
+	Queues      []Queue          `json:"queues"`
+	Workers     []Worker         `json:"workers"`
+	DeadLetters []DeadLetter     `json:"dead_letters"`
+	Settings    any              `json:"settings"`
+	CanRequeue  bool             `json:"can_requeue"`
+}
+
+// Dashboard is an http.Handler serving the page and its API.
+type Dashboard struct {
+	src Source
+	cfg Config
+	log *slog.Logger
+	mux http.Handler
+
+	mu           sync.Mutex
+	state        State
+	history      []Point
+	prev         map[string]int64 // the stats of the previous sample
+	prevAt       time.Time
+	lastProgress time.Time // when the pages count last grew (or the start)
+	lastSaved    time.Time
+}
+
+//go:embed static
+var static embed.FS
+
+var page = template.Must(template.ParseFS(static, "static/index.html"))
+
+// New returns a dashboard over src. Call Run to sample the crawl.
+func New(src Source, cfg Config) *Dashboard {
+	if cfg.Every <= 0 {
+		cfg.Every = time.Second
+	}
+	if cfg.StallAfter <= 0 {
+		cfg.StallAfter = 2 * time.Minute
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	d := &Dashboard{src: src, cfg: cfg, log: cfg.Logger}
+	d.state = State{Crawl: cfg.Crawl, Status: "unknown", Stats: map[string]int64{}}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", d.serveIndex)
+	mux.Handle("GET /static/", http.FileServerFS(static))
+	mux.HandleFunc("GET /api/state", d.serveState)
+	mux.HandleFunc("GET /api/history", d.serveHistory)
+	mux.HandleFunc("POST /api/requeue", d.serveRequeue)
+	d.mux = http.NewCrossOriginProtection().Handler(mux)
+	return d
+}
+
+// ServeHTTP serves the page and the API.
+func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if d.cfg.Token != "" && !d.authorized(r) {
+		http.Error(w, "trawl dashboard: a token is required (?token= or Authorization: Bearer)", http.StatusUnauthorized)
+		return
+	}
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("X-Frame-Options", "DENY")
+	d.mux.ServeHTTP(w, r)
+}
+
+func (d *Dashboard) authorized(r *http.Request) bool {
+	got := r.URL.Query().Get("token")
+	if h, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+		got = h
+	}
+	return subtle.ConstantTimeCompare([]byte(got), []byte(d.cfg.Token)) == 1
+}
+
+// Run samples the crawl every Config.Every until ctx ends, loading the
+// saved history first and saving it as it goes.
+func (d *Dashboard) Run(ctx context.Context) {
+	d.load(ctx)
+	t := time.NewTicker(d.cfg.Every)
+	defer t.Stop()
+	for {
+		d.Sample(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Sample reads the crawl once and records it: Run calls it every
+// Config.Every.
+func (d *Dashboard) Sample(ctx context.Context) {
+	now := time.Now()
+	snap, err := d.src.Snapshot(ctx)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err != nil {
+		if ctx.Err() == nil {
+			d.log.Warn("reading the crawl failed", "err", err)
+		}
+		d.state.Error = oneLine(err.Error())
+		return
+	}
+	d.record(now, snap)
+	if hs, ok := d.src.(HistoryStore); ok && now.Sub(d.lastSaved) >= saveEvery {
+		d.lastSaved = now
+		data, err := json.Marshal(downsample(d.history, saveEvery))
+		if err == nil {
+			err = hs.SaveHistory(ctx, data)
+		}
+		if err != nil && ctx.Err() == nil {
+			d.log.Warn("saving the dashboard's history failed", "err", err)
+		}
+	}
+}
+
+// record makes snap, read at now, the state, and adds it to the history.
+func (d *Dashboard) record(now time.Time, snap Snapshot) {
+	st := State{
+		Crawl: d.cfg.Crawl, Time: now.UnixMilli(), Stats: snap.Stats, Queues: snap.Queues,
+		DeadLetters: snap.DeadLetters, Settings: snap.Settings, Totals: totals(snap.Stats),
+	}
+	if st.Stats == nil {
+		st.Stats = map[string]int64{}
+	}
+	_, st.CanRequeue = d.src.(Requeuer)
+	for _, w := range snap.Workers {
+		s := "running"
+		switch {
+		case w.Stopped:
+			s = "stopped"
+		case w.Lost(now):
+			s = "lost"
+		}
+		st.Workers = append(st.Workers, Worker{WorkerStatus: w, State: s})
+	}
+	p := Point{T: now.UnixMilli(), Delayed: -1}
+	for _, q := range snap.Queues {
+		p.Ready += q.Ready
+		p.InFlight += q.InFlight
+		p.Dead += q.Dead
+		if q.Delayed >= 0 {
+			p.Delayed = max(p.Delayed, 0) + q.Delayed
+		}
+	}
+	if d.prev != nil {
+		if dt := now.Sub(d.prevAt).Seconds(); dt > 0 {
+			rate := func(k string) float64 { return max(0, float64(snap.Stats[k]-d.prev[k])/dt) }
+			p.PagesPerSec, p.ItemsPerSec, p.ErrorsPerSec = rate(engine.StatResponses), rate(engine.StatItems), rate(engine.StatErrors)
+		}
+	}
+	if d.prev == nil || snap.Stats[engine.StatResponses] != d.prev[engine.StatResponses] || d.lastProgress.IsZero() {
+		d.lastProgress = now
+	}
+	d.prev, d.prevAt = snap.Stats, now
+	d.history = append(d.history, p)
+	cut := 0
+	for cut < len(d.history) && d.history[cut].T < now.Add(-keep).UnixMilli() {
+		cut++
+	}
+	d.history = d.history[cut:]
+
+	queued := p.Ready + p.InFlight
+	switch idle := now.Sub(d.lastProgress); {
+	case queued > 0 && idle >= d.cfg.StallAfter:
+		st.Status, st.Stalled, st.StalledFor = "stalled", true, idle.Seconds()
+	case queued > 0:
+		st.Status = "running"
+	default:
+		st.Status = "idle"
+	}
+	st.ETASeconds = eta(d.history, now)
+	d.state = st
+}
+
+// etaWindow is how far back the frontier's shrinking is measured.
+const etaWindow = time.Minute
+
+// eta is how long the frontier (ready and in flight) takes to empty at the
+// rate it shrank over the last etaWindow; 0 unless it shrank.
+func eta(h []Point, now time.Time) float64 {
+	if len(h) < 2 {
+		return 0
+	}
+	last := h[len(h)-1]
+	first := last
+	for i := len(h) - 1; i >= 0 && h[i].T >= now.Add(-etaWindow).UnixMilli(); i-- {
+		first = h[i]
+	}
+	dt := float64(last.T-first.T) / 1000
+	shrunk := float64((first.Ready + first.InFlight) - (last.Ready + last.InFlight))
+	if dt <= 0 || shrunk <= 0 || last.Ready+last.InFlight == 0 {
+		return 0
+	}
+	return float64(last.Ready+last.InFlight) / (shrunk / dt)
+}
+
+// totals picks the headline figures out of stats.
+func totals(stats map[string]int64) Totals {
+	t := Totals{
+		Pages: stats[engine.StatResponses], Items: stats[engine.StatItems], Errors: stats[engine.StatErrors],
+		Retries: stats[engine.StatRetries], DeadLetters: stats[engine.StatDeadLetters],
+		ErrorsByKind: map[string]int64{},
+	}
+	for k, v := range stats {
+		if kind, ok := strings.CutPrefix(k, engine.StatErrorKindPrefix); ok {
+			t.ErrorsByKind[kind] = v
+		}
+	}
+	return t
+}
+
+// downsample keeps one point per step of h: the last of each.
+func downsample(h []Point, step time.Duration) []Point {
+	var out []Point
+	ms := step.Milliseconds()
+	for i, p := range h {
+		if i+1 == len(h) || h[i+1].T/ms != p.T/ms {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// load reads the saved history, if any.
+func (d *Dashboard) load(ctx context.Context) {
+	hs, ok := d.src.(HistoryStore)
+	if !ok {
+		return
+	}
+	data, err := hs.LoadHistory(ctx)
+	if err != nil || len(data) == 0 {
+		if err != nil && !errors.Is(err, ErrNoHistory) {
+			d.log.Warn("loading the dashboard's history failed", "err", err)
+		}
+		return
+	}
+	var h []Point
+	if err := json.Unmarshal(data, &h); err != nil {
+		d.log.Warn("the dashboard's saved history is unreadable; starting afresh", "err", err)
+		return
+	}
+	sort.Slice(h, func(i, j int) bool { return h[i].T < h[j].T })
+	d.mu.Lock()
+	d.history = append(h, d.history...)
+	d.mu.Unlock()
+}
+
+// ErrNoHistory is returned by a HistoryStore that holds none yet.
+var ErrNoHistory = errors.New("dashboard: no saved history")
+
+// Current returns the latest state.
+func (d *Dashboard) Current() State {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.state
+}
+
+// History returns the samples after since (Unix milliseconds).
+func (d *Dashboard) History(since int64) []Point {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	i := sort.Search(len(d.history), func(i int) bool { return d.history[i].T > since })
+	return append([]Point{}, d.history[i:]...)
+}
+
+func (d *Dashboard) serveIndex(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Content-Security-Policy", "default-src 'self'; style-src 'self' 'unsafe-inline'")
+	if err := page.Execute(w, struct{ Crawl string }{d.cfg.Crawl}); err != nil {
+		d.log.Debug("serving the page", "err", err)
+	}
+}
+
+func (d *Dashboard) serveState(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, d.Current())
+}
+
+func (d *Dashboard) serveHistory(w http.ResponseWriter, r *http.Request) {
+	var since int64
+	if s := r.URL.Query().Get("since"); s != "" {
+		v, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			http.Error(w, "since: want Unix milliseconds", http.StatusBadRequest)
+			return
+		}
+		since = v
+	}
+	writeJSON(w, d.History(since))
+}
+
+func (d *Dashboard) serveRequeue(w http.ResponseWriter, r *http.Request) {
+	rq, ok := d.src.(Requeuer)
+	if !ok {
+		http.Error(w, "this broker cannot requeue dead letters", http.StatusNotImplemented)
+		return
+	}
+	n, err := rq.Requeue(r.Context())
+	if err != nil {
+		d.log.Warn("requeueing dead letters failed", "requeued", n, "err", err)
+		http.Error(w, fmt.Sprintf("requeued %d dead letters, then: %s", n, oneLine(err.Error())), http.StatusBadGateway)
+		return
+	}
+	d.Sample(r.Context())
+	writeJSON(w, map[string]int{"requeued": n})
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	json.NewEncoder(w).Encode(v)
+}
+
+// oneLine makes an error one line, its URLs' passwords redacted.
+func oneLine(s string) string {
+	return engine.Redact(strings.ReplaceAll(strings.TrimSpace(s), "\n", "; "))
+}

@@ -1,0 +1,196 @@
+package crawl_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/trawlhq/trawl/internal/integration"
+	"github.com/trawlhq/trawl/internal/testsite"
+	"github.com/trawlhq/trawl/internal/trawlbin"
+)
+
+// envScreenshot names a file the browser test saves its screenshot of the
+// dashboard to (docs/dashboard.png is one); the test always saves one in
+// its temporary directory and logs where.
+const envScreenshot = "TRAWL_DASHBOARD_SCREENSHOT"
+
+// chromium returns the path of Debian's chromium. It skips t, saying why,
+// when there is none and the run is -short; otherwise a missing browser
+// fails t: CI (.ci/run) installs it.
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if testing.Short() {
+		t.Skip("chromium is not installed (apt-get install chromium); the dashboard's browser test runs without -short, as in make test")
+	}
+	t.Fatal("chromium is not installed: apt-get install chromium (.ci/run does)")
+	return ""
+}
+
+// browser opens a headless chromium for t.
+func browser(t *testing.T, path string) context.Context {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.WindowSize(1280, 1500))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	t.Cleanup(func() { cancel(); cancelAlloc() })
+	return ctx
+}
+
+// shown evaluates a JavaScript expression on the page.
+func shown[T any](t *testing.T, ctx context.Context, expr string) T {
+	t.Helper()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
+	if err != nil {
+		t.Fatalf("evaluating %s on the page: %v", expr, err)
+	}
+	return v
+}
+
+// number reads a figure the page shows (1,234) in the element of id.
+func number(t *testing.T, ctx context.Context, id string) int64 {
+	t.Helper()
+	s := shown[string](t, ctx, `document.getElementById("`+id+`").textContent`)
+	n, err := strconv.ParseInt(strings.ReplaceAll(s, ",", ""), 10, 64)
+	if err != nil {
+		return -1 // not yet shown
+	}
+	return n
+}
+
+// waitFor polls cond, an observable state, until it holds or timeout passes.
+func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(100 * time.Millisecond) // polling an observable condition
+	}
+}
+
+// TestDashboardInBrowser: two workers crawl on Redis while a headless
+// chromium shows trawl dashboard. The page lists both workers' process
+// ids; its figures change while the crawl runs, without a reload; a dead
+// letter it shows, requeued with its button, is fetched again; and once
+// the crawl is done it shows the item count trawl stats gives.
+func TestDashboardInBrowser(t *testing.T) {
+	t.Parallel()
+	path := chromium(t)
+	site, url := serveSite(t, testsite.Config{Pages: 300, Links: 5, Seed: 25, NoTraps: true, Latency: 50 * time.Millisecond})
+	var healed atomic.Bool
+	var fetchedHealed atomic.Int64
+	flaky := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !healed.Load() {
+			http.Error(w, "down", http.StatusInternalServerError)
+			return
+		}
+		fetchedHealed.Add(1)
+		w.Header().Set("Content-Type", "text/html")
+		w.Write([]byte("<html><body>back</body></html>"))
+	}))
+	defer flaky.Close()
+	deadURL := flaky.URL + "/dead"
+
+	name := integration.Name(t)
+	args := func(more ...string) []string {
+		return redisArgs(t, name, append([]string{"--idle-timeout=0", "--retry-times=0", "--concurrency=4", "--per-host=4"}, more...)...)
+	}
+	mustRun(t, append([]string{"seed"}, args(url, deadURL)...)...)
+	dash := trawlbin.Serve(t, trawlBin, "", append([]string{"dashboard", "--addr", "127.0.0.1:0"}, redisArgs(t, name)...)...)
+
+	ctx := browser(t, path)
+	tctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	if _, err := chromedp.Run(tctx, chromedp.Navigate(dash)); err != nil {
+		t.Fatalf("opening %s: %v", dash, err)
+	}
+	// The page shows the crawl before any worker runs: what it shows
+	// later comes from its own updates.
+	waitFor(t, "the page to show the seeded crawl", time.Minute, func() bool {
+		return shown[string](t, tctx, `document.querySelector('#queues').textContent`) != "" && number(t, tctx, "t-items") == 0
+	})
+	w1 := start(t, append([]string{"worker"}, args()...)...)
+	w2 := start(t, append([]string{"worker"}, args()...)...)
+
+	// Both workers, by process id.
+	for _, w := range []*proc{w1, w2} {
+		pid := strconv.Itoa(w.cmd.Process.Pid)
+		waitFor(t, "the page to list worker "+pid, time.Minute, func() bool {
+			return shown[bool](t, tctx, `!!document.querySelector('#workers tr[data-pid="`+pid+`"]')`)
+		})
+	}
+
+	// The figures move without a reload: the page's own load counter
+	// stays at one navigation.
+	waitFor(t, "the item count to grow on the page", time.Minute, func() bool { return number(t, tctx, "t-items") > 0 })
+	if n := shown[float64](t, tctx, `performance.getEntriesByType("navigation").length`); n != 1 {
+		t.Errorf("the page was loaded %v times, want 1", n)
+	}
+
+	// The dead letter, requeued from the page, is fetched.
+	waitFor(t, "the page to show the dead letter of "+deadURL, time.Minute, func() bool {
+		return shown[bool](t, tctx, `[...document.querySelectorAll('#deadletters td')].some(td => td.textContent === "`+deadURL+`")`)
+	})
+	healed.Store(true)
+	if _, err := chromedp.Run(tctx, chromedp.Click("#requeue")); err != nil {
+		t.Fatalf("clicking Requeue all: %v", err)
+	}
+	waitFor(t, "the requeued dead letter to be fetched", time.Minute, func() bool { return fetchedHealed.Load() > 0 })
+
+	// Done: nothing queued, every item counted in the shared stats.
+	var stats map[string]int64
+	waitFor(t, "the crawl to finish and its stats to hold every item", 2*time.Minute, func() bool {
+		code, out, stderr := runOut(t, append([]string{"stats", "--json"}, redisArgs(t, name)...)...)
+		if code != 0 {
+			t.Fatalf("stats: exit %d: %s", code, stderr)
+		}
+		if err := json.Unmarshal([]byte(out), &stats); err != nil {
+			t.Fatalf("stats --json: %v: %s", err, out)
+		}
+		q := "{" + name + "}:requests"
+		written := int64(len(w1.items(t)) + len(w2.items(t)))
+		return stats[q+"/ready"] == 0 && stats[q+"/in_flight"] == 0 && stats["item_scraped_count"] == written
+	})
+	want := stats["item_scraped_count"]
+	waitFor(t, "the page to show trawl stats' item count "+strconv.FormatInt(want, 10), 30*time.Second, func() bool {
+		return number(t, tctx, "t-items") == want
+	})
+	if got := number(t, tctx, "t-pages"); got != stats["downloader/response_count"] {
+		t.Errorf("the page shows %d pages, trawl stats %d", got, stats["downloader/response_count"])
+	}
+	if err := site.Verify(); err != nil {
+		t.Errorf("the site says the crawl was wrong: %v", err)
+	}
+
+	png, err := chromedp.Run(tctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	out := filepath.Join(t.TempDir(), "dashboard.png")
+	if p := os.Getenv(envScreenshot); p != "" {
+		out = p
+	}
+	if err := os.WriteFile(out, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot of the dashboard: %s", out)
+}
