@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -34,7 +35,58 @@ func (o *options) openShared(ctx context.Context, what string) (*backends, error
 		b.Close()
 		return nil, usageError("%s needs a shared broker (--broker=redis, rabbitmq or nats); the in-memory broker lives only inside one crawl", what)
 	}
+	if what != "seed" {
+		if err := o.checkCrawl(ctx, b, what); err != nil {
+			b.Close()
+			return nil, err
+		}
+	}
 	return b, nil
+}
+
+// errNoCrawl is the error of a command given a crawl that does not exist
+// (a typo in --name): it would look like an empty one.
+var errNoCrawl = errors.New("no crawl")
+
+// checkCrawl returns an error wrapping errNoCrawl unless the crawl exists
+// on the shared broker: its settings are stored (every seed and worker
+// stores them), or something of it is there (start URLs pushed by hand,
+// counters, queued or dead messages). RabbitMQ without Redis keeps no
+// settings: there a crawl with empty queues cannot be told from none, and
+// every crawl is taken to exist.
+func (o *options) checkCrawl(ctx context.Context, b *backends, what string) error {
+	m := b.metadata()
+	if m == nil {
+		return nil
+	}
+	if ok, err := engine.HasSettings(ctx, m, o.name); err != nil || ok {
+		return err
+	}
+	if b.stats != nil {
+		s, err := b.stats.Load(ctx)
+		if err != nil {
+			return err
+		}
+		for _, v := range s {
+			if v != 0 {
+				return nil
+			}
+		}
+	}
+	if b.starts != nil {
+		if n, err := b.starts.PendingStarts(ctx); err != nil || n > 0 {
+			return err
+		}
+	}
+	if c, ok := b.broker.(broker.Counter); ok {
+		for _, q := range []string{engine.RequestsQueue(o.name), engine.StartQueue(o.name), engine.ItemsQueue(o.name)} {
+			n, err := c.Counts(ctx, q)
+			if err != nil || n.Ready+n.InFlight+n.Dead > 0 {
+				return err
+			}
+		}
+	}
+	return fmt.Errorf("%s: %w %s on %s (check --name; a crawl exists once seeded)", what, errNoCrawl, o.name, o.broker)
 }
 
 func newSeedCmd(o *options) *cobra.Command {

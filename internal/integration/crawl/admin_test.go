@@ -69,3 +69,26 @@ func TestRedisWorkerSIGTERM(t *testing.T) {
 		t.Errorf("items: %d distinct (want %d), %d duplicates (want 0)", distinct, site.Expected(), dups)
 	}
 }
+
+// TestRedisUnknownCrawl (issue 27.3): stats, items, deadletter and purge
+// of a crawl that does not exist on Redis (a typo in --name) exit 1
+// saying so, as the embedded mode does, instead of showing an empty
+// crawl; a crawl seeded, or fed by hand, exists.
+func TestRedisUnknownCrawl(t *testing.T) {
+	t.Parallel()
+	name := integration.Name(t)
+	for _, cmd := range [][]string{{"stats"}, {"items"}, {"deadletter", "list"}, {"purge"}} {
+		code, out, stderr := runOut(t, append(cmd, redisArgs(t, name)...)...)
+		if want := "no crawl " + name + " on redis"; code != 1 || !strings.Contains(stderr, want) {
+			t.Errorf("%v of an unknown crawl: exit %d, want 1 and %q; stdout %q, stderr:\n%s", cmd, code, want, out, stderr)
+		}
+	}
+	mustRun(t, append([]string{"seed"}, redisArgs(t, name, "http://127.0.0.1:1/")...)...)
+	mustRun(t, append([]string{"stats"}, redisArgs(t, name)...)...)
+
+	byHand := integration.Name(t) + "-byhand"
+	if err := integration.RedisClient(t).RPush(t.Context(), "{"+byHand+"}:start_urls", "http://127.0.0.1:1/").Err(); err != nil {
+		t.Fatal(err)
+	}
+	mustRun(t, append([]string{"stats"}, redisArgs(t, byHand)...)...)
+}
