@@ -16,7 +16,7 @@ type Summary struct {
 	Items           int64            // items written (StatItems)
 	Errors          int64            // pages lost to errors (StatErrors)
 	ErrorKinds      map[string]int64 // Errors by kind (StatErrorKindPrefix)
-	DeadLetters     int64            // StatDeadLetters
+	DeadLetters     int64            // StatDeadLetters: this worker's; trawl shows the crawl's, as its broker counts them
 	Filtered        int64            // duplicates filtered (StatFiltered)
 	RobotsForbidden int64            // StatRobotsForbidden
 	StartURLs       int64            // start URLs taken (StatStartURLs)

@@ -455,6 +455,30 @@ func (s *StartURLs) PendingStarts(ctx context.Context) (int64, error) {
 	return waiting.Val() + leased.Val(), nil
 }
 
+// Counts counts the start URLs as a broker.Counter counts a queue: Ready
+// the waiting payloads, InFlight the leased batches, Dead the rejected
+// payloads kept with their reason.
+func (s *StartURLs) Counts(ctx context.Context, queue string) (broker.Counts, error) {
+	if queue != s.queue {
+		return broker.Counts{}, fmt.Errorf("redis start urls: count %q: these are the start URLs of %q", queue, s.queue)
+	}
+	var waiting, leased, dead *goredis.IntCmd
+	_, err := s.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		if s.set {
+			waiting = p.SCard(ctx, s.key)
+		} else {
+			waiting = p.LLen(ctx, s.key)
+		}
+		leased = p.ZCard(ctx, s.taken)
+		dead = p.LLen(ctx, s.dead)
+		return nil
+	})
+	if err != nil {
+		return broker.Counts{}, s.wrongType(ctx, fmt.Errorf("redis start urls: count %q: %w", s.key, err))
+	}
+	return broker.Counts{Ready: waiting.Val(), InFlight: leased.Val(), Dead: dead.Val()}, nil
+}
+
 // Purge deletes the start URLs, the leased batches and the rejected ones.
 func (s *StartURLs) Purge(ctx context.Context) error {
 	if err := s.client.Del(ctx, s.key, s.dead, s.taken, s.leased).Err(); err != nil {

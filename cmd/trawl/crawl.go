@@ -131,8 +131,13 @@ func (o *options) crawl(ctx context.Context, args []string, seed bool, adopt []s
 	if err := sink.Close(); err != nil && runErr == nil {
 		runErr = err
 	}
-	// One summary line, from this worker's counters (the shared stats got them too).
+	// One summary line, from this worker's counters (the shared stats got
+	// them too), but for the dead letters: the crawl's, as its broker
+	// counts them.
 	sum := engine.Summarize(cfg.Stats.Snapshot(), time.Since(start))
+	if n, ok := o.deadLetters(ctx, b); ok {
+		sum.DeadLetters = n
+	}
 	what := "crawl"
 	if !seed {
 		what = "worker"
@@ -161,6 +166,38 @@ func (o *options) crawl(ctx context.Context, args []string, seed bool, adopt []s
 		fmt.Fprintf(o.stderr, "trawl: no item: %s\n", why)
 	}
 	return nil
+}
+
+// deadLetters counts the crawl's dead letters where they are kept: the
+// broker's dead-letter queues of its requests and start URLs, and those
+// of start URLs kept outside the broker (Redis's {NAME}:start_urls). This
+// worker's own counter misses those the broker made (a message past its
+// last delivery), other workers', and rejected start URLs. ok is false
+// when the broker cannot count, or counting failed.
+func (o *options) deadLetters(ctx context.Context, b *backends) (n int64, ok bool) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	c, ok := b.broker.(broker.Counter)
+	if !ok {
+		return 0, false
+	}
+	for _, q := range []string{engine.RequestsQueue(o.name), engine.StartQueue(o.name)} {
+		c := c
+		if q == engine.StartQueue(o.name) && b.starts != nil {
+			sc, ok := b.starts.(broker.Counter)
+			if !ok {
+				return 0, false
+			}
+			c = sc
+		}
+		counts, err := c.Counts(ctx, q)
+		if err != nil {
+			o.log.Debug("counting the dead letters failed", "queue", q, "err", err)
+			return 0, false
+		}
+		n += counts.Dead
+	}
+	return n, true
 }
 
 // errNoItems is the error of a crawl that wrote no item (exit 1, unless

@@ -71,7 +71,8 @@ func TestRedisResume(t *testing.T) {
 }
 
 // TestRedisBadInput: garbage pushed by hand into the start URLs is
-// rejected with a log line and the crawl goes on; an unreachable Redis and
+// rejected with a log line, counted in the summary's dead letters, and
+// the crawl goes on; an unreachable Redis and
 // a wrong password each give one clear line.
 func TestRedisBadInput(t *testing.T) {
 	t.Parallel()
@@ -90,6 +91,11 @@ func TestRedisBadInput(t *testing.T) {
 	}
 	if n := strings.Count(w.stderr.String(), "start url rejected"); n != 2 {
 		t.Errorf("%d rejections logged, want 2:\n%s", n, w.stderr.String())
+	}
+	// The summary counts the crawl's dead letters where they are kept
+	// (issue 27.9: it said "0 dead letters", counting only the worker's).
+	if !strings.Contains(w.stderr.String(), ", 2 dead letters,") {
+		t.Errorf("the summary does not count the 2 rejected start URLs as dead letters:\n%s", w.stderr.String())
 	}
 
 	code, stderr := run(t, "stats", "--broker=redis", "--redis-url=redis://127.0.0.1:1/0")
