@@ -351,19 +351,6 @@ func JoinSettings(ctx context.Context, m broker.Metadata, crawl string, own Sett
 	return Settings{}, fmt.Errorf("crawl %q: settings keep changing under this worker", crawl)
 }
 
-// HasSettings tells whether crawl has settings stored in m: whether it
-// was ever seeded or joined (and not purged since).
-func HasSettings(ctx context.Context, m broker.Metadata, crawl string) (bool, error) {
-	_, err := m.GetMeta(ctx, crawl, settingsKey)
-	switch {
-	case err == nil:
-		return true, nil
-	case errors.Is(err, broker.ErrNotFound):
-		return false, nil
-	}
-	return false, fmt.Errorf("crawl %q: read settings: %w", crawl, err)
-}
-
 // PurgeSettings deletes the settings (and any other metadata) of crawl.
 func PurgeSettings(ctx context.Context, m broker.Metadata, crawl string) error {
 	if err := m.PurgeMeta(ctx, crawl); err != nil {

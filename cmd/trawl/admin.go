@@ -59,8 +59,11 @@ func (o *options) checkCrawl(ctx context.Context, b *backends, what string) erro
 	if m == nil {
 		return nil
 	}
-	if ok, err := engine.HasSettings(ctx, m, o.name); err != nil || ok {
-		return err
+	switch _, err := engine.StoredSettings(ctx, m, o.name); {
+	case err == nil:
+		return nil
+	case !errors.Is(err, broker.ErrNotFound):
+		return fmt.Errorf("crawl %q: read settings: %w", o.name, err)
 	}
 	if b.stats != nil {
 		s, err := b.stats.Load(ctx)
