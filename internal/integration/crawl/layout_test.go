@@ -1,11 +1,18 @@
 package crawl_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/trawlhq/trawl/internal/integration"
 	"github.com/trawlhq/trawl/internal/redislayout"
@@ -124,4 +131,232 @@ func TestRedisStartsWrongType(t *testing.T) {
 	if code := w.wait(t, 2*time.Minute); code != 0 {
 		t.Fatalf("worker --start-urls-set: exit %d:\n%s", code, w.stderr.String())
 	}
+}
+
+// TestRedisLayout (issue 22) runs every command and output mode that
+// touches Redis against a server of its own that reports every write
+// (keyspace notifications), and checks that each key written is in the
+// crawl's layout (redislayout.Keys) and is only ever written as one of its
+// entry's types, and one type for its life.
+func TestRedisLayout(t *testing.T) {
+	t.Parallel()
+	srv := integration.RedisContainer(t)
+	opt, err := goredis.ParseURL(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := goredis.NewClient(opt)
+	t.Cleanup(func() { client.Close() })
+	checkLayout(t, []goredis.UniversalClient{client}, client, func(name string, more ...string) []string {
+		return flags([]string{"--broker=redis", "--redis-url", srv.URL, "--name", name,
+			"--allow-private", "--idle-timeout=2s", "--concurrency=8"}, more...)
+	})
+}
+
+// TestRedisClusterLayout is TestRedisLayout on a Redis Cluster of three
+// primaries with a replica each (make test-cluster): every node reports
+// the writes it takes.
+func TestRedisClusterLayout(t *testing.T) {
+	c := integration.StartRedisFailoverCluster(t)
+	var nodes []goredis.UniversalClient
+	for _, a := range c.Addrs {
+		n := goredis.NewClient(&goredis.Options{Addr: a})
+		t.Cleanup(func() { n.Close() })
+		nodes = append(nodes, n)
+	}
+	checkLayout(t, nodes, c.Client(t), func(name string, more ...string) []string {
+		return flags([]string{"--broker=redis", "--redis-url", c.URL(), "--name", name,
+			"--allow-private", "--idle-timeout=3s", "--concurrency=8"}, more...)
+	})
+}
+
+// eventTypes maps a keyspace event to the type of the key it wrote; ""
+// for the events of any type (deleting, expiring).
+var eventTypes = map[string]string{
+	"set": "string", "setrange": "string", "incrby": "string", "incrbyfloat": "string", "append": "string", "setbit": "string",
+	"lpush": "list", "rpush": "list", "lpop": "list", "rpop": "list", "linsert": "list", "lset": "list", "ltrim": "list", "lrem": "list", "lmove": "list",
+	"sadd": "set", "srem": "set", "spop": "set", "smove": "set",
+	"zadd": "zset", "zincr": "zset", "zrem": "zset", "zremrangebyscore": "zset", "zremrangebyrank": "zset", "zpopmin": "zset", "zpopmax": "zset",
+	"hset": "hash", "hdel": "hash", "hincrby": "hash", "hincrbyfloat": "hash",
+	"del": "", "expire": "", "expired": "", "persist": "", "evicted": "", "new": "",
+}
+
+// keyWatch records the keys written on a set of Redis nodes, by type.
+type keyWatch struct {
+	mu     sync.Mutex
+	types  map[string]map[string]bool // key -> types it was written as
+	events map[string][]string        // key -> a few of its events, for messages
+	odd    []string                   // events of no known type
+	marks  map[string]bool            // sync keys seen
+	cond   *sync.Cond
+}
+
+// watchKeys turns on keyspace events on every node and records them until
+// t ends.
+func watchKeys(t *testing.T, nodes []goredis.UniversalClient) *keyWatch {
+	w := &keyWatch{types: map[string]map[string]bool{}, events: map[string][]string{}, marks: map[string]bool{}}
+	w.cond = sync.NewCond(&w.mu)
+	ctx := t.Context()
+	var wg sync.WaitGroup
+	t.Cleanup(wg.Wait) // after the Close calls below (cleanups run last first)
+	for _, n := range nodes {
+		if err := n.ConfigSet(ctx, "notify-keyspace-events", "EA").Err(); err != nil {
+			t.Fatal(err)
+		}
+		ps := n.PSubscribe(ctx, "__keyevent@*__:*")
+		if _, err := ps.Receive(ctx); err != nil { // subscribed
+			t.Fatal(err)
+		}
+		ch := ps.Channel()
+		wg.Go(func() {
+			for m := range ch {
+				w.record(m.Channel[strings.LastIndexByte(m.Channel, ':')+1:], m.Payload)
+			}
+		})
+		t.Cleanup(func() { ps.Close() })
+	}
+	return w
+}
+
+func (w *keyWatch) record(event, key string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if strings.HasPrefix(key, "layout-test-sync:") {
+		w.marks[key] = true
+		w.cond.Broadcast()
+		return
+	}
+	typ, ok := eventTypes[event]
+	if !ok {
+		w.odd = append(w.odd, event+" "+key)
+		return
+	}
+	if len(w.events[key]) < 8 {
+		w.events[key] = append(w.events[key], event)
+	}
+	if typ == "" {
+		return
+	}
+	if w.types[key] == nil {
+		w.types[key] = map[string]bool{}
+	}
+	w.types[key][typ] = true
+}
+
+// sync returns once every event sent before now by the node of each
+// crawl's slot has been recorded: it writes a mark in each crawl's slot
+// and waits for it to come back (the events of one node come in order).
+func (w *keyWatch) sync(t *testing.T, client goredis.UniversalClient, crawls []string, i int) {
+	var want []string
+	for _, c := range crawls {
+		k := fmt.Sprintf("layout-test-sync:{%s}:%d", c, i)
+		if err := client.Set(t.Context(), k, "1", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, k)
+	}
+	timeout := time.AfterFunc(time.Minute, func() { w.mu.Lock(); w.cond.Broadcast(); w.mu.Unlock() })
+	defer timeout.Stop()
+	start := time.Now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, k := range want {
+		for !w.marks[k] {
+			if time.Since(start) >= time.Minute {
+				t.Fatalf("the keyspace event of %s did not come within a minute", k)
+			}
+			w.cond.Wait()
+		}
+	}
+}
+
+// checkLayout runs every command and output mode of trawl that touches
+// Redis, on three crawls of different settings, and checks the keys
+// written (see TestRedisLayout).
+func checkLayout(t *testing.T, nodes []goredis.UniversalClient, client goredis.UniversalClient, args func(string, ...string) []string) {
+	ctx := t.Context()
+	w := watchKeys(t, nodes)
+	_, url := serveSite(t, testsite.Config{Pages: 30, Links: 3, Seed: 25, Latency: time.Millisecond}) // with flaky pages: retries
+	suffix := integration.Name(t)
+	a, b, c := "a-"+suffix, "b-"+suffix, "c-"+suffix
+	dir := t.TempDir()
+	steps := []struct {
+		args []string
+		by   func() error // instead of args: a write by hand, as an operator would
+		code int
+	}{
+		// a: the defaults, garbage in the start URLs and the frontier.
+		{args: append([]string{"seed"}, args(a, url)...)},
+		{by: func() error { return client.RPush(ctx, redislayout.StartKeys(a).List, "not a url").Err() }},
+		{by: func() error { return client.ZAdd(ctx, redislayout.QueueKeys(a+":requests").Ready, goredis.Z{Member: "garbage"}).Err() }},
+		{args: append([]string{"worker"}, args(a, "--out", "redis", "--autothrottle")...)},
+		{args: append([]string{"stats"}, args(a)...)},
+		{args: append([]string{"stats", "--json"}, args(a)...)},
+		{args: append([]string{"items", "--max", "1"}, args(a)...)},
+		{args: append([]string{"items"}, args(a)...)},
+		{args: append([]string{"deadletter", "list"}, args(a)...)},
+		{args: append([]string{"deadletter", "requeue"}, args(a)...)},
+		// Only the requeued garbage: no page could be fetched, exit 1.
+		{args: append([]string{"worker"}, args(a, "--out", "queue", "--per-host", "2", "--delay", "1ms")...), code: 1},
+		{args: append([]string{"purge"}, args(a)...)},
+		// b: a set of start URLs, the Bloom filter, FIFO, items to a file.
+		{args: append([]string{"crawl"}, args(b, url, "--start-urls-set", "--dedup", "bloom", "--order", "fifo", "--out", filepath.Join(dir, "b.jsonl"))...)},
+		{args: append([]string{"seed"}, args(b, url+"page/1", "--start-urls-set", "--dedup", "bloom", "--order", "fifo")...)},
+		{args: append([]string{"worker"}, args(b, "--start-urls-set", "--dedup", "bloom", "--order", "fifo", "--out", filepath.Join(dir, "b.csv"))...)},
+		{args: append([]string{"stats"}, args(b, "--start-urls-set", "--dedup", "bloom", "--order", "fifo")...)},
+		{args: append([]string{"deadletter", "list"}, args(b, "--start-urls-set", "--dedup", "bloom", "--order", "fifo")...)},
+		{args: append([]string{"items"}, args(b, "--start-urls-set", "--dedup", "bloom", "--order", "fifo")...)},
+		// c: LIFO, items to stdout, --flush; left in place.
+		{args: append([]string{"crawl"}, args(c, url, "--order", "lifo", "--out", "-")...)},
+		{args: append([]string{"crawl"}, args(c, url, "--order", "lifo", "--out", "-", "--flush")...)},
+	}
+	for i, s := range steps {
+		if s.by != nil {
+			if err := s.by(); err != nil {
+				t.Fatalf("step %d: %v", i, err)
+			}
+		} else {
+			code, _, stderr := runOut(t, s.args...)
+			if code != s.code { // the keys written are checked all the same
+				t.Errorf("step %d, trawl %s: exit %d, want %d:\n%s", i, strings.Join(s.args, " "), code, s.code, stderr)
+			}
+		}
+		w.sync(t, client, []string{a, b, c}, i)
+	}
+
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.odd) > 0 {
+		t.Errorf("events this test does not know the type of: %q", w.odd)
+	}
+	parts := map[string]bool{}
+	for key, types := range w.types {
+		var crawl string
+		for _, n := range []string{a, b, c} {
+			if strings.HasPrefix(key, "{"+n+"}:") {
+				crawl = n
+			}
+		}
+		entry, ok := redislayout.Match(crawl, key)
+		if crawl == "" || !ok {
+			t.Errorf("%s (written %v) is not in the layout of crawl %s", key, w.events[key], cmp.Or(crawl, "a, b or c"))
+			continue
+		}
+		parts[entry.Part] = true
+		if len(types) != 1 {
+			t.Errorf("%s was written as %d types: %v (%v)", key, len(types), types, w.events[key])
+		}
+		for typ := range types {
+			if !slices.Contains(entry.Types, typ) {
+				t.Errorf("%s was written as a %s; its layout entry %q says %v", key, typ, entry.Part, entry.Types)
+			}
+		}
+	}
+	// The test covers the layout: every entry was written.
+	for _, k := range redislayout.Keys {
+		if !parts[k.Part] {
+			t.Errorf("no key of layout entry %q was written: this test does not cover it", k.Part)
+		}
+	}
+	t.Logf("%d keys written, of %d layout entries", len(w.types), len(parts))
 }
