@@ -288,7 +288,9 @@ func checkLayout(t *testing.T, nodes []goredis.UniversalClient, client goredis.U
 		// a: the defaults, garbage in the start URLs and the frontier.
 		{args: append([]string{"seed"}, args(a, url)...)},
 		{by: func() error { return client.RPush(ctx, redislayout.StartKeys(a).List, "not a url").Err() }},
-		{by: func() error { return client.ZAdd(ctx, redislayout.QueueKeys(a+":requests").Ready, goredis.Z{Member: "garbage"}).Err() }},
+		{by: func() error {
+			return client.ZAdd(ctx, redislayout.QueueKeys(a+":requests").Ready, goredis.Z{Member: "garbage"}).Err()
+		}},
 		{args: append([]string{"worker"}, args(a, "--out", "redis", "--autothrottle")...)},
 		{args: append([]string{"stats"}, args(a)...)},
 		{args: append([]string{"stats", "--json"}, args(a)...)},
