@@ -266,3 +266,16 @@ type Presence interface {
 	// Live counts the workers of crawl whose announcement has not expired.
 	Live(ctx context.Context, crawl string) (int, error)
 }
+
+// Incarnations is implemented by stores whose server can restart with less
+// than it had: a Redis server without persistence restarts empty, one that
+// persists by snapshots rolls back to its last one. Incarnation returns an
+// identifier of the server's current run (Redis: the run_id of INFO server),
+// which changes whenever the server restarted, or "" when the store cannot
+// tell (a Redis Cluster). The engine compares it before it relies on what it
+// remembers of the crawl's shared state (see engine.ErrStateLost). It is
+// cheap enough to call before every acknowledgement: it asks the server only
+// when a connection was opened since it last asked, as a restart forces.
+type Incarnations interface {
+	Incarnation(ctx context.Context) (string, error)
+}

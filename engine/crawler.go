@@ -111,7 +111,7 @@ type Crawler struct {
 	extractLinks func(base *url.URL, body []byte) (title string, links []*url.URL, urls []string)
 	limiter      HostLimiter
 	scope        *scope
-	seen         *seenLinks // links offered to the filter already
+	seen         atomic.Pointer[seenLinks] // links offered to the filter already; replaced when the crawl's state rolled back (see state.go)
 	stats        *Stats
 	log          *slog.Logger
 	extract      []*Extraction
@@ -134,6 +134,8 @@ type Crawler struct {
 	// outside Run: pages are then written and acknowledged one by one.
 	settling *settlement
 
+	state stateWatch // the crawl's mark (see state.go)
+
 	joinMu sync.Mutex // guards joined
 	joined bool       // the crawl's settings were adopted (joinCrawl)
 	// trustGrew is when refreshTrust last trusted a host the crawl came
@@ -154,7 +156,8 @@ func New(b broker.Broker, f dedup.Filter, cfg Config) (*Crawler, error) {
 	if b == nil || f == nil {
 		return nil, errors.New("engine: a broker and a filter are required")
 	}
-	c := &Crawler{broker: b, filter: f, stats: cc.Stats, log: cc.Logger, extractLinks: linkscan.ExtractStrings, seen: newSeenLinks()}
+	c := &Crawler{broker: b, filter: f, stats: cc.Stats, log: cc.Logger, extractLinks: linkscan.ExtractStrings}
+	c.seen.Store(newSeenLinks())
 	if c.stats == nil {
 		c.stats = NewStats()
 	}
@@ -206,6 +209,11 @@ func (c *Crawler) Seed(ctx context.Context, starts ...StartURL) error {
 	if err := c.joinCrawl(ctx); err != nil {
 		return err
 	}
+	if err := c.markCrawl(ctx, false); errors.Is(err, ErrStateLost) {
+		return err
+	} else if err != nil {
+		c.log.Warn("cannot read or write the crawl's mark: a loss of the crawl's state may go unnoticed", "err", err)
+	}
 	if c.cfg.Starts != nil {
 		return seedSource(ctx, c.cfg.Starts, starts...)
 	}
@@ -235,6 +243,12 @@ func (c *Crawler) Run(ctx context.Context) error {
 	if err := c.joinCrawl(ctx); err != nil {
 		c.fetcher.Close()
 		return err
+	}
+	if err := c.markCrawl(ctx, true); errors.Is(err, ErrStateLost) {
+		c.fetcher.Close()
+		return err
+	} else if err != nil {
+		c.log.Warn("cannot read or write the crawl's mark: a loss of the crawl's state may go unnoticed", "err", err)
 	}
 	defer c.fetcher.Close()
 	if c.cfg.SharedStats != nil {
@@ -304,6 +318,10 @@ func (c *Crawler) Run(ctx context.Context) error {
 	}
 	return err
 }
+
+// stateEvery is how many pollIntervals apart the feeder looks at whether
+// a store's server restarted (see checkState).
+const stateEvery = 5
 
 // errCrawlDone ends the receiver when the feeder found the crawl done.
 var errCrawlDone = errors.New("crawl done")
@@ -469,6 +487,9 @@ func (c *Crawler) ended(ctx, run context.Context) error {
 	if ctx.Err() == nil && errors.Is(context.Cause(run), errCrawlDone) {
 		return nil
 	}
+	if err := c.stateLost(); err != nil {
+		return err
+	}
 	return ctx.Err()
 }
 
@@ -547,6 +568,7 @@ func (c *Crawler) feed(ctx context.Context, startsLeft bool, hungry <-chan struc
 	}
 	tick := time.NewTicker(pollInterval)
 	defer tick.Stop()
+	var ticks int
 	for {
 		select {
 		case <-ctx.Done():
@@ -557,6 +579,12 @@ func (c *Crawler) feed(ctx context.Context, startsLeft bool, hungry <-chan struc
 			}
 			continue
 		case <-tick.C:
+		}
+		// Every stateEvery, a look at whether a store's server
+		// restarted: a crawl whose state was lost stops at once.
+		if ticks++; ticks%stateEvery == 0 && c.checkState(ctx) != nil || c.stateLost() != nil {
+			finish(c.stateLost())
+			return
 		}
 		if c.inflight.Load() > 0 {
 			idleSince = time.Time{}
@@ -576,6 +604,11 @@ func (c *Crawler) feed(ctx context.Context, startsLeft bool, hungry <-chan struc
 		if idleSince.IsZero() {
 			idleSince = time.Now()
 		} else if time.Since(idleSince) >= c.cfg.IdleTimeout {
+			// An empty frontier is done only if it is the crawl's.
+			if err := c.verifyState(ctx); err != nil {
+				finish(err)
+				return
+			}
 			c.log.Info("crawl idle; done", "idle", c.cfg.IdleTimeout)
 			finish(errCrawlDone)
 			return
@@ -1281,6 +1314,7 @@ func (c *Crawler) enqueueAll(ctx context.Context, pages []links) error {
 		claims  []dedup.Fingerprint       // the links' fingerprints
 		markOf  = make([]int, len(pages)) // index in marks; -1: none
 		recheck = make([]bool, len(pages))
+		seen    = c.seen.Load() // one table for the batch: a rollback replaces it (see state.go)
 	)
 	for i, p := range pages {
 		start := p.parent == nil
@@ -1353,9 +1387,9 @@ func (c *Crawler) enqueueAll(ctx context.Context, pages []links) error {
 		if l.fp == notFiltered {
 			continue
 		}
-		if k, ok := c.seen.seenKey(l.r); ok {
+		if k, ok := seen.seenKey(l.r); ok {
 			l.seen = k
-			if !recheck[l.page] && c.seen.has(k) {
+			if !recheck[l.page] && seen.has(k) {
 				l.fp = seenBefore
 				continue
 			}
@@ -1368,7 +1402,7 @@ func (c *Crawler) enqueueAll(ctx context.Context, pages []links) error {
 	remember := func() {
 		for _, l := range keep {
 			if l.seen != 0 && l.fp >= 0 {
-				c.seen.add(l.seen)
+				seen.add(l.seen)
 			}
 		}
 	}

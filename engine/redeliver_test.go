@@ -216,12 +216,14 @@ func TestRedeliveryWithoutChecker(t *testing.T) {
 type partialFilter struct {
 	*local.Filter
 	mu     sync.Mutex
+	marked bool // the crawl's mark was added (see engine.ErrStateLost): its Add is let through
 	failed bool
 }
 
 func (f *partialFilter) Add(ctx context.Context, fps ...dedup.Fingerprint) ([]bool, error) {
 	f.mu.Lock()
-	fail := !f.failed && len(fps) > 1
+	fail := f.marked && !f.failed && len(fps) > 1
+	f.marked = true
 	f.failed = f.failed || fail
 	f.mu.Unlock()
 	if fail {
@@ -278,17 +280,22 @@ func TestRedeliveryTrustsExpandedLinks(t *testing.T) {
 	}
 }
 
-// oomFilter refuses its first n Adds, as a Redis server out of memory does.
+// oomFilter refuses its first n Adds after the crawl's mark (see
+// engine.ErrStateLost), as a Redis server out of memory does.
 type oomFilter struct {
 	*local.Filter
-	mu   sync.Mutex
-	left int
+	mu     sync.Mutex
+	marked bool
+	left   int
 }
 
 func (f *oomFilter) Add(ctx context.Context, fps ...dedup.Fingerprint) ([]bool, error) {
 	f.mu.Lock()
-	fail := f.left > 0
-	f.left--
+	fail := f.marked && f.left > 0
+	if fail {
+		f.left--
+	}
+	f.marked = true
 	f.mu.Unlock()
 	if fail {
 		return nil, errors.New("OOM command not allowed when used memory > 'maxmemory'")

@@ -247,7 +247,7 @@ func (f *failingFilter) Add(ctx context.Context, fps ...dedup.Fingerprint) ([]bo
 func TestWriteFailuresStopRunWithoutAck(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		mb, lf := newBackends(t, memory.Config{MaxDeliveries: 100})
-		f := &failingFilter{Filter: lf, ok: 1} // the start URL gets through
+		f := &failingFilter{Filter: lf, ok: 2} // the crawl's mark (see state.go) and the start URL get through
 		pn := newPipeNet()
 		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "text/html")

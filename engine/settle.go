@@ -347,6 +347,7 @@ func (c *Crawler) write(ctx context.Context, ps []pageWrite) error {
 		}
 		items = append(items, p.w.items...)
 	}
+	gen := c.stateGen(ctx) // before the links are looked up in c.seen
 	err := c.enqueueAll(ctx, pages)
 	if err == nil && len(items) > 0 && c.cfg.Sink != nil {
 		if err = c.cfg.Sink.Write(ctx, items); err != nil {
@@ -364,7 +365,7 @@ func (c *Crawler) write(ctx context.Context, ps []pageWrite) error {
 	}
 	c.stats.Add(StatItems, int64(len(items)))
 	for _, p := range ps {
-		c.ackHeld(ctx, p.d)
+		c.ackHeld(ctx, p.d, gen)
 	}
 	return nil
 }
@@ -386,12 +387,13 @@ func (c *Crawler) nackAll(ctx context.Context, ps []pageWrite, err error) {
 type toAck struct {
 	d    broker.Delivery
 	held bool
+	gen  uint64 // the state's generation it was written under; 0: none
 }
 
 // ackHeld acknowledges d, held by submit, as ack does, and releases it
 // once acknowledged: its lease is extended until then.
-func (c *Crawler) ackHeld(ctx context.Context, d broker.Delivery) {
-	if s := c.settling; s != nil && s.acks.add(toAck{d: d, held: true}) {
+func (c *Crawler) ackHeld(ctx context.Context, d broker.Delivery, gen uint64) {
+	if s := c.settling; s != nil && s.acks.add(toAck{d: d, held: true, gen: gen}) {
 		return
 	}
 	c.ackAll(ctx, []broker.Delivery{d})
@@ -400,11 +402,20 @@ func (c *Crawler) ackHeld(ctx context.Context, d broker.Delivery) {
 
 // ackAcks acknowledges a batch of the acker, then releases those held.
 func (c *Crawler) ackAcks(ctx context.Context, as []toAck) {
-	ds := make([]broker.Delivery, len(as))
-	for i, a := range as {
-		ds[i] = a.d
+	ds := make([]broker.Delivery, 0, len(as))
+	gen := c.stateGen(ctx)
+	for _, a := range as {
+		if a.gen != 0 && a.gen != gen {
+			// Written before a server's restart (see state.go): it may
+			// have been rolled back, so the page is processed again.
+			c.settle(ctx, a.d, nack(0))
+			continue
+		}
+		ds = append(ds, a.d)
 	}
-	c.ackAll(ctx, ds)
+	if len(ds) > 0 {
+		c.ackAll(ctx, ds)
+	}
 	for _, a := range as {
 		if a.held {
 			c.release(a.d)

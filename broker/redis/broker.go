@@ -16,17 +16,19 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/trawlhq/trawl/broker"
+	"github.com/trawlhq/trawl/internal/redisrun"
 )
 
 // Interfaces a Broker and its deliveries implement.
 var (
-	_ broker.Broker      = (*Broker)(nil)
-	_ broker.Counter     = (*Broker)(nil)
-	_ broker.Purger      = (*Broker)(nil)
-	_ broker.BatchAcker  = (*Broker)(nil)
-	_ broker.DeadLetters = (*Broker)(nil)
-	_ broker.Delivery    = (*delivery)(nil)
-	_ broker.Extender    = (*delivery)(nil)
+	_ broker.Broker       = (*Broker)(nil)
+	_ broker.Counter      = (*Broker)(nil)
+	_ broker.Purger       = (*Broker)(nil)
+	_ broker.BatchAcker   = (*Broker)(nil)
+	_ broker.DeadLetters  = (*Broker)(nil)
+	_ broker.Incarnations = (*Broker)(nil)
+	_ broker.Delivery     = (*delivery)(nil)
+	_ broker.Extender     = (*delivery)(nil)
 )
 
 // publishChunk bounds the messages of one ZADD or LPUSH.
@@ -43,6 +45,8 @@ type Broker struct {
 	client goredis.UniversalClient
 	log    *slog.Logger
 	mode   string
+	run    *redisrun.Watch // the server's incarnation
+	warned sync.Once       // the first Consume looked at the server's persistence
 
 	mu        sync.Mutex
 	closed    bool
@@ -72,9 +76,16 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 		waiting:   map[string]int{},
 		consumers: map[*consumer]struct{}{},
 		done:      make(chan struct{}),
+		run:       redisrun.NewWatch(cfg.Client),
 	}
 	b.log.Info("broker ready", "order", cfg.Order.String(), "lease", cfg.Lease, "max_deliveries", cfg.MaxDeliveries)
 	return b, nil
+}
+
+// Incarnation returns the server's run_id, which changes when it restarts
+// (see broker.Incarnations); "" on a Cluster.
+func (b *Broker) Incarnation(ctx context.Context) (string, error) {
+	return b.run.Incarnation(ctx)
 }
 
 func opErr(op, queue string, err error) error {

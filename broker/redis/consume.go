@@ -13,6 +13,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/trawlhq/trawl/broker"
+	"github.com/trawlhq/trawl/internal/redisrun"
 )
 
 // renewAfter is how long, as a fraction of the lease, a delivery waits in
@@ -71,6 +72,9 @@ func (b *Broker) Consume(ctx context.Context, queue string, prefetch int) (broke
 	default:
 		return nil, opErr("consume", queue, fmt.Errorf("%w: a consumer needs a *redis.Client or a *redis.ClusterClient, not %T", broker.ErrInvalid, b.client))
 	}
+	// A worker starting says once whether the crawl would survive a
+	// restart of the server (commands that only look do not).
+	b.warned.Do(func() { redisrun.WarnNoPersistence(ctx, b.client, b.log) })
 	c := &consumer{
 		b:        b,
 		k:        keysFor(queue),
