@@ -342,6 +342,9 @@ func (c *Crawler) open(ctx context.Context) (broker.Broker, dedup.Filter, func()
 			return fail(fmt.Errorf("trawl: embedded broker in %s: %w", dir, err))
 		}
 		closes = append(closes, func() error { e.Shutdown(); return nil })
+		if err := e.Verify(ctx); err != nil {
+			return fail(fmt.Errorf("trawl: embedded broker in %s: %w", dir, err))
+		}
 		nb, err := natsbroker.New(ctx, natsbroker.Config{Conn: e.Conn(), Lease: c.cfg.Crawl.Lease, Logger: log})
 		if err != nil {
 			return fail(fmt.Errorf("trawl: embedded broker in %s: %w", dir, err))

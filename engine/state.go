@@ -196,8 +196,8 @@ func (c *Crawler) markCrawl(ctx context.Context, checkFilter bool) error {
 				return fmt.Errorf("crawl %q: read the filter's mark: %w", c.cfg.Name, err)
 			}
 			if !has[0] {
-				return fmt.Errorf("crawl %q: %w: its duplicate filter does not hold the crawl's mark: the filter was deleted, damaged or replaced since the crawl began, "+
-					"and every page would be fetched again; start again with --flush (library: purge the crawl), or restore the filter", c.cfg.Name, ErrStateLost)
+				return fmt.Errorf("crawl %q: %w: its duplicate filter%s does not hold the crawl's mark: the filter was deleted, damaged or replaced since the crawl began, "+
+					"and every page would be fetched again; start again with --flush (library: purge the crawl), or restore the filter", c.cfg.Name, ErrStateLost, named(c.filter))
 			}
 		}
 		c.state.id = id
@@ -279,4 +279,13 @@ func (c *Crawler) verifyState(ctx context.Context) error {
 		return c.lose(fmt.Errorf("crawl %q: %w: the crawl's mark changed while it ran (it was purged and begun again)", c.cfg.Name, ErrStateLost))
 	}
 	return nil
+}
+
+// named is " (what)" for a store that says what it is (fmt.Stringer: the
+// local filter names its file), else "".
+func named(store any) string {
+	if s, ok := store.(fmt.Stringer); ok {
+		return " (" + s.String() + ")"
+	}
+	return ""
 }

@@ -69,6 +69,13 @@ type Embedded struct {
 	listen bool
 	token  string // clients' token, or ""
 	advert string // the advert file, or ""
+	dir    string
+
+	// checkpoint is what the streams held when the store was last closed
+	// (see Verify); keep: Shutdown records that again, not what they hold
+	// (the store was found damaged).
+	checkpoint *checkpoint
+	keep       atomic.Bool
 
 	once sync.Once
 }
@@ -136,7 +143,8 @@ func StartEmbedded(ctx context.Context, cfg EmbeddedConfig) (*Embedded, error) {
 	}
 	srv.SetLoggerV2(serverLog{l: log, ready: new(atomic.Bool)}, false, false, false)
 	srv.Start()
-	e := &Embedded{srv: srv, lock: lock, log: log, listen: cfg.Listen != "", token: token}
+	e := &Embedded{srv: srv, lock: lock, log: log, listen: cfg.Listen != "", token: token, dir: cfg.Dir}
+
 	wait := 10 * time.Second
 	if dl, ok := ctx.Deadline(); ok {
 		wait = time.Until(dl)
@@ -160,6 +168,13 @@ func StartEmbedded(ctx context.Context, cfg EmbeddedConfig) (*Embedded, error) {
 			return nil, fmt.Errorf("nats embedded: %w", err)
 		}
 		e.advert = filepath.Join(cfg.Dir, advertFile)
+	}
+	// What the streams held when the store was last closed, for Verify;
+	// until Shutdown the store counts as open (a process killed leaves it
+	// so, and the next start cannot check it).
+	e.checkpoint = readCheckpoint(cfg.Dir, log)
+	if err := saveCheckpoint(cfg.Dir, checkpoint{Open: true}); err != nil {
+		log.Warn("the store's record of its streams cannot be written; the next start cannot check them", "err", err)
 	}
 	log.Info("embedded nats started", "dir", cfg.Dir, "url", e.ClientURL())
 	return e, nil
@@ -201,6 +216,7 @@ func (e *Embedded) Shutdown() {
 			}
 		}
 		if e.nc != nil {
+			e.writeCheckpoint()
 			e.nc.Close()
 		}
 		e.srv.Shutdown()

@@ -49,7 +49,7 @@ func (o *options) openDefault(ctx context.Context, what string) (*backends, erro
 	deadline := time.Now().Add(lockWait)
 	for {
 		b := &backends{}
-		err := o.openEmbedded(ctx, b, order, false)
+		err := o.openEmbedded(ctx, b, order, false, what == "purge")
 		if err == nil {
 			return b, nil
 		}
@@ -132,7 +132,7 @@ func (o *options) openEmbeddedWaiting(ctx context.Context, b *backends, order br
 	deadline := time.Now().Add(lockWait)
 	var waitSaid bool
 	for {
-		err := o.openEmbedded(ctx, b, order, true)
+		err := o.openEmbedded(ctx, b, order, true, o.flush)
 		if !errors.Is(err, natsbroker.ErrLocked) {
 			return err
 		}

@@ -25,14 +25,23 @@ func (o *options) dataDir() string {
 // counters are kept in the data directory too (stats.json). With
 // advertise (a crawl), the server also listens on a loopback port with a
 // token, recorded in the data directory, so that stats, seed and
-// deadletter reach the running crawl.
-func (o *options) openEmbedded(ctx context.Context, b *backends, order broker.Order, advertise bool) error {
+// deadletter reach the running crawl. With empty (--flush, purge) the
+// store is not checked: it is about to be emptied.
+func (o *options) openEmbedded(ctx context.Context, b *backends, order broker.Order, advertise, empty bool) error {
 	dir := o.dataDir()
 	e, err := natsbroker.StartEmbedded(ctx, natsbroker.EmbeddedConfig{Dir: filepath.Join(dir, "nats"), Logger: o.log, Advertise: advertise})
 	if err != nil {
 		return fmt.Errorf("embedded broker in %s: %w", dir, err)
 	}
 	b.closes = append(b.closes, func() error { e.Shutdown(); return nil })
+	// A store damaged since it was last closed is an error, never an
+	// empty frontier ("already crawled"); --flush and purge empty it.
+	if err := e.Verify(ctx); err != nil {
+		if !empty {
+			return fmt.Errorf("embedded broker in %s: %w", dir, err)
+		}
+		e.Reset()
+	}
 	if advertise {
 		// Commands reaching this crawl open its queues as it does: a
 		// broker's Lease sets the queue's AckWait.

@@ -201,6 +201,14 @@ func (f *Filter) open() error {
 	return nil
 }
 
+// String names the filter for messages: its file, or "in memory".
+func (f *Filter) String() string {
+	if f.cfg.Path == "" {
+		return "local filter in memory"
+	}
+	return "local filter " + f.cfg.Path
+}
+
 // Add inserts fingerprints and reports, for each, whether it was new. The
 // batch is one atomic test-and-set: a fingerprint repeated within it is new
 // at most once. A fingerprint never added may be reported as seen (a false
