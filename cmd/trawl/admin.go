@@ -147,7 +147,7 @@ it again (on one machine: trawl crawl --flush with the new flags).`,
 			if err != nil {
 				return startsHint(err, o.startSet)
 			}
-			fmt.Fprintf(o.stdout, "seeded %d start URLs into %s\n", len(starts), b.name(engine.StartQueue(o.name)))
+			fmt.Fprintf(o.stdout, "seeded %d start %s into %s\n", len(starts), plural(int64(len(starts)), "URL"), b.name(engine.StartQueue(o.name)))
 			return nil
 		},
 	}
@@ -344,13 +344,13 @@ trawl purge deletes them with the crawl.`,
 					n, err := requeueAll(ctx, dl, q, max)
 					total += n
 					if err != nil {
-						return fmt.Errorf("requeued %d dead letters, then: %w", total, err)
+						return fmt.Errorf("requeued %d dead %s, then: %w", total, plural(int64(total), "letter"), err)
 					}
 				}
 			}
 			switch {
 			case args[0] == "requeue":
-				fmt.Fprintf(o.stdout, "requeued %d dead letters\n", total)
+				fmt.Fprintf(o.stdout, "requeued %d dead %s\n", total, plural(int64(total), "letter"))
 			case total == 0:
 				fmt.Fprintf(o.stdout, "no dead letters in %s or %s\n", b.name(queues[0]), b.name(queues[1]))
 			}

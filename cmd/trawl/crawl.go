@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -120,10 +121,16 @@ func (o *options) crawl(ctx context.Context, args []string, seed bool, adopt []s
 		// scrapy-redis users push to NAME:start_urls; say where to push.
 		wg.Go(func() { watchScrapyStarts(side, b.redis, o.name, o.stderr, 5*time.Second) })
 	}
+	queued := func(ctx context.Context) string {
+		if n, ok := o.backlog(ctx, b); ok {
+			return strconv.FormatInt(n, 10)
+		}
+		return "?"
+	}
 	if f, ok := stderrFile(o.stderr); ok && isTerminal(f) {
-		wg.Go(func() { progress(side, f, cfg.Stats) })
+		wg.Go(func() { progress(side, f, cfg.Stats, queued) })
 	} else if o.progressEvery > 0 {
-		wg.Go(func() { progressLines(side, o.stderr, cfg.Stats, o.progressEvery) })
+		wg.Go(func() { progressLines(side, o.stderr, cfg.Stats, queued, o.progressEvery) })
 	}
 	runErr := c.Run(ctx)
 	stopSide()
@@ -175,6 +182,19 @@ func (o *options) crawl(ctx context.Context, args []string, seed bool, adopt []s
 // last delivery), other workers', and rejected start URLs. ok is false
 // when the broker cannot count, or counting failed.
 func (o *options) deadLetters(ctx context.Context, b *backends) (n int64, ok bool) {
+	return o.countQueues(ctx, b, func(c broker.Counts) int64 { return c.Dead })
+}
+
+// backlog counts the crawl's requests and start URLs waiting to be taken:
+// the progress line's "queued". ok is false when the broker cannot count,
+// or counting failed.
+func (o *options) backlog(ctx context.Context, b *backends) (n int64, ok bool) {
+	return o.countQueues(ctx, b, func(c broker.Counts) int64 { return c.Ready })
+}
+
+// countQueues adds up what of sum's counts of the crawl's requests and
+// start URLs, wherever each is kept.
+func (o *options) countQueues(ctx context.Context, b *backends, what func(broker.Counts) int64) (n int64, ok bool) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	c, ok := b.broker.(broker.Counter)
@@ -192,10 +212,10 @@ func (o *options) deadLetters(ctx context.Context, b *backends) (n int64, ok boo
 		}
 		counts, err := c.Counts(ctx, q)
 		if err != nil {
-			o.log.Debug("counting the dead letters failed", "queue", q, "err", err)
+			o.log.Debug("counting a queue failed", "queue", q, "err", err)
 			return 0, false
 		}
-		n += counts.Dead
+		n += what(counts)
 	}
 	return n, true
 }
@@ -296,8 +316,9 @@ func (o *options) serveMetrics(s *engine.Stats, b *backends) (*http.Server, erro
 }
 
 // progressLines logs a progress line every interval, for a stderr that
-// is not a terminal (a log file, a container's log).
-func progressLines(ctx context.Context, w io.Writer, s *engine.Stats, every time.Duration) {
+// is not a terminal (a log file, a container's log). Its rate is in
+// pages/s, as the summary's.
+func progressLines(ctx context.Context, w io.Writer, s *engine.Stats, queued func(context.Context) string, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	var last int64
@@ -308,8 +329,9 @@ func progressLines(ctx context.Context, w io.Writer, s *engine.Stats, every time
 		case <-t.C:
 		}
 		pages := s.Get(engine.StatResponses)
-		fmt.Fprintf(w, "trawl: crawled %d pages (at %.0f pages/min), %d items, %d errors\n",
-			pages, float64(pages-last)*float64(time.Minute)/float64(every), s.Get(engine.StatItems), s.Get(engine.StatErrors))
+		fmt.Fprintf(w, "trawl: crawled %d %s (at %.1f pages/s), %s queued, %d %s, %d %s\n",
+			pages, plural(pages, "page"), float64(pages-last)/every.Seconds(), queued(ctx),
+			s.Get(engine.StatItems), plural(s.Get(engine.StatItems), "item"), s.Get(engine.StatErrors), plural(s.Get(engine.StatErrors), "error"))
 		last = pages
 	}
 }
@@ -330,8 +352,9 @@ func isTerminal(f *os.File) bool {
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
-// progress redraws one status line on a terminal every second.
-func progress(ctx context.Context, f *os.File, s *engine.Stats) {
+// progress redraws one status line on a terminal every second; queued is
+// the crawl's backlog, not what this worker added to it.
+func progress(ctx context.Context, f *os.File, s *engine.Stats, queued func(context.Context) string) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	start := time.Now()
@@ -343,8 +366,8 @@ func progress(ctx context.Context, f *os.File, s *engine.Stats) {
 		case <-t.C:
 		}
 		pages := s.Get(engine.StatResponses)
-		fmt.Fprintf(f, "\r\033[Kpages %d  items %d  queued %d  filtered %d  retries %d  errors %d  %.0f pages/s",
-			pages, s.Get(engine.StatItems), s.Get(engine.StatEnqueued), s.Get(engine.StatFiltered),
+		fmt.Fprintf(f, "\r\033[Kpages %d  items %d  queued %s  filtered %d  retries %d  errors %d  %.1f pages/s",
+			pages, s.Get(engine.StatItems), queued(ctx), s.Get(engine.StatFiltered),
 			s.Get(engine.StatRetries), s.Get(engine.StatErrors), float64(pages)/time.Since(start).Seconds())
 	}
 }

@@ -106,7 +106,7 @@ func TestDefaultModeAdmin(t *testing.T) {
 	// A start URL seeded into the running crawl reaches it: its page fails
 	// for good and is dead-lettered, which deadletter list shows.
 	brokenURL := bad.URL + "/broken"
-	if r := trawlIn(t, dir, 30*time.Second, "seed", "--name", "books", brokenURL); r.code != 0 || !strings.Contains(r.stdout, "seeded 1 start URLs into books:start_urls") {
+	if r := trawlIn(t, dir, 30*time.Second, "seed", "--name", "books", brokenURL); r.code != 0 || !strings.Contains(r.stdout, "seeded 1 start URL into books:start_urls") {
 		t.Fatalf("seed into the running crawl: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	until(t, ctx, "the seeded URL's dead letter", func() bool {

@@ -207,8 +207,12 @@ func scrapyStarts(ctx context.Context, client goredis.UniversalClient, name stri
 
 // scrapyWarning is the warning about entries in NAME:start_urls.
 func scrapyWarning(name string, n int64) string {
-	return fmt.Sprintf("trawl: warning: %s holds %d entries that trawl never reads; trawl's start URLs are at %s (hash-tagged for Redis Cluster): redis-cli rpush '%s' URL, or trawl seed",
-		engine.StartQueue(name), n, redislayout.StartKeys(name).List, redislayout.StartKeys(name).List)
+	entries := "entries"
+	if n == 1 {
+		entries = "entry"
+	}
+	return fmt.Sprintf("trawl: warning: %s holds %d %s that trawl never reads; trawl's start URLs are at %s (hash-tagged for Redis Cluster): redis-cli rpush '%s' URL, or trawl seed",
+		engine.StartQueue(name), n, entries, redislayout.StartKeys(name).List, redislayout.StartKeys(name).List)
 }
 
 // watchScrapyStarts warns once, on w, when NAME:start_urls holds entries,

@@ -102,3 +102,12 @@ func TestDeadLetterList(t *testing.T) {
 		t.Errorf("deadletter alone: exit %d, want 0 and its subcommands; stdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
 	}
 }
+
+// TestSeedSaysOne (issue 27.10): one start URL seeded is "1 start URL".
+func TestSeedSaysOne(t *testing.T) {
+	t.Parallel()
+	r := trawl(t, time.Minute, "seed", "http://127.0.0.1:1/")
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "seeded 1 start URL into ") {
+		t.Errorf("seed of one URL: exit %d, stdout %q, want \"seeded 1 start URL into …\"; stderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+}

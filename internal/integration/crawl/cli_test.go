@@ -88,7 +88,7 @@ func TestRedisKeyNames(t *testing.T) {
 	site, url := serveSite(t, testsite.Config{Pages: 30, Links: 3, Seed: 22, NoTraps: true})
 	name := integration.Name(t)
 	code, out, stderr := runOut(t, append([]string{"seed"}, redisArgs(t, name, url)...)...)
-	if want := "seeded 1 start URLs into {" + name + "}:start_urls\n"; code != 0 || out != want {
+	if want := "seeded 1 start URL into {" + name + "}:start_urls\n"; code != 0 || out != want {
 		t.Fatalf("seed: exit %d, stdout %q, want %q; stderr: %s", code, out, want, stderr)
 	}
 	client := integration.RedisClient(t)
@@ -96,7 +96,7 @@ func TestRedisKeyNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { client.Del(context.WithoutCancel(t.Context()), name+":start_urls") })
-	want := "trawl: warning: " + name + ":start_urls holds 1 entries that trawl never reads; trawl's start URLs are at {" + name + "}:start_urls"
+	want := "trawl: warning: " + name + ":start_urls holds 1 entry that trawl never reads; trawl's start URLs are at {" + name + "}:start_urls"
 
 	code, out, stderr = runOut(t, append([]string{"stats"}, redisArgs(t, name)...)...)
 	if code != 0 || !strings.Contains(out, "{"+name+"}:start_urls/ready") || !strings.Contains(out, "{"+name+"}:requests/ready") {
