@@ -11,7 +11,9 @@
 //
 // The crawl's other Redis pieces live here too: StartURLs (scrapy-redis's
 // start_urls list), Items, Stats (engine.Config.SharedStats), HostLimiter
-// (engine.Config.Limiter) and PurgeCrawl; every key is "{NAME}:part".
+// (engine.Config.Limiter) and PurgeCrawl; every key is "{NAME}:part", as
+// the crawl's layout (internal/redislayout, listed in docs/design.md)
+// names it, and has one type and one owner.
 //
 // # Guarantees
 //

@@ -124,7 +124,7 @@ func (o *options) addCrawlFlags(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&o.allowDomains, "allow-domain", nil, "domain links may lead to, with subdomains (repeat the flag for more; default: the start URLs' hosts)")
 	fs.StringArrayVar(&o.include, "include", nil, "follow only URLs matching this regular expression, taken whole (repeat the flag for more)")
 	fs.StringArrayVar(&o.exclude, "exclude", nil, "do not follow URLs matching this regular expression, taken whole (repeat the flag for more)")
-	fs.StringVar(&o.out, "out", "-", "items: - for stdout, a FILE (JSON Lines, or CSV when its name ends in .csv; appended to; --flush empties it), redis for the Redis list {NAME}:items, or queue for the broker queue NAME:items (read it with trawl items)")
+	fs.StringVar(&o.out, "out", "-", "items: - for stdout, a FILE (JSON Lines, or CSV when its name ends in .csv; appended to; --flush empties it), redis for the Redis list {NAME}:items, or queue for the broker queue NAME:items (on Redis, that list); trawl items reads both")
 	o.session.addFlags(fs)
 	fs.BoolVar(&o.sitemaps, "sitemaps", false, "also crawl the URLs the sitemaps of each start URL's host list (robots.txt Sitemap: lines and /sitemap.xml; indexes followed, gzip read), through scope and the filter like links")
 	fs.StringVar(&o.outFormat, "format", "", "items' format for a file or stdout: jsonl or csv (default: csv for an --out ending in .csv, else jsonl)")
