@@ -812,7 +812,9 @@ func startRequest(p []byte) (*Request, error) {
 }
 
 // keepLeases extends the leases of deliveries in progress, every third of
-// the lease, until done is closed.
+// the lease, until done is closed: the deliveries the workbench holds
+// back and those being processed (leases) and those with the writer
+// (held).
 func (c *Crawler) keepLeases(ctx context.Context, done <-chan struct{}) {
 	lease := c.cfg.Lease
 	if lease <= 0 {
@@ -820,23 +822,61 @@ func (c *Crawler) keepLeases(ctx context.Context, done <-chan struct{}) {
 	}
 	t := time.NewTicker(lease / 3)
 	defer t.Stop()
+	var ds []broker.Extender
 	for {
 		select {
 		case <-done:
 			return
 		case <-t.C:
 		}
-		extend := func(k, _ any) bool {
+		ds = ds[:0]
+		collect := func(k, _ any) bool {
 			if e, ok := k.(broker.Extender); ok {
-				if err := e.Extend(ctx, lease); err != nil && !errors.Is(err, broker.ErrSettled) {
-					c.log.Warn("lease extension failed", "err", err)
-				}
+				ds = append(ds, e)
 			}
 			return true
 		}
-		c.leases.Range(extend)
-		c.held.Range(extend)
+		c.leases.Range(collect)
+		c.held.Range(collect)
+		extendAll(ctx, ds, lease, func(err error) {
+			if !errors.Is(err, broker.ErrSettled) {
+				c.log.Warn("lease extension failed", "err", err)
+			}
+		})
 	}
+}
+
+// extendParallel is how many lease extensions keepLeases has in flight at
+// once: a worker may hold thousands of deliveries (the workbench holds
+// back up to 16 x Concurrency), and one after the other, a round trip
+// each, their extensions could outlast the leases on a loaded machine.
+const extendParallel = 32
+
+// extendAll extends every lease of ds by lease, extendParallel at a time,
+// and reports each failure to failed (from several goroutines, one at a
+// time).
+func extendAll(ctx context.Context, ds []broker.Extender, lease time.Duration, failed func(error)) {
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		next = make(chan broker.Extender)
+	)
+	for range min(extendParallel, len(ds)) {
+		wg.Go(func() {
+			for e := range next {
+				if err := e.Extend(ctx, lease); err != nil {
+					mu.Lock()
+					failed(err)
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	for _, e := range ds {
+		next <- e
+	}
+	close(next)
+	wg.Wait()
 }
 
 // action is how a delivery is settled.

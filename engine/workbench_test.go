@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/trawlhq/trawl/broker"
 	"github.com/trawlhq/trawl/broker/memory"
 )
 
@@ -132,4 +134,35 @@ func TestWorkbenchOrder(t *testing.T) {
 	if w.full() || w.take() != nil {
 		t.Error("after drain: the workbench still holds work")
 	}
+}
+
+// slowExtender takes a second, on the bubble's clock, to extend.
+type slowExtender struct{ extended *atomic.Int32 }
+
+func (s slowExtender) Extend(context.Context, time.Duration) error {
+	time.Sleep(time.Second)
+	s.extended.Add(1)
+	return nil
+}
+
+// TestExtendAllInParallel extends 64 leases whose extensions take a
+// second each: all are extended within 2 seconds, not one after the other
+// (64 seconds, past a 30s lease: a worker holding thousands of deliveries
+// on a loaded machine lost leases so, and fetched their pages twice).
+func TestExtendAllInParallel(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var n atomic.Int32
+		ds := make([]broker.Extender, 64)
+		for i := range ds {
+			ds[i] = slowExtender{&n}
+		}
+		start := time.Now()
+		extendAll(t.Context(), ds, time.Minute, func(err error) { t.Error(err) })
+		if took := time.Since(start); took > 2*time.Second {
+			t.Errorf("64 extensions of 1s each took %v, want at most 2s", took)
+		}
+		if n.Load() != 64 {
+			t.Errorf("%d extended, want 64", n.Load())
+		}
+	})
 }
