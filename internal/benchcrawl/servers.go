@@ -2,13 +2,16 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -38,6 +41,8 @@ type server struct {
 	// (reset true) or sums the calls of every command in them since,
 	// those run inside scripts included, less the benchmark's own.
 	scripted func(ctx context.Context, reset bool) (int64, error)
+	// byCommand, on Redis, is what scripted summed, by command, most first.
+	byCommand func(ctx context.Context) (string, error)
 
 	ctr    testcontainers.Container
 	closes []func()
@@ -177,15 +182,12 @@ func (s *server) redis(ctx context.Context, addr string) error {
 		return time.Duration((sys + user) * float64(time.Second)), nil
 	}
 	s.cpuHow = "INFO cpu (used_cpu_sys + used_cpu_user)"
-	s.scripted = func(ctx context.Context, reset bool) (int64, error) {
-		if reset {
-			return 0, c.ConfigResetStat(ctx).Err()
-		}
+	calls := func(ctx context.Context) (map[string]int64, error) {
 		m, err := info(ctx, "commandstats")
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
-		var n int64
+		out := map[string]int64{}
 		for k, v := range m {
 			cmd, ok := strings.CutPrefix(k, "cmdstat_")
 			if !ok || cmd == "info" || cmd == "config|resetstat" {
@@ -194,11 +196,34 @@ func (s *server) redis(ctx context.Context, addr string) error {
 			calls, _, _ := strings.Cut(strings.TrimPrefix(v, "calls="), ",")
 			c, err := strconv.ParseInt(calls, 10, 64)
 			if err != nil {
-				return 0, fmt.Errorf("redis INFO commandstats: %s: %w", k, err)
+				return nil, fmt.Errorf("redis INFO commandstats: %s: %w", k, err)
 			}
+			out[cmd] = c
+		}
+		return out, nil
+	}
+	s.scripted = func(ctx context.Context, reset bool) (int64, error) {
+		if reset {
+			return 0, c.ConfigResetStat(ctx).Err()
+		}
+		m, err := calls(ctx)
+		var n int64
+		for _, c := range m {
 			n += c
 		}
-		return n, nil
+		return n, err
+	}
+	s.byCommand = func(ctx context.Context) (string, error) {
+		m, err := calls(ctx)
+		if err != nil {
+			return "", err
+		}
+		cmds := slices.SortedFunc(maps.Keys(m), func(a, b string) int { return cmp.Compare(m[b], m[a]) })
+		var parts []string
+		for _, c := range cmds {
+			parts = append(parts, fmt.Sprintf("%s %d", c, m[c]))
+		}
+		return strings.Join(parts, ", "), nil
 	}
 	s.countUnit = "commands"
 	s.requests = func(ctx context.Context) (int64, int, error) {

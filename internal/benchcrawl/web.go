@@ -341,10 +341,16 @@ func (f *webFlags) crawl(ctx context.Context, site *webSite, dir, ca string, m w
 		var err error
 		if srv.scripted != nil {
 			r.commands, err = srv.scripted(ctx, false)
+			if by, err := srv.byCommand(ctx); err == nil {
+				logf("%s: Redis commands: %s", m.name, by)
+			}
 		} else {
 			var n1 int64
 			n1, _, err = srv.requests(ctx)
 			r.commands = n1 - n0
+			if m.server == "rabbitmq" {
+				r.commands = -1 // rabbitmqctl counts open connections only: the crawl's are closed
+			}
 		}
 		if err != nil {
 			return err
@@ -395,6 +401,9 @@ func printWeb(w io.Writer, runs []*webRun, big *webRun) {
 		if r.err != nil {
 			notes = append(notes, fmt.Sprintf("%s: %v", r.mode.name, r.err))
 		}
+		if r.tally.robots > 0 {
+			notes = append(notes, fmt.Sprintf("%s: %d robots.txt files fetched by more than one worker (each keeps its own robots.txt cache)", r.mode.name, r.tally.robots))
+		}
 		if r.loopTwice > 0 {
 			notes = append(notes, fmt.Sprintf("%s: the loop before it fetched %d URLs twice (retries after its timeout)", r.mode.name, r.loopTwice))
 		}
@@ -437,7 +446,7 @@ func printWeb(w io.Writer, runs []*webRun, big *webRun) {
 	fmt.Fprintln(w, "\nPages/s: requests the site served (pages and robots.txt) from the first request to the end of the last; each crawl against the loop run just before it "+
 		"(the loop: the same URLs, all known in advance, the same concurrency in all and per host, the same timeout). CPU: user + system over each process's life, TLS included. "+
 		"Broker requests: Redis commands from INFO commandstats (those that scripts call included), NATS messages from clients (/connz in_msgs), RabbitMQ socket reads. "+
-		"Fetched twice: URLs requested more than once, beyond the one retry of a page that hung past the timeout. Worker RSS: the first worker's largest.")
+		"Fetched twice: pages requested more than once, beyond the one retry of a page that hung past the timeout (robots.txt files in the notes). Worker RSS: the first worker's largest.")
 	for _, n := range notes {
 		fmt.Fprintf(w, "\n%s\n", n)
 	}

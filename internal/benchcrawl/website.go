@@ -433,12 +433,14 @@ func (s *webSite) window() window {
 
 // tally is what the site's counts say of a run.
 type tally struct {
-	twice   int // URLs fetched more than once, beyond the retry of a hanging page
+	twice   int // pages fetched more than once, beyond the retry of a hanging page
+	robots  int // robots.txt files fetched more than once (each worker keeps its own)
 	missing int // URLs never fetched
 	other   int64
 }
 
-// tally counts the URLs fetched twice and those never fetched.
+// tally counts the pages and robots.txt files fetched twice and the URLs
+// never fetched.
 func (s *webSite) tally() tally {
 	var t tally
 	for h := range s.count {
@@ -451,6 +453,8 @@ func (s *webSite) tally() tally {
 			switch {
 			case n == 0:
 				t.missing++
+			case n > allowed && p == s.size[h]:
+				t.robots++
 			case n > allowed:
 				t.twice++
 			}
@@ -466,7 +470,7 @@ var errWebIncomplete = errors.New("incomplete")
 // check returns an error if t shows URLs missed or fetched twice.
 func (t tally) check() error {
 	if t.missing > 0 || t.twice > 0 {
-		return fmt.Errorf("%w: %d URLs never fetched, %d fetched twice, %d requests for no page", errWebIncomplete, t.missing, t.twice, t.other)
+		return fmt.Errorf("%w: %d URLs never fetched, %d pages fetched twice, %d requests for no page", errWebIncomplete, t.missing, t.twice, t.other)
 	}
 	return nil
 }
