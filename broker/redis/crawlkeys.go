@@ -212,8 +212,25 @@ func (s *StartURLs) Check(ctx context.Context) error {
 	if t == "none" || t == s.mode() {
 		return nil
 	}
-	return fmt.Errorf("%w: %s is a %s, but this crawl reads its start URLs from a %s", ErrStartsType, s.key, t, s.mode())
+	return &StartsTypeError{Key: s.key, Have: t, Want: s.mode()}
 }
+
+// StartsTypeError is ErrStartsType with the key and its types.
+type StartsTypeError struct {
+	Key  string
+	Have string // the key's type (TYPE)
+	Want string // "list" or "set"
+}
+
+func (e *StartsTypeError) Error() string {
+	if e.Have == "zset" {
+		return fmt.Sprintf("%v: %s is a sorted set, the broker's start queue of a program that gives the engine no Config.Starts, but this crawl reads its start URLs from a %s", ErrStartsType, e.Key, e.Want)
+	}
+	return fmt.Sprintf("%v: %s is a %s, but this crawl reads its start URLs from a %s", ErrStartsType, e.Key, e.Have, e.Want)
+}
+
+// Is makes errors.Is(err, ErrStartsType) true.
+func (e *StartsTypeError) Is(target error) bool { return target == ErrStartsType }
 
 // wrongType returns Check's error if err is Redis's WRONGTYPE, else err.
 func (s *StartURLs) wrongType(ctx context.Context, err error) error {

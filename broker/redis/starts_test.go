@@ -3,6 +3,7 @@ package redis_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -293,5 +294,82 @@ func TestLeasedStartsReturn(t *testing.T) {
 	}
 	if got := string(slices.Concat(all...)); got != "abc" {
 		t.Errorf("after the return: %q, want a b c in order", all)
+	}
+}
+
+// TestRequeueRejectedStarts: Requeue puts rejected start URLs back into
+// the list (or set) as they came in, oldest first and at most max; a
+// payload not kept whole (cut at 1 KiB, or not UTF-8, which JSON would
+// change) stays with the dead letters, and DeadLetters lists it.
+func TestRequeueRejectedStarts(t *testing.T) {
+	client := integration.RedisClient(t)
+	ctx := t.Context()
+	for _, set := range []bool{false, true} {
+		name := integration.Name(t)
+		s := redis.NewStartURLs(client, name, set)
+		t.Cleanup(func() { s.Purge(context.Background()) })
+		long := "http://x/" + strings.Repeat("a", 2<<10)
+		for _, p := range []string{"bad one", long, "\x80\x04bin", `{"url":"http://x/<&>"}`, "bad two"} {
+			if err := s.RejectStart(ctx, []byte(p), "test"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		queue := engine.StartQueue(name)
+		if _, err := s.Requeue(ctx, "other:start_urls", 10); err == nil {
+			t.Error("Requeue of another queue: no error")
+		}
+		if n, err := s.Requeue(ctx, queue, 2); err != nil || n != 2 {
+			t.Fatalf("set %v: Requeue max 2 = %d, %v; want 2", set, n, err)
+		}
+		if n, err := s.Requeue(ctx, queue, 10); err != nil || n != 1 {
+			t.Fatalf("set %v: Requeue = %d, %v; want the 1 whole payload left", set, n, err)
+		}
+		got, err := s.TakeStarts(ctx, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []string{"bad one", `{"url":"http://x/<&>"}`, "bad two"}
+		var gs []string
+		for _, g := range got {
+			gs = append(gs, string(g))
+		}
+		if set {
+			slices.Sort(gs)
+			slices.Sort(want)
+		}
+		if !slices.Equal(gs, want) {
+			t.Errorf("set %v: requeued %q, want %q", set, gs, want)
+		}
+		dls, err := s.DeadLetters(ctx, queue, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(dls) != 2 || dls[0].Reason != "test" || !strings.HasPrefix(string(dls[0].Message.Body), "http://x/aaa") || len(dls[0].Message.Body) != 1<<10 {
+			t.Errorf("set %v: dead letters left %d (%v), want the cut URL and the binary payload", set, len(dls), dls)
+		}
+	}
+}
+
+// TestStartsWrongType: a start-URL key of the other type is refused with
+// ErrStartsType, by Check and by every command on it.
+func TestStartsWrongType(t *testing.T) {
+	client := integration.RedisClient(t)
+	ctx := t.Context()
+	name := integration.Name(t)
+	key := redislayout.StartKeys(name).List
+	if err := client.SAdd(ctx, key, "http://x/").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Del(context.Background(), key) })
+	s := redis.NewStartURLs(client, name, false)
+	_, take := s.TakeStarts(ctx, 1)
+	_, pending := s.PendingStarts(ctx)
+	for what, err := range map[string]error{"Check": s.Check(ctx), "AddStarts": s.AddStarts(ctx, []byte("http://y/")), "TakeStarts": take, "PendingStarts": pending} {
+		if !errors.Is(err, redis.ErrStartsType) || !strings.Contains(err.Error(), key+" is a set") {
+			t.Errorf("%s: %v, want ErrStartsType naming %s as a set", what, err, key)
+		}
+	}
+	if err := redis.NewStartURLs(client, name, true).Check(ctx); err != nil {
+		t.Errorf("Check of a set, configured as one: %v", err)
 	}
 }

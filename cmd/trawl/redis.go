@@ -158,7 +158,8 @@ func (o *options) checkStarts(ctx context.Context, b *backends) error {
 // startsHint adds to an error of redisbroker.ErrStartsType the flag that
 // chooses the start URLs' type.
 func startsHint(err error, set bool) error {
-	if !errors.Is(err, redisbroker.ErrStartsType) {
+	var te *redisbroker.StartsTypeError
+	if !errors.As(err, &te) || (te.Have != "list" && te.Have != "set") {
 		return err
 	}
 	if set {
