@@ -1052,6 +1052,11 @@ func (c *Crawler) process(ctx, work context.Context, req *Request, prior int) ac
 		if !ok {
 			wait = c.cfg.backoff(prior + 1)
 		}
+		if wait > maxBackoff {
+			c.log.Warn("Retry-After over the one-minute cap: holding the host for a minute", "host", u.Host,
+				"retry_after", resp.Header.Get("Retry-After"), "hold", maxBackoff)
+			wait = maxBackoff
+		}
 		c.limiter.Backoff(u.Host, time.Now().Add(wait))
 		why := errors.New(http.StatusText(resp.StatusCode))
 		return c.errorItem(work, req, resp, why, c.retry(req, prior, why, wait))

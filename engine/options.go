@@ -63,7 +63,9 @@ type Config struct {
 	MaxRetries int
 	// RetryBackoff is the first retry's delay, doubled for each later one,
 	// at most one minute, with jitter of ±25%. A Retry-After header takes
-	// precedence (up to one minute). The delivery is nacked with that delay:
+	// precedence, up to one minute: it holds every request to the host that
+	// long, and a longer one is capped to a minute with a warning naming
+	// the host. The delivery is nacked with that delay:
 	// the broker keeps the request, with its priority, until then.
 	// 0 = 500ms.
 	RetryBackoff time.Duration
