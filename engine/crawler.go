@@ -126,6 +126,7 @@ type Crawler struct {
 	writes        failures              // publishing links, the filter and the sink
 	receives      failures              // receiving from the frontier
 	countWarn     atomic.Int64          // when (unix ns) idle last warned that counting failed
+	sitemapHosts  sitemapBudget         // sitemaps requested per host (SitemapMaxPerHost)
 
 	leases sync.Map // broker.Delivery -> struct{}: deliveries to keep extended
 	held   sync.Map // broker.Delivery -> struct{}: deliveries with the writer (see hold), kept extended too
@@ -985,7 +986,7 @@ func (c *Crawler) process(ctx, work context.Context, req *Request, prior int) ac
 		recyclable = true
 	}
 	if c.robots != nil {
-		ok, delay, err := c.robots.Allowed(ctx, u)
+		ok, delay, sitemaps, err := c.robots.check(ctx, u)
 		if ctx.Err() != nil {
 			return giveBack()
 		}
@@ -996,6 +997,8 @@ func (c *Crawler) process(ctx, work context.Context, req *Request, prior int) ac
 			return c.robotsDown(req, prior, u, err)
 		case err != nil:
 			c.logPage(ctx, slog.LevelDebug, req, "robots.txt check failed; allowing", "err", err)
+		case req.Callback == CallbackRobotsSitemaps:
+			return c.robotsSitemaps(req, u, sitemaps) // the cache holds the file: not fetched again
 		}
 		if delay > 0 {
 			c.limiter.SetDelay(u.Host, delay)

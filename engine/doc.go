@@ -130,7 +130,10 @@
 // fetches them, once per crawl, with the same guarantees. Sitemap indexes
 // are followed; gzip is read; the URLs listed are enqueued as links of the
 // sitemap, through scope and the filter (see ParseSitemap for the
-// protocol's limits).
+// protocol's limits, SitemapMaxNesting and SitemapMaxPerHost for those of
+// indexes). A sitemap is parsed as it is read, never held whole; a
+// robots.txt's Sitemap: lines are read from the robots cache's copy
+// (fetched once per host), unless Config.IgnoreRobots.
 //
 // FetchConfig.Header goes with every request; a request's own Header (a
 // JSON start URL's "headers", say) wins. Each worker

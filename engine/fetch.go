@@ -37,6 +37,9 @@ var ErrHeaderTooLarge = errors.New("engine: response header too large")
 // ErrForbiddenAddress too.
 var ErrLocalRefusal = errors.New("engine: refused by this worker's configuration (see --allow-private)")
 
+// defaultMaxBodySize is FetchConfig.MaxBodySize's default.
+const defaultMaxBodySize = 10 << 20
+
 // MaxURLLength is the longest URL trawl accepts, in bytes, wherever a URL
 // enters: start URLs, links, redirects, requests read from the queue.
 const MaxURLLength = 8 << 10
@@ -146,7 +149,7 @@ func newFetcher(o FetchConfig, proxy func(*http.Request) (*url.URL, error)) *htt
 		o.Timeout = 30 * time.Second
 	}
 	if o.MaxBodySize <= 0 {
-		o.MaxBodySize = 10 << 20
+		o.MaxBodySize = defaultMaxBodySize
 	}
 	if o.MaxHeaderSize <= 0 {
 		o.MaxHeaderSize = 1 << 20
@@ -223,6 +226,20 @@ func (f *httpFetcher) Fetch(ctx context.Context, r *Request) (*Response, error) 
 // fetch is Fetch with a body limit; with truncate, a longer body is cut
 // to limit instead of failing.
 func (f *httpFetcher) fetch(ctx context.Context, r *Request, limit int64, truncate bool) (*Response, error) {
+	return f.do(ctx, r, limit, truncate, nil)
+}
+
+// fetchStream is Fetch for a sitemap: a 2xx body is not read into the
+// Response but handed to read as it arrives (decoded from gzip by the
+// transport, if so encoded), whose result becomes Response.sitemap; an
+// error reading the body (a timeout, a reset) is the fetch's. Other
+// statuses are read as Fetch reads them.
+func (f *httpFetcher) fetchStream(ctx context.Context, r *Request, read func(io.Reader) *sitemapRead) (*Response, error) {
+	return f.do(ctx, r, f.maxBody, true, read)
+}
+
+// do is fetch, and fetchStream with read.
+func (f *httpFetcher) do(ctx context.Context, r *Request, limit int64, truncate bool, read func(io.Reader) *sitemapRead) (*Response, error) {
 	if len(r.URL) > MaxURLLength {
 		return nil, fmt.Errorf("fetch %.64q…: %w: %d bytes, the limit is %d", r.URL, ErrURLTooLong, len(r.URL), MaxURLLength)
 	}
@@ -279,6 +296,14 @@ func (f *httpFetcher) fetch(ctx context.Context, r *Request, limit int64, trunca
 	defer resp.Body.Close()
 	latency := time.Since(start)
 
+	if read != nil && resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		body := &errReader{r: resp.Body}
+		sm := read(body)
+		if body.err != nil {
+			return nil, timedOut(fmt.Errorf("fetch %s: read body: %w", u, body.err))
+		}
+		return &Response{Request: r, URL: u, StatusCode: resp.StatusCode, Header: resp.Header, Latency: latency, sitemap: sm}, nil
+	}
 	if resp.ContentLength > limit && !truncate {
 		return nil, fmt.Errorf("fetch %s: %w: Content-Length %d over the limit of %d bytes",
 			u, ErrBodyTooLarge, resp.ContentLength, limit)
@@ -318,6 +343,20 @@ func (f *httpFetcher) fetch(ctx context.Context, r *Request, limit int64, trunca
 		Body:       buf.Bytes(),
 		Latency:    latency,
 	}, nil
+}
+
+// errReader keeps the first error of its reader other than io.EOF.
+type errReader struct {
+	r   io.Reader
+	err error
+}
+
+func (e *errReader) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err != nil && err != io.EOF && e.err == nil {
+		e.err = err
+	}
+	return n, err
 }
 
 // Close closes the transport's idle connections. The httpFetcher stays usable.

@@ -48,6 +48,10 @@ type Response struct {
 	// Latency is the time from sending the request to its response
 	// headers (Scrapy's download latency); AutoThrottle adapts to it.
 	Latency time.Duration
+
+	// sitemap is a sitemap's body as parsed while it was read (see
+	// fetchStream); Body is then nil.
+	sitemap *sitemapRead
 }
 
 // IsHTML reports whether r holds HTML: its content type is text/html or

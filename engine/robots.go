@@ -71,10 +71,11 @@ type robotsCache struct {
 type robotsEntry struct {
 	done     chan struct{} // closed when the fetch finished
 	group    *robotstxt.Group
-	failed   bool  // the fetching caller's context ended: callers try again
-	refused  error // the address guard refused the host (wraps ErrLocalRefusal)
-	down     error // unreachable (5xx, network error): disallow until expires
-	failures int   // consecutive fetches that found the file unreachable
+	sitemaps []string // the file's Sitemap: lines
+	failed   bool     // the fetching caller's context ended: callers try again
+	refused  error    // the address guard refused the host (wraps ErrLocalRefusal)
+	down     error    // unreachable (5xx, network error): disallow until expires
+	failures int      // consecutive fetches that found the file unreachable
 	expires  time.Time
 }
 
@@ -133,8 +134,15 @@ func newRobotsCache(f *httpFetcher, userAgent string, ttl time.Duration) *robots
 // first, while the file is unreachable (a *RobotsUnavailableError), and
 // when this worker's address guard refuses the host (ErrLocalRefusal).
 func (r *robotsCache) Allowed(ctx context.Context, u *url.URL) (allowed bool, crawlDelay time.Duration, err error) {
+	allowed, crawlDelay, _, err = r.check(ctx, u)
+	return allowed, crawlDelay, err
+}
+
+// check is Allowed that also returns the URLs of the file's Sitemap:
+// lines, which the crawler reads without fetching the file again.
+func (r *robotsCache) check(ctx context.Context, u *url.URL) (allowed bool, crawlDelay time.Duration, sitemaps []string, err error) {
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return false, 0, fmt.Errorf("robots: check %q: want an absolute http or https URL", u)
+		return false, 0, nil, fmt.Errorf("robots: check %q: want an absolute http or https URL", u)
 	}
 	key := u.Scheme + "://" + strings.ToLower(u.Host)
 	for {
@@ -145,23 +153,23 @@ func (r *robotsCache) Allowed(ctx context.Context, u *url.URL) (allowed bool, cr
 			select {
 			case <-e.done:
 			case <-ctx.Done():
-				return false, 0, fmt.Errorf("robots: wait for %s/robots.txt: %w", key, ctx.Err())
+				return false, 0, nil, fmt.Errorf("robots: wait for %s/robots.txt: %w", key, ctx.Err())
 			}
 		}
 		if e.failed {
 			if err := ctx.Err(); err != nil {
-				return false, 0, fmt.Errorf("robots: fetch %s/robots.txt: %w", key, err)
+				return false, 0, nil, fmt.Errorf("robots: fetch %s/robots.txt: %w", key, err)
 			}
 			continue // the leader gave up; try again
 		}
 		if e.refused != nil {
-			return false, 0, e.refused
+			return false, 0, nil, e.refused
 		}
 		if e.down != nil {
-			return false, 0, &RobotsUnavailableError{Host: key, Until: e.expires, Cause: e.down}
+			return false, 0, nil, &RobotsUnavailableError{Host: key, Until: e.expires, Cause: e.down}
 		}
 		if e.group == nil {
-			return true, 0, nil
+			return true, 0, e.sitemaps, nil
 		}
 		path := u.EscapedPath()
 		if path == "" {
@@ -170,7 +178,7 @@ func (r *robotsCache) Allowed(ctx context.Context, u *url.URL) (allowed bool, cr
 		if u.RawQuery != "" {
 			path += "?" + u.RawQuery
 		}
-		return e.group.Test(path), min(max(e.group.CrawlDelay, 0), maxCrawlDelay), nil
+		return e.group.Test(path), min(max(e.group.CrawlDelay, 0), maxCrawlDelay), e.sitemaps, nil
 	}
 }
 
@@ -227,7 +235,7 @@ func (r *robotsCache) forgetRefusals() {
 
 // fill fetches the robots.txt for e and closes e.done.
 func (r *robotsCache) fill(ctx context.Context, e *robotsEntry, u *url.URL) {
-	group, ttl, err := r.fetch(ctx, u)
+	group, sitemaps, ttl, err := r.fetch(ctx, u)
 	r.mu.Lock()
 	switch {
 	case err != nil && ctx.Err() != nil:
@@ -252,7 +260,7 @@ func (r *robotsCache) fill(ctx context.Context, e *robotsEntry, u *url.URL) {
 			r.log.Info("robots.txt reachable again", "url", u.Scheme+"://"+u.Host+"/robots.txt")
 		}
 		e.failures = 0
-		e.group = group
+		e.group, e.sitemaps = group, sitemaps
 		e.expires = r.now().Add(ttl)
 	}
 	r.mu.Unlock()
@@ -266,22 +274,22 @@ var errOffHost = errors.New("redirected to another host")
 var errServer = errors.New("server error")
 
 // fetch gets and parses the robots.txt of u's host. It returns the group for
-// r's agent (nil = allow all) and how long to cache the answer; err is set
+// r's agent (nil = allow all), the URLs of its Sitemap: lines and how long to cache the answer; err is set
 // when ctx ended, when this worker's guard refused the host
 // (ErrLocalRefusal) and when the file is unreachable (5xx, network error).
-func (r *robotsCache) fetch(ctx context.Context, u *url.URL) (*robotstxt.Group, time.Duration, error) {
+func (r *robotsCache) fetch(ctx context.Context, u *url.URL) (*robotstxt.Group, []string, time.Duration, error) {
 	target := &url.URL{Scheme: u.Scheme, Host: u.Host, Path: "/robots.txt"}
 	for hop := 0; ; hop++ {
 		resp, err := r.fetcher.fetch(ctx, &Request{URL: target.String()}, robotsMaxSize, true)
 		switch {
 		case err == nil:
 		case ctx.Err() != nil, errors.Is(err, ErrLocalRefusal), isRetryable(err):
-			return nil, 0, err
+			return nil, nil, 0, err
 		default:
 			// Not a transient failure (a name that does not exist, a bad
 			// certificate): the page's own fetch fails alike and says why.
 			r.log.Info("robots.txt fetch failed for good; allowing all", "url", target.String(), "error", err)
-			return nil, r.ttl, nil
+			return nil, nil, r.ttl, nil
 		}
 		switch code := resp.StatusCode; {
 		case code >= 200 && code < 300:
@@ -296,20 +304,20 @@ func (r *robotsCache) fetch(ctx context.Context, u *url.URL) (*robotstxt.Group, 
 			data, err := robotstxt.FromBytes(body)
 			if err != nil {
 				r.log.Warn("robots.txt unparsable; allowing all", "url", target.String(), "error", err)
-				return nil, r.ttl, nil
+				return nil, nil, r.ttl, nil
 			}
-			return data.FindGroup(r.agent), r.ttl, nil
+			return data.FindGroup(r.agent), data.Sitemaps, r.ttl, nil
 		case code >= 300 && code < 400:
 			next, err := r.redirect(target, resp.Header.Get("Location"), hop)
 			if err != nil {
 				r.log.Info("robots.txt redirect not followed; allowing all", "url", target.String(), "error", err)
-				return nil, r.ttl, nil
+				return nil, nil, r.ttl, nil
 			}
 			target = next
 		case code >= 400 && code < 500:
-			return nil, r.ttl, nil
+			return nil, nil, r.ttl, nil
 		default: // 5xx and oddities
-			return nil, 0, fmt.Errorf("%w: status %d", errServer, code)
+			return nil, nil, 0, fmt.Errorf("%w: status %d", errServer, code)
 		}
 	}
 }

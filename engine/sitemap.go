@@ -9,8 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
+	"sync"
 )
 
 // The sitemaps protocol's limits (sitemaps.org): a sitemap file lists at
@@ -20,6 +23,35 @@ import (
 const (
 	SitemapMaxURLs = 50_000
 	SitemapMaxSize = 50 << 20
+)
+
+// Bounds of what a site's sitemaps can make a worker do.
+//
+// A sitemap is parsed as it is read, never held whole: a worker's memory
+// for one holds the URLs it lists, at most FetchConfig.MaxBodySize bytes
+// of them (10 MiB by default; the rest is ignored as past the protocol's
+// limits), and one XML token of at most sitemapMaxToken bytes, so that a
+// sitemap costs no more than a page (see FetchConfig), whatever it
+// decompresses to.
+const (
+	// SitemapMaxNesting is how deep sitemap indexes are followed: the
+	// sitemaps robots.txt names and /sitemap.xml are at level 0, those an
+	// index at level n lists at n+1. What an index at this level lists is
+	// not fetched (counted as StatSitemapSkipped).
+	SitemapMaxNesting = 3
+	// SitemapMaxPerHost is how many sitemap files of one host a worker
+	// fetches in a crawl; the others are not fetched (counted as
+	// StatSitemapSkipped, and a warning once per host).
+	SitemapMaxPerHost = 1000
+	// sitemapMaxToken bounds one XML token of a sitemap (a run of white
+	// space counts as one byte): a longer one ends the file, as past the
+	// protocol's limits.
+	sitemapMaxToken = 256 << 10
+	// sitemapMaxDepth bounds the nesting of XML elements in a sitemap.
+	sitemapMaxDepth = 16
+	// metaSitemapLevel is the Meta key of a sitemap request's nesting
+	// level (see SitemapMaxNesting); absent = 0.
+	metaSitemapLevel = "sitemap_level"
 )
 
 // Names of the engine's own callbacks, for the requests of sitemaps
@@ -38,6 +70,9 @@ const (
 	StatSitemapURLs     = "sitemap/urls"      // URLs listed (before scope and the filter)
 	StatSitemapTruncate = "sitemap/truncated" // files cut at the protocol's limits
 	StatSitemapInvalid  = "sitemap/invalid"   // files that are not sitemaps
+	// StatSitemapSkipped counts sitemaps listed but not fetched: nested
+	// deeper than SitemapMaxNesting, or past SitemapMaxPerHost.
+	StatSitemapSkipped = "sitemap/skipped"
 )
 
 // isSitemap reports whether r fetches a sitemap or a robots.txt for its
@@ -80,19 +115,48 @@ func (c *Crawler) withSitemaps(start *Request) []*Request {
 	return reqs
 }
 
-// fetchRequest fetches req; sitemaps may be as large as the protocol
-// allows (SitemapMaxSize), whatever FetchConfig.MaxBodySize.
+// fetchRequest fetches req. A sitemap is parsed as it is read (see
+// readSitemap): its Response has no Body, its parse in sitemap.
 func (c *Crawler) fetchRequest(ctx context.Context, req *Request) (*Response, error) {
 	if req.Callback == CallbackSitemap {
-		return c.fetcher.fetch(ctx, req, max(c.fetcher.maxBody, SitemapMaxSize), false)
+		return c.fetcher.fetchStream(ctx, req, c.readSitemap)
 	}
 	return c.fetcher.Fetch(ctx, req)
 }
 
+// sitemapRead is a sitemap parsed as it was read.
+type sitemapRead struct {
+	locs  []string
+	index bool
+	err   error // from parseSitemap
+	bytes int64 // read from the response body
+}
+
+// readSitemap parses a sitemap's body, up to the protocol's limits and
+// keeping at most FetchConfig.MaxBodySize bytes of URLs.
+func (c *Crawler) readSitemap(body io.Reader) *sitemapRead {
+	cr := &countingReader{r: body}
+	locs, index, err := parseSitemap(cr, sitemapLimits{urls: SitemapMaxURLs, size: SitemapMaxSize, kept: c.fetcher.maxBody})
+	return &sitemapRead{locs: locs, index: index, err: err, bytes: cr.n}
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (r *countingReader) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	r.n += int64(n)
+	return n, err
+}
+
 // robotsSitemapsCallback turns the Sitemap: lines of a robots.txt into
-// sitemap requests.
+// sitemap requests. The crawler calls it on the worker's cached robots.txt
+// (see robotsSitemaps), or on a fetched one when robots.txt is ignored.
 func (c *Crawler) robotsSitemapsCallback(_ context.Context, resp *Response) (Result, error) {
-	var res Result
+	var locs []string
 	sc := bufio.NewScanner(bytes.NewReader(resp.Body))
 	sc.Buffer(make([]byte, 0, 4096), MaxURLLength+64)
 	for sc.Scan() {
@@ -100,18 +164,114 @@ func (c *Crawler) robotsSitemapsCallback(_ context.Context, resp *Response) (Res
 		if len(line) < 8 || !strings.EqualFold(line[:8], "sitemap:") {
 			continue
 		}
-		if r := c.sitemapRequest(resp, strings.TrimSpace(line[8:]), CallbackSitemap); r != nil {
-			res.Requests = append(res.Requests, r)
+		locs = append(locs, strings.TrimSpace(line[8:]))
+	}
+	return Result{Requests: c.sitemapRequests(resp, locs, CallbackSitemap)}, nil
+}
+
+// robotsSitemaps handles a request for the Sitemap: lines of a robots.txt
+// without fetching it again: the robots cache fetched it to check the
+// request (one fetch per host and worker, not two).
+func (c *Crawler) robotsSitemaps(req *Request, u *url.URL, locs []string) action {
+	c.stats.Inc(StatResponses)
+	resp := &Response{Request: req, URL: u, StatusCode: http.StatusOK}
+	links := c.sitemapRequests(resp, locs, CallbackSitemap)
+	for _, r := range links {
+		if r.Scope == "" {
+			r.Scope = req.Scope
 		}
 	}
-	return res, nil
+	return written(&write{parent: req, links: links, failed: nack(c.cfg.retryDelay(1))})
+}
+
+// sitemapRequests returns the requests of the URLs a sitemap (or
+// robots.txt) at resp lists: pages for callback "", sitemaps for
+// CallbackSitemap, which are bounded by SitemapMaxNesting and
+// SitemapMaxPerHost.
+func (c *Crawler) sitemapRequests(resp *Response, locs []string, callback string) []*Request {
+	level := 0
+	if callback != "" && resp.Request.Callback == CallbackSitemap {
+		level, _ = strconv.Atoi(resp.Request.Meta[metaSitemapLevel])
+		level++ // listed by an index
+	}
+	if callback != "" && level > SitemapMaxNesting {
+		c.stats.Add(StatSitemapSkipped, int64(len(locs)))
+		c.log.Warn("sitemap index nested too deep; the sitemaps it lists are not fetched",
+			"sitemap", Redact(resp.URL.String()), "nesting", level, "max", SitemapMaxNesting, "skipped", len(locs))
+		return nil
+	}
+	out := make([]*Request, 0, len(locs))
+	for _, loc := range locs {
+		r := c.sitemapRequest(resp, loc, callback)
+		if r == nil {
+			continue
+		}
+		if callback != "" {
+			if !c.sitemapHosts.take(r.parsed.Host) {
+				c.stats.Inc(StatSitemapSkipped)
+				if c.sitemapHosts.warnOnce(r.parsed.Host) {
+					c.log.Warn("too many sitemaps on this host; the rest are not fetched (sitemap/skipped counts them)",
+						"host", r.parsed.Host, "max", SitemapMaxPerHost)
+				}
+				continue
+			}
+			if level > 0 {
+				r.Meta = map[string]string{metaSitemapLevel: strconv.Itoa(level)}
+			}
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// sitemapBudget counts the sitemaps of each host a worker requested (see
+// SitemapMaxPerHost). It holds at most maxSitemapHosts hosts: a sitemap
+// of a host past them is not fetched.
+type sitemapBudget struct {
+	mu     sync.Mutex
+	count  map[string]int
+	warned map[string]bool
+}
+
+// maxSitemapHosts bounds the hosts a sitemapBudget tracks.
+const maxSitemapHosts = 10_000
+
+// take counts one more sitemap of host; false if the host has had its
+// SitemapMaxPerHost.
+func (b *sitemapBudget) take(host string) bool {
+	host = strings.ToLower(host)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.count == nil {
+		b.count, b.warned = make(map[string]int), make(map[string]bool)
+	}
+	n, ok := b.count[host]
+	if n >= SitemapMaxPerHost || !ok && len(b.count) >= maxSitemapHosts {
+		return false
+	}
+	b.count[host] = n + 1
+	return true
+}
+
+// warnOnce reports whether host's budget was not yet warned about, and
+// marks it so.
+func (b *sitemapBudget) warnOnce(host string) bool {
+	host = strings.ToLower(host)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.warned[host] || len(b.warned) >= maxSitemapHosts {
+		return false
+	}
+	b.warned[host] = true
+	return true
 }
 
 // sitemapRequest is the request of a URL a sitemap (or robots.txt) lists,
 // resolved against the sitemap's URL; nil if it is not http or https.
 // Listed pages have depth 1, as if linked from the start URL; nested
 // sitemaps keep the depth of the sitemap that lists them, so that
-// Config.MaxDepth does not cut a chain of indexes.
+// Config.MaxDepth does not cut a chain of indexes (SitemapMaxNesting
+// does).
 func (c *Crawler) sitemapRequest(resp *Response, loc, callback string) *Request {
 	loc = strings.TrimSpace(loc)
 	if loc == "" || len(loc) > MaxURLLength {
@@ -132,10 +292,15 @@ func (c *Crawler) sitemapRequest(resp *Response, loc, callback string) *Request 
 
 // sitemapCallback reads a sitemap (its URLs become requests for the
 // start URLs' callback) or a sitemap index (its sitemaps become sitemap
-// requests), plain or gzip-compressed.
+// requests), plain or gzip-compressed, as parsed while it was fetched.
 func (c *Crawler) sitemapCallback(_ context.Context, resp *Response) (Result, error) {
 	log := c.log.With("sitemap", Redact(resp.URL.String()))
-	locs, index, err := ParseSitemap(bytes.NewReader(resp.Body))
+	sm := resp.sitemap
+	if sm == nil { // a Response made elsewhere: parse its Body
+		sm = c.readSitemap(bytes.NewReader(resp.Body))
+	}
+	c.stats.Add(StatBytes, sm.bytes)
+	locs, index, err := sm.locs, sm.index, sm.err
 	switch {
 	case errors.Is(err, ErrSitemapTruncated):
 		c.stats.Inc(StatSitemapTruncate)
@@ -155,12 +320,7 @@ func (c *Crawler) sitemapCallback(_ context.Context, resp *Response) (Result, er
 	} else {
 		c.stats.Add(StatSitemapURLs, int64(len(locs)))
 	}
-	res := Result{Requests: make([]*Request, 0, len(locs))}
-	for _, loc := range locs {
-		if r := c.sitemapRequest(resp, loc, cb); r != nil {
-			res.Requests = append(res.Requests, r)
-		}
-	}
+	res := Result{Requests: c.sitemapRequests(resp, locs, cb)}
 	log.Debug("sitemap read", "index", index, "urls", len(locs), "requests", len(res.Requests))
 	return res, nil
 }
@@ -177,13 +337,26 @@ var ErrNotSitemap = errors.New("engine: not a sitemap")
 // (<sitemapindex>), plain or gzip-compressed (told by its first bytes),
 // and returns the <loc> of its entries, at most SitemapMaxURLs of them
 // from at most SitemapMaxSize uncompressed bytes: past either limit it
-// returns what it read with ErrSitemapTruncated.
+// returns what it read with ErrSitemapTruncated. A URL listed again is
+// returned once. It reads r as a stream: what it holds is the URLs it
+// returns, at most 10 MiB for them and their set (the default
+// FetchConfig.MaxBodySize, counting each URL twice and 64 bytes more;
+// past that ErrSitemapTruncated too)
+// and one XML token (at most 256 KiB, a run of white space counting as
+// one byte; a longer one ends the file with ErrSitemapTruncated).
 func ParseSitemap(r io.Reader) (locs []string, index bool, err error) {
-	return parseSitemap(r, SitemapMaxURLs, SitemapMaxSize)
+	return parseSitemap(r, sitemapLimits{urls: SitemapMaxURLs, size: SitemapMaxSize, kept: defaultMaxBodySize})
+}
+
+// sitemapLimits are the limits of parseSitemap.
+type sitemapLimits struct {
+	urls int   // URLs returned
+	size int64 // bytes read, uncompressed
+	kept int64 // bytes held for the URLs returned (see parseSitemap)
 }
 
 // parseSitemap is ParseSitemap with the limits given.
-func parseSitemap(r io.Reader, maxURLs int, maxSize int64) (locs []string, index bool, err error) {
+func parseSitemap(r io.Reader, lim sitemapLimits) (locs []string, index bool, err error) {
 	br := bufio.NewReader(r)
 	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
 		zr, err := gzip.NewReader(br)
@@ -195,20 +368,28 @@ func parseSitemap(r io.Reader, maxURLs int, maxSize int64) (locs []string, index
 	} else {
 		r = br
 	}
-	lr := &io.LimitedReader{R: r, N: maxSize + 1}
-	d := xml.NewDecoder(lr)
+	lr := &io.LimitedReader{R: r, N: lim.size + 1}
+	tr := &tokenReader{r: bufio.NewReader(lr), max: sitemapMaxToken}
+	d := xml.NewDecoder(tr)
 	d.Strict = false
 	d.CharsetReader = func(_ string, in io.Reader) (io.Reader, error) { return in, nil }
 	depth := 0
 	root := ""
-	entry := "" // "url" or "sitemap" while inside one
+	entry := ""    // "url" or "sitemap" while inside one
+	var kept int64 // bytes held for locs and seen
+	entries := 0   // <loc> entries read, repeated ones too
+	seen := map[string]struct{}{}
 	for {
+		tr.n = 0
 		tok, err := d.Token()
 		if err == io.EOF {
 			break
 		}
 		if lr.N <= 0 {
-			return locs, index, fmt.Errorf("%w: more than %d bytes uncompressed", ErrSitemapTruncated, maxSize)
+			return locs, index, fmt.Errorf("%w: more than %d bytes uncompressed", ErrSitemapTruncated, lim.size)
+		}
+		if errors.Is(err, errTokenTooLong) {
+			return locs, index, fmt.Errorf("%w: %w", ErrSitemapTruncated, err)
 		}
 		if err != nil {
 			if root == "" {
@@ -221,6 +402,8 @@ func parseSitemap(r io.Reader, maxURLs int, maxSize int64) (locs []string, index
 			depth++
 			name := strings.ToLower(t.Name.Local)
 			switch {
+			case depth > sitemapMaxDepth:
+				return locs, index, fmt.Errorf("%w: elements nested over %d deep", ErrNotSitemap, sitemapMaxDepth)
 			case depth == 1:
 				if name != "urlset" && name != "sitemapindex" {
 					return nil, false, fmt.Errorf("%w: root element <%s>", ErrNotSitemap, t.Name.Local)
@@ -230,14 +413,26 @@ func parseSitemap(r io.Reader, maxURLs int, maxSize int64) (locs []string, index
 				entry = name
 			case depth == 3 && name == "loc" && (entry == "url" && !index || entry == "sitemap" && index):
 				var loc string
-				if err := d.DecodeElement(&loc, &t); err != nil {
+				tr.n = 0
+				if err := d.DecodeElement(&loc, &t); errors.Is(err, errTokenTooLong) {
+					return locs, index, fmt.Errorf("%w: %w", ErrSitemapTruncated, err)
+				} else if err != nil {
 					return locs, index, fmt.Errorf("%w: %w", ErrNotSitemap, err)
 				}
 				depth--
-				if len(locs) == maxURLs {
-					return locs, index, fmt.Errorf("%w: more than %d URLs", ErrSitemapTruncated, maxURLs)
+				if entries == lim.urls {
+					return locs, index, fmt.Errorf("%w: more than %d URLs", ErrSitemapTruncated, lim.urls)
 				}
-				locs = append(locs, strings.TrimSpace(loc))
+				entries++
+				loc = strings.TrimSpace(loc)
+				if _, dup := seen[loc]; dup {
+					continue // a file repeating a URL costs no more than listing it once
+				}
+				if kept += 2*int64(len(loc)) + 64; kept > lim.kept {
+					return locs, index, fmt.Errorf("%w: URLs over %d bytes", ErrSitemapTruncated, lim.kept)
+				}
+				seen[loc] = struct{}{}
+				locs = append(locs, loc)
 			}
 		case xml.EndElement:
 			depth--
@@ -247,10 +442,60 @@ func parseSitemap(r io.Reader, maxURLs int, maxSize int64) (locs []string, index
 		}
 	}
 	if lr.N <= 0 {
-		return locs, index, fmt.Errorf("%w: more than %d bytes uncompressed", ErrSitemapTruncated, maxSize)
+		return locs, index, fmt.Errorf("%w: more than %d bytes uncompressed", ErrSitemapTruncated, lim.size)
 	}
 	if root == "" {
 		return nil, false, fmt.Errorf("%w: no root element", ErrNotSitemap)
 	}
 	return locs, index, nil
 }
+
+// errTokenTooLong ends a sitemap with an XML token over sitemapMaxToken.
+var errTokenTooLong = fmt.Errorf("an XML token over %d bytes", sitemapMaxToken)
+
+// tokenReader is the byte source of a sitemap's XML decoder. It bounds
+// what the decoder buffers: it fails once more than max bytes were read
+// since n was last reset (before each token), and it turns every run of
+// white space into one space, which the decoder sees as such (white
+// space is insignificant in a sitemap, and trimmed around a <loc>).
+type tokenReader struct {
+	r   *bufio.Reader
+	n   int
+	max int
+}
+
+func (t *tokenReader) ReadByte() (byte, error) {
+	if t.n++; t.n > t.max {
+		return 0, errTokenTooLong
+	}
+	b, err := t.r.ReadByte()
+	if err != nil || !isXMLSpace(b) {
+		return b, err
+	}
+	for { // skip the run a buffer at a time: a bomb of white space is long
+		buf, err := t.r.Peek(max(t.r.Buffered(), 1))
+		k := 0
+		for k < len(buf) && isXMLSpace(buf[k]) {
+			k++
+		}
+		t.r.Discard(k)
+		if k < len(buf) || err != nil {
+			return ' ', nil // an error comes again on the next read
+		}
+	}
+}
+
+// Read is for io.Reader; the decoder reads bytes through ReadByte.
+func (t *tokenReader) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	b, err := t.ReadByte()
+	if err != nil {
+		return 0, err
+	}
+	p[0] = b
+	return 1, nil
+}
+
+func isXMLSpace(b byte) bool { return b == ' ' || b == '\t' || b == '\n' || b == '\r' }

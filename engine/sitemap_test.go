@@ -43,7 +43,9 @@ func TestParseSitemap(t *testing.T) {
 		}
 	}
 
-	checkLimits(t, func(r io.Reader) ([]string, bool, error) { return parseSitemap(r, 500, 1<<20) }, 500, 1<<20)
+	checkLimits(t, func(r io.Reader) ([]string, bool, error) {
+		return parseSitemap(r, sitemapLimits{urls: 500, size: 1 << 20, kept: 10 << 20})
+	}, 500, 1<<20)
 	for _, bad := range []string{"<html><body><a href='/x'>x</a></body></html>", "User-agent: *\n", "", "\x1f\x8bnot gzip"} {
 		if _, _, err := ParseSitemap(strings.NewReader(bad)); !errors.Is(err, ErrNotSitemap) {
 			t.Errorf("ParseSitemap(%.20q) = %v, want ErrNotSitemap", bad, err)
