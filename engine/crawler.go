@@ -1164,6 +1164,10 @@ func (c *Crawler) redirect(ctx context.Context, req *Request, resp *Response) ac
 	}
 	next := *req
 	next.URL = target.String()
+	if next.Header.Get("Authorization") != "" && !sameOrigin(resp.URL, target) {
+		next.Header = next.Header.Clone() // credentials stay with their host
+		next.Header.Del("Authorization")
+	}
 	next.Retries = 0
 	next.Meta = map[string]string{"redirect_times": fmt.Sprint(n + 1)}
 	for k, v := range req.Meta {
@@ -1381,6 +1385,7 @@ func (c *Crawler) enqueueAll(ctx context.Context, pages []links) error {
 			if u.Host == "" {
 				continue
 			}
+			u = withCredentials(p.parent, r, u)
 			if !start {
 				switch c.scope.check(u, r.URL, r.Depth, r.Scope) {
 				case offsite:

@@ -18,7 +18,10 @@ type StartURL struct {
 	Meta     map[string]string `json:"meta,omitempty"`
 	Priority int               `json:"priority,omitempty"`
 	// Headers are sent with the start URL's request only (not with the
-	// links followed from it), over FetchConfig.Header.
+	// links followed from it), over FetchConfig.Header; but for
+	// Authorization, which goes with the links on the same scheme, host
+	// and port. Credentials in URL become that header (Basic) and leave
+	// the URL, so that they are no part of a page's identity.
 	Headers map[string]string `json:"headers,omitempty"`
 }
 
