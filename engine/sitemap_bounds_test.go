@@ -201,7 +201,7 @@ func TestSitemapBombsBounded(t *testing.T) {
 	const size = 50 << 20
 	n := 32
 	if trawlbin.RaceEnabled {
-		n = 8 // decompressing is slow under the race detector
+		n = 4 // decompressing is slow under the race detector
 	}
 	urls, space := bombs(t, size)
 	t.Logf("bombs of %d MB: %d and %d bytes compressed", size>>20, len(urls), len(space))
@@ -224,11 +224,16 @@ func TestSitemapBombsBounded(t *testing.T) {
 		}
 	})
 	before := resetPeakRSS(t)
-	c, _ := crawlSitemaps(t, srv, engine.Config{Concurrency: n, PerHost: n})
+	// A fetch that times out is retried: a starved machine may take long.
+	c, _ := crawlSitemaps(t, srv, engine.Config{Concurrency: n, PerHost: n, Fetch: engine.FetchConfig{Timeout: 3 * time.Minute}})
 	peak := peakRSS(t)
-	if got := srv.count("/bomb/"); got != n {
-		t.Fatalf("%d bombs fetched, want %d", got, n)
+	srv.mu.Lock()
+	for i := range n {
+		if srv.hits[fmt.Sprintf("/bomb/%d.xml.gz", i)] == 0 {
+			t.Errorf("bomb %d not fetched", i)
+		}
 	}
+	srv.mu.Unlock()
 	if got := c.Stats().Get(engine.StatSitemapTruncate); got != int64(n) {
 		t.Errorf("%s = %d, want %d (every bomb is cut)", engine.StatSitemapTruncate, got, n)
 	}
