@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -243,9 +244,11 @@ func (o *options) openSink(b *backends) (engine.Sink, error) {
 		}
 		return engine.QueueSink{Broker: b.broker, Queue: engine.ItemsQueue(o.name)}, nil
 	}
+	// As a shell's > does, --out creates the file, not its folder: a
+	// missing folder is more often a typo than a wish.
 	if dir := filepath.Dir(o.out); dir != "." {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return nil, fmt.Errorf("--out: %w", err)
+		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+			return nil, usageError("--out %s: no folder %s (create it first)", o.out, dir)
 		}
 	}
 	return o.openFileSink()
@@ -309,6 +312,10 @@ func (o *options) serveMetrics(s *engine.Stats, b *backends) (*http.Server, erro
 	ln, err := net.Listen("tcp", o.metricsAddr)
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-addr: %w", err)
+	}
+	if everyInterface(o.metricsAddr) {
+		fmt.Fprintf(o.stderr, "trawl: warning: --metrics-addr %s serves /metrics on every interface, to anyone who reaches this machine; 127.0.0.1%s keeps it local\n",
+			o.metricsAddr, o.metricsAddr[strings.LastIndexByte(o.metricsAddr, ':'):])
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go srv.Serve(ln) // ends with Shutdown

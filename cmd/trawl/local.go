@@ -224,16 +224,27 @@ func (f *fileStats) Load(context.Context) (map[string]int64, error) {
 		return nil, fmt.Errorf("stats: %w", err)
 	}
 	if err := json.Unmarshal(data, &m); err != nil {
-		return nil, fmt.Errorf("stats: %s: %w", f.path, err)
+		return nil, fmt.Errorf("stats: %s: %w: %v", f.path, errDamagedStats, err)
 	}
 	return m, nil
 }
+
+// errDamagedStats is the error of a counters file that does not decode.
+var errDamagedStats = errors.New("damaged")
 
 // Add adds deltas to the counters, replacing the file atomically.
 func (f *fileStats) Add(ctx context.Context, deltas map[string]int64) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	m, err := f.Load(ctx)
+	if errors.Is(err, errDamagedStats) {
+		// Set aside, so that the crawl says it once, not at every flush;
+		// the caller adds these deltas again to a new file.
+		if rerr := os.Rename(f.path, f.path+".damaged"); rerr != nil {
+			return fmt.Errorf("stats: %w", rerr)
+		}
+		return fmt.Errorf("%w; moved to %s, counting again from this run's counters", err, f.path+".damaged")
+	}
 	if err != nil {
 		return err
 	}

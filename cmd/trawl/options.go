@@ -80,7 +80,7 @@ func (o *options) addLogFlags(fs *pflag.FlagSet) {
 func (o *options) addBackendFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.broker, "broker", "", "frontier: memory, redis, rabbitmq or nats (default: embedded single-node, no server)")
 	fs.StringVar(&o.dedup, "dedup", "", "duplicate filter: local, set or bloom (default: local; set with --broker=redis)")
-	fs.StringVar(&o.name, "name", "trawl", "crawl name; queues and keys derive from it")
+	fs.StringVar(&o.name, "name", "trawl", "crawl name; queues, keys and the folder .trawl/NAME derive from it (no / or \\)")
 	fs.StringVar(&o.order, "order", "priority", "queue order: priority, fifo or lifo")
 	fs.StringVar(&o.redisURL, "redis-url", "redis://127.0.0.1:6379/0", "Redis URL (redis:// or rediss://, user and password allowed)")
 	fs.StringVar(&o.amqpURL, "amqp-url", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ URL (amqp:// or amqps://); the nodes of a cluster comma-separated, tried in turn")
@@ -121,10 +121,10 @@ func (o *options) addCrawlFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.throttle.MaxDelay, "autothrottle-max-delay", engine.DefaultThrottleMaxDelay, "--autothrottle: the most a host's adapted delay may grow to")
 	fs.IntVar(&o.maxDepth, "max-depth", engine.DefaultMaxDepth, "maximum link depth from the start URLs, a guard against URL traps (0: unlimited)")
 	fs.IntVar(&o.maxPages, "max-pages", 0, "stop this worker after that many pages (0: unlimited)")
-	fs.StringArrayVar(&o.allowDomains, "allow-domain", nil, "domain links may lead to, with subdomains (repeat the flag for more; default: the start URLs' hosts)")
+	fs.StringArrayVar(&o.allowDomains, "allow-domain", nil, "domain links may lead to, with subdomains: a host name such as example.com, no scheme or wildcard (repeat the flag for more; default: the start URLs' hosts)")
 	fs.StringArrayVar(&o.include, "include", nil, "follow only URLs matching this regular expression, taken whole (repeat the flag for more)")
 	fs.StringArrayVar(&o.exclude, "exclude", nil, "do not follow URLs matching this regular expression, taken whole (repeat the flag for more)")
-	fs.StringVar(&o.out, "out", "-", "items: - for stdout, a FILE (JSON Lines, or CSV when its name ends in .csv; appended to; --flush empties it), redis for the Redis list {NAME}:items, or queue for the broker queue NAME:items (on Redis, that list); trawl items reads both")
+	fs.StringVar(&o.out, "out", "-", "items: - for stdout, a FILE (JSON Lines, or CSV when its name ends in .csv; appended to; --flush empties it; its folder must exist), redis for the Redis list {NAME}:items, or queue for the broker queue NAME:items (on Redis, that list); trawl items reads both")
 	o.session.addFlags(fs)
 	fs.BoolVar(&o.sitemaps, "sitemaps", false, "also crawl the URLs the sitemaps of each start URL's host list (robots.txt Sitemap: lines and /sitemap.xml; indexes followed, gzip read), through scope and the filter like links")
 	fs.StringVar(&o.outFormat, "format", "", "items' format for a file or stdout: jsonl or csv (default: csv for an --out ending in .csv, else jsonl)")
@@ -133,7 +133,7 @@ func (o *options) addCrawlFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.allowEmpty, "allow-empty", false, "exit 0 when a crawl wrote no item (by default it exits 1 and says why; a worker says why and exits 0)")
 	fs.DurationVar(&o.progressEvery, "progress-interval", 10*time.Second, "when stderr is not a terminal, log progress this often (0: never)")
 	fs.DurationVar(&o.lease, "lease", 30*time.Second, "how long a delivery stays with a worker before another may take it")
-	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address")
+	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this HOST:PORT (127.0.0.1:9090 keeps it local; :9090 serves every interface, and says so)")
 	fs.StringArrayVar(&o.extract, "extract", nil, "add field NAME=SELECTOR to each page item: a CSS selector, taken whole (commas included), with ::text (default), ::attr(NAME) or ::html; one value per match (repeat the flag for more)")
 	fs.BoolVar(&o.errorItems, "error-items", false, "also write an item for each page that fails for good (4xx, 5xx past the retries, unreachable): its status, error and referring page, to check a site for broken links")
 	fs.BoolVar(&o.allowPrivate, "allow-private", false, "allow private, loopback and link-local addresses")
@@ -224,6 +224,7 @@ func (o *options) setup() error {
 			errs = append(errs, fmt.Errorf("--extract: %w", err))
 		}
 	}
+	errs = append(errs, o.checkValues()...)
 	errs = append(errs, o.tls.check()...)
 	errs = append(errs, o.checkOutput()...)
 	errs = append(errs, o.session.check()...)
