@@ -16,6 +16,8 @@
 //	GET  /api/state          the latest sample (see State)
 //	GET  /api/history?since= the samples after since (Unix milliseconds)
 //	POST /api/requeue        requeue every dead letter (Source a Requeuer)
+//	POST /api/pause          pause every worker (Source a Pauser)
+//	POST /api/resume         resume them
 //
 // With Config.Token set, every request needs it: the header
 // "Authorization: Bearer TOKEN", or ?token=TOKEN (the page passes on the
@@ -56,6 +58,12 @@ type Requeuer interface {
 	Requeue(ctx context.Context) (int, error)
 }
 
+// Pauser is implemented by sources that can pause and resume every
+// worker of the crawl (engine.SetPaused).
+type Pauser interface {
+	SetPaused(ctx context.Context, paused bool) error
+}
+
 // HistoryStore is implemented by sources that keep the dashboard's
 // history with the crawl (a few KiB).
 type HistoryStore interface {
@@ -73,6 +81,8 @@ type Snapshot struct {
 	DeadLetters []DeadLetter // the first few
 	// Settings are the crawl's stored settings, or nil.
 	Settings any
+	// Paused says the crawl is paused (see Pauser).
+	Paused bool
 }
 
 // Queue is a queue's depth. Delayed is -1 where the broker does not tell
@@ -127,7 +137,7 @@ type Point struct {
 // Worker is a worker as the API shows it.
 type Worker struct {
 	engine.WorkerStatus
-	State string `json:"state"` // running, lost or stopped
+	State string `json:"state"` // running, paused, lost or stopped
 }
 
 // Totals are the headline figures, taken from the stats.
@@ -145,7 +155,8 @@ type State struct {
 	Crawl       string           `json:"crawl"`
 	Time        int64            `json:"time"`            // Unix milliseconds of the sample
 	Error       string           `json:"error,omitempty"` // why the last sample failed
-	Status      string           `json:"status"`          // running, stalled, idle or unknown
+	Status      string           `json:"status"`          // running, paused, stalled, idle or unknown
+	Paused      bool             `json:"paused"`
 	Stalled     bool             `json:"stalled"`
 	StalledFor  float64          `json:"stalled_for_seconds,omitempty"`
 	ETASeconds  float64          `json:"eta_seconds,omitempty"` // while the frontier shrinks
@@ -156,6 +167,7 @@ type State struct {
 	DeadLetters []DeadLetter     `json:"dead_letters"`
 	Settings    any              `json:"settings"`
 	CanRequeue  bool             `json:"can_requeue"`
+	CanPause    bool             `json:"can_pause"`
 }
 
 // Dashboard is an http.Handler serving the page and its API.
@@ -198,6 +210,8 @@ func New(src Source, cfg Config) *Dashboard {
 	mux.HandleFunc("GET /api/state", d.serveState)
 	mux.HandleFunc("GET /api/history", d.serveHistory)
 	mux.HandleFunc("POST /api/requeue", d.serveRequeue)
+	mux.HandleFunc("POST /api/pause", d.servePause(true))
+	mux.HandleFunc("POST /api/resume", d.servePause(false))
 	d.mux = http.NewCrossOriginProtection().Handler(mux)
 	return d
 }
@@ -274,6 +288,8 @@ func (d *Dashboard) record(now time.Time, snap Snapshot) {
 		st.Stats = map[string]int64{}
 	}
 	_, st.CanRequeue = d.src.(Requeuer)
+	_, st.CanPause = d.src.(Pauser)
+	st.Paused = snap.Paused
 	for _, w := range snap.Workers {
 		s := "running"
 		switch {
@@ -281,6 +297,8 @@ func (d *Dashboard) record(now time.Time, snap Snapshot) {
 			s = "stopped"
 		case w.Lost(now):
 			s = "lost"
+		case w.Paused:
+			s = "paused"
 		}
 		st.Workers = append(st.Workers, Worker{WorkerStatus: w, State: s})
 	}
@@ -311,7 +329,12 @@ func (d *Dashboard) record(now time.Time, snap Snapshot) {
 	d.history = d.history[cut:]
 
 	queued := p.Ready + p.InFlight
+	if snap.Paused {
+		d.lastProgress = now // a paused crawl does not stall
+	}
 	switch idle := now.Sub(d.lastProgress); {
+	case snap.Paused:
+		st.Status = "paused"
 	case queued > 0 && idle >= d.cfg.StallAfter:
 		st.Status, st.Stalled, st.StalledFor = "stalled", true, idle.Seconds()
 	case queued > 0:
@@ -453,6 +476,23 @@ func (d *Dashboard) serveRequeue(w http.ResponseWriter, r *http.Request) {
 	}
 	d.Sample(r.Context())
 	writeJSON(w, map[string]int{"requeued": n})
+}
+
+func (d *Dashboard) servePause(paused bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		p, ok := d.src.(Pauser)
+		if !ok {
+			http.Error(w, "this deployment cannot pause the crawl", http.StatusNotImplemented)
+			return
+		}
+		if err := p.SetPaused(r.Context(), paused); err != nil {
+			d.log.Warn("pausing or resuming the crawl failed", "paused", paused, "err", err)
+			http.Error(w, oneLine(err.Error()), http.StatusBadGateway)
+			return
+		}
+		d.Sample(r.Context())
+		writeJSON(w, map[string]bool{"paused": paused})
+	}
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

@@ -21,6 +21,14 @@ type source struct {
 	snaps    []Snapshot
 	saved    []byte
 	requeued int
+	paused   bool
+}
+
+func (s *source) SetPaused(_ context.Context, paused bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.paused = paused
+	return nil
 }
 
 func (s *source) Snapshot(context.Context) (Snapshot, error) {
@@ -30,6 +38,7 @@ func (s *source) Snapshot(context.Context) (Snapshot, error) {
 	if len(s.snaps) > 1 {
 		s.snaps = s.snaps[1:]
 	}
+	snap.Paused = s.paused
 	return snap, nil
 }
 
@@ -271,5 +280,38 @@ func TestErrorNamesNoPassword(t *testing.T) {
 	st := d.Current()
 	if st.Error == "" || strings.Contains(st.Error, "hunter2") {
 		t.Errorf("error = %q, want one without the password", st.Error)
+	}
+}
+
+// TestPauseResume: POST /api/pause pauses the crawl through the source
+// and the state says so at once (a paused crawl is not stalled, whatever
+// its queue); /api/resume undoes it; another site cannot do either.
+func TestPauseResume(t *testing.T) {
+	src := &source{snaps: []Snapshot{{Queues: []Queue{{Name: "q", Ready: 5}}, Workers: []engine.WorkerStatus{{PID: 7, Heartbeat: time.Now(), Paused: true}}}}}
+	d := New(src, Config{StallAfter: time.Nanosecond})
+	post := func(path, site string) int {
+		r := httptest.NewRequest("POST", path, nil)
+		r.Header.Set("Sec-Fetch-Site", site)
+		rec := httptest.NewRecorder()
+		d.ServeHTTP(rec, r)
+		return rec.Code
+	}
+	if code := post("/api/pause", "cross-site"); code != http.StatusForbidden || src.paused {
+		t.Fatalf("cross-site pause: %d, paused %v", code, src.paused)
+	}
+	if code := post("/api/pause", "same-origin"); code != http.StatusOK || !src.paused {
+		t.Fatalf("pause: %d, paused %v", code, src.paused)
+	}
+	var st State
+	getJSON(t, d, "/api/state", &st)
+	if !st.Paused || st.Status != "paused" || st.Stalled || !st.CanPause || len(st.Workers) != 1 || st.Workers[0].State != "paused" {
+		t.Errorf("after pause: paused %v, status %q, stalled %v, can_pause %v, workers %+v", st.Paused, st.Status, st.Stalled, st.CanPause, st.Workers)
+	}
+	if code := post("/api/resume", "same-origin"); code != http.StatusOK || src.paused {
+		t.Fatalf("resume: %d, paused %v", code, src.paused)
+	}
+	getJSON(t, d, "/api/state", &st)
+	if st.Paused || st.Status == "paused" {
+		t.Errorf("after resume: paused %v, status %q", st.Paused, st.Status)
 	}
 }

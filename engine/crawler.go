@@ -111,6 +111,7 @@ type Crawler struct {
 	extractLinks func(base *url.URL, body []byte) (title string, links []*url.URL, urls []string)
 	limiter      HostLimiter
 	scope        *scope
+	pause        pauser                    // whether the crawl is paused (SetPaused)
 	seen         atomic.Pointer[seenLinks] // links offered to the filter already; replaced when the crawl's state rolled back (see state.go)
 	stats        *Stats
 	log          *slog.Logger
@@ -395,6 +396,19 @@ func (c *Crawler) receive(ctx context.Context, sem chan struct{}, bench *workben
 		if !c.refusalPause(run) {
 			return c.ended(ctx, run)
 		}
+		if c.pause.isPaused() {
+			// The consumer's read-ahead goes back to the queue at once;
+			// what the workbench holds stays, its leases kept.
+			closed := false
+			if !c.pause.wait(run, func() { cons.Close(); closed = true }) {
+				return c.ended(ctx, run)
+			}
+			if closed {
+				if cons, err = c.consume(ctx, queue); err != nil {
+					return err
+				}
+			}
+		}
 		select {
 		case sem <- struct{}{}:
 		case <-run.Done():
@@ -587,6 +601,7 @@ func (c *Crawler) feed(ctx context.Context, startsLeft bool, hungry <-chan struc
 			finish(c.stateLost())
 			return
 		}
+		c.pollPause(ctx)
 		if c.inflight.Load() > 0 {
 			idleSince = time.Time{}
 			continue

@@ -30,6 +30,9 @@ type WorkerStatus struct {
 	InFlight    int64     `json:"in_flight"`
 	PagesPerSec float64   `json:"pages_per_sec"` // since the previous heartbeat
 	Stopped     bool      `json:"stopped"`       // left the crawl cleanly
+	// Paused says the worker takes no new request: the crawl is paused
+	// (SetPaused) and its receiver waits for resume.
+	Paused bool `json:"paused"`
 }
 
 // Lost reports whether w stopped announcing itself without leaving: its
@@ -83,6 +86,7 @@ func (c *Crawler) beat(ctx context.Context, h *heartbeat, stopped bool) {
 	}
 	s.Heartbeat, s.Pages, s.Stopped = now, pages, stopped
 	s.Items, s.Errors, s.InFlight = c.stats.Get(StatItems), c.stats.Get(StatErrors), c.stats.InFlight()
+	s.Paused = c.pause.isParked()
 	data, err := json.Marshal(s)
 	if err != nil {
 		return

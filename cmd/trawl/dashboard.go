@@ -119,6 +119,7 @@ type dashboardSource struct {
 var (
 	_ dashboard.Requeuer     = (*dashboardSource)(nil)
 	_ dashboard.HistoryStore = (*dashboardSource)(nil)
+	_ dashboard.Pauser       = (*dashboardSource)(nil)
 )
 
 func (o *options) newDashboardSource(ctx context.Context) (*dashboardSource, error) {
@@ -175,6 +176,9 @@ func (s *dashboardSource) Snapshot(ctx context.Context) (dashboard.Snapshot, err
 		snap.Queues = queuesOf(stats)
 		if m := b.metadata(); m != nil {
 			if snap.Workers, err = engine.Workers(ctx, m, s.o.name); err != nil {
+				return err
+			}
+			if snap.Paused, err = engine.Paused(ctx, m, s.o.name); err != nil {
 				return err
 			}
 			st, err := engine.StoredSettings(ctx, m, s.o.name)
@@ -269,6 +273,18 @@ func (s *dashboardSource) Requeue(ctx context.Context) (int, error) {
 		return nil
 	})
 	return total, err
+}
+
+// SetPaused implements dashboard.Pauser: every worker of the crawl
+// stops taking requests, or goes on (engine.SetPaused).
+func (s *dashboardSource) SetPaused(ctx context.Context, paused bool) error {
+	return s.with(ctx, func(b *backends) error {
+		m := b.metadata()
+		if m == nil {
+			return fmt.Errorf("--broker=%s keeps no crawl state: it cannot pause the crawl", s.o.broker)
+		}
+		return engine.SetPaused(ctx, m, s.o.name, paused)
+	})
 }
 
 // LoadHistory implements dashboard.HistoryStore: the history is kept in

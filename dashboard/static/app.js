@@ -96,6 +96,8 @@ function render(s) {
 
   fill("deadletters", (s.dead_letters || []).map(d => row([d.queue, d.what, d.reason])), "none", 3);
   $("requeue").hidden = !(s.can_requeue && (s.dead_letters || []).length > 0);
+  $("pause").hidden = !s.can_pause || s.paused;
+  $("resume").hidden = !s.can_pause || !s.paused;
 
   $("settings").textContent = s.settings ? JSON.stringify(s.settings, null, 2) : "none stored";
 
@@ -165,5 +167,15 @@ $("requeue").addEventListener("click", () => {
     $("requeued").textContent = err.message;
   }).finally(() => { $("requeue").disabled = false; });
 });
+
+for (const [id, path] of [["pause", "api/pause"], ["resume", "api/resume"]]) {
+  $(id).addEventListener("click", () => {
+    $(id).disabled = true;
+    api(path, { method: "POST" }).then(() => api("api/state")).then(render).catch(err => {
+      $("error").hidden = false;
+      $("error").textContent = err.message;
+    }).finally(() => { $(id).disabled = false; });
+  });
+}
 
 tick();

@@ -103,12 +103,14 @@ func TestNATSDashboardInBrowser(t *testing.T) {
 // dashboardInBrowser: two workers crawl while a headless chromium shows
 // trawl dashboard. The page lists both workers' process ids; its figures
 // change while the crawl runs, without a reload; a dead letter it shows,
-// requeued with its button, is fetched again; and once the crawl is done
-// it shows the item count trawl stats gives. The screenshot is saved to
+// requeued with its button, is fetched again; paused from the page, the
+// crawl sends the site nothing for 5 s, and resumed it completes with
+// every page fetched once; and once it is done the page shows the item
+// count trawl stats gives. The screenshot is saved to
 // shot, if given.
 func dashboardInBrowser(t *testing.T, deployment func(name string, more ...string) []string, shot string) {
 	path := chromium(t)
-	site, url := serveSite(t, testsite.Config{Pages: 300, Links: 5, Seed: 25, NoTraps: true, Latency: 50 * time.Millisecond})
+	site, url := serveSite(t, testsite.Config{Pages: 600, Links: 5, Seed: 25, NoTraps: true, Latency: 50 * time.Millisecond})
 	var healed atomic.Bool
 	var fetchedHealed atomic.Int64
 	flaky := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -125,7 +127,7 @@ func dashboardInBrowser(t *testing.T, deployment func(name string, more ...strin
 
 	name := integration.Name(t)
 	args := func(more ...string) []string {
-		return deployment(name, append([]string{"--idle-timeout=0", "--retry-times=0", "--concurrency=4", "--per-host=4"}, more...)...)
+		return deployment(name, append([]string{"--idle-timeout=0", "--retry-times=0", "--concurrency=2", "--per-host=2"}, more...)...)
 	}
 	mustRun(t, append([]string{"seed"}, args(url, deadURL)...)...)
 	dash := trawlbin.Serve(t, trawlBin, "", append([]string{"dashboard", "--addr", "127.0.0.1:0"}, deployment(name)...)...)
@@ -158,6 +160,32 @@ func dashboardInBrowser(t *testing.T, deployment func(name string, more ...strin
 	if n := shown[float64](t, tctx, `performance.getEntriesByType("navigation").length`); n != 1 {
 		t.Errorf("the page was loaded %v times, want 1", n)
 	}
+
+	// Paused from the page, both workers say so (no page in progress)
+	// and the site sees no request for 5 s.
+	if _, err := chromedp.Run(tctx, chromedp.Click("#pause")); err != nil {
+		t.Fatalf("clicking Pause: %v", err)
+	}
+	waitFor(t, "both workers to show paused, nothing in flight", time.Minute, func() bool {
+		return shown[float64](t, tctx, `[...document.querySelectorAll('#workers tr.paused')].filter(r => r.children[6].textContent === "0").length`) == 2
+	})
+	held := site.Summary().Requests
+	if held >= site.Expected() {
+		t.Fatalf("the crawl fetched all %d pages before the pause took hold", held)
+	}
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); {
+		if n := site.Summary().Requests; n != held {
+			t.Fatalf("paused, the crawl sent the site %d more requests", n-held)
+		}
+		time.Sleep(100 * time.Millisecond) // the span measured, not a synchronization
+	}
+	if s := shown[string](t, tctx, `document.getElementById("status").textContent`); s != "paused" {
+		t.Errorf("status %q while paused, want paused", s)
+	}
+	if _, err := chromedp.Run(tctx, chromedp.Click("#resume")); err != nil {
+		t.Fatalf("clicking Resume: %v", err)
+	}
+	waitFor(t, "requests after resume", time.Minute, func() bool { return site.Summary().Requests > held })
 
 	// The dead letter, requeued from the page, is fetched.
 	waitFor(t, "the page to show the dead letter of "+deadURL, time.Minute, func() bool {

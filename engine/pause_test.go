@@ -1,0 +1,91 @@
+package engine_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/trawlhq/trawl/broker/memory"
+	"github.com/trawlhq/trawl/dedup/local"
+	"github.com/trawlhq/trawl/engine"
+	"github.com/trawlhq/trawl/internal/testsite"
+	"github.com/trawlhq/trawl/internal/testsite/sitetest"
+)
+
+// TestPauseResume: a paused crawl sends the site no request, for longer
+// than a lease, while its worker holds deliveries; resumed, it completes
+// with every page fetched once (a lease that ran out would have brought a
+// held page back for a second fetch).
+func TestPauseResume(t *testing.T) {
+	site, url := sitetest.Serve(t, testsite.Config{Pages: 200, Links: 5, Seed: 9, NoTraps: true, Latency: 20 * time.Millisecond})
+	const lease = 2 * time.Second
+	b, err := memory.New(memory.Config{Lease: lease})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := local.New(local.Config{FPRate: 1e-6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close(); f.Close() })
+	c, err := engine.New(b, f, engine.Config{
+		Concurrency: 4, PerHost: 4, IdleTimeout: 500 * time.Millisecond, Lease: lease, TrustedHosts: []string{"127.0.0.1"},
+		Logger: retryLog(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := c.Seed(ctx, engine.StartURL{URL: url + "/"}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	poll := func(what string, cond func() bool) {
+		t.Helper()
+		for !cond() {
+			select {
+			case err := <-done:
+				t.Fatalf("the crawl ended (%v) while waiting for %s", err, what)
+			case <-ctx.Done():
+				t.Fatalf("timed out waiting for %s", what)
+			case <-time.After(20 * time.Millisecond): // polling an observable condition
+			}
+		}
+	}
+	poll("20 requests", func() bool { return site.Summary().Requests >= 20 })
+	if err := engine.SetPaused(ctx, b, "trawl", true); err != nil {
+		t.Fatal(err)
+	}
+	// The worker's record says when it takes nothing new and has no page
+	// in progress.
+	poll("the worker to say it is paused", func() bool {
+		ws, err := engine.Workers(ctx, b, "trawl")
+		return err == nil && len(ws) == 1 && ws[0].Paused && ws[0].InFlight == 0
+	})
+	n := site.Summary().Requests
+	if n >= site.Expected() {
+		t.Fatalf("the crawl fetched all %d pages before the pause", n)
+	}
+	hold := time.Now().Add(2*lease + time.Second)
+	for time.Now().Before(hold) {
+		if got := site.Summary().Requests; got != n {
+			t.Fatalf("paused, the crawl sent %d more requests", got-n)
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("a paused crawl ended: %v", err)
+		case <-time.After(100 * time.Millisecond): // the span measured, not a synchronization
+		}
+	}
+	if err := engine.SetPaused(ctx, b, "trawl", false); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if err := site.Verify(); err != nil {
+		t.Errorf("after resume the site says the crawl was wrong:\n%v", err)
+	}
+}
