@@ -15,6 +15,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/trawlhq/trawl/internal/syncbuf"
 	"github.com/trawlhq/trawl/internal/testsite"
 	"github.com/trawlhq/trawl/internal/testsite/sitetest"
 )
@@ -80,5 +81,44 @@ func TestProgressOnTerminal(t *testing.T) {
 	sum := regexp.MustCompile(`trawl: crawl done: \d+ pages fetched, (\d+) items written`).FindStringSubmatch(s)
 	if sum == nil || sum[1] != fmt.Sprint(lines(out)) {
 		t.Errorf("summary %v, want one naming the %d items written:\n%q", sum, lines(out), s)
+	}
+}
+
+// TestInterruptOnTerminal (issue 27.10): after Ctrl-C on a terminal, the
+// stop message starts a line of its own: the terminal echoed ^C onto the
+// live status line, which must not swallow it.
+func TestInterruptOnTerminal(t *testing.T) {
+	t.Parallel()
+	_, url := sitetest.Serve(t, testsite.Config{Pages: 2000, Links: 4, Seed: 9, NoTraps: true, Latency: 15 * time.Millisecond})
+	ptm, pts := openPTY(t)
+	defer ptm.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, trawlBin, "crawl", "--concurrency", "2", "--out", os.DevNull, url+"/")
+	cmd.Dir = t.TempDir()
+	cmd.Stderr = pts
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pts.Close()
+	screen := new(syncbuf.Buffer)
+	copied := make(chan struct{})
+	go func() { io.Copy(screen, ptm); close(copied) }()
+	for !strings.Contains(screen.String(), "\x1b[Kpages ") {
+		if ctx.Err() != nil {
+			t.Fatalf("no status line on the terminal:\n%q", screen.String())
+		}
+		time.Sleep(20 * time.Millisecond) // polling an observable condition
+	}
+	cmd.Process.Signal(os.Interrupt)
+	cmd.Wait()
+	<-copied
+	s := screen.String()
+	i := strings.Index(s, "trawl: stopping")
+	if i < 0 {
+		t.Fatalf("no stop message:\n%q", s)
+	}
+	if line := s[strings.LastIndexAny(s[:i], "\n")+1 : i]; strings.Contains(line, "pages ") {
+		t.Errorf("the stop message shares the status line %q:\n%q", line, s)
 	}
 }
