@@ -76,19 +76,38 @@ func TestRedisWorkerSIGTERM(t *testing.T) {
 // crawl; a crawl seeded, or fed by hand, exists.
 func TestRedisUnknownCrawl(t *testing.T) {
 	t.Parallel()
-	name := integration.Name(t)
-	for _, cmd := range [][]string{{"stats"}, {"items"}, {"deadletter", "list"}, {"purge"}} {
-		code, out, stderr := runOut(t, append(cmd, redisArgs(t, name)...)...)
-		if want := "no crawl " + name + " on redis"; code != 1 || !strings.Contains(stderr, want) {
-			t.Errorf("%v of an unknown crawl: exit %d, want 1 and %q; stdout %q, stderr:\n%s", cmd, code, want, out, stderr)
-		}
-	}
-	mustRun(t, append([]string{"seed"}, redisArgs(t, name, "http://127.0.0.1:1/")...)...)
-	mustRun(t, append([]string{"stats"}, redisArgs(t, name)...)...)
+	unknownCrawl(t, redisDeployment(t), "redis")
 
 	byHand := integration.Name(t) + "-byhand"
 	if err := integration.RedisClient(t).RPush(t.Context(), "{"+byHand+"}:start_urls", "http://127.0.0.1:1/").Err(); err != nil {
 		t.Fatal(err)
 	}
 	mustRun(t, append([]string{"stats"}, redisArgs(t, byHand)...)...)
+}
+
+// TestNATSUnknownCrawl is TestRedisUnknownCrawl on NATS JetStream.
+func TestNATSUnknownCrawl(t *testing.T) {
+	t.Parallel()
+	unknownCrawl(t, natsArgs(t, integration.NATS(t)), "nats")
+}
+
+// TestRabbitMQUnknownCrawl is TestRedisUnknownCrawl on RabbitMQ, whose
+// crawl settings are kept in the deployment's Redis.
+func TestRabbitMQUnknownCrawl(t *testing.T) {
+	t.Parallel()
+	unknownCrawl(t, rabbitArgs(t, sharedRabbit(t)), "rabbitmq")
+}
+
+// unknownCrawl checks that the admin commands refuse a crawl never seeded
+// on the deployment args, and take it once seeded.
+func unknownCrawl(t *testing.T, args func(name string, more ...string) []string, brokerName string) {
+	name := integration.Name(t)
+	for _, cmd := range [][]string{{"stats"}, {"items"}, {"deadletter", "list"}, {"purge"}} {
+		code, out, stderr := runOut(t, append(cmd, args(name)...)...)
+		if want := "no crawl " + name + " on " + brokerName; code != 1 || !strings.Contains(stderr, want) {
+			t.Errorf("%v of an unknown crawl: exit %d, want 1 and %q; stdout %q, stderr:\n%s", cmd, code, want, out, stderr)
+		}
+	}
+	mustRun(t, append([]string{"seed"}, args(name, "http://127.0.0.1:1/")...)...)
+	mustRun(t, append([]string{"stats"}, args(name)...)...)
 }
