@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -359,5 +360,78 @@ func TestDefaultModeNoCrawl(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, ".trawl")); !os.IsNotExist(err) {
 		t.Errorf("a command on a crawl that never ran created its directory: %v", err)
+	}
+}
+
+// TestItemsClosedPipeLosesNothing (issue 28 row 6): "trawl items | head
+// -1" five times loses no item. Each call's reader reads once, as head
+// does, keeps the first line and closes the pipe; trawl acknowledges an
+// item only once its reader took it, gives the rest back uncounted, and
+// exits 0, not 141 (SIGPIPE). Then every item is taken exactly once.
+// Before, the items trawl had written into the pipe were acknowledged
+// and lost with the reader (40 in the issue's five calls).
+func TestItemsClosedPipeLosesNothing(t *testing.T) {
+	t.Parallel()
+	_, url := sitetest.Serve(t, testsite.Config{Pages: 100, Links: 4, Seed: 3, NoTraps: true})
+	dir := t.TempDir()
+	r := trawlIn(t, dir, time.Minute, "crawl", "--name", "q", "--out", "queue", "--idle-timeout", "300ms", url+"/")
+	if r.code != 0 {
+		t.Fatalf("crawl: exit %d: %s", r.code, r.stderr)
+	}
+	m := regexp.MustCompile(`(\d+) items? written`).FindStringSubmatch(r.stderr)
+	if m == nil {
+		t.Fatalf("no summary: %s", r.stderr)
+	}
+	written, _ := strconv.Atoi(m[1])
+	seen := map[string]int{}
+	take := func(line string) {
+		var it struct {
+			URL string `json:"url"`
+		}
+		if err := json.Unmarshal([]byte(line), &it); err != nil || it.URL == "" {
+			t.Fatalf("item line %q: %v", line, err)
+		}
+		seen[it.URL]++
+	}
+	for i := range 5 {
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(trawlBin, "items", "--name", "q")
+		cmd.Dir = dir
+		var stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = pw, &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		pw.Close()
+		buf := make([]byte, 64<<10)
+		n, err := pr.Read(buf)
+		if err != nil {
+			t.Fatalf("head %d: read: %v", i, err)
+		}
+		first, _, _ := strings.Cut(string(buf[:n]), "\n")
+		take(first)
+		pr.Close()
+		err = cmd.Wait()
+		if code := cmd.ProcessState.ExitCode(); code != 0 {
+			t.Errorf("items | head -1, call %d: exit %d (%v): %s", i, code, err, stderr.String())
+		}
+	}
+	rest := trawlIn(t, dir, time.Minute, "items", "--name", "q")
+	if rest.code != 0 {
+		t.Fatalf("items: exit %d: %s", rest.code, rest.stderr)
+	}
+	for _, l := range strings.Split(strings.TrimSpace(rest.stdout), "\n") {
+		take(l)
+	}
+	for u, n := range seen {
+		if n != 1 {
+			t.Errorf("item %s taken %d times", u, n)
+		}
+	}
+	if len(seen) != written {
+		t.Errorf("%d distinct items taken after five closed pipes, want all %d: %d lost", len(seen), written, written-len(seen))
 	}
 }

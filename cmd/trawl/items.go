@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -42,10 +44,22 @@ func newItemsCmd(o *options) *cobra.Command {
 	return cmd
 }
 
-// takeItems writes the items of the crawl's items queue to stdout and
-// acknowledges each once written: until the queue is empty (by its count,
-// or after itemsWait with nothing more) or max are taken.
+// takeItems writes the items of the crawl's items queue (or Redis list)
+// to stdout, and takes each off for good only once its reader took it:
+// written to a file or a terminal, or, on a pipe, read out of it (the
+// pipe drained; Linux), so that a reader that stops early (trawl items |
+// head -1) loses nothing. An item written and not read when the reader
+// closed its end goes back with those not written, their deliveries not
+// counted, and takeItems ends without error. It takes items until the
+// queue is empty (by its count, or after itemsWait with nothing more) or
+// max are taken.
 func (o *options) takeItems(ctx context.Context, b *backends, max int) (int, error) {
+	if pipeOf(o.stdout) != nil {
+		// A write to a pipe its reader closed fails with EPIPE instead of
+		// killing trawl (exit 141) with items taken and not given back.
+		signal.Ignore(syscall.SIGPIPE)
+		defer signal.Reset(syscall.SIGPIPE)
+	}
 	taken := 0
 	if l, ok := b.items.(itemList); ok { // --out redis (and --out queue on Redis)
 		n, err := o.takeList(ctx, l, max)
@@ -61,6 +75,41 @@ func (o *options) takeItems(ctx context.Context, b *backends, max int) (int, err
 	return taken + n, err
 }
 
+// put writes one item to stdout and, on a pipe, waits until its reader
+// took it (see takeItems).
+func (o *options) put(item []byte) error {
+	if _, err := fmt.Fprintf(o.stdout, "%s\n", item); err != nil {
+		return err
+	}
+	if p := pipeOf(o.stdout); p != nil {
+		return awaitTaken(p)
+	}
+	return nil
+}
+
+// readerGone reports whether err, of put, says that the reader closed
+// its end of the pipe, and says so on stderr.
+func (o *options) readerGone(err error) bool {
+	if !errors.Is(err, errReaderGone) && !errors.Is(err, syscall.EPIPE) {
+		return false
+	}
+	fmt.Fprintf(o.stderr, "trawl: the reader closed its end; the items it did not read stay where they were\n")
+	return true
+}
+
+// batch is how many items to take at once: one when each waits for the
+// reader of a pipe (a lease taken with many could run out meanwhile).
+func (o *options) batch(max, taken int) int {
+	want := 100
+	if pipeOf(o.stdout) != nil {
+		want = 1
+	}
+	if max > 0 {
+		want = min(want, max-taken)
+	}
+	return want
+}
+
 // itemList is a Redis item list (redisbroker.Items).
 type itemList interface {
 	Take(ctx context.Context, max int) ([][]byte, error)
@@ -72,17 +121,16 @@ type itemList interface {
 func (o *options) takeList(ctx context.Context, l itemList, max int) (int, error) {
 	taken := 0
 	for max <= 0 || taken < max {
-		want := 100
-		if max > 0 {
-			want = min(want, max-taken)
-		}
-		its, err := l.Take(ctx, want)
+		its, err := l.Take(ctx, o.batch(max, taken))
 		if err != nil || len(its) == 0 {
 			return taken, err
 		}
 		for i, it := range its {
-			if _, err := fmt.Fprintf(o.stdout, "%s\n", it); err != nil {
+			if err := o.put(it); err != nil {
 				_ = l.Return(context.WithoutCancel(ctx), its[i:]) // back to the list at once
+				if o.readerGone(err) {
+					return taken, nil
+				}
 				return taken, fmt.Errorf("write: %w", err)
 			}
 			taken++
@@ -106,12 +154,8 @@ func (o *options) takeQueue(ctx context.Context, b *backends, max int) (int, err
 				return taken, nil
 			}
 		}
-		want := 100
-		if max > 0 {
-			want = min(want, max-taken)
-		}
 		rctx, cancel := context.WithTimeout(ctx, itemsWait)
-		ds, err := b.broker.Receive(rctx, q, want)
+		ds, err := b.broker.Receive(rctx, q, o.batch(max, taken))
 		cancel()
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 			return taken, nil // nothing more within itemsWait
@@ -120,9 +164,14 @@ func (o *options) takeQueue(ctx context.Context, b *backends, max int) (int, err
 			return taken, err
 		}
 		for i, d := range ds {
-			if _, err := fmt.Fprintf(o.stdout, "%s\n", d.Message().Body); err != nil {
-				for _, d := range ds[i:] { // back to the queue at once
-					_ = d.Nack(context.WithoutCancel(ctx), 0)
+			if err := o.put(d.Message().Body); err != nil {
+				for _, d := range ds[i:] { // back to the queue at once, uncounted
+					if err := d.Release(context.WithoutCancel(ctx)); err != nil {
+						o.log.Warn("an item not taken goes back when its lease ends", "err", err)
+					}
+				}
+				if o.readerGone(err) {
+					return taken, nil
 				}
 				return taken, fmt.Errorf("write: %w", err)
 			}
