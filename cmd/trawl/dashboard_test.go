@@ -6,11 +6,13 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/trawlhq/trawl/dashboard"
+	"github.com/trawlhq/trawl/internal/browsertest"
 	"github.com/trawlhq/trawl/internal/trawlbin"
 )
 
@@ -109,4 +111,39 @@ func TestDashboardDefaultMode(t *testing.T) {
 	if r := trawlIn(t, dir, 2*time.Minute, "crawl", "--name", "books", "--out", out, "--idle-timeout", "1s", "--allow-private", "--allow-empty", site+"/"); r.code != 0 {
 		t.Errorf("a crawl beside the dashboard: exit %d: %s", r.code, r.stderr)
 	}
+}
+
+// TestDashboardDefaultModeInBrowser: the page in a headless chromium on
+// the default mode (embedded NATS in the data directory): while the crawl
+// runs, through its server, it lists the crawl's process; after it, on
+// the store itself, it shows the item count trawl stats gives.
+func TestDashboardDefaultModeInBrowser(t *testing.T) {
+	t.Parallel()
+	browsertest.Chromium(t)
+	site := startTestsite(t, "--pages", "300", "--latency", "50ms", "--no-traps")
+	dir := t.TempDir()
+	out := filepath.Join(dir, "items.jsonl")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	crawl, _ := startIn(t, ctx, dir, "crawl", "--name", "books", "--out", out, "--concurrency", "2",
+		"--idle-timeout", "2s", "--allow-private", site+"/")
+	exited := make(chan error, 1)
+	go func() { exited <- crawl.Wait() }()
+	until(t, ctx, "the crawl to write an item", func() bool { return lines(out) > 0 })
+	base := trawlbin.Serve(t, trawlBin, dir, "dashboard", "--addr", "127.0.0.1:0", "--name", "books")
+	tab := browsertest.Open(t, base, 2*time.Minute)
+	pid := strconv.Itoa(crawl.Process.Pid)
+	browsertest.WaitFor(t, "the page to list the crawl's process "+pid, time.Minute, func() bool {
+		return browsertest.Eval[bool](t, tab, `!!document.querySelector('#workers tr[data-pid="`+pid+`"]')`)
+	})
+	if err := <-exited; err != nil {
+		t.Fatalf("crawl: %v", err)
+	}
+	want := statsJSON(t, dir, "--name", "books")["item_scraped_count"]
+	if want == 0 || want != int64(lines(out)) {
+		t.Fatalf("trawl stats says %d items, the crawl wrote %d", want, lines(out))
+	}
+	browsertest.WaitFor(t, "the page to show trawl stats' item count", time.Minute, func() bool {
+		return browsertest.Number(t, tab, "t-items") == want
+	})
 }

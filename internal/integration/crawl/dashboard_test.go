@@ -1,12 +1,10 @@
 package crawl_test
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -14,8 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chromedp/chromedp"
-
+	"github.com/trawlhq/trawl/internal/browsertest"
 	"github.com/trawlhq/trawl/internal/integration"
 	"github.com/trawlhq/trawl/internal/testsite"
 	"github.com/trawlhq/trawl/internal/trawlbin"
@@ -25,67 +22,6 @@ import (
 // dashboard to (docs/dashboard.png is one); the test always saves one in
 // its temporary directory and logs where.
 const envScreenshot = "TRAWL_DASHBOARD_SCREENSHOT"
-
-// chromium returns the path of Debian's chromium. It skips t, saying why,
-// when there is none and the run is -short; otherwise a missing browser
-// fails t: CI (.ci/run) installs it.
-func chromium(t *testing.T) string {
-	t.Helper()
-	for _, name := range []string{"chromium", "chromium-browser"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	if testing.Short() {
-		t.Skip("chromium is not installed (apt-get install chromium); the dashboard's browser test runs without -short, as in make test")
-	}
-	t.Fatal("chromium is not installed: apt-get install chromium (.ci/run does)")
-	return ""
-}
-
-// browser opens a headless chromium for t.
-func browser(t *testing.T, path string) context.Context {
-	t.Helper()
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.WindowSize(1280, 1500))
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancel := chromedp.NewContext(actx)
-	t.Cleanup(func() { cancel(); cancelAlloc() })
-	return ctx
-}
-
-// shown evaluates a JavaScript expression on the page.
-func shown[T any](t *testing.T, ctx context.Context, expr string) T {
-	t.Helper()
-	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
-	if err != nil {
-		t.Fatalf("evaluating %s on the page: %v", expr, err)
-	}
-	return v
-}
-
-// number reads a figure the page shows (1,234) in the element of id.
-func number(t *testing.T, ctx context.Context, id string) int64 {
-	t.Helper()
-	s := shown[string](t, ctx, `document.getElementById("`+id+`").textContent`)
-	n, err := strconv.ParseInt(strings.ReplaceAll(s, ",", ""), 10, 64)
-	if err != nil {
-		return -1 // not yet shown
-	}
-	return n
-}
-
-// waitFor polls cond, an observable state, until it holds or timeout passes.
-func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(100 * time.Millisecond) // polling an observable condition
-	}
-}
 
 // TestRedisDashboardInBrowser: see dashboardInBrowser. Its screenshot
 // is docs/dashboard.png.
@@ -109,7 +45,7 @@ func TestNATSDashboardInBrowser(t *testing.T) {
 // count trawl stats gives. The screenshot is saved to
 // shot, if given.
 func dashboardInBrowser(t *testing.T, deployment func(name string, more ...string) []string, shot string) {
-	path := chromium(t)
+	browsertest.Chromium(t)
 	site, url := serveSite(t, testsite.Config{Pages: 600, Links: 5, Seed: 25, NoTraps: true, Latency: 50 * time.Millisecond})
 	var healed atomic.Bool
 	var fetchedHealed atomic.Int64
@@ -132,16 +68,11 @@ func dashboardInBrowser(t *testing.T, deployment func(name string, more ...strin
 	mustRun(t, append([]string{"seed"}, args(url, deadURL)...)...)
 	dash := trawlbin.Serve(t, trawlBin, "", append([]string{"dashboard", "--addr", "127.0.0.1:0"}, deployment(name)...)...)
 
-	ctx := browser(t, path)
-	tctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
-	defer cancel()
-	if _, err := chromedp.Run(tctx, chromedp.Navigate(dash)); err != nil {
-		t.Fatalf("opening %s: %v", dash, err)
-	}
+	tctx := browsertest.Open(t, dash, 3*time.Minute)
 	// The page shows the crawl before any worker runs: what it shows
 	// later comes from its own updates.
-	waitFor(t, "the page to show the seeded crawl", time.Minute, func() bool {
-		return shown[string](t, tctx, `document.querySelector('#queues').textContent`) != "" && number(t, tctx, "t-items") == 0
+	browsertest.WaitFor(t, "the page to show the seeded crawl", time.Minute, func() bool {
+		return browsertest.Eval[string](t, tctx, `document.querySelector('#queues').textContent`) != "" && browsertest.Number(t, tctx, "t-items") == 0
 	})
 	w1 := start(t, append([]string{"worker"}, args()...)...)
 	w2 := start(t, append([]string{"worker"}, args()...)...)
@@ -149,25 +80,23 @@ func dashboardInBrowser(t *testing.T, deployment func(name string, more ...strin
 	// Both workers, by process id.
 	for _, w := range []*proc{w1, w2} {
 		pid := strconv.Itoa(w.cmd.Process.Pid)
-		waitFor(t, "the page to list worker "+pid, time.Minute, func() bool {
-			return shown[bool](t, tctx, `!!document.querySelector('#workers tr[data-pid="`+pid+`"]')`)
+		browsertest.WaitFor(t, "the page to list worker "+pid, time.Minute, func() bool {
+			return browsertest.Eval[bool](t, tctx, `!!document.querySelector('#workers tr[data-pid="`+pid+`"]')`)
 		})
 	}
 
 	// The figures move without a reload: the page's own load counter
 	// stays at one navigation.
-	waitFor(t, "the item count to grow on the page", time.Minute, func() bool { return number(t, tctx, "t-items") > 0 })
-	if n := shown[float64](t, tctx, `performance.getEntriesByType("navigation").length`); n != 1 {
+	browsertest.WaitFor(t, "the item count to grow on the page", time.Minute, func() bool { return browsertest.Number(t, tctx, "t-items") > 0 })
+	if n := browsertest.Eval[float64](t, tctx, `performance.getEntriesByType("navigation").length`); n != 1 {
 		t.Errorf("the page was loaded %v times, want 1", n)
 	}
 
 	// Paused from the page, both workers say so (no page in progress)
 	// and the site sees no request for 5 s.
-	if _, err := chromedp.Run(tctx, chromedp.Click("#pause")); err != nil {
-		t.Fatalf("clicking Pause: %v", err)
-	}
-	waitFor(t, "both workers to show paused, nothing in flight", time.Minute, func() bool {
-		return shown[float64](t, tctx, `[...document.querySelectorAll('#workers tr.paused')].filter(r => r.children[6].textContent === "0").length`) == 2
+	browsertest.Click(t, tctx, "#pause")
+	browsertest.WaitFor(t, "both workers to show paused, nothing in flight", time.Minute, func() bool {
+		return browsertest.Eval[float64](t, tctx, `[...document.querySelectorAll('#workers tr.paused')].filter(r => r.children[6].textContent === "0").length`) == 2
 	})
 	held := site.Summary().Requests
 	if held >= site.Expected() {
@@ -179,27 +108,23 @@ func dashboardInBrowser(t *testing.T, deployment func(name string, more ...strin
 		}
 		time.Sleep(100 * time.Millisecond) // the span measured, not a synchronization
 	}
-	if s := shown[string](t, tctx, `document.getElementById("status").textContent`); s != "paused" {
+	if s := browsertest.Eval[string](t, tctx, `document.getElementById("status").textContent`); s != "paused" {
 		t.Errorf("status %q while paused, want paused", s)
 	}
-	if _, err := chromedp.Run(tctx, chromedp.Click("#resume")); err != nil {
-		t.Fatalf("clicking Resume: %v", err)
-	}
-	waitFor(t, "requests after resume", time.Minute, func() bool { return site.Summary().Requests > held })
+	browsertest.Click(t, tctx, "#resume")
+	browsertest.WaitFor(t, "requests after resume", time.Minute, func() bool { return site.Summary().Requests > held })
 
 	// The dead letter, requeued from the page, is fetched.
-	waitFor(t, "the page to show the dead letter of "+deadURL, time.Minute, func() bool {
-		return shown[bool](t, tctx, `[...document.querySelectorAll('#deadletters td')].some(td => td.textContent === "`+deadURL+`")`)
+	browsertest.WaitFor(t, "the page to show the dead letter of "+deadURL, time.Minute, func() bool {
+		return browsertest.Eval[bool](t, tctx, `[...document.querySelectorAll('#deadletters td')].some(td => td.textContent === "`+deadURL+`")`)
 	})
 	healed.Store(true)
-	if _, err := chromedp.Run(tctx, chromedp.Click("#requeue")); err != nil {
-		t.Fatalf("clicking Requeue all: %v", err)
-	}
-	waitFor(t, "the requeued dead letter to be fetched", time.Minute, func() bool { return fetchedHealed.Load() > 0 })
+	browsertest.Click(t, tctx, "#requeue")
+	browsertest.WaitFor(t, "the requeued dead letter to be fetched", time.Minute, func() bool { return fetchedHealed.Load() > 0 })
 
 	// Done: nothing queued, every item counted in the shared stats.
 	var stats map[string]int64
-	waitFor(t, "the crawl to finish and its stats to hold every item", 2*time.Minute, func() bool {
+	browsertest.WaitFor(t, "the crawl to finish and its stats to hold every item", 2*time.Minute, func() bool {
 		code, out, stderr := runOut(t, append([]string{"stats", "--json"}, deployment(name)...)...)
 		if code != 0 {
 			t.Fatalf("stats: exit %d: %s", code, stderr)
@@ -217,20 +142,17 @@ func dashboardInBrowser(t *testing.T, deployment func(name string, more ...strin
 		return queued == 0 && stats["item_scraped_count"] == written
 	})
 	want := stats["item_scraped_count"]
-	waitFor(t, "the page to show trawl stats' item count "+strconv.FormatInt(want, 10), 30*time.Second, func() bool {
-		return number(t, tctx, "t-items") == want
+	browsertest.WaitFor(t, "the page to show trawl stats' item count "+strconv.FormatInt(want, 10), 30*time.Second, func() bool {
+		return browsertest.Number(t, tctx, "t-items") == want
 	})
-	if got := number(t, tctx, "t-pages"); got != stats["downloader/response_count"] {
+	if got := browsertest.Number(t, tctx, "t-pages"); got != stats["downloader/response_count"] {
 		t.Errorf("the page shows %d pages, trawl stats %d", got, stats["downloader/response_count"])
 	}
 	if err := site.Verify(); err != nil {
 		t.Errorf("the site says the crawl was wrong: %v", err)
 	}
 
-	png, err := chromedp.Run(tctx, chromedp.FullScreenshot(100))
-	if err != nil {
-		t.Fatalf("screenshot: %v", err)
-	}
+	png := browsertest.Screenshot(t, tctx)
 	out := filepath.Join(t.TempDir(), "dashboard.png")
 	if shot != "" {
 		out = shot
