@@ -1,8 +1,11 @@
 package crawl_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -301,5 +304,75 @@ func TestRedisIdleCost(t *testing.T) {
 	w.cmd.Process.Signal(interrupt)
 	if code := w.wait(t, time.Minute); code != 130 {
 		t.Errorf("exit %d after SIGINT, want 130:\n%s", code, w.stderr.String())
+	}
+}
+
+// TestRedisKill9StatsBound (issue 22): a worker killed with kill -9 loses
+// from the crawl's shared counters only what it counted since its last
+// flush, which runs every second (the README's bound): item_scraped_count
+// in trawl stats falls short of the items the worker wrote by at most
+// those it wrote in the last flush interval before the kill. The test
+// samples the item file while the worker runs and allows three intervals,
+// so that a starved machine's late tick does not fail it; a counter that
+// lost more (a flush that failed and dropped its deltas, say) does.
+func TestRedisKill9StatsBound(t *testing.T) {
+	t.Parallel()
+	site, url := serveSite(t, testsite.Config{Pages: 5000, Links: 10, Seed: 26, NoTraps: true, Latency: 50 * time.Millisecond})
+	name := integration.Name(t)
+	mustRun(t, append([]string{"seed"}, redisArgs(t, name, url)...)...)
+	w := start(t, append([]string{"worker"}, redisArgs(t, name)...)...)
+	type sample struct {
+		at    time.Time
+		lines int
+	}
+	var samples []sample
+	lines := func() int {
+		data, _ := os.ReadFile(w.out)
+		return bytes.Count(data, []byte("\n"))
+	}
+	// Killed once it has written items for 6 s (several flushes).
+	var first time.Time
+	for first.IsZero() || time.Since(first) < 6*time.Second {
+		n := lines()
+		if n > 0 && first.IsZero() {
+			first = time.Now()
+		}
+		if n >= site.Expected() {
+			t.Fatal("the crawl ended before the kill: the test tests nothing")
+		}
+		samples = append(samples, sample{time.Now(), n})
+		time.Sleep(20 * time.Millisecond) // sampling an observable quantity
+	}
+	w.cmd.Process.Kill()
+	killed := time.Now()
+	w.wait(t, 10*time.Second)
+	written := lines()
+	code, out, stderr := runOut(t, append([]string{"stats", "--json"}, redisArgs(t, name)...)...)
+	if code != 0 {
+		t.Fatalf("stats: exit %d: %s", code, stderr)
+	}
+	var stats map[string]int64
+	if err := json.Unmarshal([]byte(out), &stats); err != nil {
+		t.Fatalf("stats --json: %v: %s", err, out)
+	}
+	counted := int(stats["item_scraped_count"])
+	// The items written within three flush intervals before the kill.
+	before := 0
+	for _, s := range samples {
+		if s.at.Before(killed.Add(-3 * time.Second)) {
+			before = s.lines
+		}
+	}
+	bound := written - before
+	t.Logf("the killed worker wrote %d items; trawl stats counts %d: %d uncounted, against %d written in the 3 s before the kill",
+		written, counted, written-counted, bound)
+	if counted == 0 {
+		t.Fatalf("trawl stats counts no item of the %d written: the test tests nothing", written)
+	}
+	if counted > written {
+		t.Errorf("trawl stats counts %d items, more than the %d written", counted, written)
+	}
+	if written-counted > bound {
+		t.Errorf("trawl stats lost %d items of a worker killed -9, more than the %d it wrote in the 3 s before: the counters lose more than their flush interval holds", written-counted, bound)
 	}
 }
