@@ -108,7 +108,7 @@ type Crawler struct {
 	// extractLinks finds a page's title and links, and the links'
 	// String()s: linkscan.ExtractStrings; the benchmark of the link
 	// scanner swaps in the x/net/html tokenizer.
-	extractLinks func(base *url.URL, body []byte) (title string, links []*url.URL, urls []string)
+	extractLinks func(base *url.URL, body []byte, max int) (title string, links []*url.URL, urls []string, dropped int)
 	limiter      HostLimiter
 	scope        *scope
 	pause        pauser                    // whether the crawl is paused (SetPaused)
@@ -127,6 +127,9 @@ type Crawler struct {
 	writes        failures              // publishing links, the filter and the sink
 	receives      failures              // receiving from the frontier
 	countWarn     atomic.Int64          // when (unix ns) idle last warned that counting failed
+	traps         *trapGuard            // Config.MaxQueryValues; nil: none
+	hosts         *hostBudget           // Config.MaxPagesPerHost; nil: none
+	linksWarned   atomic.Bool           // a page's links past MaxLinks were logged at Warn
 	sitemapHosts  sitemapBudget         // sitemaps requested per host (SitemapMaxPerHost)
 
 	leases sync.Map // broker.Delivery -> struct{}: deliveries to keep extended
@@ -158,7 +161,7 @@ func New(b broker.Broker, f dedup.Filter, cfg Config) (*Crawler, error) {
 	if b == nil || f == nil {
 		return nil, errors.New("engine: a broker and a filter are required")
 	}
-	c := &Crawler{broker: b, filter: f, stats: cc.Stats, log: cc.Logger, extractLinks: linkscan.ExtractStrings}
+	c := &Crawler{broker: b, filter: f, stats: cc.Stats, log: cc.Logger, extractLinks: linkscan.ExtractLimited}
 	c.seen.Store(newSeenLinks())
 	if c.stats == nil {
 		c.stats = NewStats()
@@ -183,6 +186,13 @@ func (c *Crawler) build(cc *compiled) error {
 		return fmt.Errorf("engine config: %w", err)
 	}
 	c.cfg, c.scope, c.extract, c.robots = cc, newScope(cc), extract, nil
+	c.traps, c.hosts = nil, nil
+	if cc.MaxQueryValues > 0 {
+		c.traps = newTrapGuard(cc.MaxQueryValues)
+	}
+	if cc.MaxPagesPerHost > 0 {
+		c.hosts = newHostBudget(cc.MaxPagesPerHost)
+	}
 	fo := cc.Fetch
 	if fo.Logger == nil {
 		fo.Logger = c.log
@@ -1355,6 +1365,52 @@ type links struct {
 	reqs   []*Request
 }
 
+// releaseBudget gives back the place of a link in its host's page budget
+// (see guard) if it took one: it was not published.
+func (c *Crawler) releaseBudget(budgeted bool, u *url.URL) {
+	if budgeted {
+		c.hosts.release(u.Host)
+	}
+}
+
+// guard applies the URL-trap guard and the per-host page budget to link u
+// found on parent (*pu: parent's URL, parsed on first use); ok false: not
+// followed, counted and, the first time, logged. reserved: u took a place
+// in its host's budget, to give back (hostBudget.release) unless it is
+// published.
+func (c *Crawler) guard(parent *Request, pu **url.URL, u *url.URL) (ok, reserved bool) {
+	if c.traps != nil && u.RawQuery != "" {
+		if *pu == nil {
+			if p, err := url.Parse(parent.URL); err == nil {
+				*pu = p
+			}
+		}
+		if *pu != nil {
+			ok, key, warn := c.traps.allow(*pu, u)
+			if !ok {
+				c.stats.Inc(StatURLTrap)
+				if warn {
+					c.log.Warn("URL trap: a query parameter keeps taking new values; links to further ones are not followed (url/trap counts them; raise --max-query-values if this is no trap)",
+						"trap", Redact(key), "values", c.cfg.MaxQueryValues, "example", Redact(u.String()))
+				}
+				return false, false
+			}
+		}
+	}
+	if c.hosts == nil {
+		return true, false
+	}
+	if ok, warn := c.hosts.reserve(u.Host); !ok {
+		c.stats.Inc(StatHostBudget)
+		if warn {
+			c.log.Warn("host has had its page budget; its other links are not followed (scheduler/host_budget counts them)",
+				"host", u.Host, "max_pages_per_host", c.cfg.MaxPagesPerHost)
+		}
+		return false, false
+	}
+	return true, true
+}
+
 // enqueueAll is enqueue for the links of several pages at once, in as
 // many calls as enqueue makes for one: one Add for the parents' marks, one
 // Add for the links, a Contains where a parent's mark was there already,
@@ -1370,6 +1426,9 @@ func (c *Crawler) enqueueAll(ctx context.Context, pages []links) error {
 		page int    // in pages
 		fp   int    // in claims, or notFiltered, or seenBefore
 		seen uint64 // its key in c.seen; 0: not to be remembered
+		// budgeted: counted in its host's page budget, given back
+		// unless it is published
+		budgeted bool
 	}
 	const (
 		notFiltered = -1 // DontFilter
@@ -1387,6 +1446,7 @@ func (c *Crawler) enqueueAll(ctx context.Context, pages []links) error {
 		start := p.parent == nil
 		markOf[i], recheck[i] = -1, start
 		filtered := false
+		var parentURL *url.URL // parsed when a guard needs it
 		for _, r := range p.reqs {
 			u := r.parsed
 			if u == nil || u.Fragment != "" {
@@ -1401,6 +1461,7 @@ func (c *Crawler) enqueueAll(ctx context.Context, pages []links) error {
 				continue
 			}
 			u = withCredentials(p.parent, r, u)
+			budgeted := false
 			if !start {
 				switch c.scope.check(u, r.URL, r.Depth, r.Scope) {
 				case offsite:
@@ -1415,8 +1476,15 @@ func (c *Crawler) enqueueAll(ctx context.Context, pages []links) error {
 						continue
 					}
 				}
+				if !isSitemap(r) {
+					ok, reserved := c.guard(p.parent, &parentURL, u)
+					if !ok {
+						continue
+					}
+					budgeted = reserved
+				}
 			}
-			l := link{r: r, u: u, page: i, fp: notFiltered}
+			l := link{r: r, u: u, page: i, fp: notFiltered, budgeted: budgeted}
 			if !r.DontFilter {
 				l.fp = 0 // claimed below, once the page's mark is in
 				filtered = true
@@ -1498,6 +1566,7 @@ func (c *Crawler) enqueueAll(ctx context.Context, pages []links) error {
 	for _, l := range keep {
 		if l.fp == seenBefore {
 			c.stats.Inc(StatFiltered)
+			c.releaseBudget(l.budgeted, l.u)
 			continue
 		}
 		if l.fp >= 0 {
@@ -1507,6 +1576,7 @@ func (c *Crawler) enqueueAll(ctx context.Context, pages []links) error {
 				c.stats.Inc(StatRepublished)
 			default:
 				c.stats.Inc(StatFiltered)
+				c.releaseBudget(l.budgeted, l.u)
 				continue
 			}
 			published = append(published, claims[l.fp])
@@ -1598,7 +1668,16 @@ func (c *Crawler) defaultCallback(_ context.Context, resp *Response) (Result, er
 	}
 	var res Result
 	if isHTML(ct, resp.Body) {
-		title, links, urls := c.extractLinks(resp.URL, resp.Body)
+		title, links, urls, dropped := c.extractLinks(resp.URL, resp.Body, c.cfg.MaxLinks)
+		if dropped > 0 {
+			c.stats.Add(StatLinksDropped, int64(dropped))
+			level := slog.LevelInfo
+			if c.linksWarned.CompareAndSwap(false, true) {
+				level = slog.LevelWarn
+			}
+			c.log.Log(context.Background(), level, "page has more links than --max-links; the rest are not followed (links/dropped counts them)",
+				"url", Redact(resp.Request.URL), "max_links", c.cfg.MaxLinks, "dropped", dropped)
+		}
 		var referrer string // carried only when error items report it
 		if c.cfg.ErrorItems {
 			referrer = p.URL

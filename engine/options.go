@@ -92,6 +92,24 @@ type Config struct {
 	Sitemaps bool
 	// IgnoreRobots skips robots.txt.
 	IgnoreRobots bool
+	// MaxLinks is how many links of one page are followed: the first, in
+	// document order; the others are counted (StatLinksDropped) and
+	// logged. 0 = DefaultMaxLinks.
+	MaxLinks int
+	// MaxQueryValues is the URL-trap guard: the values a worker follows of
+	// one query parameter, for one host and set of parameter names, along
+	// links that change only that parameter from the page they are on (a
+	// session id handed on, ?sid=…); a link to a further value is not
+	// followed (counted as StatURLTrap, a warning once). Links that go
+	// back to known values (a listing's pages) count once each. 0 =
+	// DefaultMaxQueryValues; negative = no guard.
+	MaxQueryValues int
+	// MaxPagesPerHost is a per-host page budget: a worker publishes at
+	// most that many links of one host (new to the filter); the others are
+	// not followed (counted as StatHostBudget, a warning once per host).
+	// It counts this worker's links only: n workers may publish up to n
+	// times as many. 0 = unlimited.
+	MaxPagesPerHost int
 	// StartBatch is how many start URLs a worker moves into the frontier
 	// at once (one filter call, one publish), whenever the frontier holds
 	// fewer requests than the worker has free slots. 0 = 256.
@@ -190,7 +208,7 @@ func (c Config) compile() (*compiled, error) {
 	if c.Delay < 0 || c.IdleTimeout < 0 || c.RetryBackoff < 0 {
 		errs = append(errs, errors.New("durations must not be negative"))
 	}
-	if c.MaxPages < 0 || c.StartBatch < 0 {
+	if c.MaxPages < 0 || c.StartBatch < 0 || c.MaxLinks < 0 || c.MaxPagesPerHost < 0 {
 		errs = append(errs, errors.New("limits must not be negative"))
 	}
 	if c.AutoThrottle != nil {
@@ -250,6 +268,15 @@ func (c Config) compile() (*compiled, error) {
 	}
 	if cc.StartBatch == 0 {
 		cc.StartBatch = 256
+	}
+	if cc.MaxLinks == 0 {
+		cc.MaxLinks = DefaultMaxLinks
+	}
+	switch {
+	case cc.MaxQueryValues == 0:
+		cc.MaxQueryValues = DefaultMaxQueryValues
+	case cc.MaxQueryValues < 0:
+		cc.MaxQueryValues = -1
 	}
 	if cc.Logger == nil {
 		cc.Logger = slog.New(slog.DiscardHandler)

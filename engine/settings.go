@@ -28,13 +28,16 @@ const (
 	SettingMaxDepth     = "max-depth"
 	SettingExtract      = "extract"
 	SettingIgnoreRobots = "ignore-robots"
+	SettingMaxLinks     = "max-links"
+	SettingQueryValues  = "max-query-values"
+	SettingHostPages    = "max-pages-per-host"
 )
 
 // SettingNames lists every setting a worker may adopt or insist on, in
 // the order conflicts are reported. Trusted hosts are not among them:
 // they are merged (see Settings.TrustedHosts).
 var SettingNames = []string{SettingAllowDomain, SettingAllowPrivate, SettingInclude, SettingExclude,
-	SettingMaxDepth, SettingExtract, SettingIgnoreRobots}
+	SettingMaxDepth, SettingExtract, SettingIgnoreRobots, SettingMaxLinks, SettingQueryValues, SettingHostPages}
 
 // SettingsVersion is the version of the encoding Settings.Encode writes.
 // DecodeSettings refuses a later one: a worker never crawls by settings
@@ -82,6 +85,28 @@ type Settings struct {
 	Extract map[string]string `json:"extract,omitempty"`
 	// IgnoreRobots as Config.IgnoreRobots.
 	IgnoreRobots bool `json:"ignore_robots,omitempty"`
+	// MaxLinks as compiled from Config.MaxLinks: positive.
+	MaxLinks int `json:"max_links,omitempty"`
+	// MaxQueryValues as compiled from Config.MaxQueryValues: positive, or
+	// -1 for no guard.
+	MaxQueryValues int `json:"max_query_values,omitempty"`
+	// MaxPagesPerHost as Config.MaxPagesPerHost: 0 for unlimited.
+	MaxPagesPerHost int `json:"max_pages_per_host,omitempty"`
+}
+
+// normalize gives the guards of s their defaults where they are 0 (as in
+// settings stored before they existed).
+func (s *Settings) normalize() {
+	if s.MaxLinks <= 0 {
+		s.MaxLinks = DefaultMaxLinks
+	}
+	switch {
+	case s.MaxQueryValues == 0:
+		s.MaxQueryValues = DefaultMaxQueryValues
+	case s.MaxQueryValues < 0:
+		s.MaxQueryValues = -1
+	}
+	s.MaxPagesPerHost = max(s.MaxPagesPerHost, 0)
 }
 
 // SettingsOf returns the settings of cfg, normalised so that equal
@@ -94,7 +119,12 @@ func SettingsOf(cfg Config) Settings {
 		Exclude:      sortedSet(cfg.Exclude),
 		MaxDepth:     cfg.MaxDepth,
 		IgnoreRobots: cfg.IgnoreRobots,
+
+		MaxLinks:        cfg.MaxLinks,
+		MaxQueryValues:  cfg.MaxQueryValues,
+		MaxPagesPerHost: cfg.MaxPagesPerHost,
 	}
+	s.normalize()
 	for _, d := range cfg.AllowedDomains {
 		s.AllowedDomains = append(s.AllowedDomains, strings.ToLower(strings.TrimPrefix(d, ".")))
 	}
@@ -151,6 +181,7 @@ func DecodeSettings(b []byte) (Settings, error) {
 	if e.MaxDepth == 0 || e.MaxDepth < -1 {
 		return Settings{}, fmt.Errorf("decode crawl settings: max depth %d: want a positive depth or -1", e.MaxDepth)
 	}
+	e.Settings.normalize()
 	return e.Settings, nil
 }
 
@@ -179,6 +210,18 @@ func (s Settings) value(name string) string {
 		return listValue(parts)
 	case SettingIgnoreRobots:
 		return fmt.Sprint(s.IgnoreRobots)
+	case SettingMaxLinks:
+		return fmt.Sprint(s.MaxLinks)
+	case SettingQueryValues:
+		if s.MaxQueryValues < 0 {
+			return "unlimited"
+		}
+		return fmt.Sprint(s.MaxQueryValues)
+	case SettingHostPages:
+		if s.MaxPagesPerHost == 0 {
+			return "unlimited"
+		}
+		return fmt.Sprint(s.MaxPagesPerHost)
 	}
 	return "?"
 }
@@ -211,6 +254,12 @@ func (s *Settings) set(name string, from Settings) {
 		s.Extract = from.Extract
 	case SettingIgnoreRobots:
 		s.IgnoreRobots = from.IgnoreRobots
+	case SettingMaxLinks:
+		s.MaxLinks = from.MaxLinks
+	case SettingQueryValues:
+		s.MaxQueryValues = from.MaxQueryValues
+	case SettingHostPages:
+		s.MaxPagesPerHost = from.MaxPagesPerHost
 	}
 }
 
@@ -370,6 +419,7 @@ func (c *Crawler) apply(s Settings) error {
 	cc.MaxDepth = s.MaxDepth
 	cc.Extract = s.Extract
 	cc.IgnoreRobots = s.IgnoreRobots
+	cc.MaxLinks, cc.MaxQueryValues, cc.MaxPagesPerHost = s.MaxLinks, s.MaxQueryValues, s.MaxPagesPerHost
 	var err error
 	if cc.include, err = compilePatterns("include", s.Include); err != nil {
 		return fmt.Errorf("crawl %q: stored settings: %w", cc.Name, err)

@@ -34,6 +34,8 @@ type options struct {
 	concurrency, perHost             int
 	delay, idleTimeout, lease        time.Duration
 	maxDepth, maxPages               int
+	maxLinks, maxQueryValues         int // --max-links, --max-query-values
+	maxPagesPerHost                  int // --max-pages-per-host
 	allowDomains, extract            []string
 	include, exclude                 []string
 	out, dataDirFlag, metricsAddr    string
@@ -121,6 +123,9 @@ func (o *options) addCrawlFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.throttle.MaxDelay, "autothrottle-max-delay", engine.DefaultThrottleMaxDelay, "--autothrottle: the most a host's adapted delay may grow to")
 	fs.IntVar(&o.maxDepth, "max-depth", engine.DefaultMaxDepth, "maximum link depth from the start URLs, a guard against URL traps (0: unlimited)")
 	fs.IntVar(&o.maxPages, "max-pages", 0, "stop this worker after that many pages (0: unlimited)")
+	fs.IntVar(&o.maxLinks, "max-links", engine.DefaultMaxLinks, "links followed per page, the first in document order; the others are counted (links/dropped) and logged")
+	fs.IntVar(&o.maxQueryValues, "max-query-values", engine.DefaultMaxQueryValues, "URL-trap guard: new values followed of one query parameter along links that change only it (a session id handed on, ?sid=), per host; the others are counted (url/trap) and warned about (0: no guard)")
+	fs.IntVar(&o.maxPagesPerHost, "max-pages-per-host", 0, "links of one host a worker follows, a page budget; the others are counted (scheduler/host_budget) and warned about (0: unlimited)")
 	fs.StringArrayVar(&o.allowDomains, "allow-domain", nil, "domain links may lead to, with subdomains: a host name such as example.com, no scheme or wildcard (repeat the flag for more; default: the start URLs' hosts)")
 	fs.StringArrayVar(&o.include, "include", nil, "follow only URLs matching this regular expression, taken whole (repeat the flag for more)")
 	fs.StringArrayVar(&o.exclude, "exclude", nil, "do not follow URLs matching this regular expression, taken whole (repeat the flag for more)")
@@ -138,7 +143,7 @@ func (o *options) addCrawlFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.errorItems, "error-items", false, "also write an item for each page that fails for good (4xx, 5xx past the retries, unreachable): its status, error and referring page, to check a site for broken links")
 	fs.BoolVar(&o.allowPrivate, "allow-private", false, "allow private, loopback and link-local addresses")
 	fs.BoolVar(&o.ignoreRobot, "ignore-robots", false, "do not fetch or obey robots.txt")
-	fs.BoolVar(&o.overrideSettings, "override-settings", false, "replace the crawl's stored settings (--allow-domain, --allow-private, --include, --exclude, --max-depth, --extract, --ignore-robots) by the ones given here where they differ, instead of refusing to start; workers already running keep theirs")
+	fs.BoolVar(&o.overrideSettings, "override-settings", false, "replace the crawl's stored settings (--allow-domain, --allow-private, --include, --exclude, --max-depth, --extract, --ignore-robots, --max-links, --max-query-values, --max-pages-per-host) by the ones given here where they differ, instead of refusing to start; workers already running keep theirs")
 	fs.StringVar(&o.userAgent, "user-agent", engine.DefaultUserAgent, "User-Agent header")
 	fs.BoolVar(&o.amqpRecreate, "amqp-recreate", false, "RabbitMQ: delete and redeclare a queue that exists with other arguments (loses its messages)")
 	fs.IntVar(&o.retryTimes, "retry-times", 3, "retries of a failed page (timeout, 5xx, 429, callback error) before it is dead-lettered")
@@ -173,6 +178,8 @@ func (o *options) setup() error {
 		v    int64
 	}{
 		{"--max-depth", int64(o.maxDepth)}, {"--max-pages", int64(o.maxPages)},
+		{"--max-links", int64(o.maxLinks)}, {"--max-query-values", int64(o.maxQueryValues)},
+		{"--max-pages-per-host", int64(o.maxPagesPerHost)},
 		{"--delay", int64(o.delay)}, {"--idle-timeout", int64(o.idleTimeout)}, {"--lease", int64(o.lease)},
 		{"--progress-interval", int64(o.progressEvery)},
 	} {
@@ -378,24 +385,28 @@ func (o *options) autoThrottle() *engine.AutoThrottle {
 // engineConfig builds the crawl configuration from the flags.
 func (o *options) engineConfig() engine.Config {
 	cfg := engine.Config{
-		Name:           o.name,
-		Concurrency:    o.concurrency,
-		PerHost:        o.perHost,
-		Delay:          o.delay,
-		MaxDepth:       cmp.Or(o.maxDepth, -1), // 0 here is unlimited, -1 for the engine
-		MaxPages:       o.maxPages,
-		AllowedDomains: o.allowDomains,
-		Include:        o.include,
-		Exclude:        o.exclude,
-		IdleTimeout:    o.idleTimeout,
-		Lease:          o.lease,
-		IgnoreRobots:   o.ignoreRobot,
-		ErrorItems:     o.errorItems,
-		MaxRetries:     o.retryTimes,
-		RetryBackoff:   o.retryBackoff,
-		FailureTimeout: o.failureTimeout,
-		Fetch:          engine.FetchConfig{UserAgent: o.userAgent, AllowPrivate: o.allowPrivate, Logger: o.log},
-		Logger:         o.log,
+		Name:        o.name,
+		Concurrency: o.concurrency,
+		PerHost:     o.perHost,
+		Delay:       o.delay,
+		MaxDepth:    cmp.Or(o.maxDepth, -1), // 0 here is unlimited, -1 for the engine
+		MaxPages:    o.maxPages,
+		MaxLinks:    o.maxLinks,
+		// 0 here is no guard, -1 for the engine
+		MaxQueryValues:  cmp.Or(o.maxQueryValues, -1),
+		MaxPagesPerHost: o.maxPagesPerHost,
+		AllowedDomains:  o.allowDomains,
+		Include:         o.include,
+		Exclude:         o.exclude,
+		IdleTimeout:     o.idleTimeout,
+		Lease:           o.lease,
+		IgnoreRobots:    o.ignoreRobot,
+		ErrorItems:      o.errorItems,
+		MaxRetries:      o.retryTimes,
+		RetryBackoff:    o.retryBackoff,
+		FailureTimeout:  o.failureTimeout,
+		Fetch:           engine.FetchConfig{UserAgent: o.userAgent, AllowPrivate: o.allowPrivate, Logger: o.log},
+		Logger:          o.log,
 	}
 	o.session.apply(&cfg.Fetch)
 	cfg.Sitemaps = o.sitemaps

@@ -12,7 +12,7 @@ import (
 
 const (
 	// maxLinks caps the links Extract returns for one document.
-	maxLinks = 10000
+	maxLinks = DefaultMaxLinks
 	// maxTitle caps the length of the title Extract returns, in bytes.
 	maxTitle = 1024
 )
@@ -36,10 +36,24 @@ func Extract(base *url.URL, body []byte) (title string, links []*url.URL) {
 	return title, links
 }
 
+// DefaultMaxLinks is the most links Extract returns for one document.
+const DefaultMaxLinks = 10000
+
 // ExtractStrings is Extract that also returns each link's String(), in
 // urls (urls[i] is links[i].String()), which it knows without calling it.
 func ExtractStrings(base *url.URL, body []byte) (title string, links []*url.URL, urls []string) {
-	var s linkScan
+	title, links, urls, _ = ExtractLimited(base, body, maxLinks)
+	return title, links, urls
+}
+
+// ExtractLimited is ExtractStrings keeping the first max distinct hrefs
+// (max > 0) instead of DefaultMaxLinks; dropped counts the hrefs past
+// them (a dropped href found again counts again).
+func ExtractLimited(base *url.URL, body []byte, max int) (title string, links []*url.URL, urls []string, dropped int) {
+	if max <= 0 {
+		max = maxLinks
+	}
+	s := linkScan{max: max}
 	s.run(body)
 	if s.inTitle {
 		title = cleanTitle(titleText(s.title))
@@ -52,7 +66,7 @@ func ExtractStrings(base *url.URL, body []byte) (title string, links []*url.URL,
 		}
 	}
 	if len(s.hrefs) == 0 {
-		return title, nil, nil
+		return title, nil, nil, s.dropped
 	}
 	// s.hrefs may hold duplicates (see linkScan.add): they resolve to the
 	// same URL, which the resolver drops.
@@ -61,7 +75,7 @@ func ExtractStrings(base *url.URL, body []byte) (title string, links []*url.URL,
 		r.add(s.href(h))
 	}
 	links, urls = r.links()
-	return title, links, urls
+	return title, links, urls, s.dropped
 }
 
 // hasToken reports whether the space-separated list v holds tok (ASCII

@@ -54,13 +54,15 @@ type hrefSpan struct {
 // linkScan is the state of one Extract scan.
 type linkScan struct {
 	// hrefs holds the cleaned hrefs in document order, as slices of the
-	// document or decoded copies. The first maxLinks distinct ones count:
-	// while there are fewer than maxLinks, hrefs keeps duplicates (which
+	// document or decoded copies. The first max distinct ones count:
+	// while there are fewer than max, hrefs keeps duplicates (which
 	// costs less than a set); then it is deduplicated, and seen holds its
 	// members from there on.
 	hrefs    []hrefSpan
 	seen     map[string]struct{}
-	full     bool   // hrefs holds maxLinks distinct hrefs
+	full     bool   // hrefs holds max distinct hrefs
+	max      int    // the most hrefs kept
+	dropped  int    // hrefs past max, not duplicates of those kept
 	docBase  string // the first <base href>
 	haveBase bool
 	title    []byte // the raw text of the first <title>
@@ -214,20 +216,23 @@ func dropTabOrNewline(r rune) rune {
 // add records the raw href at v unless it is empty once cleaned, or the cap
 // is reached.
 func (s *linkScan) add(v span) {
-	if s.full {
-		return
-	}
 	h, ok := s.clean(v)
 	if !ok {
+		return
+	}
+	if s.full {
+		if _, dup := s.seen[string(s.href(h))]; !dup {
+			s.dropped++
+		}
 		return
 	}
 	if s.seen == nil {
 		if s.hrefs == nil {
 			// About one link per 100 bytes is common.
-			s.hrefs = make([]hrefSpan, 0, min(len(s.body)/100+16, maxLinks))
+			s.hrefs = make([]hrefSpan, 0, min(len(s.body)/100+16, s.max))
 		}
 		s.hrefs = append(s.hrefs, h)
-		if len(s.hrefs) == maxLinks {
+		if len(s.hrefs) == s.max {
 			s.dedup()
 		}
 		return
@@ -238,7 +243,7 @@ func (s *linkScan) add(v span) {
 	}
 	s.seen[string(b)] = struct{}{}
 	s.hrefs = append(s.hrefs, h)
-	s.full = len(s.hrefs) >= maxLinks
+	s.full = len(s.hrefs) >= s.max
 }
 
 // dedup removes duplicates from hrefs, keeping first-seen order, and starts
@@ -254,7 +259,7 @@ func (s *linkScan) dedup() {
 		}
 	}
 	s.hrefs = out
-	s.full = len(s.hrefs) >= maxLinks
+	s.full = len(s.hrefs) >= s.max
 }
 
 // trimSpace is bytes.TrimSpace, quicker for the common short ASCII href.
