@@ -93,6 +93,10 @@ var counters = []struct{ stat, name, help string }{
 	{engine.StatRedirects, "trawl_redirects_total", "Redirects followed."},
 	{engine.StatEnqueued, "trawl_enqueued_total", "Requests published to the frontier."},
 	{engine.StatStartURLs, "trawl_start_urls_total", "Start URLs taken."},
+	{engine.StatLinksDropped, "trawl_links_dropped_total", "Links of pages past --max-links, not followed."},
+	{engine.StatURLTrap, "trawl_url_trap_total", "Links not followed by the URL-trap guard (--max-query-values)."},
+	{engine.StatHostBudget, "trawl_host_budget_total", "Links not followed: their host had its page budget (--max-pages-per-host)."},
+	{engine.StatSitemapSkipped, "trawl_sitemaps_skipped_total", "Sitemaps listed but not fetched: nested too deep, or past the sitemaps per host."},
 }
 
 // New returns a collector of cfg.
