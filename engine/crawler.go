@@ -457,11 +457,13 @@ func (c *Crawler) nextItem(ctx, run context.Context, cons broker.Consumer, bench
 			woken()
 			continue // a held-back delivery got room meanwhile
 		}
+		c.pause.wakeOnPause(woken)
 		if bench.full() {
-			<-wait.Done() // a host got room, or run ended
+			<-wait.Done() // a host got room, the crawl was paused, or run ended
+			c.pause.wakeOnPause(nil)
 			bench.waitWith(nil)
 			woken()
-			if run.Err() != nil {
+			if run.Err() != nil || c.pause.isPaused() {
 				return nil, nil
 			}
 			continue
@@ -470,6 +472,7 @@ func (c *Crawler) nextItem(ctx, run context.Context, cons broker.Consumer, bench
 		hunger.Reset(startsPoll)
 		next, stopNext := c.writes.bound(wait, c.cfg.FailureTimeout)
 		d, err := cons.Next(next)
+		c.pause.wakeOnPause(nil)
 		stopNext()
 		hunger.Stop()
 		woke := wait.Err() != nil && run.Err() == nil
@@ -479,6 +482,8 @@ func (c *Crawler) nextItem(ctx, run context.Context, cons broker.Consumer, bench
 			switch {
 			case run.Err() != nil:
 				return nil, nil
+			case woke && c.pause.isPaused():
+				return nil, nil // the receiver parks; Next lost nothing
 			case woke:
 				continue // a held-back delivery got room; Next lost nothing
 			case next.Err() != nil:

@@ -60,6 +60,7 @@ type pauser struct {
 	paused  bool
 	resumed chan struct{} // closed when paused turns false
 	parked  bool          // the receiver waits for resume
+	wake    func()        // ends the receiver's wait for a delivery, or nil
 
 	lastRead time.Time // the feeder's alone (pollPause)
 }
@@ -73,6 +74,9 @@ func (p *pauser) set(paused bool) (changed bool) {
 	p.paused = paused
 	if paused {
 		p.resumed = make(chan struct{})
+		if p.wake != nil {
+			p.wake()
+		}
 	} else {
 		close(p.resumed)
 	}
@@ -101,6 +105,18 @@ func (p *pauser) wait(ctx context.Context, parked func()) bool {
 		return true
 	case <-ctx.Done():
 		return false
+	}
+}
+
+// wakeOnPause makes a pause call wake (at once if the crawl is paused
+// already), so that a receiver waiting for a delivery parks; nil: no
+// more.
+func (p *pauser) wakeOnPause(wake func()) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.wake = wake
+	if p.paused && wake != nil {
+		wake()
 	}
 }
 

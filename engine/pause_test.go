@@ -89,3 +89,45 @@ func TestPauseResume(t *testing.T) {
 		t.Errorf("after resume the site says the crawl was wrong:\n%v", err)
 	}
 }
+
+// TestPauseWakesAnIdleWorker: a worker waiting on an empty frontier parks
+// when the crawl is paused (its record says so), instead of waiting for
+// a message to take first.
+func TestPauseWakesAnIdleWorker(t *testing.T) {
+	site, url := sitetest.Serve(t, testsite.Config{Pages: 10, Links: 3, Seed: 4, NoTraps: true})
+	b, f := newBackends(t)
+	c, err := engine.New(b, f, engine.Config{Concurrency: 2, IdleTimeout: time.Hour, TrustedHosts: []string{"127.0.0.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := c.Seed(ctx, engine.StartURL{URL: url + "/"}); err != nil {
+		t.Fatal(err)
+	}
+	run, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.Run(run) }()
+	defer func() { stop(); <-done }()
+	for site.Summary().Succeeded < site.Expected() {
+		select {
+		case <-ctx.Done():
+			t.Fatal("timed out waiting for the crawl")
+		case <-time.After(20 * time.Millisecond): // polling an observable condition
+		}
+	}
+	if err := engine.SetPaused(ctx, b, "trawl", true); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		ws, err := engine.Workers(ctx, b, "trawl")
+		if err == nil && len(ws) == 1 && ws[0].Paused {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("an idle worker never said it was paused")
+		case <-time.After(50 * time.Millisecond): // polling an observable condition
+		}
+	}
+}
