@@ -47,6 +47,8 @@ var ErrColumns = errors.New("engine: csv columns differ")
 type CSV struct {
 	mu      sync.Mutex
 	buf     *bufio.Writer
+	out     io.Writer // what buf writes to
+	file    *sinkFile // nil for a writer we don't own
 	w       *csv.Writer
 	columns []string
 	header  bool // the header row is written (or was in the file)
@@ -59,7 +61,7 @@ type CSV struct {
 // the first Write; Close flushes but does not close w.
 func NewCSV(w io.Writer, columns []string) *CSV {
 	buf := bufio.NewWriterSize(w, 64<<10)
-	return &CSV{buf: buf, w: csv.NewWriter(buf), columns: slices.Clone(columns)}
+	return &CSV{buf: buf, out: w, w: csv.NewWriter(buf), columns: slices.Clone(columns)}
 }
 
 // CreateCSV appends items to the CSV file at path, creating it. A file
@@ -100,10 +102,18 @@ func openCSV(path string, mode int, columns []string) (*CSV, error) {
 	if err != nil {
 		return nil, fmt.Errorf("csv sink: %w", err)
 	}
-	s := NewCSV(f, columns)
+	// A record may span lines (a quoted line feed): no torn tail is cut
+	// on open, where the record's start is not known; a failed Write is.
+	sf, err := newSinkFile(f, path, false)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("csv sink: %w", err)
+	}
+	s := NewCSV(sf, columns)
 	s.closer = f
-	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
+	if sf.regular {
 		s.sync = f.Sync
+		s.file = sf
 	}
 	return s, nil
 }
@@ -127,19 +137,37 @@ func (s *CSV) Write(_ context.Context, items []any) error {
 	if s.closed {
 		return fmt.Errorf("csv sink: write: %w", os.ErrClosed)
 	}
+	header := s.header
 	if !s.header {
 		if err := s.w.Write(s.columns); err != nil {
-			return fmt.Errorf("csv sink: %w", err)
+			return s.undo(header, fmt.Errorf("csv sink: %w", err))
 		}
 		s.header = true
 	}
 	if err := s.w.WriteAll(rows); err != nil { // WriteAll flushes the csv.Writer
-		return fmt.Errorf("csv sink: %w", err)
+		return s.undo(header, fmt.Errorf("csv sink: %w", err))
 	}
 	if err := s.buf.Flush(); err != nil {
-		return fmt.Errorf("csv sink: flush: %w", err)
+		return s.undo(header, fmt.Errorf("csv sink: flush: %w", err))
+	}
+	if s.file != nil {
+		s.file.commit()
 	}
 	return nil
+}
+
+// undo drops what a failed Write left, as JSONLines.undo does; header is
+// whether the header row was written before it.
+func (s *CSV) undo(header bool, err error) error {
+	s.buf.Reset(s.out)
+	s.w = csv.NewWriter(s.buf)
+	if s.file != nil {
+		s.header = header
+		if e := s.file.rollback(); e != nil {
+			return errors.Join(err, fmt.Errorf("csv sink: %w", e))
+		}
+	}
+	return err
 }
 
 // row is the row of one item.

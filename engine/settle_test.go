@@ -897,3 +897,42 @@ func TestConcurrencyWhileAcksPending(t *testing.T) {
 		}
 	})
 }
+
+// A sink that fails every write of several items but takes a write of
+// one (a full disk with a little room freed now and then) stops Run
+// within FailureTimeout: the held batch keeps failing, and small writes
+// succeeding in between do not reset the failure clock, for none runs
+// while the writer holds a batch (issue 28: a full data disk gave up
+// after 3m41s against a 1m --failure-timeout). Before, the failed batch
+// was split down to pages written one by one, each success resetting the
+// clock.
+func TestSmallSuccessesKeepFailureClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const timeout = 20 * time.Second
+		bc := newBubbleCrawl(t, true, nil, Config{RetryBackoff: 100 * time.Millisecond, FailureTimeout: timeout, Concurrency: 8})
+		var mu sync.Mutex
+		small := 0
+		next := bc.c.cfg.Sink
+		bc.c.cfg.Sink = sinkFunc(func(ctx context.Context, items []any) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if len(items) > 1 {
+				return errors.New("no space left on device")
+			}
+			small++
+			return next.Write(ctx, items)
+		})
+		began := time.Now()
+		err := bc.c.Run(t.Context())
+		if !errors.Is(err, ErrBackendFailing) {
+			t.Fatalf("run with a sink that takes only small writes: %v, want ErrBackendFailing", err)
+		}
+		if took := time.Since(began); took > timeout+holdRetryMax+time.Second {
+			t.Errorf("run gave up after %v, want within FailureTimeout %v", took, timeout)
+		}
+		if n, _ := bc.mb.Counts(t.Context(), RequestsQueue("trawl")); n.Dead != 0 {
+			t.Errorf("frontier after the failed run: %+v, want nothing dead", n)
+		}
+		t.Logf("%d small writes succeeded", small)
+	})
+}

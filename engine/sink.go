@@ -102,7 +102,7 @@ func openJSONLines(path string, mode int) (*JSONLines, error) {
 	if err != nil {
 		return nil, fmt.Errorf("jsonlines sink: %w", err)
 	}
-	sf, err := newSinkFile(f, path)
+	sf, err := newSinkFile(f, path, true)
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("jsonlines sink: %w", err)
@@ -198,15 +198,19 @@ type sinkFile struct {
 	size    int64 // the size, with what was written since
 }
 
-// newSinkFile wraps f, just opened from path; a regular file's torn last
-// record is cut off.
-func newSinkFile(f *os.File, path string) (*sinkFile, error) {
+// newSinkFile wraps f, just opened from path; with cut, a regular file's
+// torn last line is cut off.
+func newSinkFile(f *os.File, path string, cut bool) (*sinkFile, error) {
 	sf := &sinkFile{f: f, w: f, path: path}
 	fi, err := f.Stat()
 	if err != nil || !fi.Mode().IsRegular() {
 		return sf, nil
 	}
 	sf.regular = true
+	if !cut {
+		sf.end, sf.size = fi.Size(), fi.Size()
+		return sf, nil
+	}
 	end, err := lastRecordEnd(f, fi.Size())
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)

@@ -3,11 +3,14 @@ package engine
 import (
 	"bufio"
 	"bytes"
+	"encoding/csv"
 	"encoding/json"
 	"errors"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -137,4 +140,63 @@ func TestJSONLinesBadItem(t *testing.T) {
 	}
 	s.Close()
 	checkLines(t, path, 1)
+}
+
+// TestCSVFullDisk is TestJSONLinesFullDisk for the CSV sink: after a
+// disk that filled up is freed, the file holds one header row and every
+// item exactly once, each a whole record.
+func TestCSVFullDisk(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "items.csv")
+	s, err := CreateCSV(path, []string{"i", "pad"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	disk := &fullDisk{w: s.file.f, room: 300}
+	s.file.w = disk
+	const n = 200
+	failed := 0
+	for i := 0; i < n; {
+		batch := []any{map[string]any{"i": i, "pad": strings.Repeat("x\n", i%7)}, map[string]any{"i": i + 1}}
+		if err := s.Write(t.Context(), batch); err != nil {
+			if !errors.Is(err, errNoSpace) {
+				t.Fatalf("write %d: %v, want the disk's error", i, err)
+			}
+			if failed++; failed > n {
+				t.Fatalf("write %d failed %d times with room on the disk: %v", i, failed, err)
+			}
+			disk.room += 200
+			continue
+		}
+		i += 2
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if failed == 0 {
+		t.Fatal("the disk never filled: the test tests nothing")
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	recs, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		t.Fatalf("the file is not CSV: %v", err)
+	}
+	if len(recs) == 0 || !slices.Equal(recs[0], []string{"i", "pad"}) {
+		t.Fatalf("no header row first: %q", recs[:min(1, len(recs))])
+	}
+	seen := map[string]int{}
+	for _, r := range recs[1:] {
+		seen[r[0]]++
+	}
+	for i := range n {
+		if k := strconv.Itoa(i); seen[k] != 1 {
+			t.Errorf("item %d written %d times, want once", i, seen[k])
+		}
+	}
+	if len(recs)-1 != n {
+		t.Errorf("%d records after the header, want %d", len(recs)-1, n)
+	}
 }
