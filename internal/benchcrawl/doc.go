@@ -63,7 +63,9 @@
 // loop of GETs over the same URLs (the webfetch command: every URL known
 // in advance, -concurrency times the workers in all, -per-host per host,
 // the same timeout), then the crawl, every host's home page a start URL.
-// It reports pages/s against the loop, worker CPU per page against the
+// It reports pages/s against the loop (over the window from the first
+// request to the end of the last, the hanging pages' requests aside: where
+// their timeout and retry fall is not scheduling), worker CPU per page against the
 // loop's, the broker server's CPU per page, broker requests per page
 // (Redis: INFO commandstats, commands run by scripts included), the
 // worker's RSS, and URLs fetched twice; then one --broker=memory crawl

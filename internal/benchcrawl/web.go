@@ -443,7 +443,7 @@ func printWeb(w io.Writer, runs []*webRun, big *webRun) {
 				per, webRSSBar, pass(per <= webRSSBar), big.hosts, big.crawl.Rate(), big.tally.twice)
 		}
 	}
-	fmt.Fprintln(w, "\nPages/s: requests the site served (pages and robots.txt) from the first request to the end of the last; each crawl against the loop run just before it "+
+	fmt.Fprintln(w, "\nPages/s: requests the site served (pages and robots.txt) from the first request to the end of the last, the requests of the pages that hang aside (where their timeout and retry fall is not scheduling); each crawl against the loop run just before it "+
 		"(the loop: the same URLs, all known in advance, the same concurrency in all and per host, the same timeout). CPU: user + system over each process's life, TLS included. "+
 		"Broker requests: Redis commands from INFO commandstats (those that scripts call included), NATS messages from clients (/connz in_msgs), RabbitMQ socket reads. "+
 		"Fetched twice: pages requested more than once, beyond the one retry of a page that hung past the timeout (robots.txt files in the notes). Worker RSS: the first worker's largest.")
