@@ -62,12 +62,23 @@
 //
 // # Many workers
 //
-// Give every worker the same shared broker and filter (Redis, RabbitMQ or
-// NATS, see the broker and dedup packages) and run the same program:
+// Name the deployment (Config.Deployment: Redis, RabbitMQ or NATS and
+// their URLs, as the trawl command's flags do) and run the same program on
+// every worker:
 //
-//	c := trawl.New(trawl.Config{Broker: redisBroker, Filter: redisSet})
+//	c := trawl.New(trawl.Config{
+//		Deployment: deployment.Config{Broker: "redis", RedisURL: "redis://10.0.0.5:6379/0"},
+//		Crawl:      engine.Config{Name: "shop"},
+//	})
 //	scrape(c) // registers the handlers: the same on every worker
 //	err := c.Run(ctx, start) // or Run(ctx) on workers that do not seed
+//
+// Run opens the deployment as trawl worker does (package deployment, the
+// one composition root): the workers share the frontier, the duplicate
+// filter, the per-host limits (PerHost and Delay hold across them), the
+// counters (trawl stats shows them) and the crawl's stored settings, and
+// the brokers' delivery limits follow Crawl.MaxRetries. A program and
+// trawl worker with the same crawl name are workers of one crawl.
 //
 // Closures cannot travel through a broker, so the handlers are registered
 // under a name behind the scenes: a digest of their kinds and selectors in

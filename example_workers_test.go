@@ -3,44 +3,44 @@ package trawl_test
 import (
 	"context"
 	"log"
-
-	goredis "github.com/redis/go-redis/v9"
+	"os"
+	"strings"
 
 	"github.com/trawlhq/trawl"
-	redisbroker "github.com/trawlhq/trawl/broker/redis"
-	dedupredis "github.com/trawlhq/trawl/dedup/redis"
+	"github.com/trawlhq/trawl/deployment"
 	"github.com/trawlhq/trawl/engine"
 )
 
-// Many workers: every machine runs this program against the same Redis,
-// which holds the frontier and the duplicate filter, under the keys the
-// CLI uses for --name books, so that trawl seed, trawl stats and trawl
-// workers can share the crawl. Run(ctx) takes start URLs from the crawl
-// (trawl seed --broker=redis --name books URL); Run(ctx, URL) seeds too.
-// (No output: it needs a Redis server.)
-func ExampleConfig_workers() {
-	ctx := context.Background()
-	client := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:6379"})
-	defer client.Close()
-
-	b, err := redisbroker.New(ctx, redisbroker.Config{Client: client})
-	if err != nil {
-		log.Fatal(err)
+// Many workers: the shop scrape as a worker of a Redis crawl. Every
+// machine runs this program against the same Redis, which holds the
+// frontier, the duplicate filter, the start URLs, the per-host limits,
+// the counters and the crawl's settings under the keys of the crawl
+// "shop", exactly as trawl worker --broker=redis --name shop keeps them:
+// trawl seed, trawl stats and trawl workers share the crawl. One machine
+// gives the start URL (program https://shop.example/shop/page/1), the
+// others none; each returns once the crawl is done. (No output: it needs
+// a Redis server.)
+func ExampleConfig_redis() {
+	type product struct {
+		Title  string `json:"title"`
+		Price  string `json:"price"`
+		Rating string `json:"rating"`
 	}
-	defer b.Close()
-	f, err := dedupredis.NewSet(ctx, dedupredis.SetConfig{Client: client, Key: "books:dupefilter"})
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer f.Close()
-
 	c := trawl.New(trawl.Config{
-		Broker: b,
-		Filter: f,
-		Crawl:  engine.Config{Name: "books", Concurrency: 32},
+		Deployment: deployment.Config{Broker: "redis", RedisURL: "redis://127.0.0.1:6379/0"},
+		Crawl:      engine.Config{Name: "shop"},
 	})
-	scrape(c) // the same handlers on every worker
-	if err := c.Run(ctx); err != nil {
+	c.OnHTML("li.next a, article.product_pod h3 a", func(e *trawl.Element) {
+		e.Follow(e.Attr("href"))
+	})
+	c.OnHTML("article.product_page", func(e *trawl.Element) {
+		e.Item(product{
+			Title:  e.ChildText("h1"),
+			Price:  e.ChildText("p.price_color"),
+			Rating: strings.TrimPrefix(e.ChildAttr("p.star-rating", "class"), "star-rating "),
+		})
+	})
+	if err := c.Run(context.Background(), os.Args[1:]...); err != nil {
 		log.Fatal(err)
 	}
 }

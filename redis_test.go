@@ -2,38 +2,63 @@ package trawl_test
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	goredis "github.com/redis/go-redis/v9"
-
 	"github.com/trawlhq/trawl"
-	redisbroker "github.com/trawlhq/trawl/broker/redis"
-	dedupredis "github.com/trawlhq/trawl/dedup/redis"
+	"github.com/trawlhq/trawl/deployment"
 	"github.com/trawlhq/trawl/engine"
 	"github.com/trawlhq/trawl/internal/integration"
 	"github.com/trawlhq/trawl/internal/syncbuf"
 	"github.com/trawlhq/trawl/internal/testsite"
-	"github.com/trawlhq/trawl/internal/testsite/sitetest"
 )
 
 func TestMain(m *testing.M) { integration.Main(m) }
 
+// peakServer serves h and records the most requests it had in progress at
+// once, robots.txt aside.
+type peakServer struct {
+	h            http.Handler
+	mu           sync.Mutex
+	active, peak int
+}
+
+func (p *peakServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != "/robots.txt" {
+		p.mu.Lock()
+		p.active++
+		p.peak = max(p.peak, p.active)
+		p.mu.Unlock()
+		defer func() { p.mu.Lock(); p.active--; p.mu.Unlock() }()
+	}
+	p.h.ServeHTTP(w, r)
+}
+
 // TestShopScrapeThreeWorkersOnRedis runs the Example's program (scrape)
-// on three workers sharing a real Redis broker and filter, all seeding the
-// same start URL at once: every product is emitted exactly once, every
-// page is fetched exactly once, and every worker did part of the work.
+// on three workers of a Redis deployment, named by its URL alone
+// (Config.Deployment), as separate processes would: every product is
+// emitted exactly once, every page is fetched exactly once, every worker
+// did part of the work, PerHost 1 holds across the three (each limiting
+// on its own, the site saw up to three requests at once), and the
+// crawl's shared counters, which trawl stats prints, hold all three
+// workers' pages and items (with no SharedStats, none).
 func TestShopScrapeThreeWorkersOnRedis(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs a Redis server")
 	}
 	url := integration.Redis(t)
 	name := integration.Name(t)
-	site, base := sitetest.Serve(t, testsite.Config{Latency: 2 * time.Millisecond}) // long enough for three to share
+	site := testsite.New(testsite.Config{Latency: 5 * time.Millisecond}) // long enough for three to overlap
+	peak := &peakServer{h: site}
+	srv := httptest.NewServer(peak)
+	defer srv.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	dep := deployment.Config{Broker: "redis", RedisURL: url}
 
 	const workers = 3
 	outs := make([]syncbuf.Buffer, workers)
@@ -41,24 +66,7 @@ func TestShopScrapeThreeWorkersOnRedis(t *testing.T) {
 	errs := make([]error, workers)
 	var wg sync.WaitGroup
 	for i := range workers {
-		// Each worker connects on its own, as separate processes would.
-		opt, err := goredis.ParseURL(url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		client := goredis.NewClient(opt)
-		defer client.Close()
-		b, err := redisbroker.New(ctx, redisbroker.Config{Client: client})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer b.Close()
-		f, err := dedupredis.NewSet(ctx, dedupredis.SetConfig{Client: client, Key: name + ":dupefilter", Capacity: 10_000})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		c := trawl.New(trawl.Config{Broker: b, Filter: f, Output: &outs[i], Crawl: engine.Config{Name: name}})
+		c := trawl.New(trawl.Config{Deployment: dep, Output: &outs[i], Crawl: engine.Config{Name: name, PerHost: 1}})
 		scrape(c)
 		crawlers[i] = c
 		// One worker seeds, as a deployment seeds once: start URLs given to
@@ -67,25 +75,45 @@ func TestShopScrapeThreeWorkersOnRedis(t *testing.T) {
 		// one whose claimer died is not lost), a duplicate fetch by design.
 		var starts []string
 		if i == 0 {
-			starts = []string{base + "/shop/page/1"}
+			starts = []string{srv.URL + "/shop/page/1"}
 		}
 		wg.Go(func() { errs[i] = c.Run(ctx, starts...) })
 	}
 	wg.Wait()
 	var all strings.Builder
+	var pages, items int64
 	for i := range workers {
 		if errs[i] != nil {
 			t.Errorf("worker %d: %v", i, errs[i])
 		}
 		all.WriteString(outs[i].String())
-		if n := crawlers[i].Stats().Get(engine.StatResponses); n == 0 {
+		n := crawlers[i].Stats().Get(engine.StatResponses)
+		if n == 0 {
 			t.Errorf("worker %d fetched no page; the three should share the work", i)
-		} else {
-			t.Logf("worker %d: %d pages, %d items", i, n, crawlers[i].Stats().Get(engine.StatItems))
 		}
+		pages += n
+		items += crawlers[i].Stats().Get(engine.StatItems)
+		t.Logf("worker %d: %d pages, %d items", i, n, crawlers[i].Stats().Get(engine.StatItems))
 	}
 	checkProducts(t, products(t, all.String()))
 	if err := site.VerifyShop(); err != nil {
 		t.Error(err)
+	}
+	if peak.peak > 1 {
+		t.Errorf("the site saw %d requests at once from three workers with PerHost 1; want 1 (the Redis limiter shared)", peak.peak)
+	}
+
+	// What trawl stats --broker=redis --name NAME prints: the shared counters.
+	d, err := deployment.Open(ctx, deployment.Config{Broker: "redis", RedisURL: url, Admin: "stats"}, engine.Config{Name: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	shared, err := d.Stats.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if shared[engine.StatResponses] != pages || shared[engine.StatItems] != items {
+		t.Errorf("shared counters: %d pages, %d items; want the workers' %d pages, %d items", shared[engine.StatResponses], shared[engine.StatItems], pages, items)
 	}
 }

@@ -2,6 +2,7 @@ package trawl
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -10,7 +11,6 @@ import (
 	"io"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,10 +20,8 @@ import (
 	"github.com/andybalholm/cascadia"
 
 	"github.com/trawlhq/trawl/broker"
-	"github.com/trawlhq/trawl/broker/memory"
-	natsbroker "github.com/trawlhq/trawl/broker/nats"
 	"github.com/trawlhq/trawl/dedup"
-	"github.com/trawlhq/trawl/dedup/local"
+	"github.com/trawlhq/trawl/deployment"
 	"github.com/trawlhq/trawl/engine"
 )
 
@@ -53,22 +51,34 @@ type Config struct {
 	// derived from them; Callbacks[""] must then be unset).
 	Crawl engine.Config
 
-	// Broker is the frontier. nil = Run opens one: an embedded NATS server
-	// with file storage in Dir, or, with InMemory, an in-memory broker. A
-	// broker given here is shared by every worker that uses it (Redis,
-	// RabbitMQ, NATS) and is not closed by Run.
+	// Deployment names where the crawl's state lives, as the trawl
+	// command's flags do (see package deployment): Run opens it exactly as
+	// trawl crawl and trawl worker do, with their limits. The zero value
+	// is the embedded broker in Dir. With Broker "redis" and a RedisURL,
+	// this program is a worker of a Redis crawl: it shares the frontier,
+	// the duplicate filter, the start URLs, the per-host limits, the
+	// counters (trawl stats) and the crawl's stored settings with every
+	// other worker, program or command, of the crawl of that Crawl.Name.
+	Deployment deployment.Config
+	// Broker is a frontier opened by the program, used instead of the
+	// Deployment's. A broker given here is shared by every worker that
+	// uses it (Redis, RabbitMQ, NATS) and is not closed by Run; its
+	// delivery limit must be deployment.MaxDeliveries(Crawl), or it
+	// dead-letters pages the engine would still retry.
 	Broker broker.Broker
-	// Filter is the duplicate filter. nil = Run opens a local Bloom filter,
-	// saved in Dir unless InMemory. A Broker given without a Filter is an
-	// error: a local filter is for one worker only. A filter given here is
-	// not closed by Run.
+	// Filter is a duplicate filter opened by the program, used instead of
+	// the Deployment's. A Broker given without a Filter is an error: a
+	// local filter is for one worker only. A filter given here is not
+	// closed by Run.
 	Filter dedup.Filter
-	// InMemory keeps the broker and filter Run opens in memory: nothing
-	// persists, and the crawl ends as soon as it is idle.
+	// InMemory keeps the broker and filter Run opens in memory (the
+	// Deployment's Broker "memory"): nothing persists, and the crawl ends
+	// as soon as it is idle.
 	InMemory bool
-	// Dir holds the embedded broker and the local filter, so that running
-	// the same program again resumes the crawl. "" = ./.trawl/NAME, NAME
-	// being Crawl.Name or "trawl".
+	// Dir holds the embedded broker, the local filter and the counters,
+	// so that running the same program again resumes the crawl (the
+	// Deployment's Dir). "" = ./.trawl/NAME, NAME being Crawl.Name or
+	// "trawl".
 	Dir string
 	// Output receives items as JSON Lines when Crawl.Sink is nil.
 	// nil = os.Stdout. It is not closed.
@@ -89,6 +99,15 @@ func (c Config) Validate() error {
 	}
 	if c.InMemory && c.Dir != "" {
 		errs = append(errs, errors.New("trawl config: InMemory and Dir exclude each other"))
+	}
+	if c.InMemory && c.Deployment.Broker != "" && c.Deployment.Broker != "memory" {
+		errs = append(errs, fmt.Errorf("trawl config: InMemory and Deployment.Broker %q exclude each other", c.Deployment.Broker))
+	}
+	if c.Dir != "" && c.Deployment.Dir != "" && c.Dir != c.Deployment.Dir {
+		errs = append(errs, errors.New("trawl config: Dir and Deployment.Dir differ; set one"))
+	}
+	if c.Broker != nil && c.Deployment.Broker != "" {
+		errs = append(errs, errors.New("trawl config: Broker and Deployment.Broker both name the frontier; set one"))
 	}
 	return errors.Join(errs...)
 }
@@ -260,7 +279,7 @@ func (c *Crawler) Run(ctx context.Context, startURLs ...string) (err error) {
 		cfg.IdleTimeout = 0
 	} else if cfg.IdleTimeout == 0 {
 		cfg.IdleTimeout = DefaultIdleTimeout
-		if c.cfg.InMemory && c.cfg.Broker == nil {
+		if c.inMemory() {
 			cfg.IdleTimeout = inMemoryIdle
 		}
 	}
@@ -271,7 +290,7 @@ func (c *Crawler) Run(ctx context.Context, startURLs ...string) (err error) {
 	c.stats = cfg.Stats
 	c.mu.Unlock()
 
-	b, f, closeAll, err := c.open(ctx)
+	b, f, closeAll, err := c.open(ctx, &cfg)
 	if err != nil {
 		return err
 	}
@@ -305,67 +324,34 @@ func join(err, e error) error {
 	return errors.Join(err, e)
 }
 
-// open returns the broker and filter of the crawl, opening those not given,
-// and a function that closes what it opened, last opened first.
-func (c *Crawler) open(ctx context.Context) (broker.Broker, dedup.Filter, func() error, error) {
-	var closes []func() error
-	closeAll := func() error {
-		var errs []error
-		for i := len(closes) - 1; i >= 0; i-- {
-			errs = append(errs, closes[i]())
-		}
-		return errors.Join(errs...)
+// inMemory reports whether Run opens an in-memory broker.
+func (c *Crawler) inMemory() bool {
+	return c.cfg.Broker == nil && (c.cfg.InMemory || c.cfg.Deployment.Broker == "memory")
+}
+
+// open returns the broker and filter of the crawl, opening the deployment
+// for what the configuration does not give, sets on cfg what the
+// deployment provides (start URLs, shared limits and counters, stored
+// settings), and returns a function that closes what it opened.
+func (c *Crawler) open(ctx context.Context, cfg *engine.Config) (broker.Broker, dedup.Filter, func() error, error) {
+	if c.cfg.Broker != nil {
+		return c.cfg.Broker, c.cfg.Filter, func() error { return nil }, nil
 	}
-	b, f := c.cfg.Broker, c.cfg.Filter
-	log := c.cfg.Crawl.Logger
-	dir := c.cfg.Dir
-	if dir == "" {
-		name := c.cfg.Crawl.Name
-		if name == "" {
-			name = "trawl"
-		}
-		dir = filepath.Join(".trawl", name)
+	dc := c.cfg.Deployment
+	if c.cfg.InMemory {
+		dc.Broker = "memory"
 	}
-	fail := func(err error) (broker.Broker, dedup.Filter, func() error, error) {
-		return nil, nil, nil, errors.Join(err, closeAll())
+	dc.Dir = cmp.Or(dc.Dir, c.cfg.Dir)
+	d, err := deployment.Open(ctx, dc, *cfg)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("trawl: %w", err)
 	}
-	if b == nil && c.cfg.InMemory {
-		mb, err := memory.New(memory.Config{Lease: c.cfg.Crawl.Lease, Logger: log})
-		if err != nil {
-			return fail(err)
-		}
-		b = mb
-		closes = append(closes, mb.Close)
-	} else if b == nil {
-		e, err := natsbroker.StartEmbedded(ctx, natsbroker.EmbeddedConfig{Dir: filepath.Join(dir, "nats"), Logger: log})
-		if err != nil {
-			return fail(fmt.Errorf("trawl: embedded broker in %s: %w", dir, err))
-		}
-		closes = append(closes, func() error { e.Shutdown(); return nil })
-		if err := e.Verify(ctx); err != nil {
-			return fail(fmt.Errorf("trawl: embedded broker in %s: %w", dir, err))
-		}
-		nb, err := natsbroker.New(ctx, natsbroker.Config{Conn: e.Conn(), Lease: c.cfg.Crawl.Lease, Logger: log})
-		if err != nil {
-			return fail(fmt.Errorf("trawl: embedded broker in %s: %w", dir, err))
-		}
-		b = nb
-		closes = append(closes, nb.Close)
+	d.Configure(cfg)
+	f := d.Filter
+	if c.cfg.Filter != nil {
+		f = c.cfg.Filter
 	}
-	if f == nil {
-		lc := local.Config{Logger: log}
-		if !c.cfg.InMemory {
-			lc.Path = filepath.Join(dir, "dupefilter.bloom")
-		}
-		lf, err := local.New(lc)
-		if err != nil {
-			return fail(fmt.Errorf("trawl: duplicate filter in %s: %w", dir, err))
-		}
-		f = lf
-		// The filter is closed (and saved) after the broker: closes run last first.
-		closes = append([]func() error{lf.Close}, closes...)
-	}
-	return b, f, closeAll, nil
+	return d.Broker, f, d.Close, nil
 }
 
 // callback returns the engine callback that runs hs on a response.

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -17,80 +16,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/trawlhq/trawl/broker"
-	redisbroker "github.com/trawlhq/trawl/broker/redis"
+	"github.com/trawlhq/trawl/deployment"
 	"github.com/trawlhq/trawl/engine"
 )
-
-// openShared opens the backends and insists that they outlive the process;
-// in the default mode, the data directory's store (see openDefault).
-func (o *options) openShared(ctx context.Context, what string) (*backends, error) {
-	if o.broker == "" {
-		return o.openDefault(ctx, what)
-	}
-	b, err := o.open(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if !b.shared {
-		b.Close()
-		return nil, usageError("%s needs a shared broker (--broker=redis, rabbitmq or nats); the in-memory broker lives only inside one crawl", what)
-	}
-	if what != "seed" {
-		if err := o.checkCrawl(ctx, b, what); err != nil {
-			b.Close()
-			return nil, err
-		}
-	}
-	return b, nil
-}
-
-// errNoCrawl is the error of a command given a crawl that does not exist
-// (a typo in --name): it would look like an empty one.
-var errNoCrawl = errors.New("no crawl")
-
-// checkCrawl returns an error wrapping errNoCrawl unless the crawl exists
-// on the shared broker: its settings are stored (every seed and worker
-// stores them), or something of it is there (start URLs pushed by hand,
-// counters, queued or dead messages). RabbitMQ without Redis keeps no
-// settings: there a crawl with empty queues cannot be told from none, and
-// every crawl is taken to exist.
-func (o *options) checkCrawl(ctx context.Context, b *backends, what string) error {
-	m := b.metadata()
-	if m == nil {
-		return nil
-	}
-	switch _, err := engine.StoredSettings(ctx, m, o.name); {
-	case err == nil:
-		return nil
-	case !errors.Is(err, broker.ErrNotFound):
-		return fmt.Errorf("crawl %q: read settings: %w", o.name, err)
-	}
-	if b.stats != nil {
-		s, err := b.stats.Load(ctx)
-		if err != nil {
-			return err
-		}
-		for _, v := range s {
-			if v != 0 {
-				return nil
-			}
-		}
-	}
-	if b.starts != nil {
-		if n, err := b.starts.PendingStarts(ctx); err != nil || n > 0 {
-			return err
-		}
-	}
-	if c, ok := b.broker.(broker.Counter); ok {
-		for _, q := range []string{engine.RequestsQueue(o.name), engine.StartQueue(o.name), engine.ItemsQueue(o.name)} {
-			n, err := c.Counts(ctx, q)
-			if err != nil || n.Ready+n.InFlight+n.Dead > 0 {
-				return err
-			}
-		}
-	}
-	return fmt.Errorf("%s: %w %s on %s (check --name; a crawl exists once seeded)", what, errNoCrawl, o.name, o.broker)
-}
 
 func newSeedCmd(o *options) *cobra.Command {
 	var file string
@@ -124,7 +52,7 @@ it again (on one machine: trawl crawl --flush with the new flags).`,
 				}
 				starts = append(starts, s)
 			}
-			b, err := o.openShared(cmd.Context(), "seed")
+			b, err := o.open(cmd.Context(), "seed")
 			if err != nil {
 				return err
 			}
@@ -137,17 +65,16 @@ it again (on one machine: trawl crawl --flush with the new flags).`,
 				u, _ := url.Parse(s.URL)
 				cfg.TrustedHosts = append(cfg.TrustedHosts, engine.TrustedAddr(u))
 			}
-			cfg.Starts, cfg.Metadata = b.starts, b.meta
 			cfg.Adopt, cfg.OverrideSettings = adopt(cmd.Flags()), o.overrideSettings
-			c, err := engine.New(b.broker, b.filter, cfg)
+			c, err := b.Crawler(cfg)
 			if err != nil {
 				return usageError("%v", err)
 			}
 			err = c.Seed(cmd.Context(), starts...)
 			if err != nil {
-				return startsHint(err, o.startSet)
+				return b.StartsHint(err)
 			}
-			fmt.Fprintf(o.stdout, "seeded %d start %s into %s\n", len(starts), plural(int64(len(starts)), "URL"), b.name(engine.StartQueue(o.name)))
+			fmt.Fprintf(o.stdout, "seeded %d start %s into %s\n", len(starts), plural(int64(len(starts)), "URL"), b.QueueName(engine.StartQueue(o.name)))
 			return nil
 		},
 	}
@@ -192,7 +119,7 @@ func newStatsCmd(o *options) *cobra.Command {
 		Short: "Show a crawl's queues and counters",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			b, err := o.openShared(cmd.Context(), "stats")
+			b, err := o.open(cmd.Context(), "stats")
 			if err != nil {
 				return err
 			}
@@ -201,10 +128,8 @@ func newStatsCmd(o *options) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if b.redis != nil && b.starts != nil {
-				if n, err := scrapyStarts(cmd.Context(), b.redis, o.name); err == nil && n > 0 {
-					fmt.Fprintln(o.stderr, scrapyWarning(o.name, n))
-				}
+			if n, err := b.MisplacedStarts(cmd.Context()); err == nil && n > 0 {
+				fmt.Fprintln(o.stderr, b.StartsWarning(n))
 			}
 			if asJSON {
 				return json.NewEncoder(o.stdout).Encode(out)
@@ -232,18 +157,13 @@ func newPurgeCmd(o *options) *cobra.Command {
 		Short: "Delete a crawl's frontier, filter, items and stats",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			b, err := o.openShared(cmd.Context(), "purge")
+			b, err := o.open(cmd.Context(), "purge")
 			if err != nil {
 				return err
 			}
 			defer b.Close()
-			if err := o.purge(cmd.Context(), b, o.force); err != nil {
+			if err := b.PurgeAll(cmd.Context(), o.force); err != nil {
 				return err
-			}
-			if b.redis != nil {
-				if _, err := redisbroker.PurgeCrawl(cmd.Context(), b.redis, o.name); err != nil {
-					return err
-				}
 			}
 			fmt.Fprintf(o.stdout, "purged crawl %s\n", o.name)
 			return nil
@@ -306,25 +226,21 @@ trawl purge deletes them with the crawl.`,
 			default:
 				return usageError("deadletter %q: want list or requeue", args[0])
 			}
-			b, err := o.openShared(cmd.Context(), "deadletter")
+			b, err := o.open(cmd.Context(), "deadletter")
 			if err != nil {
 				return err
 			}
 			defer b.Close()
-			dl, ok := b.broker.(broker.DeadLetters)
-			if !ok {
+			if b.DeadLetters(engine.RequestsQueue(o.name)) == nil {
 				return fmt.Errorf("--broker=%s cannot list dead letters", o.broker)
 			}
 			ctx := cmd.Context()
 			total := 0
 			queues := []string{engine.RequestsQueue(o.name), engine.StartQueue(o.name)}
 			for _, q := range queues {
-				dl := dl
-				if sd, ok := b.starts.(broker.DeadLetters); ok && q == engine.StartQueue(o.name) {
-					// Start URLs outside the broker keep their own
-					// dead letters: back there, as they came in.
-					dl = sd
-				}
+				// Start URLs outside the broker keep their own dead
+				// letters: back there, as they came in.
+				dl := b.DeadLetters(q)
 				switch args[0] {
 				case "list":
 					n := max
@@ -337,7 +253,7 @@ trawl purge deletes them with the crawl.`,
 					}
 					for _, l := range ls {
 						what, why := describe(q, l)
-						fmt.Fprintf(o.stdout, "%s\t%s\t%s\n", b.name(q), what, why)
+						fmt.Fprintf(o.stdout, "%s\t%s\t%s\n", b.QueueName(q), what, why)
 					}
 					total += len(ls)
 				case "requeue":
@@ -352,7 +268,7 @@ trawl purge deletes them with the crawl.`,
 			case args[0] == "requeue":
 				fmt.Fprintf(o.stdout, "requeued %d dead %s\n", total, plural(int64(total), "letter"))
 			case total == 0:
-				fmt.Fprintf(o.stdout, "no dead letters in %s or %s\n", b.name(queues[0]), b.name(queues[1]))
+				fmt.Fprintf(o.stdout, "no dead letters in %s or %s\n", b.QueueName(queues[0]), b.QueueName(queues[1]))
 			}
 			return nil
 		},
@@ -365,25 +281,25 @@ trawl purge deletes them with the crawl.`,
 
 // stats reads what trawl stats shows: the shared counters, and the
 // queues' counts keyed QUEUE/ready, QUEUE/in_flight and QUEUE/dead.
-func (o *options) stats(ctx context.Context, b *backends) (map[string]int64, error) {
+func (o *options) stats(ctx context.Context, b *deployment.Deployment) (map[string]int64, error) {
 	out := map[string]int64{}
-	if b.stats != nil {
-		m, err := b.stats.Load(ctx)
+	if b.Stats != nil {
+		m, err := b.Stats.Load(ctx)
 		if err != nil {
 			return nil, err
 		}
 		out = m
 	}
-	if b.starts != nil {
-		n, err := b.starts.PendingStarts(ctx)
+	if b.Starts != nil {
+		n, err := b.Starts.PendingStarts(ctx)
 		if err != nil {
 			return nil, err
 		}
-		out[b.name(engine.StartQueue(o.name))+"/ready"] = n
+		out[b.QueueName(engine.StartQueue(o.name))+"/ready"] = n
 	}
-	if c, ok := b.broker.(broker.Counter); ok {
+	if c, ok := b.Broker.(broker.Counter); ok {
 		queues := []string{engine.RequestsQueue(o.name), engine.StartQueue(o.name)}
-		if b.starts != nil {
+		if b.Starts != nil {
 			queues = queues[:1]
 		}
 		for _, q := range queues {
@@ -391,7 +307,7 @@ func (o *options) stats(ctx context.Context, b *backends) (map[string]int64, err
 			if err != nil {
 				return nil, err
 			}
-			k := b.name(q)
+			k := b.QueueName(q)
 			out[k+"/ready"], out[k+"/in_flight"], out[k+"/dead"] = n.Ready, n.InFlight, n.Dead
 		}
 	}

@@ -17,8 +17,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/trawlhq/trawl/broker"
-	"github.com/trawlhq/trawl/dedup"
+	"github.com/trawlhq/trawl/deployment"
 	"github.com/trawlhq/trawl/engine"
 	"github.com/trawlhq/trawl/metrics"
 )
@@ -60,22 +59,22 @@ func (o *options) crawl(ctx context.Context, args []string, seed bool, adopt []s
 		u, _ := url.Parse(s.URL)
 		trusted = append(trusted, engine.TrustedAddr(u)) // that port only
 	}
-	b, err := o.open(ctx)
+	b, err := o.open(ctx, "")
 	if err != nil {
 		return err
 	}
 	defer b.Close()
-	if err := o.checkStarts(ctx, b); err != nil {
+	if err := b.CheckStarts(ctx); err != nil {
 		return err
 	}
-	if seed && len(starts) == 0 && !b.shared {
+	if seed && len(starts) == 0 && !b.Shared {
 		return usageError("crawl needs at least one start URL")
 	}
-	if !seed && !b.shared {
+	if !seed && !b.Shared {
 		return usageError("worker needs a shared broker: --broker=redis, rabbitmq or nats")
 	}
 	if o.flush {
-		if err := o.purge(ctx, b, false); err != nil {
+		if err := b.Purge(ctx, false); err != nil {
 			return err
 		}
 	}
@@ -87,11 +86,8 @@ func (o *options) crawl(ctx context.Context, args []string, seed bool, adopt []s
 	cfg.TrustedHosts = trusted
 	cfg.Sink = sink
 	cfg.Stats = engine.NewStats()
-	cfg.Starts = b.starts
-	cfg.Limiter = b.limit
-	cfg.SharedStats = b.stats
-	cfg.Adopt, cfg.OverrideSettings, cfg.Metadata = adopt, o.overrideSettings, b.meta
-	c, err := engine.New(b.broker, b.filter, cfg)
+	cfg.Adopt, cfg.OverrideSettings = adopt, o.overrideSettings
+	c, err := b.Crawler(cfg)
 	if err != nil {
 		sink.Close()
 		return usageError("%v", err)
@@ -118,12 +114,10 @@ func (o *options) crawl(ctx context.Context, args []string, seed bool, adopt []s
 		})
 	}
 	start := time.Now()
-	if b.redis != nil && b.starts != nil {
-		// scrapy-redis users push to NAME:start_urls; say where to push.
-		wg.Go(func() { watchScrapyStarts(side, b.redis, o.name, o.stderr, 5*time.Second) })
-	}
+	// scrapy-redis users push to NAME:start_urls; say where to push.
+	wg.Go(func() { b.WatchMisplacedStarts(side, o.stderr, 5*time.Second) })
 	queued := func(ctx context.Context) string {
-		if n, ok := o.backlog(ctx, b); ok {
+		if n, ok := b.Backlog(ctx); ok {
 			return strconv.FormatInt(n, 10)
 		}
 		return "?"
@@ -143,7 +137,7 @@ func (o *options) crawl(ctx context.Context, args []string, seed bool, adopt []s
 	// them too), but for the dead letters: the crawl's, as its broker
 	// counts them.
 	sum := engine.Summarize(cfg.Stats.Snapshot(), time.Since(start))
-	if n, ok := o.deadLetters(ctx, b); ok {
+	if n, ok := b.DeadLetterCount(ctx); ok {
 		sum.DeadLetters = n
 	}
 	what := "crawl"
@@ -176,51 +170,6 @@ func (o *options) crawl(ctx context.Context, args []string, seed bool, adopt []s
 	return nil
 }
 
-// deadLetters counts the crawl's dead letters where they are kept: the
-// broker's dead-letter queues of its requests and start URLs, and those
-// of start URLs kept outside the broker (Redis's {NAME}:start_urls). This
-// worker's own counter misses those the broker made (a message past its
-// last delivery), other workers', and rejected start URLs. ok is false
-// when the broker cannot count, or counting failed.
-func (o *options) deadLetters(ctx context.Context, b *backends) (n int64, ok bool) {
-	return o.countQueues(ctx, b, func(c broker.Counts) int64 { return c.Dead })
-}
-
-// backlog counts the crawl's requests and start URLs waiting to be taken:
-// the progress line's "queued". ok is false when the broker cannot count,
-// or counting failed.
-func (o *options) backlog(ctx context.Context, b *backends) (n int64, ok bool) {
-	return o.countQueues(ctx, b, func(c broker.Counts) int64 { return c.Ready })
-}
-
-// countQueues adds up what of sum's counts of the crawl's requests and
-// start URLs, wherever each is kept.
-func (o *options) countQueues(ctx context.Context, b *backends, what func(broker.Counts) int64) (n int64, ok bool) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	c, ok := b.broker.(broker.Counter)
-	if !ok {
-		return 0, false
-	}
-	for _, q := range []string{engine.RequestsQueue(o.name), engine.StartQueue(o.name)} {
-		c := c
-		if q == engine.StartQueue(o.name) && b.starts != nil {
-			sc, ok := b.starts.(broker.Counter)
-			if !ok {
-				return 0, false
-			}
-			c = sc
-		}
-		counts, err := c.Counts(ctx, q)
-		if err != nil {
-			o.log.Debug("counting a queue failed", "queue", q, "err", err)
-			return 0, false
-		}
-		n += what(counts)
-	}
-	return n, true
-}
-
 // errNoItems is the error of a crawl that wrote no item (exit 1, unless
 // --allow-empty).
 var errNoItems = errors.New("no item")
@@ -229,20 +178,17 @@ var errNoItems = errors.New("no item")
 // "redis" for the Redis list {NAME}:items, "queue" for the broker queue
 // NAME:items, which on Redis is that list: a crawl's items have one
 // format in Redis, which trawl items reads.
-func (o *options) openSink(b *backends) (engine.Sink, error) {
+func (o *options) openSink(b *deployment.Deployment) (engine.Sink, error) {
 	switch o.out {
 	case "-", "":
 		return o.openFileSink()
 	case "redis":
-		if b.items == nil {
+		if b.Items == nil {
 			return nil, usageError("--out=redis needs --broker=redis")
 		}
-		return b.items, nil
+		return b.Items, nil
 	case "queue":
-		if b.redisBroker() {
-			return b.items, nil
-		}
-		return engine.QueueSink{Broker: b.broker, Queue: engine.ItemsQueue(o.name)}, nil
+		return b.ItemQueue(), nil
 	}
 	// As a shell's > does, --out creates the file, not its folder: a
 	// missing folder is more often a typo than a wish.
@@ -254,59 +200,13 @@ func (o *options) openSink(b *backends) (engine.Sink, error) {
 	return o.openFileSink()
 }
 
-// errWorkersLive is the error of a purge while workers run the crawl.
-var errWorkersLive = errors.New("workers are running this crawl")
-
-// purge deletes the crawl's queues, filter and settings. It refuses while
-// workers of the crawl are running (a purge under them restarts the crawl
-// from its start URLs: every page fetched again), unless force.
-func (o *options) purge(ctx context.Context, b *backends, force bool) error {
-	if p := b.presence(); p != nil {
-		n, err := engine.LiveWorkers(ctx, p, o.name)
-		switch {
-		case err != nil && !force:
-			return fmt.Errorf("purge: %w (--force purges anyway)", err)
-		case n > 0 && !force:
-			return fmt.Errorf("purge %s: %w: %d live %s (announced within the last %v); stop %s first, or purge anyway with trawl purge --force (the running workers then crawl the whole site again)",
-				o.name, errWorkersLive, n, plural(int64(n), "worker"), engine.PresenceTTL, map[bool]string{true: "it", false: "them"}[n == 1])
-		case n > 0:
-			o.log.Warn("purging while workers run (--force): they will crawl the whole site again", "crawl", o.name, "workers", n)
-		}
-	} else if b.shared {
-		o.log.Warn("this deployment cannot tell whether workers of the crawl run (RabbitMQ without Redis): purging anyway", "crawl", o.name)
-	}
-	if p, ok := b.broker.(broker.Purger); ok {
-		for _, q := range []string{engine.RequestsQueue(o.name), engine.StartQueue(o.name)} {
-			if err := p.Purge(ctx, q); err != nil {
-				return fmt.Errorf("purge %s: %w", q, err)
-			}
-		}
-	}
-	if p, ok := b.filter.(dedup.Purger); ok {
-		if err := p.Purge(ctx); err != nil {
-			return fmt.Errorf("purge filter: %w", err)
-		}
-	}
-	for _, purge := range b.purges {
-		if err := purge(ctx); err != nil {
-			return err
-		}
-	}
-	if m := b.metadata(); m != nil {
-		if err := engine.PurgeSettings(ctx, m, o.name); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // serveMetrics serves the crawl's metrics (package metrics) on /metrics.
-func (o *options) serveMetrics(s *engine.Stats, b *backends) (*http.Server, error) {
+func (o *options) serveMetrics(s *engine.Stats, b *deployment.Deployment) (*http.Server, error) {
 	queues := []string{engine.RequestsQueue(o.name), engine.StartQueue(o.name)}
-	if b.starts != nil {
+	if b.Starts != nil {
 		queues = queues[:1] // start URLs are not a broker queue
 	}
-	c := metrics.New(metrics.Config{Name: o.name, Stats: s, Broker: b.broker, Queues: queues, Filter: b.filter, Logger: o.log})
+	c := metrics.New(metrics.Config{Name: o.name, Stats: s, Broker: b.Broker, Queues: queues, Filter: b.Filter, Logger: o.log})
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", metrics.Handler(metrics.NewRegistry(c)))
 	ln, err := net.Listen("tcp", o.metricsAddr)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/trawlhq/trawl/broker"
 	"github.com/trawlhq/trawl/dashboard"
+	"github.com/trawlhq/trawl/deployment"
 	"github.com/trawlhq/trawl/engine"
 )
 
@@ -106,14 +107,14 @@ func checkDashboardAddr(addr, token string) error {
 	return usageError("--addr %s is not a loopback address: give --token (or %s) so that only those who have it see and steer the crawl", addr, dashboardTokenEnv)
 }
 
-// dashboardSource reads a crawl for the dashboard through the backends
-// the deployment flags name. A shared broker is opened once; the default
+// dashboardSource reads a crawl for the dashboard through the deployment
+// the flags name. A shared broker is opened once; the default
 // mode's data directory is opened for each read and closed after it, so
 // that a crawl can start in it while the dashboard runs.
 type dashboardSource struct {
 	o    *options
-	mu   sync.Mutex // one read at a time on the backends
-	kept *backends  // the shared broker's, or nil in the default mode
+	mu   sync.Mutex             // one read at a time on the deployment
+	kept *deployment.Deployment // the shared broker's, or nil in the default mode
 }
 
 var (
@@ -126,14 +127,14 @@ func (o *options) newDashboardSource(ctx context.Context) (*dashboardSource, err
 	s := &dashboardSource{o: o}
 	if o.broker == "" {
 		// Check now that there is a crawl, for a clear error at start.
-		b, err := o.openDefault(ctx, "dashboard")
+		b, err := o.open(ctx, "dashboard")
 		if err != nil {
 			return nil, err
 		}
 		b.Close()
 		return s, nil
 	}
-	b, err := o.openShared(ctx, "dashboard")
+	b, err := o.open(ctx, "dashboard")
 	if err != nil {
 		return nil, err
 	}
@@ -141,7 +142,7 @@ func (o *options) newDashboardSource(ctx context.Context) (*dashboardSource, err
 	return s, nil
 }
 
-// Close closes the kept backends.
+// Close closes the kept deployment.
 func (s *dashboardSource) Close() error {
 	if s.kept != nil {
 		return s.kept.Close()
@@ -149,14 +150,14 @@ func (s *dashboardSource) Close() error {
 	return nil
 }
 
-// with runs f on the backends.
-func (s *dashboardSource) with(ctx context.Context, f func(*backends) error) error {
+// with runs f on the deployment.
+func (s *dashboardSource) with(ctx context.Context, f func(*deployment.Deployment) error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.kept != nil {
 		return f(s.kept)
 	}
-	b, err := s.o.openDefault(ctx, "dashboard")
+	b, err := s.o.open(ctx, "dashboard")
 	if err != nil {
 		return err
 	}
@@ -167,14 +168,14 @@ func (s *dashboardSource) with(ctx context.Context, f func(*backends) error) err
 // Snapshot implements dashboard.Source.
 func (s *dashboardSource) Snapshot(ctx context.Context) (dashboard.Snapshot, error) {
 	var snap dashboard.Snapshot
-	err := s.with(ctx, func(b *backends) error {
+	err := s.with(ctx, func(b *deployment.Deployment) error {
 		stats, err := s.o.stats(ctx, b)
 		if err != nil {
 			return err
 		}
 		snap.Stats = stats
 		snap.Queues = queuesOf(stats)
-		if m := b.metadata(); m != nil {
+		if m := b.Metadata; m != nil {
 			if snap.Workers, err = engine.Workers(ctx, m, s.o.name); err != nil {
 				return err
 			}
@@ -190,31 +191,20 @@ func (s *dashboardSource) Snapshot(ctx context.Context) (dashboard.Snapshot, err
 			}
 		}
 		for _, q := range []string{engine.RequestsQueue(s.o.name), engine.StartQueue(s.o.name)} {
-			if dl := b.deadLettersOf(q, s.o.name); dl != nil {
+			if dl := b.DeadLetters(q); dl != nil {
 				ls, err := dl.DeadLetters(ctx, q, deadLettersShown)
 				if err != nil {
 					return err
 				}
 				for _, l := range ls {
 					what, reason := describe(q, l)
-					snap.DeadLetters = append(snap.DeadLetters, dashboard.DeadLetter{Queue: b.name(q), What: what, Reason: reason})
+					snap.DeadLetters = append(snap.DeadLetters, dashboard.DeadLetter{Queue: b.QueueName(q), What: what, Reason: reason})
 				}
 			}
 		}
 		return nil
 	})
 	return snap, err
-}
-
-// deadLettersOf is where queue's dead letters are kept, as trawl
-// deadletter reads them: start URLs kept outside the broker keep their
-// own. Nil where none can be read.
-func (b *backends) deadLettersOf(queue, crawl string) broker.DeadLetters {
-	if sd, ok := b.starts.(broker.DeadLetters); ok && queue == engine.StartQueue(crawl) {
-		return sd
-	}
-	dl, _ := b.broker.(broker.DeadLetters)
-	return dl
 }
 
 // queuesOf gathers the queue counts of stats (keys QUEUE/ready,
@@ -258,9 +248,9 @@ func cutLast(s, sep string) (string, string, bool) {
 // queues goes back.
 func (s *dashboardSource) Requeue(ctx context.Context) (int, error) {
 	total := 0
-	err := s.with(ctx, func(b *backends) error {
+	err := s.with(ctx, func(b *deployment.Deployment) error {
 		for _, q := range []string{engine.RequestsQueue(s.o.name), engine.StartQueue(s.o.name)} {
-			dl := b.deadLettersOf(q, s.o.name)
+			dl := b.DeadLetters(q)
 			if dl == nil {
 				return fmt.Errorf("--broker=%s cannot requeue dead letters", s.o.broker)
 			}
@@ -278,8 +268,8 @@ func (s *dashboardSource) Requeue(ctx context.Context) (int, error) {
 // SetPaused implements dashboard.Pauser: every worker of the crawl
 // stops taking requests, or goes on (engine.SetPaused).
 func (s *dashboardSource) SetPaused(ctx context.Context, paused bool) error {
-	return s.with(ctx, func(b *backends) error {
-		m := b.metadata()
+	return s.with(ctx, func(b *deployment.Deployment) error {
+		m := b.Metadata
 		if m == nil {
 			return fmt.Errorf("--broker=%s keeps no crawl state: it cannot pause the crawl", s.o.broker)
 		}
@@ -291,8 +281,8 @@ func (s *dashboardSource) SetPaused(ctx context.Context, paused bool) error {
 // the crawl's metadata.
 func (s *dashboardSource) LoadHistory(ctx context.Context) ([]byte, error) {
 	var data []byte
-	err := s.with(ctx, func(b *backends) error {
-		m := b.metadata()
+	err := s.with(ctx, func(b *deployment.Deployment) error {
+		m := b.Metadata
 		if m == nil {
 			return dashboard.ErrNoHistory
 		}
@@ -308,8 +298,8 @@ func (s *dashboardSource) LoadHistory(ctx context.Context) ([]byte, error) {
 
 // SaveHistory implements dashboard.HistoryStore.
 func (s *dashboardSource) SaveHistory(ctx context.Context, data []byte) error {
-	return s.with(ctx, func(b *backends) error {
-		if m := b.metadata(); m != nil {
+	return s.with(ctx, func(b *deployment.Deployment) error {
+		if m := b.Metadata; m != nil {
 			return m.SetMeta(ctx, s.o.name, historyKey, data)
 		}
 		return nil

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/trawlhq/trawl/broker"
+	"github.com/trawlhq/trawl/deployment"
 	"github.com/trawlhq/trawl/engine"
 )
 
@@ -28,13 +29,13 @@ func newItemsCmd(o *options) *cobra.Command {
 			if max < 0 {
 				return usageError("--max %d: want 0 (all) or more", max)
 			}
-			b, err := o.openShared(cmd.Context(), "items")
+			b, err := o.open(cmd.Context(), "items")
 			if err != nil {
 				return err
 			}
 			defer b.Close()
 			n, err := o.takeItems(cmd.Context(), b, max)
-			fmt.Fprintf(o.stderr, "trawl: %d %s taken from %s\n", n, plural(int64(n), "item"), b.name(engine.ItemsQueue(o.name)))
+			fmt.Fprintf(o.stderr, "trawl: %d %s taken from %s\n", n, plural(int64(n), "item"), b.QueueName(engine.ItemsQueue(o.name)))
 			return err
 		},
 	}
@@ -53,7 +54,7 @@ func newItemsCmd(o *options) *cobra.Command {
 // counted, and takeItems ends without error. It takes items until the
 // queue is empty (by its count, or after itemsWait with nothing more) or
 // max are taken.
-func (o *options) takeItems(ctx context.Context, b *backends, max int) (int, error) {
+func (o *options) takeItems(ctx context.Context, b *deployment.Deployment, max int) (int, error) {
 	if pipeOf(o.stdout) != nil {
 		// A write to a pipe its reader closed fails with EPIPE instead of
 		// killing trawl (exit 141) with items taken and not given back.
@@ -61,10 +62,10 @@ func (o *options) takeItems(ctx context.Context, b *backends, max int) (int, err
 		defer signal.Reset(syscall.SIGPIPE)
 	}
 	taken := 0
-	if l, ok := b.items.(itemList); ok { // --out redis (and --out queue on Redis)
+	if l, ok := b.Items.(itemList); ok { // --out redis (and --out queue on Redis)
 		n, err := o.takeList(ctx, l, max)
 		taken += n
-		if err != nil || b.redisBroker() || (max > 0 && taken >= max) {
+		if err != nil || b.ItemsInList() || (max > 0 && taken >= max) {
 			return taken, err
 		}
 	}
@@ -140,9 +141,9 @@ func (o *options) takeList(ctx context.Context, l itemList, max int) (int, error
 }
 
 // takeQueue takes the items off the broker queue NAME:items (takeItems).
-func (o *options) takeQueue(ctx context.Context, b *backends, max int) (int, error) {
+func (o *options) takeQueue(ctx context.Context, b *deployment.Deployment, max int) (int, error) {
 	q := engine.ItemsQueue(o.name)
-	counter, _ := b.broker.(broker.Counter)
+	counter, _ := b.Broker.(broker.Counter)
 	taken := 0
 	for max == 0 || taken < max {
 		if counter != nil {
@@ -155,7 +156,7 @@ func (o *options) takeQueue(ctx context.Context, b *backends, max int) (int, err
 			}
 		}
 		rctx, cancel := context.WithTimeout(ctx, itemsWait)
-		ds, err := b.broker.Receive(rctx, q, o.batch(max, taken))
+		ds, err := b.Broker.Receive(rctx, q, o.batch(max, taken))
 		cancel()
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 			return taken, nil // nothing more within itemsWait

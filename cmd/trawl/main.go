@@ -4,25 +4,21 @@
 // Run "trawl help" for the commands and flags.
 //
 // This command holds no crawl behaviour: it parses flags, the environment
-// and the config file, builds the backends and an engine.Config, and calls
-// the library, so a library user gets what the CLI does:
+// and the config file into a deployment.Config and an engine.Config, and
+// calls the library, so a library user gets what the CLI does:
 //
+//   - the backends, the shared counters, per-host limits and settings,
+//     the delivery limits and leases, purge: deployment.Open, the one
+//     composition root (trawl.Config.Deployment for a library program);
 //   - seeding (trawl seed and crawl): engine.Crawler.Seed, which joins the
 //     crawl's settings first;
-//   - the workers' shared counters: engine.Config.SharedStats
-//     (redis.Stats), flushed by Crawler.Run every second and when it
-//     returns;
-//   - deleting every key of a crawl in Redis (trawl purge):
-//     redis.PurgeCrawl; the keys' names: internal/redislayout;
 //   - the duplicate filter's persistence: dedup/local's journal;
 //   - completion, the summary and its warnings: Crawler.Run (idle exit)
-//     and engine.Summarize;
-//   - per-host limits shared by the workers: redis.HostLimiter as
-//     engine.Config.Limiter.
+//     and engine.Summarize.
 //
-// What stays here is presentation: the progress line, the metrics
+// What stays here is presentation: flags, the progress line, the metrics
 // listener, the warning about scrapy-redis's unread start_urls key, exit
-// codes.
+// codes. It imports no broker or filter backend (TestNoBackendImports).
 package main
 
 import (

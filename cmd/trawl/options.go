@@ -11,16 +11,10 @@ import (
 	"strings"
 	"time"
 
-	goredis "github.com/redis/go-redis/v9"
 	"github.com/spf13/pflag"
 
 	"github.com/trawlhq/trawl/broker"
-	"github.com/trawlhq/trawl/broker/memory"
-	natsbroker "github.com/trawlhq/trawl/broker/nats"
-	"github.com/trawlhq/trawl/broker/rabbitmq"
-	redisbroker "github.com/trawlhq/trawl/broker/redis"
-	"github.com/trawlhq/trawl/dedup"
-	"github.com/trawlhq/trawl/dedup/local"
+	"github.com/trawlhq/trawl/deployment"
 	"github.com/trawlhq/trawl/engine"
 )
 
@@ -203,13 +197,17 @@ func (o *options) setup() error {
 			errs = append(errs, err)
 		}
 	}
-	if qt, err := rabbitmq.ParseQueueType(o.amqpQueueType); err != nil {
+	switch o.amqpQueueType {
+	case "classic":
+	case "quorum":
+		if o.broker == "rabbitmq" && o.order == "priority" {
+			errs = append(errs, errors.New("--amqp-queue-type quorum: quorum queues have no priorities before RabbitMQ 4; add --order fifo"))
+		}
+	default:
 		errs = append(errs, fmt.Errorf("--amqp-queue-type %q: want classic or quorum", o.amqpQueueType))
-	} else if qt == rabbitmq.Quorum && o.broker == "rabbitmq" && o.order == "priority" {
-		errs = append(errs, errors.New("--amqp-queue-type quorum: quorum queues have no priorities before RabbitMQ 4; add --order fifo"))
 	}
-	if o.natsReplicas < 1 || o.natsReplicas > natsbroker.MaxReplicas {
-		errs = append(errs, fmt.Errorf("--nats-replicas %d: want 1 to %d", o.natsReplicas, natsbroker.MaxReplicas))
+	if o.natsReplicas < 1 || o.natsReplicas > deployment.MaxNATSReplicas {
+		errs = append(errs, fmt.Errorf("--nats-replicas %d: want 1 to %d", o.natsReplicas, deployment.MaxNATSReplicas))
 	}
 	if o.retryTimes < 0 {
 		errs = append(errs, fmt.Errorf("--retry-times %d: want 0 or more", o.retryTimes))
@@ -246,111 +244,30 @@ func (o *options) setup() error {
 	return nil
 }
 
-// backends is an opened broker and filter, and what closes them.
-type backends struct {
-	broker broker.Broker
-	filter dedup.Filter
-	shared bool                      // other processes can join (not the in-memory broker)
-	starts engine.StartSource        // start URLs outside the broker, or nil
-	items  engine.Sink               // the deployment's item list (--out=redis), or nil
-	stats  engine.SharedStats        // counters shared by the workers, or nil
-	limit  engine.HostLimiter        // per-host limits shared by the workers, or nil
-	redis  goredis.UniversalClient   // the deployment's Redis, or nil
-	keys   func(queue string) string // a queue's name as its broker shows it (Redis keys), or nil
-	meta   broker.Metadata           // the crawl's settings and presence, when the broker keeps none, or nil
-	purges []func(context.Context) error
-	closes []func() error
-}
-
-// name returns queue's name as the broker shows it: on Redis, its key
-// ("{books}:requests" for "books:requests").
-func (b *backends) name(queue string) string {
-	if b.keys == nil {
-		return queue
-	}
-	return b.keys(queue)
-}
-
-// Close closes what was opened, last first.
-func (b *backends) Close() error {
-	var errs []error
-	for i := len(b.closes) - 1; i >= 0; i-- {
-		errs = append(errs, b.closes[i]())
-	}
-	return errors.Join(errs...)
-}
-
-// open connects to the broker and the filter the flags name.
-func (o *options) open(ctx context.Context) (*backends, error) {
+// deployment is the deployment the flags name; admin names the
+// administration command that opens it ("" for a crawl).
+func (o *options) deployment(admin string) deployment.Config {
 	order, _ := broker.ParseOrder(o.order)
-	b := &backends{}
-	switch o.broker {
-	case "":
-		if err := o.openEmbeddedWaiting(ctx, b, order); err != nil {
-			b.Close()
-			return nil, err
-		}
-	case "nats":
-		if err := o.openNATS(ctx, b, order); err != nil {
-			b.Close()
-			return nil, err
-		}
-	case "rabbitmq":
-		if err := o.openRabbitMQ(ctx, b, order); err != nil {
-			b.Close()
-			return nil, err
-		}
-	case "memory":
-		mb, err := memory.New(memory.Config{Order: order, Lease: o.lease, MaxDeliveries: o.maxDeliveries()})
-		if err != nil {
-			return nil, usageError("%v", err)
-		}
-		b.broker = mb
-		b.closes = append(b.closes, mb.Close)
-	case "redis":
-		if err := o.openRedis(ctx, b, order); err != nil {
-			b.Close()
-			return nil, err
-		}
+	return deployment.Config{
+		Broker: o.broker, Filter: o.dedup, Order: order, Dir: o.dataDirFlag,
+		RedisURL: o.redisURL, StartURLsSet: o.startSet,
+		AMQPURL: o.amqpURL, AMQPManagementURL: o.amqpManagementURL, AMQPQueueType: o.amqpQueueType,
+		AMQPNonDurable: !o.amqpDurable, AMQPRecreate: o.amqpRecreate,
+		NATSURL: o.natsURL, NATSDomain: o.natsDomain, NATSReplicas: o.natsReplicas,
+		TLS:            o.tls.clone(),
+		FilterCapacity: o.bloomCapacity, FilterFPRate: o.bloomFPRate,
+		Admin: admin, Flush: o.flush, Stderr: o.stderr,
 	}
-	if _, ok := b.broker.(broker.Metadata); !ok && b.redis != nil {
-		// RabbitMQ keeps no values: the deployment's Redis does.
-		b.meta = redisbroker.NewMeta(b.redis)
-	}
-	if b.filter != nil {
-		return b, nil
-	}
-	switch o.dedup {
-	case "", "local":
-		// The in-memory frontier does not survive the process, so neither
-		// may its filter: a resumed crawl would filter its own start URLs.
-		f, err := local.New(local.Config{FPRate: o.bloomFPRate})
-		if err != nil {
-			b.Close()
-			return nil, err
-		}
-		b.filter = f
-		b.closes = append(b.closes, f.Close)
-	default:
-		b.Close()
-		return nil, fmt.Errorf("--dedup=%s needs --broker=redis (or a Redis URL)", o.dedup)
-	}
-	return b, nil
 }
 
-// metadata is where the crawl's settings are kept, or nil.
-func (b *backends) metadata() broker.Metadata {
-	if b.meta != nil {
-		return b.meta
+// open opens the deployment the flags name, for the crawl they describe
+// or for the administration command admin.
+func (o *options) open(ctx context.Context, admin string) (*deployment.Deployment, error) {
+	d, err := deployment.Open(ctx, o.deployment(admin), o.engineConfig())
+	if errors.Is(err, deployment.ErrConfig) {
+		return nil, &exitError{code: 2, err: err}
 	}
-	m, _ := b.broker.(broker.Metadata)
-	return m
-}
-
-// presence is where the crawl's workers announce themselves, or nil.
-func (b *backends) presence() broker.Presence {
-	p, _ := b.metadata().(broker.Presence)
-	return p
+	return d, err
 }
 
 // adopt names the crawl settings whose flags were not given: the worker
@@ -365,13 +282,6 @@ func adopt(fs *pflag.FlagSet) []string {
 	}
 	return out
 }
-
-// maxDeliveries is the brokers' MaxDeliveries: the engine retries a page
-// --retry-times times, so a message is delivered up to retry-times+1 times
-// by failures alone; one more delivery is allowed for a crash (an expired
-// lease), and never fewer than the brokers' default of 5. So the broker
-// never dead-letters a page the engine would still retry.
-func (o *options) maxDeliveries() int { return max(5, o.retryTimes+2) }
 
 // autoThrottle is the --autothrottle configuration, or nil.
 func (o *options) autoThrottle() *engine.AutoThrottle {

@@ -61,20 +61,6 @@ func (t *tlsOptions) check() []error {
 	return errs
 }
 
-// apply sets the CA and client certificate of the flags on c, a client
-// library's configuration for a TLS URL, keeping its server name.
-func (t *tlsOptions) apply(c *tls.Config) {
-	if t.config == nil || c == nil {
-		return
-	}
-	if t.config.RootCAs != nil {
-		c.RootCAs = t.config.RootCAs
-	}
-	if len(t.config.Certificates) > 0 {
-		c.Certificates = t.config.Certificates
-	}
-}
-
 // clone returns a configuration of the flags for one client, nil without
 // the flags (the library's default: the system's CAs).
 func (t *tlsOptions) clone() *tls.Config {

@@ -1,4 +1,4 @@
-package main
+package deployment
 
 import (
 	"context"
@@ -12,7 +12,6 @@ import (
 
 	"github.com/trawlhq/trawl/broker"
 	natsbroker "github.com/trawlhq/trawl/broker/nats"
-	"github.com/trawlhq/trawl/dedup/local"
 	"github.com/trawlhq/trawl/engine"
 )
 
@@ -30,127 +29,122 @@ const statsFile = "stats.json"
 // another command.
 const lockWait = 10 * time.Second
 
-// errCrawlRunning is the error of purge while a crawl runs in the data
-// directory.
-var errCrawlRunning = errors.New("a crawl is running")
-
-// openDefault opens the default mode's crawl for an admin command: the
-// store itself when no crawl runs, else through the running crawl's
-// server. purge needs the duplicate filter, which the running crawl holds:
-// it refuses while one runs.
-func (o *options) openDefault(ctx context.Context, what string) (*backends, error) {
-	order, _ := broker.ParseOrder(o.order)
-	dir := o.dataDir()
+// openDefault opens the default mode's crawl for an administration
+// command: the store itself when no crawl runs, else through the running
+// crawl's server. purge needs the duplicate filter, which the running
+// crawl holds: it refuses while one runs.
+func (d *Deployment) openDefault(ctx context.Context) error {
+	what, dir := d.cfg.Admin, d.dir()
 	if _, err := os.Stat(filepath.Join(dir, "nats")); errors.Is(err, os.ErrNotExist) && what != "seed" {
 		// Not a typo's new empty crawl: say there is none.
-		return nil, fmt.Errorf("%s: no crawl in %s (check --name or --data-dir)", what, dir)
+		return fmt.Errorf("%s: %w in %s (check --name or --data-dir)", what, ErrNoCrawl, dir)
 	}
 	var waitSaid bool
 	deadline := time.Now().Add(lockWait)
 	for {
-		b := &backends{}
-		err := o.openEmbedded(ctx, b, order, false, what == "purge")
+		err := d.openEmbedded(ctx, false, what == "purge")
 		if err == nil {
-			return b, nil
+			d.Shared = true // the store outlives this process
+			return nil
 		}
-		b.Close()
+		d.reset()
 		if !errors.Is(err, natsbroker.ErrLocked) {
-			return nil, err
+			return err
 		}
-		b = &backends{}
-		err = o.openRunning(ctx, b, order)
+		err = d.openRunning(ctx)
 		switch {
 		case err == nil && what == "purge":
-			b.Close()
-			return nil, fmt.Errorf("%w in %s: stop it before purging (--force cannot help: the running crawl holds the duplicate filter, which only it can empty)", errCrawlRunning, dir)
+			d.Close()
+			return fmt.Errorf("%w in %s: stop it before purging (--force cannot help: the running crawl holds the duplicate filter, which only it can empty)", ErrCrawlRunning, dir)
 		case err == nil:
-			o.log.Debug("connected to the running crawl", "dir", dir)
-			return b, nil
+			d.log.Debug("connected to the running crawl", "dir", dir)
+			return nil
 		case !errors.Is(err, natsbroker.ErrNotRunning):
-			b.Close()
-			return nil, err
+			return err
 		}
-		b.Close()
+		d.reset()
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("%s is in use by another process that serves no broker (a trawl command, or a program using the library): try again when it is done", dir)
+			return fmt.Errorf("%s is in use by another process that serves no broker (a trawl command, or a program using the library): try again when it is done", dir)
 		}
 		if !waitSaid {
-			fmt.Fprintf(o.stderr, "trawl: waiting up to %v for %s: another process holds it (a crawl starting or stopping, or another command)\n", lockWait, dir)
+			fmt.Fprintf(d.stderr(), "trawl: waiting up to %v for %s: another process holds it (a crawl starting or stopping, or another command)\n", lockWait, dir)
 			waitSaid = true
 		}
 		if err := pause(ctx, 100*time.Millisecond); err != nil {
-			return nil, err
+			return err
 		}
 	}
 }
 
 // openRunning connects to the server of the crawl running in the data
 // directory; its counters are read from the file it keeps.
-func (o *options) openRunning(ctx context.Context, b *backends, order broker.Order) error {
-	dir := o.dataDir()
+func (d *Deployment) openRunning(ctx context.Context) error {
+	dir := d.dir()
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	nc, err := natsbroker.ConnectRunning(cctx, filepath.Join(dir, "nats"), natsbroker.ConnectConfig{Name: "trawl " + o.name, Logger: o.log})
+	nc, err := natsbroker.ConnectRunning(cctx, filepath.Join(dir, "nats"), natsbroker.ConnectConfig{Name: "trawl " + d.crawl.Name, Logger: d.crawl.Logger})
 	if err != nil {
 		return err
 	}
-	b.closes = append(b.closes, func() error { nc.Close(); return nil })
-	// Open the queues as the running crawl does, whatever the flags here:
-	// the last broker to open a queue sets its AckWait.
-	cfg := natsbroker.Config{Conn: nc, Order: order, Lease: o.lease, MaxDeliveries: o.maxDeliveries(), Logger: o.log}
+	d.closes = append(d.closes, func() error { nc.Close(); return nil })
+	// Open the queues as the running crawl does, whatever the settings
+	// here: the last broker to open a queue sets its AckWait.
+	cfg := natsbroker.Config{Conn: nc, Order: d.cfg.Order, Lease: d.lease(), MaxDeliveries: MaxDeliveries(d.crawl), Logger: d.crawl.Logger}
 	if st, err := readBrokerSettings(dir); err == nil {
 		if cfg.Order, err = broker.ParseOrder(st.Order); err != nil {
 			return fmt.Errorf("%s: %w", filepath.Join(dir, brokerFile), err)
 		}
 		cfg.Lease, cfg.MaxDeliveries = st.Lease, st.MaxDeliveries
 	} else {
-		o.log.Warn("the running crawl's broker settings are unknown; using the flags", "err", err)
+		d.log.Warn("the running crawl's broker settings are unknown; using the flags", "err", err)
 	}
 	nb, err := natsbroker.New(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("the crawl running in %s: %w", dir, err)
 	}
-	b.broker, b.shared = nb, true
-	b.closes = append(b.closes, nb.Close)
-	b.stats = &fileStats{path: filepath.Join(dir, statsFile)}
+	d.Broker, d.Shared = nb, true
+	d.closes = append(d.closes, nb.Close)
+	d.Stats = &fileStats{path: filepath.Join(dir, statsFile)}
 	// Seeding, counting and dead letters need no filter; a placeholder
-	// keeps the backends whole.
-	f, err := local.New(local.Config{FPRate: o.bloomFPRate})
-	if err != nil {
-		return err
-	}
-	b.filter = f
-	b.closes = append(b.closes, f.Close)
-	return nil
+	// keeps the deployment whole.
+	return d.volatileFilter()
 }
 
 // openEmbeddedWaiting opens the default mode's store for a crawl, waiting
 // (and saying so) while a short-lived command holds it; a crawl already
 // running there is an error at once.
-func (o *options) openEmbeddedWaiting(ctx context.Context, b *backends, order broker.Order) error {
-	dir := o.dataDir()
+func (d *Deployment) openEmbeddedWaiting(ctx context.Context) error {
+	dir := d.dir()
 	deadline := time.Now().Add(lockWait)
 	var waitSaid bool
 	for {
-		err := o.openEmbedded(ctx, b, order, true, o.flush)
+		err := d.openEmbedded(ctx, true, d.cfg.Flush)
 		if !errors.Is(err, natsbroker.ErrLocked) {
 			return err
 		}
-		if rb := (&backends{}); o.openRunning(ctx, rb, order) == nil {
-			rb.Close()
-			return fmt.Errorf("%w in %s: one crawl at a time per data directory (another --name or --data-dir runs another)", errCrawlRunning, dir)
+		d.reset()
+		running := d.openRunning(ctx) == nil
+		d.reset()
+		if running {
+			return fmt.Errorf("%w in %s: one crawl at a time per data directory (another --name or --data-dir runs another)", ErrCrawlRunning, dir)
 		}
 		if time.Now().After(deadline) {
 			return err
 		}
 		if !waitSaid {
-			fmt.Fprintf(o.stderr, "trawl: waiting up to %v for %s: another process holds it\n", lockWait, dir)
+			fmt.Fprintf(d.stderr(), "trawl: waiting up to %v for %s: another process holds it\n", lockWait, dir)
 			waitSaid = true
 		}
 		if err := pause(ctx, 100*time.Millisecond); err != nil {
 			return err
 		}
 	}
+}
+
+// reset closes what was opened and forgets it, for another try.
+func (d *Deployment) reset() {
+	d.Close()
+	*d = Deployment{cfg: d.cfg, crawl: d.crawl, log: d.log}
 }
 
 // brokerFile records, in the data directory, how the crawl running there

@@ -1,0 +1,288 @@
+package deployment
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	redisbroker "github.com/trawlhq/trawl/broker/redis"
+	"github.com/trawlhq/trawl/dedup"
+	dedupredis "github.com/trawlhq/trawl/dedup/redis"
+	"github.com/trawlhq/trawl/engine"
+	"github.com/trawlhq/trawl/internal/redislayout"
+)
+
+// redisConnMaxIdle closes the pooled connections a worker no longer needs.
+// go-redis has no reaper: it closes a connection idle for longer than
+// ConnMaxIdleTime only when it hands it out, and by default it hands out
+// the most recently used one, so connections a busy moment (or the
+// start-up) opened stay open for good. A FIFO pool hands out the one idle
+// longest instead: while a worker is busy every connection is used well
+// within this; once it is idle, its commands (the feeder's look at the
+// start URLs, every second) go through the oldest connection each time,
+// and every connection but one is found idle for longer than this and
+// closed. An idle worker so holds two connections: that one and its
+// consumer's. A --redis-url that sets conn_max_idle_time keeps its own.
+const redisConnMaxIdle = 1500 * time.Millisecond
+
+// defaultRedisURL is RedisURL's default.
+const defaultRedisURL = "redis://127.0.0.1:6379/0"
+
+// redisClient connects to RedisURL and checks that the server answers.
+func (d *Deployment) redisClient(ctx context.Context) (goredis.UniversalClient, error) {
+	var (
+		c    goredis.UniversalClient
+		addr string
+	)
+	redisURL := urlOr(d.cfg.RedisURL, defaultRedisURL)
+	pool := cmp.Or(d.crawl.Concurrency, 16) + 8
+	if strings.Contains(redisURL, "addr=") {
+		// redis://host1:port?addr=host2:port&addr=host3:port: a Cluster.
+		opt, err := goredis.ParseClusterURL(redisURL)
+		if err != nil {
+			return nil, configErr("--redis-url: %v", err)
+		}
+		opt.PoolSize = max(opt.PoolSize, pool)
+		if opt.ConnMaxIdleTime == 0 {
+			opt.PoolFIFO, opt.ConnMaxIdleTime = true, redisConnMaxIdle
+		}
+		d.applyTLS(opt.TLSConfig) // rediss://
+		c, addr = goredis.NewClusterClient(opt), strings.Join(opt.Addrs, ",")
+	} else {
+		opt, err := goredis.ParseURL(redisURL)
+		if err != nil {
+			return nil, configErr("--redis-url: %v", err)
+		}
+		opt.PoolSize = max(opt.PoolSize, pool)
+		if opt.ConnMaxIdleTime == 0 {
+			opt.PoolFIFO, opt.ConnMaxIdleTime = true, redisConnMaxIdle
+			// Pipelines on the same pool, not on a pool of their own
+			// whose connections an idle worker never takes again.
+			opt.PipelinePoolSize = -1
+		}
+		d.applyTLS(opt.TLSConfig) // rediss://
+		c, addr = goredis.NewClient(opt), opt.Addr
+	}
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := c.Ping(pctx).Err(); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("redis at %s: %s", addr, redisReason(err))
+	}
+	return c, nil
+}
+
+// redisReason words a connection failure for one line.
+func redisReason(err error) string {
+	s := err.Error()
+	switch {
+	case strings.Contains(s, "WRONGPASS"), strings.Contains(s, "NOAUTH"), strings.Contains(s, "invalid password"):
+		return "authentication failed (check the user and password in --redis-url): " + s
+	case errors.Is(err, context.DeadlineExceeded):
+		return "no answer within 5s"
+	}
+	return "cannot connect: " + s
+}
+
+// openRedis opens the Redis broker, filter, start URLs, items and stats.
+func (d *Deployment) openRedis(ctx context.Context) error {
+	client, err := d.redisClient(ctx)
+	if err != nil {
+		return err
+	}
+	d.closes = append(d.closes, client.Close)
+	rb, err := redisbroker.New(ctx, redisbroker.Config{Client: client, Order: d.cfg.Order, Lease: d.lease(), MaxDeliveries: MaxDeliveries(d.crawl), Logger: d.crawl.Logger})
+	if err != nil {
+		return err
+	}
+	d.Broker, d.Shared = rb, true
+	d.keys = redislayout.Of
+	d.closes = append(d.closes, rb.Close)
+	return d.redisExtras(ctx, client, true)
+}
+
+// redisExtras opens what a deployment keeps in Redis besides the broker:
+// the duplicate filter, shared stats, per-host limits, the item list and,
+// with starts, the start URLs.
+func (d *Deployment) redisExtras(ctx context.Context, client goredis.UniversalClient, starts bool) error {
+	name := d.crawl.Name
+	if starts {
+		s := redisbroker.NewStartURLs(client, name, d.cfg.StartURLsSet)
+		d.Starts = s
+		d.purges = append(d.purges, s.Purge)
+	}
+	d.redis = client
+	items := redisbroker.NewItems(client, name)
+	stats := redisbroker.NewStats(client, name)
+	d.Items, d.Stats = items, stats
+	d.purges = append(d.purges, items.Purge, stats.Purge)
+	limit, err := redisbroker.NewHostLimiter(redisbroker.LimiterConfig{
+		Client: client, Crawl: name, PerHost: cmp.Or(d.crawl.PerHost, 8), Delay: d.crawl.Delay, Logger: d.crawl.Logger,
+		AutoThrottle: d.crawl.AutoThrottle,
+		// The slots of a worker that died come back within its lease.
+		SlotTTL: max(d.lease(), time.Second),
+	})
+	if err != nil {
+		return err
+	}
+	d.Limiter = limit
+	d.closes = append(d.closes, limit.Close)
+	f, err := d.redisFilter(ctx, client)
+	if err != nil {
+		return err
+	}
+	d.Filter = f
+	d.closes = append(d.closes, f.Close)
+	return nil
+}
+
+// redisBloomFPRate is the false-positive rate of --dedup=bloom when
+// --bloom-fp-rate is not given.
+const redisBloomFPRate = 0.001
+
+// redisFilter opens the duplicate filter --dedup names for a Redis
+// deployment: the set (default) or the Bloom filter.
+func (d *Deployment) redisFilter(ctx context.Context, client goredis.UniversalClient) (dedup.Filter, error) {
+	key := redislayout.FilterName(d.crawl.Name)
+	capacity := cmp.Or(d.cfg.FilterCapacity, defaultFilterCapacity)
+	switch d.cfg.Filter {
+	case "", "set":
+		return dedupredis.NewSet(ctx, dedupredis.SetConfig{Client: client, Key: key, Capacity: capacity, Logger: d.crawl.Logger})
+	case "bloom":
+		return dedupredis.NewBloom(ctx, dedupredis.BloomConfig{Client: client, Key: key, Capacity: capacity, FPRate: cmp.Or(d.cfg.FilterFPRate, redisBloomFPRate), Logger: d.crawl.Logger})
+	case "local":
+		return nil, configErr("--dedup=local cannot be shared by the workers of a Redis crawl; use set or bloom")
+	}
+	return nil, configErr("--dedup %q: want local, set or bloom", d.cfg.Filter)
+}
+
+// defaultFilterCapacity is FilterCapacity's default.
+const defaultFilterCapacity = 10_000_000
+
+// MisplacedStarts counts the entries of NAME:start_urls in the
+// deployment's Redis, the key scrapy-redis feeds its spiders through,
+// which trawl does not read (see StartsWarning); 0 where start URLs are
+// not kept in Redis.
+func (d *Deployment) MisplacedStarts(ctx context.Context) (int64, error) {
+	if d.redis == nil || d.Starts == nil {
+		return 0, nil
+	}
+	return scrapyStarts(ctx, d.redis, d.crawl.Name)
+}
+
+// WatchMisplacedStarts writes StartsWarning once, on w, when
+// NAME:start_urls holds entries, looking at start, then half an interval
+// later and every interval after that, until ctx ends. It returns at once
+// where start URLs are not kept in Redis.
+func (d *Deployment) WatchMisplacedStarts(ctx context.Context, w io.Writer, every time.Duration) {
+	if d.redis == nil || d.Starts == nil {
+		return
+	}
+	watchScrapyStarts(ctx, d.redis, d.crawl.Name, w, every)
+}
+
+// StartsWarning is the warning about n entries in NAME:start_urls.
+func (d *Deployment) StartsWarning(n int64) string { return scrapyWarning(d.crawl.Name, n) }
+
+// scrapyStarts counts the entries of NAME:start_urls, the key scrapy-redis
+// feeds its spiders through, which trawl does not read: its start URLs
+// are at {NAME}:start_urls, hash-tagged so that a crawl lives in one
+// Redis Cluster slot.
+func scrapyStarts(ctx context.Context, client goredis.UniversalClient, name string) (int64, error) {
+	key := engine.StartQueue(name)
+	t, err := client.Type(ctx, key).Result()
+	if err != nil {
+		return 0, err
+	}
+	switch t {
+	case "list":
+		return client.LLen(ctx, key).Result()
+	case "set":
+		return client.SCard(ctx, key).Result()
+	case "zset":
+		return client.ZCard(ctx, key).Result()
+	}
+	return 0, nil
+}
+
+// scrapyWarning is the warning about entries in NAME:start_urls.
+func scrapyWarning(name string, n int64) string {
+	entries := "entries"
+	if n == 1 {
+		entries = "entry"
+	}
+	return fmt.Sprintf("trawl: warning: %s holds %d %s that trawl never reads; trawl's start URLs are at %s (hash-tagged for Redis Cluster): redis-cli rpush '%s' URL, or trawl seed",
+		engine.StartQueue(name), n, entries, redislayout.StartKeys(name).List, redislayout.StartKeys(name).List)
+}
+
+// watchScrapyStarts warns once, on w, when NAME:start_urls holds entries,
+// looking at start, then half an interval later and every interval after
+// that, until ctx ends. Its looks so fall between the worker's presence
+// announcements, which also come every 5s from the start: looks at the
+// same moment would each take a connection, and an idle worker holds two
+// (see redisConnMaxIdle).
+func watchScrapyStarts(ctx context.Context, client goredis.UniversalClient, name string, w io.Writer, every time.Duration) {
+	t := time.NewTimer(every / 2)
+	defer t.Stop()
+	for {
+		if n, err := scrapyStarts(ctx, client, name); err == nil && n > 0 {
+			fmt.Fprintln(w, scrapyWarning(name, n))
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			t.Reset(every)
+		}
+	}
+}
+
+// ItemsInList reports whether the crawl's items queue NAME:items is the
+// Redis item list Items (a Redis broker): a crawl's items have one format
+// in Redis, which trawl items reads.
+func (d *Deployment) ItemsInList() bool {
+	_, ok := d.Broker.(*redisbroker.Broker)
+	return ok && d.Items != nil
+}
+
+// ItemQueue is the sink of the crawl's items queue NAME:items (trawl
+// crawl --out queue, read by trawl items): on a Redis broker the item
+// list Items, elsewhere the broker's queue.
+func (d *Deployment) ItemQueue() engine.Sink {
+	if d.ItemsInList() {
+		return d.Items
+	}
+	return engine.QueueSink{Broker: d.Broker, Queue: engine.ItemsQueue(d.crawl.Name)}
+}
+
+// CheckStarts fails if the Redis start URLs' key holds the other type
+// than StartURLsSet says (a scrapy-redis user's SADD without it): a
+// worker would find no start URL in it, for good.
+func (d *Deployment) CheckStarts(ctx context.Context) error {
+	s, ok := d.Starts.(*redisbroker.StartURLs)
+	if !ok {
+		return nil
+	}
+	return d.StartsHint(s.Check(ctx))
+}
+
+// StartsHint adds to an error of the start URLs' key type (from Seed, say)
+// the flag that chooses the start URLs' type; other errors it returns as
+// they are.
+func (d *Deployment) StartsHint(err error) error {
+	var te *redisbroker.StartsTypeError
+	if !errors.As(err, &te) || (te.Have != "list" && te.Have != "set") {
+		return err
+	}
+	if d.cfg.StartURLsSet {
+		return fmt.Errorf("%w; without --start-urls-set, trawl reads a list", err)
+	}
+	return fmt.Errorf("%w; give every command of the crawl --start-urls-set to read a set", err)
+}
