@@ -2,6 +2,7 @@ package trawl
 
 import (
 	"context"
+	"net/http"
 	"net/url"
 	"slices"
 	"strings"
@@ -63,12 +64,31 @@ func (r *Response) resolve(href string) *url.URL {
 // to the same handlers, on whichever worker takes it. Like every link, it
 // goes through the crawl's scope (by default the start URL's domain),
 // depth limit and duplicate filter. An href AbsURL rejects is ignored.
-func (r *Response) Follow(href string) {
+func (r *Response) Follow(href string) { r.FollowLink(href, Link{}) }
+
+// Link is what a followed link carries to the page it leads to, on
+// whichever worker fetches it.
+type Link struct {
+	// Meta are values carried along: the followed page's Request.Meta,
+	// read by its handlers as e.Request.Meta or r.Request.Meta.
+	Meta map[string]string
+	// Priority orders the link in the frontier: higher first (see the
+	// broker's Order).
+	Priority int
+	// Header holds extra request headers for this link only.
+	Header http.Header
+}
+
+// FollowLink is Follow with data carried along: meta values, a priority
+// and request headers.
+func (r *Response) FollowLink(href string, l Link) {
 	u := r.resolve(href)
 	if u == nil {
 		return
 	}
-	r.res.Requests = append(r.res.Requests, &engine.Request{URL: u.String(), Callback: r.callback})
+	r.res.Requests = append(r.res.Requests, &engine.Request{
+		URL: u.String(), Callback: r.callback, Meta: l.Meta, Priority: l.Priority, Header: l.Header,
+	})
 }
 
 // Item emits v, stored by the crawl's sink (JSON Lines by default) once the
@@ -143,6 +163,10 @@ func (e *Element) AbsURL(href string) string { return e.Response.AbsURL(href) }
 
 // Follow enqueues href, resolved against the page, see Response.Follow.
 func (e *Element) Follow(href string) { e.Response.Follow(href) }
+
+// FollowLink follows href for the page, with l carried along (see
+// Response.FollowLink).
+func (e *Element) FollowLink(href string, l Link) { e.Response.FollowLink(href, l) }
 
 // Item emits v, see Response.Item.
 func (e *Element) Item(v any) { e.Response.Item(v) }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/url"
 	"os"
 	"strconv"
@@ -86,6 +87,12 @@ type Config struct {
 	// Serve keeps Run working when the crawl is idle, until its context
 	// ends: a worker waiting for start URLs. Crawl.IdleTimeout is ignored.
 	Serve bool
+	// Flush starts the crawl clean (trawl crawl --flush): Run deletes its
+	// frontier, duplicate filter, counters and stored settings before it
+	// seeds, so that a second run crawls the site again instead of finding
+	// every start URL already crawled. It is refused while other workers
+	// of the crawl run, and with a Broker given (Run does not own it).
+	Flush bool
 }
 
 // Validate reports every problem with c at once.
@@ -105,6 +112,12 @@ func (c Config) Validate() error {
 	}
 	if c.Dir != "" && c.Deployment.Dir != "" && c.Dir != c.Deployment.Dir {
 		errs = append(errs, errors.New("trawl config: Dir and Deployment.Dir differ; set one"))
+	}
+	if c.Deployment.Admin != "" {
+		errs = append(errs, errors.New("trawl config: Deployment.Admin opens a crawl for an administration command, not for Run; leave it empty"))
+	}
+	if c.Flush && c.Broker != nil {
+		errs = append(errs, errors.New("trawl config: Flush empties the crawl Run opens; with a Broker given, purge it yourself"))
 	}
 	if c.Broker != nil && c.Deployment.Broker != "" {
 		errs = append(errs, errors.New("trawl config: Broker and Deployment.Broker both name the frontier; set one"))
@@ -218,12 +231,21 @@ func describe(hs []handler) []string {
 	return out
 }
 
+// ErrNothingDone is the error of a Run given start URLs that wrote no
+// item and fetched no page with a 2xx answer: the crawl was already
+// crawled (its state persists in Dir: see Config.Flush), every start URL
+// answered 404 or was disallowed by robots.txt. It wraps the reason.
+var ErrNothingDone = errors.New("nothing done")
+
 // Run seeds startURLs (absolute http or https URLs; none for a worker
 // joining a crawl that was seeded elsewhere), crawls until the crawl is
 // done or ctx ends, and closes what it opened. It returns nil when the
 // crawl finished, ctx.Err() when ctx ended first (the crawl resumes from a
 // persistent broker), engine.ErrNoPages when not a single page could be
-// fetched, or the configuration or start URL that is wrong.
+// fetched, ErrNothingDone when start URLs were given but no page answered
+// 2xx and no item was written (the reason said), or the configuration or
+// start URL that is wrong. Without Crawl.Logger, warnings go to
+// slog.Default()'s handler (standard error unless the program set one).
 func (c *Crawler) Run(ctx context.Context, startURLs ...string) (err error) {
 	c.mu.Lock()
 	if c.running {
@@ -286,11 +308,15 @@ func (c *Crawler) Run(ctx context.Context, startURLs ...string) (err error) {
 	if cfg.Stats == nil {
 		cfg.Stats = engine.NewStats()
 	}
+	if cfg.Logger == nil {
+		// Nothing silent: the crawl's warnings reach the program's log.
+		cfg.Logger = slog.New(warnings{slog.Default().Handler()})
+	}
 	c.mu.Lock()
 	c.stats = cfg.Stats
 	c.mu.Unlock()
 
-	b, f, closeAll, err := c.open(ctx, &cfg)
+	b, f, purge, closeAll, err := c.open(ctx, &cfg)
 	if err != nil {
 		return err
 	}
@@ -304,6 +330,11 @@ func (c *Crawler) Run(ctx context.Context, startURLs ...string) (err error) {
 		defer func() { err = join(err, sink.Close()) }()
 		cfg.Sink = sink
 	}
+	if c.cfg.Flush {
+		if err := purge(ctx); err != nil {
+			return fmt.Errorf("trawl: flush: %w", err)
+		}
+	}
 	ec, err := engine.New(b, f, cfg)
 	if err != nil {
 		return err
@@ -311,9 +342,42 @@ func (c *Crawler) Run(ctx context.Context, startURLs ...string) (err error) {
 	if err := ec.Seed(ctx, starts...); err != nil {
 		return err
 	}
+	start := time.Now()
 	// A persisted local filter journals what it adds and saves itself.
-	return ec.Run(ctx)
+	if err := ec.Run(ctx); err != nil {
+		return err
+	}
+	return nothingDone(engine.Summarize(cfg.Stats.Snapshot(), time.Since(start)), len(starts) > 0, cfg.Logger)
 }
+
+// nothingDone returns the error of a run that did nothing, ErrNothingDone
+// with the reason, where start URLs were given (seeded); a worker that
+// joined a crawl and found it done only logs why.
+func nothingDone(s engine.Summary, seeded bool, log *slog.Logger) error {
+	if s.Items > 0 {
+		return nil
+	}
+	for code, n := range s.Statuses {
+		if code >= 200 && code < 300 && n > 0 {
+			return nil // pages were fetched; the callbacks chose to emit nothing
+		}
+	}
+	why := strings.Replace(s.Empty(), "use --flush", "set Config.Flush", 1)
+	if !seeded {
+		log.Warn("the crawl wrote no item", "reason", why)
+		return nil
+	}
+	return fmt.Errorf("trawl: %w: %s", ErrNothingDone, why)
+}
+
+// warnings passes on the records of Warn level and above.
+type warnings struct{ slog.Handler }
+
+func (w warnings) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn && w.Handler.Enabled(ctx, l)
+}
+func (w warnings) WithAttrs(as []slog.Attr) slog.Handler { return warnings{w.Handler.WithAttrs(as)} }
+func (w warnings) WithGroup(name string) slog.Handler    { return warnings{w.Handler.WithGroup(name)} }
 
 // join returns err, or err and e joined when e is not nil: a close error
 // is reported without hiding Run's own.
@@ -332,10 +396,11 @@ func (c *Crawler) inMemory() bool {
 // open returns the broker and filter of the crawl, opening the deployment
 // for what the configuration does not give, sets on cfg what the
 // deployment provides (start URLs, shared limits and counters, stored
-// settings), and returns a function that closes what it opened.
-func (c *Crawler) open(ctx context.Context, cfg *engine.Config) (broker.Broker, dedup.Filter, func() error, error) {
+// settings), and returns functions that purge the crawl (nil with a
+// Broker given) and close what it opened.
+func (c *Crawler) open(ctx context.Context, cfg *engine.Config) (broker.Broker, dedup.Filter, func(context.Context) error, func() error, error) {
 	if c.cfg.Broker != nil {
-		return c.cfg.Broker, c.cfg.Filter, func() error { return nil }, nil
+		return c.cfg.Broker, c.cfg.Filter, nil, func() error { return nil }, nil
 	}
 	dc := c.cfg.Deployment
 	if c.cfg.InMemory {
@@ -344,14 +409,15 @@ func (c *Crawler) open(ctx context.Context, cfg *engine.Config) (broker.Broker, 
 	dc.Dir = cmp.Or(dc.Dir, c.cfg.Dir)
 	d, err := deployment.Open(ctx, dc, *cfg)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("trawl: %w", err)
+		return nil, nil, nil, nil, fmt.Errorf("trawl: %w", err)
 	}
 	d.Configure(cfg)
 	f := d.Filter
 	if c.cfg.Filter != nil {
 		f = c.cfg.Filter
 	}
-	return d.Broker, f, d.Close, nil
+	purge := func(ctx context.Context) error { return d.PurgeAll(ctx, false) }
+	return d.Broker, f, purge, d.Close, nil
 }
 
 // callback returns the engine callback that runs hs on a response.
