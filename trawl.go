@@ -407,6 +407,7 @@ func (c *Crawler) open(ctx context.Context, cfg *engine.Config) (broker.Broker, 
 		dc.Broker = "memory"
 	}
 	dc.Dir = cmp.Or(dc.Dir, c.cfg.Dir)
+	dc.Flush = dc.Flush || c.cfg.Flush
 	d, err := deployment.Open(ctx, dc, *cfg)
 	if err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("trawl: %w", err)
