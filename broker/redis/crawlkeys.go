@@ -456,20 +456,8 @@ func (s *StartURLs) AddStarts(ctx context.Context, payloads ...[]byte) error {
 // confirmed yet (each counts one, whatever its size): a crawl is not done
 // while a batch is out, for its worker may have died with it.
 func (s *StartURLs) PendingStarts(ctx context.Context) (int64, error) {
-	var waiting, leased *goredis.IntCmd
-	_, err := s.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
-		if s.set {
-			waiting = p.SCard(ctx, s.key)
-		} else {
-			waiting = p.LLen(ctx, s.key)
-		}
-		leased = p.ZCard(ctx, s.taken)
-		return nil
-	})
-	if err != nil {
-		return 0, s.wrongType(ctx, fmt.Errorf("redis start urls: count %q and %q: %w", s.key, s.taken, err))
-	}
-	return waiting.Val() + leased.Val(), nil
+	n, err := s.Counts(ctx, s.queue)
+	return n.Ready + n.InFlight, err
 }
 
 // Counts counts the start URLs as a broker.Counter counts a queue: Ready

@@ -175,17 +175,8 @@ func TestDefaultModeAdmin(t *testing.T) {
 // item once, as JSON lines; a second call finds none.
 func TestOutQueueDefault(t *testing.T) {
 	t.Parallel()
-	_, url := sitetest.Serve(t, testsite.Config{Pages: 60, Links: 4, Seed: 3, NoTraps: true})
 	dir := t.TempDir()
-	r := trawlIn(t, dir, time.Minute, "crawl", "--name", "q", "--out", "queue", "--idle-timeout", "300ms", url+"/")
-	if r.code != 0 {
-		t.Fatalf("crawl: exit %d: %s", r.code, r.stderr)
-	}
-	m := regexp.MustCompile(`(\d+) items? written`).FindStringSubmatch(r.stderr)
-	if m == nil {
-		t.Fatalf("no summary: %s", r.stderr)
-	}
-	written, _ := strconv.Atoi(m[1])
+	written := crawlToQueue(t, dir, 60)
 	if written < 50 {
 		t.Fatalf("the crawl wrote %d items; want the site's pages", written)
 	}
@@ -363,17 +354,11 @@ func TestDefaultModeNoCrawl(t *testing.T) {
 	}
 }
 
-// TestItemsClosedPipeLosesNothing (issue 28 row 6): "trawl items | head
-// -1" five times loses no item. Each call's reader reads once, as head
-// does, keeps the first line and closes the pipe; trawl acknowledges an
-// item only once its reader took it, gives the rest back uncounted, and
-// exits 0, not 141 (SIGPIPE). Then every item is taken exactly once.
-// Before, the items trawl had written into the pipe were acknowledged
-// and lost with the reader (40 in the issue's five calls).
-func TestItemsClosedPipeLosesNothing(t *testing.T) {
-	t.Parallel()
-	_, url := sitetest.Serve(t, testsite.Config{Pages: 100, Links: 4, Seed: 3, NoTraps: true})
-	dir := t.TempDir()
+// crawlToQueue crawls a test site of pages in dir, crawl q, with --out
+// queue, and returns the items the summary says it wrote.
+func crawlToQueue(t *testing.T, dir string, pages int) int {
+	t.Helper()
+	_, url := sitetest.Serve(t, testsite.Config{Pages: pages, Links: 4, Seed: 3, NoTraps: true})
 	r := trawlIn(t, dir, time.Minute, "crawl", "--name", "q", "--out", "queue", "--idle-timeout", "300ms", url+"/")
 	if r.code != 0 {
 		t.Fatalf("crawl: exit %d: %s", r.code, r.stderr)
@@ -383,6 +368,20 @@ func TestItemsClosedPipeLosesNothing(t *testing.T) {
 		t.Fatalf("no summary: %s", r.stderr)
 	}
 	written, _ := strconv.Atoi(m[1])
+	return written
+}
+
+// TestItemsClosedPipeLosesNothing (issue 28 row 6): "trawl items | head
+// -1" five times loses no item. Each call's reader reads once, as head
+// does, keeps the first line and closes the pipe; trawl acknowledges an
+// item only once its reader took it, gives the rest back uncounted, and
+// exits 0, not 141 (SIGPIPE). Then every item is taken exactly once.
+// Before, the items trawl had written into the pipe were acknowledged
+// and lost with the reader (40 in the issue's five calls).
+func TestItemsClosedPipeLosesNothing(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	written := crawlToQueue(t, dir, 100)
 	seen := map[string]int{}
 	take := func(line string) {
 		var it struct {
