@@ -130,7 +130,7 @@ type Crawler struct {
 	traps         *trapGuard            // Config.MaxQueryValues; nil: none
 	hosts         *hostBudget           // Config.MaxPagesPerHost; nil: none
 	linksWarned   atomic.Bool           // a page's links past MaxLinks were logged at Warn
-	sitemapHosts  sitemapBudget         // sitemaps requested per host (SitemapMaxPerHost)
+	sitemapHosts  *hostBudget           // sitemaps requested per host (SitemapMaxPerHost)
 
 	leases sync.Map // broker.Delivery -> struct{}: deliveries to keep extended
 	held   sync.Map // broker.Delivery -> struct{}: deliveries with the writer (see hold), kept extended too
@@ -161,7 +161,8 @@ func New(b broker.Broker, f dedup.Filter, cfg Config) (*Crawler, error) {
 	if b == nil || f == nil {
 		return nil, errors.New("engine: a broker and a filter are required")
 	}
-	c := &Crawler{broker: b, filter: f, stats: cc.Stats, log: cc.Logger, extractLinks: linkscan.ExtractLimited}
+	c := &Crawler{broker: b, filter: f, stats: cc.Stats, log: cc.Logger, extractLinks: linkscan.ExtractLimited,
+		sitemapHosts: &hostBudget{max: SitemapMaxPerHost, strict: true, count: map[string]int{}, warned: map[string]bool{}}}
 	c.seen.Store(newSeenLinks())
 	if c.stats == nil {
 		c.stats = NewStats()

@@ -13,7 +13,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 )
 
 // The sitemaps protocol's limits (sitemaps.org): a sitemap file lists at
@@ -40,8 +39,10 @@ const (
 	// not fetched (counted as StatSitemapSkipped).
 	SitemapMaxNesting = 3
 	// SitemapMaxPerHost is how many sitemap files of one host a worker
-	// fetches in a crawl; the others are not fetched (counted as
-	// StatSitemapSkipped, and a warning once per host).
+	// fetches in a crawl, listed by robots.txt or an index; the others
+	// are not fetched (counted as StatSitemapSkipped, and a warning once
+	// per host). A worker fetches listed sitemaps of 10,000 hosts at
+	// most.
 	SitemapMaxPerHost = 1000
 	// sitemapMaxToken bounds one XML token of a sitemap (a run of white
 	// space counts as one byte): a longer one ends the file, as past the
@@ -173,7 +174,6 @@ func (c *Crawler) robotsSitemapsCallback(_ context.Context, resp *Response) (Res
 // without fetching it again: the robots cache fetched it to check the
 // request (one fetch per host and worker, not two).
 func (c *Crawler) robotsSitemaps(req *Request, u *url.URL, locs []string) action {
-	c.stats.Inc(StatResponses)
 	resp := &Response{Request: req, URL: u, StatusCode: http.StatusOK}
 	links := c.sitemapRequests(resp, locs, CallbackSitemap)
 	for _, r := range links {
@@ -207,9 +207,9 @@ func (c *Crawler) sitemapRequests(resp *Response, locs []string, callback string
 			continue
 		}
 		if callback != "" {
-			if !c.sitemapHosts.take(r.parsed.Host) {
+			if ok, warn := c.sitemapHosts.reserve(r.parsed.Host); !ok {
 				c.stats.Inc(StatSitemapSkipped)
-				if c.sitemapHosts.warnOnce(r.parsed.Host) {
+				if warn {
 					c.log.Warn("too many sitemaps on this host; the rest are not fetched (sitemap/skipped counts them)",
 						"host", r.parsed.Host, "max", SitemapMaxPerHost)
 				}
@@ -222,48 +222,6 @@ func (c *Crawler) sitemapRequests(resp *Response, locs []string, callback string
 		out = append(out, r)
 	}
 	return out
-}
-
-// sitemapBudget counts the sitemaps of each host a worker requested (see
-// SitemapMaxPerHost). It holds at most maxSitemapHosts hosts: a sitemap
-// of a host past them is not fetched.
-type sitemapBudget struct {
-	mu     sync.Mutex
-	count  map[string]int
-	warned map[string]bool
-}
-
-// maxSitemapHosts bounds the hosts a sitemapBudget tracks.
-const maxSitemapHosts = 10_000
-
-// take counts one more sitemap of host; false if the host has had its
-// SitemapMaxPerHost.
-func (b *sitemapBudget) take(host string) bool {
-	host = strings.ToLower(host)
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.count == nil {
-		b.count, b.warned = make(map[string]int), make(map[string]bool)
-	}
-	n, ok := b.count[host]
-	if n >= SitemapMaxPerHost || !ok && len(b.count) >= maxSitemapHosts {
-		return false
-	}
-	b.count[host] = n + 1
-	return true
-}
-
-// warnOnce reports whether host's budget was not yet warned about, and
-// marks it so.
-func (b *sitemapBudget) warnOnce(host string) bool {
-	host = strings.ToLower(host)
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.warned[host] || len(b.warned) >= maxSitemapHosts {
-		return false
-	}
-	b.warned[host] = true
-	return true
 }
 
 // sitemapRequest is the request of a URL a sitemap (or robots.txt) lists,

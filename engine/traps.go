@@ -31,6 +31,10 @@ const (
 	StatHostBudget = "scheduler/host_budget"
 )
 
+// maxBudgetHosts bounds the hosts a hostBudget counts, and the keys the
+// guards warn about.
+const maxBudgetHosts = 10_000
+
 // maxTrapEntries bounds the values a trapGuard remembers in all; past it,
 // it forgets them and starts again.
 const maxTrapEntries = 1 << 20
@@ -109,7 +113,7 @@ func (g *trapGuard) allow(parent, u *url.URL) (ok bool, key string, over bool) {
 		return true, key, false
 	}
 	if len(vals) >= g.max {
-		over = !g.warned[key] && len(g.warned) < maxSitemapHosts
+		over = !g.warned[key] && len(g.warned) < maxBudgetHosts
 		if over {
 			g.warned[key] = true
 		}
@@ -128,12 +132,14 @@ func (g *trapGuard) allow(parent, u *url.URL) (ok bool, key string, over bool) {
 	return true, key, false
 }
 
-// hostBudget counts the links of each host this worker published
-// (Config.MaxPagesPerHost): a link takes a place when it is offered to the
-// filter and gives it back unless it is published. It holds at most
-// maxSitemapHosts hosts, past which new hosts are not counted.
+// hostBudget counts what this worker requested of each host: the links it
+// published (Config.MaxPagesPerHost: a link takes a place when it is
+// offered to the filter and gives it back unless it is published), or
+// the sitemaps (SitemapMaxPerHost). It holds at most maxBudgetHosts
+// hosts, past which new hosts are not counted (strict: refused).
 type hostBudget struct {
 	max    int
+	strict bool // past maxBudgetHosts hosts, refuse new ones
 	mu     sync.Mutex
 	count  map[string]int
 	warned map[string]bool
@@ -155,8 +161,10 @@ func (b *hostBudget) reserve(host string) (ok, warn bool) {
 		warn = !b.warned[host]
 		b.warned[host] = true
 		return false, warn
-	case known || len(b.count) < maxSitemapHosts:
+	case known || len(b.count) < maxBudgetHosts:
 		b.count[host] = n + 1
+	case b.strict:
+		return false, false
 	}
 	return true, false
 }
