@@ -31,6 +31,16 @@ import (
 // consumer's. A --redis-url that sets conn_max_idle_time keeps its own.
 const redisConnMaxIdle = 1500 * time.Millisecond
 
+// clusterReload is how often a Redis Cluster client reads the cluster's
+// slots again while it is used, so that the workers follow a failover
+// within about a second of it.
+const clusterReload = time.Second
+
+// clusterDialTimeout bounds a dial to a Redis Cluster node unless
+// RedisURL sets dial_timeout: a primary that died answers none, and the
+// workers retry it until they learn of its replica.
+const clusterDialTimeout = time.Second
+
 // defaultRedisURL is RedisURL's default.
 const defaultRedisURL = "redis://127.0.0.1:6379/0"
 
@@ -51,6 +61,16 @@ func (d *Deployment) redisClient(ctx context.Context) (goredis.UniversalClient, 
 		opt.PoolSize = max(opt.PoolSize, pool)
 		if opt.ConnMaxIdleTime == 0 {
 			opt.PoolFIFO, opt.ConnMaxIdleTime = true, redisConnMaxIdle
+		}
+		// go-redis learns which node serves a slot again only every
+		// ClusterStateReloadInterval (60s) unless a node answers MOVED,
+		// which a dead primary never does: the workers would dial it for
+		// a minute after its replica took over.
+		opt.ClusterStateReloadInterval = clusterReload
+		if opt.DialTimeout == 0 && opt.DialerRetries == 0 {
+			// A dead node answers no dial: each try to it costs the
+			// timeout, and go-redis tries five times by default.
+			opt.DialTimeout, opt.DialerRetries = clusterDialTimeout, 1
 		}
 		d.applyTLS(opt.TLSConfig) // rediss://
 		c, addr = goredis.NewClusterClient(opt), strings.Join(opt.Addrs, ",")

@@ -23,10 +23,13 @@ import (
 // Receive would.
 const renewAfter = 8 // lease/renewAfter
 
-// Backing off a consumer's connection after an error.
+// Backing off a consumer's connection after an error. At most a second:
+// a Redis Cluster's replica takes over a dead primary's slots within the
+// node timeout, and the consumer should follow it at once, not seconds
+// later (a dial to a dead node costs the client's DialTimeout anyway).
 const (
 	consumerBackoffMin = 100 * time.Millisecond
-	consumerBackoffMax = 5 * time.Second
+	consumerBackoffMax = time.Second
 )
 
 // consumer is a broker.Consumer on Redis. One goroutine, owned by the
