@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/trawlhq/trawl/broker"
 	"github.com/trawlhq/trawl/dedup"
@@ -158,6 +159,9 @@ func (c *Crawler) markCrawl(ctx context.Context, checkFilter bool) error {
 					return fmt.Errorf("crawl %q: read the filter's mark: %w", c.cfg.Name, err)
 				}
 				if has[0] {
+					if c.awaitMark(ctx, m) {
+						continue // marked by a worker that began the crawl at once
+					}
 					return fmt.Errorf("crawl %q: %w: its duplicate filter holds a crawl that began, but the broker no longer has the crawl's mark: "+
 						"its frontier and settings were lost (a server restarted without its data, or its store was deleted); "+
 						"start again with --flush (library: purge the crawl), or restore the broker's data", c.cfg.Name, ErrStateLost)
@@ -204,6 +208,33 @@ func (c *Crawler) markCrawl(ctx context.Context, checkFilter bool) error {
 		return nil
 	}
 	return fmt.Errorf("crawl %q: the crawl's mark keeps changing under this worker", c.cfg.Name)
+}
+
+// markWait is how long a worker that finds the filter's record of a begun
+// crawl, but no mark in the metadata, waits for the mark before it takes
+// the crawl for lost: another worker marking the crawl adds the filter's
+// records first and the mark a round trip later (markCrawl), so workers
+// started together see that state for a moment.
+const markWait = 5 * time.Second
+
+// awaitMark reports whether the crawl's mark appears in m within
+// markWait: the filter's records were added by a worker that is marking
+// the crawl, not left by a crawl whose metadata was lost.
+func (c *Crawler) awaitMark(ctx context.Context, m broker.Metadata) bool {
+	ctx, cancel := context.WithTimeout(ctx, markWait)
+	defer cancel()
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+		}
+		if _, err := m.GetMeta(ctx, c.cfg.Name, markKey); err == nil {
+			return true
+		}
+	}
 }
 
 // checkState looks at whether a store's server restarted since it last

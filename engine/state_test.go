@@ -1,0 +1,70 @@
+package engine
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/trawlhq/trawl/broker/memory"
+	"github.com/trawlhq/trawl/dedup"
+)
+
+// markingFilter holds a worker between adding the crawl's mark to the
+// filter and storing it in the metadata (markCrawl's two steps), and says
+// when another worker looked for it.
+type markingFilter struct {
+	dedup.Filter
+	added, checked, release chan struct{}
+	once                    sync.Once
+}
+
+func (f *markingFilter) Add(ctx context.Context, fps ...dedup.Fingerprint) ([]bool, error) {
+	r, err := f.Filter.Add(ctx, fps...)
+	if f.release != nil {
+		f.once.Do(func() { close(f.added) })
+		<-f.release
+	}
+	return r, err
+}
+
+func (f *markingFilter) Contains(ctx context.Context, fps ...dedup.Fingerprint) ([]bool, error) {
+	r, err := f.Filter.(dedup.Checker).Contains(ctx, fps...)
+	if f.checked != nil {
+		f.once.Do(func() { close(f.checked) })
+	}
+	return r, err
+}
+
+// TestWorkersMarkingTogether: a worker that starts while another is marking
+// a new crawl (the filter's records added, the metadata's mark not yet)
+// joins the crawl the other marks; it does not take the crawl for one whose
+// state was lost.
+func TestWorkersMarkingTogether(t *testing.T) {
+	mb, lf := newBackends(t, memory.Config{})
+	a := &markingFilter{Filter: lf, added: make(chan struct{}), release: make(chan struct{})}
+	b := &markingFilter{Filter: lf, checked: make(chan struct{})}
+	first, err := New(mb, a, Config{Name: "together"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := New(mb, b, Config{Name: "together"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	errA := make(chan error, 1)
+	go func() { errA <- first.markCrawl(t.Context(), true) }()
+	<-a.added // the filter holds the mark; the metadata does not yet
+	errB := make(chan error, 1)
+	go func() { errB <- second.markCrawl(t.Context(), true) }()
+	<-b.checked // the second worker found the filter's record
+	close(a.release)
+	if err := <-errA; err != nil {
+		t.Fatalf("first worker: %v", err)
+	}
+	if err := <-errB; err != nil {
+		t.Fatalf("second worker, started while the first marked the crawl: %v", err)
+	}
+	if first.state.id == "" || first.state.id != second.state.id {
+		t.Fatalf("crawl ids %q and %q, want one", first.state.id, second.state.id)
+	}
+}
