@@ -88,13 +88,6 @@ func TestShopScrapeThreeProcessesOnRedis(t *testing.T) {
 		if err := cmds[i].Start(); err != nil {
 			t.Fatal(err)
 		}
-		if i == 0 {
-			// The others join the crawl the first began: a worker that
-			// starts while another is marking a new crawl may take it for
-			// a crawl whose state was lost (engine/state.go's markCrawl
-			// adds the filter's records before the metadata's).
-			awaitMark(ctx, t, d, name)
-		}
 	}
 	var all strings.Builder
 	for i, cmd := range cmds {
@@ -126,23 +119,5 @@ func TestShopScrapeThreeProcessesOnRedis(t *testing.T) {
 	if shared[engine.StatItems] != int64(len(testsite.Products())) || shared[engine.StatResponses] != peak.pages {
 		t.Errorf("shared counters: %d pages, %d items; want the %d pages the site served, %d items",
 			shared[engine.StatResponses], shared[engine.StatItems], peak.pages, len(testsite.Products()))
-	}
-}
-
-// awaitMark waits until the crawl name has its mark (crawl_id) in the
-// deployment's metadata: a worker began it.
-func awaitMark(ctx context.Context, t *testing.T, d *deployment.Deployment, name string) {
-	t.Helper()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		if _, err := d.Metadata.GetMeta(ctx, name, "crawl_id"); err == nil {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("no worker began the crawl %s", name)
-		case <-tick.C:
-		}
 	}
 }
