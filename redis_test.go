@@ -79,8 +79,8 @@ func TestShopScrapeThreeProcessesOnRedis(t *testing.T) {
 	for i := range workers {
 		args := []string{url, name, "1"}
 		if i == 0 {
-			// One worker seeds, as a deployment seeds once (a start URL
-			// given to several workers at once may be fetched by each).
+			// One worker seeds, as a deployment may (a start URL given
+			// to several workers at once is fetched once all the same).
 			args = append(args, srv.URL+"/shop/page/1")
 		}
 		cmds[i] = exec.CommandContext(ctx, bin, args...)

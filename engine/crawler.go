@@ -726,7 +726,7 @@ func (c *Crawler) takeStarts(ctx context.Context) (int, error) {
 		good = append(good, d)
 		reqs = append(reqs, c.withSitemaps(req)...)
 	}
-	if err := c.enqueue(ctx, nil, reqs); err != nil {
+	if err := c.enqueueStarts(ctx, reqs); err != nil {
 		if pageFault(err) {
 			for _, d := range good {
 				c.settle(ctx, d, nack(c.cfg.retryDelay(d.Attempt())))
@@ -779,7 +779,7 @@ func (c *Crawler) takeExternalStarts(ctx context.Context) (int, error) {
 		good = append(good, p)
 		reqs = append(reqs, c.withSitemaps(req)...)
 	}
-	if err := c.enqueue(ctx, nil, reqs); err != nil {
+	if err := c.enqueueStarts(ctx, reqs); err != nil {
 		if !pageFault(err) {
 			c.writes.fail(err)
 		}
@@ -1364,11 +1364,94 @@ func (c *Crawler) enqueue(ctx context.Context, parent *Request, reqs []*Request)
 	return c.enqueueAll(ctx, []links{{parent: parent, reqs: reqs}})
 }
 
+// enqueueStarts is enqueue for a batch of start URLs, which workers given
+// the same start URL at once take at once: of those that claim it, one
+// hears it new to the filter and publishes it; the others find it claimed
+// and not yet published, as if its claimer had died. They publish what
+// they claimed first, then wait for the publication marks of the others'
+// (see awaitPublished), and publish again only those whose claimer has
+// not published them within claimWait: it is taken for dead, and nothing
+// is lost. Without a dedup.Checker nothing is waited on.
+func (c *Crawler) enqueueStarts(ctx context.Context, reqs []*Request) error {
+	batch := []links{{reqs: reqs, wait: true}}
+	if err := c.enqueueAll(ctx, batch); err != nil {
+		return err
+	}
+	rest, err := c.awaitPublished(ctx, batch[0].waiting)
+	if err != nil || len(rest) == 0 {
+		return err
+	}
+	return c.enqueue(ctx, nil, rest)
+}
+
+// claimWait is how long a worker waits for the publication of a start URL
+// another worker claimed before it takes the claimer for dead: half the
+// lease, so that the start URL's own delivery or batch is still this
+// worker's when it publishes it.
+func (c *Crawler) claimWait() time.Duration { return c.startLease() / 2 }
+
+// claimWaitSays is how long awaitPublished waits in silence.
+const claimWaitSays = 2 * time.Second
+
+// awaitPublished waits, up to claimWait, until each of ws has its
+// publication mark (or its page was expanded), and returns the requests of
+// those that still have none: their claimer is taken for dead. Those
+// published meanwhile are counted filtered.
+func (c *Crawler) awaitPublished(ctx context.Context, ws []claimed) ([]*Request, error) {
+	checker, ok := c.filter.(dedup.Checker)
+	start, pause, said := time.Now(), 5*time.Millisecond, false
+	for ok && len(ws) > 0 && time.Since(start) < c.claimWait() {
+		if !sleep(ctx, min(pause, c.claimWait()-time.Since(start))) {
+			return nil, ctx.Err()
+		}
+		pause = min(2*pause, time.Second)
+		marks := make([]dedup.Fingerprint, 0, 2*len(ws))
+		for _, w := range ws {
+			marks = append(marks, dedup.PublishedMark(w.fp), dedup.ExpandedMark(w.fp))
+		}
+		in, err := checker.Contains(ctx, marks...)
+		if err != nil {
+			return nil, fmt.Errorf("engine: filter: check publication marks: %w", err)
+		}
+		left := ws[:0]
+		for k, w := range ws {
+			if in[2*k] || in[2*k+1] {
+				c.stats.Inc(StatFiltered)
+				continue
+			}
+			left = append(left, w)
+		}
+		ws = left
+		if len(ws) > 0 && !said && time.Since(start) >= claimWaitSays {
+			said = true
+			c.log.Warn("start urls claimed by another worker are not published yet; waiting for it, then publishing them here (a claimer that died is not waited on longer than the wait)",
+				"count", len(ws), "wait", c.claimWait())
+		}
+	}
+	reqs := make([]*Request, len(ws))
+	for i, w := range ws {
+		reqs[i] = w.r
+	}
+	return reqs, nil
+}
+
 // links are the requests found on the page of parent, or a batch of start
 // URLs (parent nil), for enqueueAll.
 type links struct {
 	parent *Request
 	reqs   []*Request
+	// wait (start URLs): a link another worker claimed and has not
+	// published is put in waiting instead of published at once, for
+	// enqueueStarts to wait on.
+	wait    bool
+	waiting []claimed
+}
+
+// claimed is a request another worker claimed in the filter and has not
+// published yet, with its fingerprint.
+type claimed struct {
+	r  *Request
+	fp dedup.Fingerprint
 }
 
 // releaseBudget gives back the place of a link in its host's page budget
@@ -1578,6 +1661,9 @@ func (c *Crawler) enqueueAll(ctx context.Context, pages []links) error {
 		if l.fp >= 0 {
 			switch {
 			case fresh[l.fp]:
+			case again != nil && again[l.fp] && pages[l.page].wait:
+				pages[l.page].waiting = append(pages[l.page].waiting, claimed{r: l.r, fp: claims[l.fp]})
+				continue
 			case again != nil && again[l.fp]:
 				c.stats.Inc(StatRepublished)
 			default:

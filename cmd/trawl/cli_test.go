@@ -358,11 +358,11 @@ func TestSmallGaps(t *testing.T) {
 	})
 	t.Run("crawl help", func(t *testing.T) {
 		t.Parallel()
-		// Start URLs given to several workers at once may be fetched once
-		// per worker (README: Give a start URL to one worker).
+		// A start URL given to several workers at once is fetched once
+		// (issue 27.6): the help no longer asks to seed on one machine.
 		r := trawl(t, time.Minute, "crawl", "--help")
-		if !strings.Contains(r.stdout, "give the start URLs to one worker") {
-			t.Errorf("crawl --help does not say to give the start URLs to one worker:\n%s", r.stdout)
+		if !strings.Contains(r.stdout, "given to several workers at once\n(trawl crawl URL on every machine) is fetched once") {
+			t.Errorf("crawl --help does not say that a start URL given to several workers is fetched once:\n%s", r.stdout)
 		}
 	})
 	t.Run("version", func(t *testing.T) {

@@ -34,9 +34,9 @@ func newCrawlCmd(o *options, seed bool) *cobra.Command {
 		cmd.Short = "Seed the URLs, then work until the crawl is done"
 		cmd.Long = `Seed the URLs, then work until the crawl is done.
 
-With a shared broker, give the start URLs to one worker (trawl crawl URL on
-one machine, trawl worker on the others, or trawl seed once): the same start
-URL given to several workers at once may be fetched once per worker.`
+With a shared broker, the same start URL given to several workers at once
+(trawl crawl URL on every machine) is fetched once; trawl crawl URL on one
+machine and trawl worker on the others, or trawl seed once, does as well.`
 		cmd.Args = cobra.ArbitraryArgs
 	}
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
