@@ -376,3 +376,32 @@ func TestRedisKill9StatsBound(t *testing.T) {
 		t.Errorf("trawl stats lost %d items of a worker killed -9, more than the %d it wrote in the 3 s before: the counters lose more than their flush interval holds", written-counted, bound)
 	}
 }
+
+// TestRedisCrawlSameStartThreeProcesses: trawl crawl URL started at once
+// on three "machines" with the same start URL and no trawl seed (issue
+// 27.6): every page is fetched once, the start URL too, and all three exit
+// by themselves. (The race it may meet is forced, every time, by
+// TestStartURLGivenToThreeWorkersOnRedis in the trawl package.)
+func TestRedisCrawlSameStartThreeProcesses(t *testing.T) {
+	t.Parallel()
+	site, url := serveSite(t, testsite.Config{Pages: 300, Links: 8, Seed: 276, NoTraps: true})
+	name := integration.Name(t)
+	var ws []*proc
+	for range 3 {
+		ws = append(ws, start(t, append([]string{"crawl"}, redisArgs(t, name, url)...)...))
+	}
+	for i, w := range ws {
+		if code := w.wait(t, 3*time.Minute); code != 0 {
+			t.Fatalf("worker %d exit %d:\n%s", i, code, w.stderr.String())
+		}
+	}
+	if n := site.Served()["/"]; n != 1 {
+		t.Errorf("the start URL given to 3 workers was fetched %d times, want once", n)
+	}
+	if err := site.Verify(); err != nil {
+		t.Errorf("site: %v", err)
+	}
+	if distinct, dups := union(t, ws...); distinct != site.Expected() || dups != 0 {
+		t.Errorf("items: %d distinct (want %d), %d duplicates (want 0)", distinct, site.Expected(), dups)
+	}
+}
