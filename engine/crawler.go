@@ -1424,7 +1424,7 @@ func (c *Crawler) awaitPublished(ctx context.Context, ws []claimed) ([]*Request,
 		ws = left
 		if len(ws) > 0 && !said && time.Since(start) >= claimWaitSays {
 			said = true
-			c.log.Warn("start urls claimed by another worker are not published yet; waiting for it, then publishing them here (a claimer that died is not waited on longer than the wait)",
+			c.log.Warn("start urls claimed by another worker are not published yet; waiting for it to publish them, and publishing them here if it does not within the wait (it died)",
 				"count", len(ws), "wait", c.claimWait())
 		}
 	}

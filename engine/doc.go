@@ -52,7 +52,11 @@
 // the links that were claimed and never published, and nothing else; so a
 // broker crash refetches at most the pages in flight. The check is
 // read-only (dedup.Checker); with a filter that lacks it, such a page
-// publishes all its in-scope links again, as before.
+// publishes all its in-scope links again, as before. A start URL found
+// claimed and not yet published is another worker's at work as often as a
+// dead one's (workers given the same start URL at once): it is published
+// only once its mark has not come for half of Config.Lease, so it is
+// fetched once, and never lost.
 //
 // Failures are retried by the broker: the delivery is nacked with an
 // exponential, jittered delay (Config.RetryBackoff), keeping its priority,

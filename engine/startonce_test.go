@@ -2,12 +2,15 @@ package engine_test
 
 import (
 	"context"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/trawlhq/trawl/dedup/deduptest"
 	"github.com/trawlhq/trawl/engine"
+	"github.com/trawlhq/trawl/internal/syncbuf"
 )
 
 // TestStartURLGivenToThreeWorkersFetchedOnce: three workers each given the
@@ -64,7 +67,7 @@ func TestStartURLGivenToThreeWorkersFetchedOnce(t *testing.T) {
 // TestStartURLOfDeadClaimerPublished: a start URL claimed in the filter by
 // a worker that died before publishing it (no publication mark, and none
 // comes) is waited on for half the lease, then published here: nothing is
-// lost.
+// lost. A wait that lasts says why.
 func TestStartURLOfDeadClaimerPublished(t *testing.T) {
 	s := newLinkSite(t)
 	b, f := newMemoryBackends(t)
@@ -73,9 +76,11 @@ func TestStartURLOfDeadClaimerPublished(t *testing.T) {
 	if _, err := f.Add(ctx, s.fp(t, "/")); err != nil {
 		t.Fatal(err)
 	}
+	var logs syncbuf.Buffer
 	c, err := engine.New(b, f, engine.Config{
 		Concurrency: 2, IdleTimeout: 100 * time.Millisecond, IgnoreRobots: true,
-		TrustedHosts: []string{"127.0.0.1"}, Lease: time.Second,
+		TrustedHosts: []string{"127.0.0.1"}, Lease: 5 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -91,5 +96,8 @@ func TestStartURLOfDeadClaimerPublished(t *testing.T) {
 	}
 	if n := c.Stats().Get(engine.StatRepublished); n != 1 {
 		t.Errorf("%s = %d, want 1", engine.StatRepublished, n)
+	}
+	if !strings.Contains(logs.String(), "start urls claimed by another worker are not published yet") {
+		t.Errorf("a wait of 2.5s for a dead claimer said nothing:\n%s", logs.String())
 	}
 }
