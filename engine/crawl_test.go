@@ -586,3 +586,56 @@ func TestCallbackKeepsItsBody(t *testing.T) {
 		}
 	}
 }
+
+// retypedStarts is a StartSource whose key changes type after its first
+// take: every later call fails with ErrStartsType. It cancels the crawl
+// (stop) when it is asked again after that error.
+type retypedStarts struct {
+	sliceStarts
+	mu    sync.Mutex
+	takes int
+	after int // takes that succeed
+	stop  context.CancelFunc
+}
+
+func (s *retypedStarts) TakeStarts(ctx context.Context, max int) ([][]byte, error) {
+	s.mu.Lock()
+	s.takes++
+	n := s.takes
+	s.mu.Unlock()
+	if n <= s.after {
+		return s.sliceStarts.TakeStarts(ctx, max)
+	}
+	if n > s.after+1 {
+		s.stop() // asked again after ErrStartsType: the feeder retries
+	}
+	return nil, fmt.Errorf("%w: test:start_urls is a set, but this crawl reads a list", engine.ErrStartsType)
+}
+
+// TestStartsTypeEndsRun: a start source that fails with ErrStartsType, at
+// the first take or while the crawl runs, ends Run with its error (which
+// names the key) at once, without a second take.
+func TestStartsTypeEndsRun(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		fmt.Fprint(w, "<html><body>ok</body></html>")
+	}))
+	defer srv.Close()
+	for _, after := range []int{0, 1} {
+		t.Run(fmt.Sprintf("after %d takes", after), func(t *testing.T) {
+			b, f := newBackends(t)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			starts := &retypedStarts{after: after, stop: cancel}
+			starts.ps = [][]byte{[]byte(srv.URL + "/")}
+			c, _ := engine.New(b, f, engine.Config{IdleTimeout: time.Hour, TrustedHosts: []string{"127.0.0.1"}, Sink: &memSink{}, Starts: starts})
+			err := c.Run(ctx)
+			if !errors.Is(err, engine.ErrStartsType) || !strings.Contains(err.Error(), "test:start_urls") {
+				t.Fatalf("Run = %v, want ErrStartsType naming test:start_urls", err)
+			}
+			if starts.takes != after+1 {
+				t.Errorf("%d takes, want %d: the start source was asked again after ErrStartsType", starts.takes, after+1)
+			}
+		})
+	}
+}

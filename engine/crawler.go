@@ -352,7 +352,11 @@ var errCrawlDone = errors.New("crawl done")
 func (c *Crawler) receive(ctx context.Context, sem chan struct{}, bench *workbench, dispatch func(*benchItem)) error {
 	queue := RequestsQueue(c.cfg.Name)
 	// Start URLs first: a fresh crawl has nothing else.
-	startsLeft := c.feedStarts(ctx) > 0
+	took, err := c.feedStarts(ctx)
+	if err != nil {
+		return err
+	}
+	startsLeft := took > 0
 	cons, err := c.consume(ctx, queue)
 	if err != nil {
 		return err
@@ -513,10 +517,17 @@ func (c *Crawler) nextItem(ctx, run context.Context, cons broker.Consumer, bench
 }
 
 // ended is what receive returns once run (its context, derived from ctx)
-// ended: nil when the feeder found the crawl done, else ctx.Err().
+// ended: nil when the feeder found the crawl done, the feeder's error when
+// the start source is of the wrong type, else ctx.Err().
 func (c *Crawler) ended(ctx, run context.Context) error {
-	if ctx.Err() == nil && errors.Is(context.Cause(run), errCrawlDone) {
-		return nil
+	if ctx.Err() == nil {
+		cause := context.Cause(run)
+		if errors.Is(cause, errCrawlDone) {
+			return nil
+		}
+		if errors.Is(cause, ErrStartsType) {
+			return cause
+		}
 	}
 	if err := c.stateLost(); err != nil {
 		return err
@@ -568,30 +579,40 @@ func consumePrefetch(b broker.Broker, concurrency int) int {
 }
 
 // feedStarts takes a batch of start URLs into the frontier, logging a
-// failure, and says how many it took.
-func (c *Crawler) feedStarts(ctx context.Context) int {
+// failure, and says how many it took. It returns an error only for a
+// failure no retry mends, a start source of the wrong type
+// (ErrStartsType), which ends the crawl.
+func (c *Crawler) feedStarts(ctx context.Context) (int, error) {
 	took, err := c.takeStarts(ctx)
 	if err != nil && ctx.Err() == nil {
+		if errors.Is(err, ErrStartsType) {
+			return took, fmt.Errorf("taking start urls: %w", err)
+		}
 		c.log.Warn("taking start urls failed", "err", err)
 	}
-	return took
+	return took, nil
 }
 
 // feed runs beside the receiver until ctx ends: it moves start URLs into
 // the frontier when the receiver waits on it (hungry), at once while
 // start URLs remain and at most every startsCooldown once they ran out,
 // and every pollInterval while nothing is in flight here, it looks at
-// whether the crawl is done; done for IdleTimeout, it calls finish.
+// whether the crawl is done; done for IdleTimeout, it calls finish. A
+// start source of the wrong type (ErrStartsType) ends the crawl: it calls
+// finish with the error.
 func (c *Crawler) feed(ctx context.Context, startsLeft bool, hungry <-chan struct{}, finish context.CancelCauseFunc) {
 	var startsEmpty, idleSince time.Time
 	if !startsLeft {
 		startsEmpty = time.Now()
 	}
+	var fatal error
 	take := func() bool {
 		if !startsLeft && time.Since(startsEmpty) < startsCooldown {
 			return false
 		}
-		startsLeft = c.feedStarts(ctx) > 0
+		took, err := c.feedStarts(ctx)
+		fatal = err
+		startsLeft = took > 0
 		if !startsLeft {
 			startsEmpty = time.Now()
 		}
@@ -607,6 +628,10 @@ func (c *Crawler) feed(ctx context.Context, startsLeft bool, hungry <-chan struc
 		case <-hungry:
 			if take() {
 				idleSince = time.Time{}
+			}
+			if fatal != nil {
+				finish(fatal)
+				return
 			}
 			continue
 		case <-tick.C:
@@ -625,6 +650,10 @@ func (c *Crawler) feed(ctx context.Context, startsLeft bool, hungry <-chan struc
 		if take() {
 			idleSince = time.Time{}
 			continue
+		}
+		if fatal != nil {
+			finish(fatal)
+			return
 		}
 		if c.cfg.IdleTimeout == 0 {
 			continue

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -99,6 +100,13 @@ func seedBroker(ctx context.Context, b broker.Broker, name string, starts ...Sta
 	}
 	return nil
 }
+
+// ErrStartsType is wrapped by the errors of a StartSource whose store holds
+// the start URLs in another type than the source reads (Redis:
+// {NAME}:start_urls made a set under a worker that reads a list). No start
+// URL can be taken until an operator changes the key or the configuration,
+// so Run stops with the error, which names the key, instead of retrying.
+var ErrStartsType = errors.New("engine: start urls of the wrong type")
 
 // StartSource keeps a crawl's start URLs outside the broker (see
 // Config.Starts): Redis keeps them in a plain list, as scrapy-redis does,

@@ -229,8 +229,11 @@ func (e *StartsTypeError) Error() string {
 	return fmt.Sprintf("%v: %s is a %s, but this crawl reads its start URLs from a %s", ErrStartsType, e.Key, e.Have, e.Want)
 }
 
-// Is makes errors.Is(err, ErrStartsType) true.
-func (e *StartsTypeError) Is(target error) bool { return target == ErrStartsType }
+// Is makes errors.Is(err, ErrStartsType) true, and errors.Is(err,
+// engine.ErrStartsType): the engine stops a crawl on it.
+func (e *StartsTypeError) Is(target error) bool {
+	return target == ErrStartsType || target == engine.ErrStartsType
+}
 
 // wrongType returns Check's error if err is Redis's WRONGTYPE, else err.
 func (s *StartURLs) wrongType(ctx context.Context, err error) error {

@@ -351,7 +351,8 @@ func TestRequeueRejectedStarts(t *testing.T) {
 }
 
 // TestStartsWrongType: a start-URL key of the other type is refused with
-// ErrStartsType, by Check and by every command on it.
+// ErrStartsType, by Check and by every command on it, an error the engine
+// knows as engine.ErrStartsType (it stops the crawl on it).
 func TestStartsWrongType(t *testing.T) {
 	client := integration.RedisClient(t)
 	ctx := t.Context()
@@ -363,10 +364,11 @@ func TestStartsWrongType(t *testing.T) {
 	t.Cleanup(func() { client.Del(context.Background(), key) })
 	s := redis.NewStartURLs(client, name, false)
 	_, take := s.TakeStarts(ctx, 1)
+	_, leased := s.TakeLeased(ctx, 1, time.Minute)
 	_, pending := s.PendingStarts(ctx)
-	for what, err := range map[string]error{"Check": s.Check(ctx), "AddStarts": s.AddStarts(ctx, []byte("http://y/")), "TakeStarts": take, "PendingStarts": pending} {
-		if !errors.Is(err, redis.ErrStartsType) || !strings.Contains(err.Error(), key+" is a set") {
-			t.Errorf("%s: %v, want ErrStartsType naming %s as a set", what, err, key)
+	for what, err := range map[string]error{"Check": s.Check(ctx), "AddStarts": s.AddStarts(ctx, []byte("http://y/")), "TakeStarts": take, "TakeLeased": leased, "PendingStarts": pending} {
+		if !errors.Is(err, redis.ErrStartsType) || !errors.Is(err, engine.ErrStartsType) || !strings.Contains(err.Error(), key+" is a set") {
+			t.Errorf("%s: %v, want ErrStartsType (and engine's) naming %s as a set", what, err, key)
 		}
 	}
 	if err := redis.NewStartURLs(client, name, true).Check(ctx); err != nil {

@@ -154,7 +154,7 @@ func (o *options) crawl(ctx context.Context, args []string, seed bool, adopt []s
 		return &exitError{code: 130, err: errors.New("interrupted; run the same command again to resume")}
 	case runErr != nil:
 		fmt.Fprintf(o.stderr, "trawl: %s failed: %s\n", what, sum)
-		return runErr
+		return b.StartsHint(runErr) // the start URLs' key changed type meanwhile
 	}
 	fmt.Fprintf(o.stderr, "trawl: %s done: %s\n", what, sum)
 	if n := sum.ErrorKinds[engine.ErrorForbiddenAddress]; n > 0 && !o.allowPrivate {

@@ -133,6 +133,36 @@ func TestRedisStartsWrongType(t *testing.T) {
 	}
 }
 
+// TestRedisStartsRetyped: a start-URL key made a set under a running
+// worker that reads a list ends the worker (exit 1) with one line naming
+// the key and --start-urls-set, instead of a warning every second forever.
+func TestRedisStartsRetyped(t *testing.T) {
+	t.Parallel()
+	_, url := serveSite(t, testsite.Config{Pages: 5, Links: 2, NoTraps: true})
+	name := integration.Name(t)
+	client := integration.RedisClient(t)
+	key := redislayout.StartKeys(name).List
+	if err := client.RPush(t.Context(), key, url).Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Del(context.WithoutCancel(t.Context()), key) })
+	w := start(t, append([]string{"worker"}, redisArgs(t, name, "--idle-timeout=1h")...)...)
+	w.waitItems(t, 1, time.Minute) // running: past the check at start
+	if err := client.Del(t.Context(), key).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.SAdd(t.Context(), key, url+"again").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if code := w.wait(t, time.Minute); code != 1 {
+		t.Fatalf("worker exit %d, want 1:\n%s", code, w.stderr.String())
+	}
+	stderr := w.stderr.String()
+	if strings.Count(stderr, "--start-urls-set") != 1 || !strings.Contains(stderr, key+" is a set") {
+		t.Errorf("want one line naming %s as a set and --start-urls-set; stderr:\n%s", key, stderr)
+	}
+}
+
 // TestRedisLayout (issue 22) runs every command and output mode that
 // touches Redis against a server of its own that reports every write
 // (keyspace notifications), and checks that each key written is in the
