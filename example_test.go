@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 
@@ -53,4 +56,28 @@ func Example() {
 	// Output:
 	// 300 products, error: <nil>
 	// {"title":"The Broken Atlas","price":"£39.04","rating":"Three"}
+}
+
+// Report the pages that fail for good: here a broken link, answered 404.
+// A 5xx or an unreachable page is reported once, after its retries.
+func ExampleCrawler_OnError() {
+	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/" {
+			http.NotFound(w, r)
+			return
+		}
+		fmt.Fprint(w, `<html><body><a href="/gone">an old page</a></body></html>`)
+	}))
+	defer site.Close()
+
+	c := trawl.New(trawl.Config{InMemory: true, Output: io.Discard})
+	c.OnHTML("a[href]", func(e *trawl.Element) { e.Follow(e.Attr("href")) })
+	c.OnError(func(r *trawl.Response, err error) {
+		fmt.Println(r.URL.Path, r.StatusCode, err)
+	})
+	err := c.Run(context.Background(), site.URL+"/")
+	fmt.Println("error:", err)
+	// Output:
+	// /gone 404 404 Not Found
+	// error: <nil>
 }

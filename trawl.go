@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/url"
 	"os"
 	"strconv"
@@ -127,13 +128,16 @@ func (c Config) Validate() error {
 
 // Crawler is the front door: it crawls from start URLs with callbacks in
 // the manner of Colly, on any broker and filter. Register callbacks with
-// OnHTML and OnResponse before Run; a Crawler runs one crawl at a time.
+// OnHTML, OnResponse, OnRequest and OnError before Run; a Crawler runs one
+// crawl at a time.
 type Crawler struct {
 	cfg Config
 
 	mu       sync.Mutex
-	handlers []handler // in registration order; fixed once Run starts
-	errs     []error   // registration errors, reported by Run
+	handlers []handler                // in registration order; fixed once Run starts
+	requests []func(*Request)         // OnRequest, in registration order
+	failures []func(*Response, error) // OnError, in registration order
+	errs     []error                  // registration errors, reported by Run
 	running  bool
 	stats    *engine.Stats
 
@@ -199,6 +203,97 @@ func (c *Crawler) OnResponse(fn func(r *Response)) {
 	c.handlers = append(c.handlers, handler{kind: "response", response: fn})
 }
 
+// OnRequest registers fn to run on the worker just before each attempt to
+// fetch a page (Colly's OnRequest; not robots.txt, not sitemaps), a retry
+// included. r is the request of this attempt: its URL, Method, Depth and
+// Meta, and its Header, where a header set is sent with this attempt (not
+// carried to the page's links). Meta set here reaches the page's handlers
+// as r.Request.Meta. fn must not change URL, Method or Body, and runs on
+// several goroutines at once (Config.Crawl.Concurrency).
+func (c *Crawler) OnRequest(fn func(r *Request)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.running:
+		c.errs = append(c.errs, errors.New("trawl: OnRequest while Run is running"))
+	case fn == nil:
+		c.errs = append(c.errs, errors.New("trawl: OnRequest: nil function"))
+	default:
+		c.requests = append(c.requests, fn)
+	}
+}
+
+// OnError registers fn to run once for every page that fails for good
+// (Colly's OnError): a 4xx (or other final status that is neither 2xx nor
+// a redirect), a 5xx or 429 after the retries, a fetch that failed after
+// the retries (unreachable, connection refused, timed out) or that no retry
+// can mend (an unknown host, a bad certificate), a handler's error after
+// the retries. It is not called for each retry. r.StatusCode is the
+// status, 0 when no response came (r.Body is then empty); err says why
+// ("404 Not Found", "retries exhausted after 4 attempts: Internal Server
+// Error", the fetch's error) and wraps the cause. r.Follow and r.Item do
+// nothing there: the page is done. fn runs on several goroutines at once.
+// A page may be reported again if its worker stops before it records the
+// page as done.
+func (c *Crawler) OnError(fn func(r *Response, err error)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.running:
+		c.errs = append(c.errs, errors.New("trawl: OnError while Run is running"))
+	case fn == nil:
+		c.errs = append(c.errs, errors.New("trawl: OnError: nil function"))
+	default:
+		c.failures = append(c.failures, fn)
+	}
+}
+
+// Request is a page about to be fetched, handed to the OnRequest
+// handlers: the engine's request for this attempt (URL, Method, Header,
+// Depth, Meta…). It is valid only while the handlers run.
+type Request struct {
+	*engine.Request
+
+	ctx context.Context
+}
+
+// Context returns the context of the page's processing; it ends when the
+// crawl stops for good.
+func (r *Request) Context() context.Context { return r.ctx }
+
+// hooks sets on cfg the engine hooks that run the OnRequest and OnError
+// handlers, after those cfg has.
+func hooks(cfg *engine.Config, requests []func(*Request), failures []func(*Response, error), name string, c *Crawler) {
+	if len(requests) > 0 {
+		prev := cfg.BeforeFetch
+		cfg.BeforeFetch = func(ctx context.Context, req *engine.Request) {
+			if prev != nil {
+				prev(ctx, req)
+			}
+			r := &Request{Request: req, ctx: ctx}
+			for _, fn := range requests {
+				fn(r)
+			}
+		}
+	}
+	if len(failures) > 0 {
+		prev := cfg.OnFailure
+		cfg.OnFailure = func(ctx context.Context, req *engine.Request, resp *engine.Response, err error) {
+			if prev != nil {
+				prev(ctx, req, resp, err)
+			}
+			if resp == nil {
+				u, _ := url.Parse(req.URL) // the engine fetches only URLs that parse
+				resp = &engine.Response{Request: req, URL: u, Header: http.Header{}}
+			}
+			r := &Response{Response: resp, ctx: ctx, crawler: c, callback: name, base: resp.URL}
+			for _, fn := range failures {
+				fn(r, err)
+			}
+		}
+	}
+}
+
 // Stats returns the counters of the last or current Run (nil before the
 // first), see engine.Stats.
 func (c *Crawler) Stats() *engine.Stats {
@@ -257,7 +352,7 @@ func (c *Crawler) Run(ctx context.Context, startURLs ...string) (err error) {
 		return err
 	}
 	c.running = true
-	hs := c.handlers
+	hs, requests, failures := c.handlers, c.requests, c.failures
 	c.mu.Unlock()
 	defer func() {
 		c.mu.Lock()
@@ -297,6 +392,7 @@ func (c *Crawler) Run(ctx context.Context, startURLs ...string) (err error) {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
+	hooks(&cfg, requests, failures, callbackName(hs), c)
 	if c.cfg.Serve {
 		cfg.IdleTimeout = 0
 	} else if cfg.IdleTimeout == 0 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -1052,9 +1053,9 @@ func (c *Crawler) process(ctx, work context.Context, req *Request, prior int) ac
 		}
 		switch {
 		case errors.Is(err, ErrLocalRefusal):
-			return c.refuse(ctx, req, u, asked, err)
+			return c.failed(work, req, nil, redactErr(err), c.refuse(ctx, req, u, asked, err))
 		case errors.Is(err, ErrRobotsUnavailable):
-			return c.robotsDown(req, prior, u, err)
+			return c.failed(work, req, nil, redactErr(err), c.robotsDown(req, prior, u, err))
 		case err != nil:
 			c.logPage(ctx, slog.LevelDebug, req, "robots.txt check failed; allowing", "err", err)
 		case req.Callback == CallbackRobotsSitemaps:
@@ -1080,13 +1081,17 @@ func (c *Crawler) process(ctx, work context.Context, req *Request, prior int) ac
 		c.started.Add(1)
 	}
 	c.stats.Inc(StatRequests)
+	fetched := req
+	if c.cfg.BeforeFetch != nil && !isSitemap(req) {
+		fetched = c.beforeFetch(work, req)
+	}
 	began := time.Now()
-	resp, err := c.fetchRequest(work, req)
+	resp, err := c.fetchRequest(work, fetched)
 	c.stats.ObserveFetch(time.Since(began))
 	release()
 	if errors.Is(err, ErrLocalRefusal) {
 		c.started.Add(-1)
-		return c.refuse(ctx, req, u, asked, err)
+		return c.failed(work, fetched, nil, redactErr(err), c.refuse(ctx, req, u, asked, err))
 	}
 	if err == nil {
 		c.refused.streak.Store(0)
@@ -1094,12 +1099,12 @@ func (c *Crawler) process(ctx, work context.Context, req *Request, prior int) ac
 	if err != nil {
 		if isRetryable(err) {
 			c.limiter.Backoff(u.Host, time.Now().Add(c.cfg.backoff(prior+1)))
-			return c.errorItem(work, req, nil, redactErr(err), c.retry(req, prior, err, 0))
+			return c.errorItem(work, fetched, nil, redactErr(err), c.retry(req, prior, err, 0))
 		}
 		err = redactErr(err)
 		c.fail(fetchErrorKind(err), err)
 		c.logPage(work, slog.LevelInfo, req, "fetch failed", "err", err)
-		return c.errorItem(work, req, nil, err, ack())
+		return c.errorItem(work, fetched, nil, err, ack())
 	}
 	if o, ok := c.limiter.(LatencyObserver); ok {
 		o.Observe(u.Host, resp.Latency, resp.StatusCode)
@@ -1122,16 +1127,16 @@ func (c *Crawler) process(ctx, work context.Context, req *Request, prior int) ac
 		}
 		c.limiter.Backoff(u.Host, time.Now().Add(wait))
 		why := errors.New(http.StatusText(resp.StatusCode))
-		return c.errorItem(work, req, resp, why, c.retry(req, prior, why, wait))
+		return c.errorItem(work, fetched, resp, why, c.retry(req, prior, why, wait))
 	case code >= 500:
 		c.limiter.Backoff(u.Host, time.Now().Add(c.cfg.backoff(prior+1)))
 		why := errors.New(http.StatusText(resp.StatusCode))
-		return c.errorItem(work, req, resp, why, c.retry(req, prior, why, 0))
+		return c.errorItem(work, fetched, resp, why, c.retry(req, prior, why, 0))
 	case code >= 300 && code < 400 && resp.Header.Get("Location") != "":
 		return c.redirect(work, req, resp)
 	case code < 200 || code >= 300:
 		// Counted above; callbacks see 2xx only.
-		return c.errorItem(work, req, resp, nil, ack())
+		return c.errorItem(work, fetched, resp, nil, ack())
 	}
 
 	res, err := cb(work, resp)
@@ -1144,7 +1149,8 @@ func (c *Crawler) process(ctx, work context.Context, req *Request, prior int) ac
 		c.stats.Inc(StatDropped)
 		return ack()
 	case err != nil:
-		return c.retry(req, prior, fmt.Errorf("callback: %w", err), 0)
+		err = fmt.Errorf("callback: %w", err)
+		return c.failed(work, fetched, resp, err, c.retry(req, prior, err, 0))
 	}
 	for _, r := range res.Requests {
 		if r.Depth == 0 {
@@ -1169,12 +1175,55 @@ func (c *Crawler) logPage(ctx context.Context, level slog.Level, req *Request, m
 	c.log.Log(ctx, level, msg, append([]any{"url", Redact(req.URL)}, args...)...)
 }
 
+// beforeFetch returns the copy of req that this attempt fetches, with its
+// own Header and Meta, once Config.BeforeFetch has seen it.
+func (c *Crawler) beforeFetch(ctx context.Context, req *Request) *Request {
+	cp := *req
+	cp.Header = req.Header.Clone()
+	if cp.Header == nil {
+		cp.Header = make(http.Header)
+	}
+	cp.Meta = maps.Clone(req.Meta)
+	c.cfg.BeforeFetch(ctx, &cp)
+	return &cp
+}
+
+// failed tells Config.OnFailure of a page that failed with why (nil: its
+// response's status), when then (how the delivery is settled) is final:
+// an ack or a reject, not a retry nor a give-back. It returns then.
+func (c *Crawler) failed(ctx context.Context, req *Request, resp *Response, why error, then action) action {
+	if c.cfg.OnFailure == nil || isSitemap(req) || !(then.is(ackKind) || then.is(rejectKind)) {
+		return then
+	}
+	switch {
+	case then.is(rejectKind) && why != nil:
+		why = &givenUp{reason: then.reason, err: why}
+	case why == nil && resp != nil:
+		why = fmt.Errorf("%d %s", resp.StatusCode, http.StatusText(resp.StatusCode))
+	case why == nil:
+		why = errors.New(then.reason)
+	}
+	c.cfg.OnFailure(ctx, req, resp, why)
+	return then
+}
+
+// givenUp is the error of a page dead-lettered for err: it says the
+// dead letter's reason (retries exhausted…) and wraps err.
+type givenUp struct {
+	reason string
+	err    error
+}
+
+func (g *givenUp) Error() string { return g.reason }
+func (g *givenUp) Unwrap() error { return g.err }
+
 // errorItem writes, with Config.ErrorItems, the item of a page that
 // failed for good, when then (how the delivery is settled) is final: an
-// ack or a reject, not a retry. A failed write nacks the page instead.
+// ack or a reject, not a retry; then it tells Config.OnFailure (see
+// failed). A failed write nacks the page instead, and tells nothing yet.
 func (c *Crawler) errorItem(ctx context.Context, req *Request, resp *Response, why error, then action) action {
 	if !c.cfg.ErrorItems || c.cfg.Sink == nil || isSitemap(req) || !(then.is(ackKind) || then.is(rejectKind)) {
-		return then
+		return c.failed(ctx, req, resp, why, then)
 	}
 	p := &Page{Depth: req.Depth, Referrer: req.Referrer, FetchedAt: time.Now().UTC(), Meta: req.Meta}
 	if u, err := url.Parse(req.URL); err == nil {
@@ -1201,7 +1250,7 @@ func (c *Crawler) errorItem(ctx context.Context, req *Request, resp *Response, w
 		return release()
 	}
 	c.stats.Inc(StatItems)
-	return then
+	return c.failed(ctx, req, resp, why, then)
 }
 
 // maxRedirects bounds a redirect chain.

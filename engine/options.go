@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -144,6 +145,27 @@ type Config struct {
 	// carry the page they were found on (Request.Referrer), which the item
 	// names, so that a crawl can check a site for broken links.
 	ErrorItems bool
+	// BeforeFetch, if not nil, is called on the worker just before each
+	// attempt to fetch a page (not robots.txt, not sitemaps), from
+	// several goroutines at once, holding the host's slot: it should be
+	// quick. req is a copy of the request made for this attempt, with its
+	// own Header (never nil) and Meta: a header set there is sent with
+	// this attempt only, and the callback sees req as Response.Request.
+	// It must not change URL, Method or Body. nil = none.
+	BeforeFetch func(ctx context.Context, req *Request)
+	// OnFailure, if not nil, is called when a page (not robots.txt, not
+	// sitemaps) fails for good, where ErrorItems would emit its item: a
+	// final status other than 2xx and a redirect (4xx), a 5xx or 429 past
+	// MaxRetries, a fetch error past MaxRetries (unreachable, refused,
+	// timed out) or one that no retry can mend (an unknown host, a bad
+	// certificate, a body too large); and also a callback's error past
+	// MaxRetries, a robots.txt unreachable past them, and an address
+	// the crawl's guard refuses. It is not called for each retry. resp is
+	// nil when no response came; err is never nil: for a status, "404 Not
+	// Found". It is called from several goroutines at once; a page that
+	// comes back after a worker stopped before settling it may be
+	// reported again. nil = none.
+	OnFailure func(ctx context.Context, req *Request, resp *Response, err error)
 	// Extract adds fields to the default Page item (Page.Fields): name ->
 	// CSS selector with an optional suffix saying what to take from each
 	// match: "::text" (the default), "::attr(NAME)" (href and src made
