@@ -114,7 +114,8 @@ type failure struct {
 func (f failure) String() string { return fmt.Sprintf("{%d %v}", f.status, f.err) }
 
 // TestOnError: OnError gets a 404 once with its status, a 500 retried
-// MaxRetries times once after the retries with the reason, and a refused
+// MaxRetries times (OnRequest sees each attempt) once after the retries
+// with the reason, and a refused
 // connection (its robots.txt first, as robots.txt is obeyed by default)
 // once after the retries; a page that answers 200 is not reported.
 func TestOnError(t *testing.T) {
@@ -148,6 +149,14 @@ func TestOnError(t *testing.T) {
 	cfg.Crawl.Logger = slog.New(slog.DiscardHandler) // the dead letters are warned of
 	c := trawl.New(cfg)
 	c.OnHTML("a[href]", func(e *trawl.Element) { e.Follow(e.Attr("href")) })
+	attempts := 0
+	c.OnRequest(func(r *trawl.Request) {
+		if strings.HasSuffix(r.URL, "/broken") {
+			mu.Lock()
+			attempts++
+			mu.Unlock()
+		}
+	})
 	c.OnError(func(r *trawl.Response, err error) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -163,8 +172,8 @@ func TestOnError(t *testing.T) {
 	if f := got[srv.URL+"/missing"]; len(f) != 1 || f[0].status != 404 || f[0].err.Error() != "404 Not Found" {
 		t.Errorf("OnError got /missing %+v, want once with 404 and \"404 Not Found\"", f)
 	}
-	if broken != 3 {
-		t.Errorf("/broken was fetched %d times, want 3 (MaxRetries 2)", broken)
+	if broken != 3 || attempts != 3 {
+		t.Errorf("/broken was fetched %d times, OnRequest saw it %d times; want 3 each (MaxRetries 2)", broken, attempts)
 	}
 	if f := got[srv.URL+"/broken"]; len(f) != 1 || f[0].status != 500 ||
 		!strings.Contains(f[0].err.Error(), "retries exhausted after 3 attempts: Internal Server Error") {
@@ -175,5 +184,27 @@ func TestOnError(t *testing.T) {
 	}
 	if len(got) != 3 {
 		t.Errorf("OnError got %d pages, want 3: %+v", len(got), got)
+	}
+}
+
+// TestOnErrorItemWarns: an item emitted or a link followed in OnError is
+// dropped with a warning, not silently.
+func TestOnErrorItemWarns(t *testing.T) {
+	srv := linkSite(t, map[string][]string{}, nil)
+	logs, logger := logBuffer(slog.LevelWarn)
+	cfg := trawl.Config{InMemory: true, Output: io.Discard}
+	cfg.Crawl.Logger = logger
+	c := trawl.New(cfg)
+	c.OnError(func(r *trawl.Response, err error) {
+		r.Item(map[string]string{"broken": r.Request.URL})
+		r.Follow("/elsewhere")
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.Run(ctx, srv.URL+"/gone"); !errors.Is(err, trawl.ErrNothingDone) {
+		t.Errorf("Run: %v, want ErrNothingDone (the start URL answered 404)", err)
+	}
+	if n := strings.Count(logs.String(), "OnError followed links or emitted items"); n != 1 {
+		t.Errorf("the drop was warned of %d times, want once; log:\n%s", n, logs)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/PuerkitoBio/goquery"
@@ -231,8 +232,8 @@ func (c *Crawler) OnRequest(fn func(r *Request)) {
 // the retries. It is not called for each retry. r.StatusCode is the
 // status, 0 when no response came (r.Body is then empty); err says why
 // ("404 Not Found", "retries exhausted after 4 attempts: Internal Server
-// Error", the fetch's error) and wraps the cause. r.Follow and r.Item do
-// nothing there: the page is done. fn runs on several goroutines at once.
+// Error", the fetch's error) and wraps the cause. r.Follow and r.Item are
+// dropped there, with a warning: the page is done. fn runs on several goroutines at once.
 // A page may be reported again if its worker stops before it records the
 // page as done.
 func (c *Crawler) OnError(fn func(r *Response, err error)) {
@@ -277,6 +278,7 @@ func hooks(cfg *engine.Config, requests []func(*Request), failures []func(*Respo
 		}
 	}
 	if len(failures) > 0 {
+		var warned atomic.Bool
 		prev := cfg.OnFailure
 		cfg.OnFailure = func(ctx context.Context, req *engine.Request, resp *engine.Response, err error) {
 			if prev != nil {
@@ -289,6 +291,10 @@ func hooks(cfg *engine.Config, requests []func(*Request), failures []func(*Respo
 			r := &Response{Response: resp, ctx: ctx, crawler: c, callback: name, base: resp.URL}
 			for _, fn := range failures {
 				fn(r, err)
+			}
+			if len(r.res.Requests)+len(r.res.Items) > 0 && !warned.Swap(true) {
+				cfg.Logger.Warn("OnError followed links or emitted items; they are dropped, the page having failed (said once)",
+					"url", engine.Redact(req.URL))
 			}
 		}
 	}
@@ -392,7 +398,6 @@ func (c *Crawler) Run(ctx context.Context, startURLs ...string) (err error) {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	hooks(&cfg, requests, failures, callbackName(hs), c)
 	if c.cfg.Serve {
 		cfg.IdleTimeout = 0
 	} else if cfg.IdleTimeout == 0 {
@@ -408,6 +413,7 @@ func (c *Crawler) Run(ctx context.Context, startURLs ...string) (err error) {
 		// Nothing silent: the crawl's warnings reach the program's log.
 		cfg.Logger = slog.New(warnings{slog.Default().Handler()})
 	}
+	hooks(&cfg, requests, failures, callbackName(hs), c)
 	c.mu.Lock()
 	c.stats = cfg.Stats
 	c.mu.Unlock()
