@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -8,6 +9,7 @@ import (
 	"os"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -100,7 +102,8 @@ func TestTruncateJSONLines(t *testing.T) {
 
 // TestErrorItems (9.13): with ErrorItems, a broken link gives an item with
 // its status and the page that links to it; a 5xx past the retry limit
-// and an unreachable link too; without it, neither.
+// and an unreachable link too; without it, neither. Config.OnFailure is
+// told of the same pages, once each, either way.
 func TestErrorItems(t *testing.T) {
 	dead := httptest.NewServer(http.NotFoundHandler())
 	deadURL := dead.URL
@@ -118,11 +121,22 @@ func TestErrorItems(t *testing.T) {
 	defer srv.Close()
 	for _, on := range []bool{false, true} {
 		var sink memSink
+		var mu sync.Mutex
+		failed := map[string][]string{} // OnFailure's calls, by URL
 		b, f := newBackends(t)
 		c, err := engine.New(b, f, engine.Config{
 			IdleTimeout: 200 * time.Millisecond, IgnoreRobots: true, ErrorItems: on, Sink: &sink,
 			MaxRetries: 1, RetryBackoff: time.Millisecond, AllowedDomains: []string{"127.0.0.1"},
 			TrustedHosts: []string{"127.0.0.1"},
+			OnFailure: func(_ context.Context, req *engine.Request, resp *engine.Response, err error) {
+				status := 0
+				if resp != nil {
+					status = resp.StatusCode
+				}
+				mu.Lock()
+				failed[req.URL] = append(failed[req.URL], fmt.Sprintf("%d %v", status, err != nil))
+				mu.Unlock()
+			},
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -144,6 +158,16 @@ func TestErrorItems(t *testing.T) {
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("ErrorItems=%v: items\n got %v\nwant %v", on, got, want)
 		}
+		// OnFailure is told of the same pages, once each (not per retry),
+		// with or without ErrorItems.
+		wantFailed := map[string][]string{
+			srv.URL + "/gone": {"404 true"}, srv.URL + "/broken": {"500 true"}, deadURL + "/x": {"0 true"},
+		}
+		mu.Lock()
+		if !reflect.DeepEqual(failed, wantFailed) {
+			t.Errorf("ErrorItems=%v: OnFailure\n got %v\nwant %v", on, failed, wantFailed)
+		}
+		mu.Unlock()
 	}
 }
 
