@@ -943,7 +943,7 @@ func extendAll(ctx context.Context, ds []broker.Extender, lease time.Duration, f
 
 // action is how a delivery is settled.
 type action struct {
-	kind   int // ackKind, giveBackKind, rejectKind, nackKind, writeKind, releaseKind
+	kind   int // ackKind, giveBackKind, rejectKind, nackKind, writeKind
 	delay  time.Duration
 	reason string
 	w      *write // writeKind: what to write before the delivery is acknowledged
@@ -955,17 +955,12 @@ const (
 	rejectKind
 	nackKind
 	writeKind
-	releaseKind
 )
 
 func ack() action                 { return action{kind: ackKind} }
 func giveBack() action            { return action{kind: giveBackKind} }
 func reject(reason string) action { return action{kind: rejectKind, reason: reason} }
 func nack(d time.Duration) action { return action{kind: nackKind, delay: d} }
-
-// release is the action of a page whose work a failing backend stopped:
-// the delivery goes back uncounted (broker.Delivery.Release).
-func release() action { return action{kind: releaseKind} }
 
 // written is the action of a page that yields links or items: they are
 // written (with those of other pages, see writeAll), then the delivery is
@@ -977,7 +972,7 @@ func written(w *write) action {
 	return action{kind: writeKind, w: w}
 }
 func (a action) String() string {
-	return [...]string{"ack", "give back", "reject", "nack", "write, then ack", "release"}[a.kind]
+	return [...]string{"ack", "give back", "reject", "nack", "write, then ack"}[a.kind]
 }
 func (a action) is(kind int) bool { return a.kind == kind }
 
@@ -1217,10 +1212,13 @@ type givenUp struct {
 func (g *givenUp) Error() string { return g.reason }
 func (g *givenUp) Unwrap() error { return g.err }
 
-// errorItem writes, with Config.ErrorItems, the item of a page that
-// failed for good, when then (how the delivery is settled) is final: an
-// ack or a reject, not a retry; then it tells Config.OnFailure (see
-// failed). A failed write nacks the page instead, and tells nothing yet.
+// errorItem has the writer write, with Config.ErrorItems, the item of a
+// page that failed for good, when then (how the delivery is settled) is
+// final: an ack or a reject, not a retry; once the item is written, the
+// writer tells Config.OnFailure (see failed) and settles the delivery
+// with then. The write fails as any page's does (see writeAll): an item
+// the sink refuses for what it is nacks the page, a sink that cannot
+// write holds it with its batch; either tells nothing yet.
 func (c *Crawler) errorItem(ctx context.Context, req *Request, resp *Response, why error, then action) action {
 	if !c.cfg.ErrorItems || c.cfg.Sink == nil || isSitemap(req) || !(then.is(ackKind) || then.is(rejectKind)) {
 		return c.failed(ctx, req, resp, why, then)
@@ -1239,18 +1237,16 @@ func (c *Crawler) errorItem(ctx context.Context, req *Request, resp *Response, w
 	} else if resp != nil {
 		p.Error = http.StatusText(resp.StatusCode)
 	}
-	if err := c.cfg.Sink.Write(ctx, []any{p}); err != nil {
-		if pageFault(err) {
-			c.log.Warn("the page's error item cannot be written; the page will be retried", "url", Redact(req.URL), "err", err)
-			return nack(c.cfg.retryDelay(1))
-		}
-		// The sink's failure: the page goes back, its attempt unspent.
-		c.writes.fail(err)
-		c.log.Warn("sink write failed; the page goes back to the queue", "url", Redact(req.URL), "err", err)
-		return release()
-	}
-	c.stats.Inc(StatItems)
-	return c.failed(ctx, req, resp, why, then)
+	return action{kind: writeKind, w: &write{parent: req, items: []any{p}, failed: nack(c.cfg.retryDelay(1)),
+		done: then, failure: &failure{req: req, resp: resp, why: why}}}
+}
+
+// failure is a page's failure, told to Config.OnFailure once its error
+// item is written.
+type failure struct {
+	req  *Request
+	resp *Response
+	why  error
 }
 
 // maxRedirects bounds a redirect chain.
@@ -1373,8 +1369,6 @@ func (c *Crawler) settle(ctx context.Context, d broker.Delivery, a action) {
 	case rejectKind:
 		c.stats.Inc(StatDeadLetters)
 		err = d.Reject(sctx, a.reason)
-	case releaseKind:
-		err = d.Release(sctx)
 	default:
 		err = d.Nack(sctx, a.delay)
 	}

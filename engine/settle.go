@@ -161,13 +161,17 @@ func (s *settlement) stop() {
 }
 
 // write is what a page hands to the writer: the links it yields (found
-// on parent's page) and its items, and how its delivery is settled if
-// they cannot be written.
+// on parent's page) and its items, how its delivery is settled once they
+// are written (done: an ack, the zero action, or the reject of a page
+// whose error item it is, once Config.OnFailure was told of failure), and
+// how if they cannot be written (failed).
 type write struct {
-	parent *Request
-	links  []*Request
-	items  []any
-	failed action
+	parent  *Request
+	links   []*Request
+	items   []any
+	done    action
+	failure *failure // with an error item: the page's failure
+	failed  action
 }
 
 // pageWrite is a write with the delivery it settles.
@@ -365,6 +369,14 @@ func (c *Crawler) write(ctx context.Context, ps []pageWrite) error {
 	}
 	c.stats.Add(StatItems, int64(len(items)))
 	for _, p := range ps {
+		if f := p.w.failure; f != nil {
+			c.failed(ctx, f.req, f.resp, f.why, p.w.done)
+		}
+		if p.w.done.is(rejectKind) {
+			c.settle(ctx, p.d, p.w.done)
+			c.release(p.d)
+			continue
+		}
 		c.ackHeld(ctx, p.d, gen)
 	}
 	return nil

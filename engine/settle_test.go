@@ -232,6 +232,10 @@ func (h *countingHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mu.Lock()
 	h.fetches[r.URL.Path]++
 	h.mu.Unlock()
+	if strings.HasPrefix(r.URL.Path, "/gone") {
+		http.NotFound(w, r)
+		return
+	}
 	w.Header().Set("Content-Type", "text/html")
 	fmt.Fprint(w, "<html>")
 	for _, l := range treeLinks(r.URL.Path) {
@@ -617,6 +621,54 @@ func TestBackendFailureHoldsBatch(t *testing.T) {
 			if n := bc.site.count(p); n != 1 {
 				t.Errorf("%s fetched %d times, want once", p, n)
 			}
+		}
+	})
+}
+
+// With ErrorItems, a page that fails for good (a 404) whose error item
+// the sink refuses for no page's fault (three writes in a row) is held
+// with its batch and written again, as any page: it is fetched once, not
+// released and fetched again until the failures' clock runs out, and the
+// crawl completes with its item.
+func TestErrorItemHeldWhileSinkFails(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		bc := newBubbleCrawl(t, true, nil, Config{RetryBackoff: 100 * time.Millisecond, ErrorItems: true, FailureTimeout: time.Minute})
+		const gone = "/gone/at/depth" // a 404, linking nowhere (see treeLinks)
+		if err := bc.c.Seed(t.Context(), StartURL{URL: "http://site.test" + gone}); err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		failed := 0
+		next := bc.c.cfg.Sink
+		bc.c.cfg.Sink = sinkFunc(func(ctx context.Context, items []any) error {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, it := range items {
+				if p := it.(*Page); p.Status == http.StatusNotFound && failed < 3 {
+					failed++
+					return errors.New("sink down")
+				}
+			}
+			return next.Write(ctx, items)
+		})
+		if err := bc.c.Run(t.Context()); err != nil {
+			t.Fatalf("run: %v", err)
+		}
+		if failed != 3 {
+			t.Fatalf("%d writes failed, want 3: the test tests nothing", failed)
+		}
+		if n := bc.site.count(gone); n != 1 {
+			t.Errorf("%s fetched %d times, want once: its error item's failed write gave it back", gone, n)
+		}
+		ops := bc.log.all()
+		for _, op := range ops {
+			if strings.HasPrefix(op, "nack ") || strings.HasPrefix(op, "release ") {
+				t.Errorf("%s: a page whose batch the sink refused was settled other than by an ack", op)
+			}
+		}
+		checkOrder(t, ops, append(treePages(), gone)...) // its error item too
+		if n, _ := bc.mb.Counts(t.Context(), RequestsQueue("trawl")); n != (broker.Counts{}) {
+			t.Errorf("frontier after the crawl: %+v, want empty", n)
 		}
 	})
 }
