@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -632,8 +633,16 @@ func TestBackendFailureHoldsBatch(t *testing.T) {
 // crawl completes with its item.
 func TestErrorItemHeldWhileSinkFails(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		bc := newBubbleCrawl(t, true, nil, Config{RetryBackoff: 100 * time.Millisecond, ErrorItems: true, FailureTimeout: time.Minute})
-		const gone = "/gone/at/depth" // a 404, linking nowhere (see treeLinks)
+		const gone = "/gone/at/depth"    // a 404, linking nowhere (see treeLinks)
+		var told, toldOther atomic.Int32 // OnFailure calls for gone, for any other page
+		onFailure := func(_ context.Context, req *Request, _ *Response, _ error) {
+			if u, _ := url.Parse(req.URL); u.Path == gone {
+				told.Add(1)
+			} else {
+				toldOther.Add(1)
+			}
+		}
+		bc := newBubbleCrawl(t, true, nil, Config{RetryBackoff: 100 * time.Millisecond, ErrorItems: true, FailureTimeout: time.Minute, OnFailure: onFailure})
 		if err := bc.c.Seed(t.Context(), StartURL{URL: "http://site.test" + gone}); err != nil {
 			t.Fatal(err)
 		}
@@ -659,6 +668,9 @@ func TestErrorItemHeldWhileSinkFails(t *testing.T) {
 		}
 		if n := bc.site.count(gone); n != 1 {
 			t.Errorf("%s fetched %d times, want once: its error item's failed write gave it back", gone, n)
+		}
+		if told.Load() != 1 || toldOther.Load() != 0 {
+			t.Errorf("OnFailure told of %s %d times and of other pages %d, want once and never", gone, told.Load(), toldOther.Load())
 		}
 		ops := bc.log.all()
 		for _, op := range ops {
