@@ -143,12 +143,13 @@ func TestRedisOutOfMemory(t *testing.T) {
 	t.Cleanup(func() { client.Close() })
 	site, url := serveSite(t, testsite.Config{Pages: 2000, Links: 10, Seed: 25, NoTraps: true, Latency: 5 * time.Millisecond})
 	name := integration.Name(t)
-	// A lease no stall of a starved machine outlasts: a CI run at load 30
-	// with --lease=3s saw 28 pages of the second crawl fetched twice, their
-	// leases run out while the workbench held them, which is the broker's
-	// at-least-once, not what this test measures. The first worker gives
-	// back what it holds when it stops, so no page waits for its lease.
-	args := append([]string{"crawl"}, redisArgs(t, name, "--redis-url", srv.URL, "--lease=15s",
+	// A lease a starved machine's stalls do not outlast: a CI run at load
+	// 30 with --lease=3s saw 28 pages of the second crawl fetched twice,
+	// their leases run out while the workbench held them (the broker's
+	// at-least-once, not what this test measures). Not much longer: a
+	// stopping worker waits up to a third of it for its consumer's blocking
+	// pop (15s made the exit 15.2s after the first refused write).
+	args := append([]string{"crawl"}, redisArgs(t, name, "--redis-url", srv.URL, "--lease=6s",
 		"--concurrency="+strconv.Itoa(concurrency), "--failure-timeout="+failureTimeout.String(), url)...)
 	ctx := t.Context()
 	info, err := client.Info(ctx, "memory").Result()
