@@ -17,7 +17,7 @@ import (
 // with every page fetched once (a lease that ran out would have brought a
 // held page back for a second fetch).
 func TestPauseResume(t *testing.T) {
-	site, url := sitetest.Serve(t, testsite.Config{Pages: 200, Links: 5, Seed: 9, NoTraps: true, Latency: 20 * time.Millisecond})
+	site, url := sitetest.Serve(t, testsite.Config{Pages: 1000, Links: 5, Seed: 9, NoTraps: true, Latency: 20 * time.Millisecond})
 	const lease = 2 * time.Second
 	b, err := memory.New(memory.Config{Lease: lease})
 	if err != nil {
