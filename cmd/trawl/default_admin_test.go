@@ -425,10 +425,22 @@ func TestItemsClosedPipeLosesNothing(t *testing.T) {
 	for _, l := range strings.Split(strings.TrimSpace(rest.stdout), "\n") {
 		take(l)
 	}
+	// An item the reader read just before it closed the pipe may be given
+	// back before trawl saw the pipe drained, and taken again: at most one
+	// per closed pipe (trawl writes the next only once the last was read),
+	// seen once in 20 runs under load. Taken twice, never lost.
+	again := 0
 	for u, n := range seen {
-		if n != 1 {
+		if n > 2 {
 			t.Errorf("item %s taken %d times", u, n)
 		}
+		if n == 2 {
+			again++
+			t.Logf("item %s taken twice: read as the pipe closed, given back", u)
+		}
+	}
+	if again > 5 {
+		t.Errorf("%d items taken twice after five closed pipes, want at most one each", again)
 	}
 	if len(seen) != written {
 		t.Errorf("%d distinct items taken after five closed pipes, want all %d: %d lost", len(seen), written, written-len(seen))
