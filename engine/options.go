@@ -151,7 +151,8 @@ type Config struct {
 	// quick. req is a copy of the request made for this attempt, with its
 	// own Header (never nil) and Meta: a header set there is sent with
 	// this attempt only, and the callback sees req as Response.Request.
-	// It must not change URL, Method or Body. nil = none.
+	// It must not change URL, Method or Body. A panic in it is not
+	// recovered. nil = none.
 	BeforeFetch func(ctx context.Context, req *Request)
 	// OnFailure, if not nil, is called when a page (not robots.txt, not
 	// sitemaps) fails for good, where ErrorItems would emit its item: a
@@ -164,7 +165,10 @@ type Config struct {
 	// nil when no response came; err is never nil: for a status, "404 Not
 	// Found". It is called from several goroutines at once; a page that
 	// comes back after a worker stopped before settling it may be
-	// reported again. nil = none.
+	// reported again. With ErrorItems it runs on the writer once the
+	// page's error item is written, so a slow OnFailure holds up every
+	// page's writes: it should be quick. A panic in it is not recovered.
+	// nil = none.
 	OnFailure func(ctx context.Context, req *Request, resp *Response, err error)
 	// Extract adds fields to the default Page item (Page.Fields): name ->
 	// CSS selector with an optional suffix saying what to take from each
