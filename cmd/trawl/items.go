@@ -19,6 +19,11 @@ import (
 // cannot count its queue.
 const itemsWait = 2 * time.Second
 
+// itemsWaitCounted is how long items waits for items its broker counts
+// ready before it gives up on them (a starved machine can take seconds to
+// deliver them); it says why after itemsWait.
+const itemsWaitCounted = 30 * time.Second
+
 func newItemsCmd(o *options) *cobra.Command {
 	var max int
 	cmd := &cobra.Command{
@@ -155,13 +160,8 @@ func (o *options) takeQueue(ctx context.Context, b *deployment.Deployment, max i
 				return taken, nil
 			}
 		}
-		rctx, cancel := context.WithTimeout(ctx, itemsWait)
-		ds, err := b.Broker.Receive(rctx, q, o.batch(max, taken))
-		cancel()
-		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-			return taken, nil // nothing more within itemsWait
-		}
-		if err != nil {
+		ds, err := o.receiveItems(ctx, b.Broker, q, o.batch(max, taken), counter != nil)
+		if err != nil || len(ds) == 0 {
 			return taken, err
 		}
 		for i, d := range ds {
@@ -183,4 +183,36 @@ func (o *options) takeQueue(ctx context.Context, b *deployment.Deployment, max i
 		}
 	}
 	return taken, nil
+}
+
+// receiveItems receives up to n items of queue q. It gives up after
+// itemsWait with nothing received (none, nil); where the broker counted
+// items ready (counted), it waits for them up to itemsWaitCounted, saying
+// why on stderr once itemsWait has passed.
+func (o *options) receiveItems(ctx context.Context, b broker.Broker, q string, n int, counted bool) ([]broker.Delivery, error) {
+	wait := itemsWait
+	if counted {
+		wait = itemsWaitCounted
+	}
+	start, said := time.Now(), false
+	for {
+		slice := min(itemsWait, wait-time.Since(start))
+		if slice <= 0 {
+			if counted {
+				fmt.Fprintf(o.stderr, "trawl: the broker counts items ready on %s, but none came within %s; stopping\n", q, wait)
+			}
+			return nil, nil
+		}
+		rctx, cancel := context.WithTimeout(ctx, slice)
+		ds, err := b.Receive(rctx, q, n)
+		cancel()
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			if !said && counted {
+				said = true
+				fmt.Fprintf(o.stderr, "trawl: the broker counts items ready on %s, but none came within %s; waiting for them up to %s\n", q, itemsWait, wait)
+			}
+			continue
+		}
+		return ds, err
+	}
 }
