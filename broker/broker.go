@@ -196,6 +196,10 @@ type Counts struct {
 	Ready    int64 // waiting to be delivered (including delayed ones)
 	InFlight int64 // delivered, not yet settled
 	Dead     int64 // in the dead-letter queue
+	// Delayed are those of Ready not yet due (a retry's back-off, a nack
+	// with a delay): counted in Ready too, so that Ready+InFlight still
+	// says whether work is left.
+	Delayed int64
 }
 
 // Counter is implemented by brokers that can count a queue. The engine uses

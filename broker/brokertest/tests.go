@@ -328,7 +328,7 @@ func (s *suite) testNackDelay(t *testing.T) {
 		t.Skipf("inconclusive: publishing and receiving took longer than the delay %v", delay)
 	}
 	ack(t, other)
-	waitCounts(t, b, q, broker.Counts{Ready: 1}) // a delayed message counts as ready
+	waitCounts(t, b, q, broker.Counts{Ready: 1, Delayed: 1}) // a delayed message counts as ready, and as delayed
 	d = nil
 	if rest := delay/2 - time.Since(start); rest > 0 {
 		ctx, cancel := context.WithTimeout(t.Context(), rest)
@@ -1157,7 +1157,7 @@ func (s *suite) testCounts(t *testing.T) {
 	if err := ds[1].Nack(t.Context(), time.Minute); err != nil {
 		t.Fatalf("Nack(1m): %v", err)
 	}
-	waitCounts(t, b, q, broker.Counts{Ready: 1, Dead: 1}) // delayed counts as ready
+	waitCounts(t, b, q, broker.Counts{Ready: 1, Dead: 1, Delayed: 1}) // delayed counts as ready, and as delayed
 	if pg, ok := b.(broker.Purger); ok {
 		if err := pg.Purge(t.Context(), q); err != nil {
 			t.Fatalf("Purge: %v", err)

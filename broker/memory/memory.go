@@ -303,6 +303,7 @@ func (b *Broker) Counts(_ context.Context, queue string) (broker.Counts, error) 
 		Ready:    int64(q.ready.len() + q.delayed.len()),
 		InFlight: int64(q.leased.len()),
 		Dead:     int64(len(q.dead)),
+		Delayed:  int64(q.delayed.len()),
 	}, nil
 }
 

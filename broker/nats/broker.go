@@ -791,7 +791,8 @@ func (b *Broker) Close() error {
 }
 
 // Counts counts queue: Ready is the band consumers' pending messages plus
-// the delayed ones, InFlight their delivered and unacknowledged ones (a
+// the delayed ones (the delay consumer's, pending or held until due; also
+// counted as Delayed), InFlight their delivered and unacknowledged ones (a
 // lease that expired counts until the message is delivered again), Dead the
 // messages of the dead-letter stream. It creates nothing: an unknown queue
 // counts zero.
@@ -815,7 +816,8 @@ func (b *Broker) Counts(ctx context.Context, queue string) (broker.Counts, error
 		}
 		info := cons.CachedInfo()
 		if i == n.delayIdx() {
-			c.Ready += int64(info.NumPending) + int64(info.NumAckPending)
+			c.Delayed = int64(info.NumPending) + int64(info.NumAckPending)
+			c.Ready += c.Delayed
 		} else {
 			c.Ready += int64(info.NumPending)
 			c.InFlight += int64(info.NumAckPending)

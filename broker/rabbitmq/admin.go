@@ -120,6 +120,9 @@ func (b *Broker) family(ctx context.Context, q string) ([]queueStats, error) {
 // looks for every delay queue name a queue can have, so none is missed.
 // What this rule cannot see is a message published to the crawl's queues
 // from outside (trawl seed) after the crawl was found done.
+//
+// Delayed counts the messages of queue's delay queues: one whose TTL ran
+// out counts as delayed until the server moves it back to queue.
 func (b *Broker) Counts(ctx context.Context, queue string) (broker.Counts, error) {
 	if err := b.check("counts", queue); err != nil {
 		return broker.Counts{}, err
@@ -218,6 +221,7 @@ func (b *Broker) countAPI(ctx context.Context, queue string) (broker.Counts, err
 			c.Dead += s.Ready + s.Unacknowledged
 		default: // a delay queue
 			c.Ready += s.Ready + s.Unacknowledged
+			c.Delayed += s.Ready + s.Unacknowledged
 		}
 	}
 	return c, nil

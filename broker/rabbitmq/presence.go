@@ -524,6 +524,7 @@ func (b *Broker) countAMQP(ctx context.Context, s *session, queue string) (c bro
 			continue
 		}
 		c.Ready += n
+		c.Delayed += n
 	}
 	n, _, err := in.inspect(queue)
 	if err != nil {

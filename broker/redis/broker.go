@@ -523,21 +523,22 @@ func (b *Broker) ackGroup(ctx context.Context, group []*delivery) []error {
 	return errs
 }
 
-// Counts counts queue: ready includes delayed messages; leases that ran
-// out but were not yet given back count as in flight.
+// Counts counts queue: ready includes the delayed messages (the :delayed
+// key, also counted as Delayed); leases that ran out but were not yet
+// given back count as in flight.
 func (b *Broker) Counts(ctx context.Context, queue string) (broker.Counts, error) {
 	if err := b.check("count", queue); err != nil {
 		return broker.Counts{}, err
 	}
 	k := keysFor(queue)
 	res, err := countScript.Run(ctx, b.client, []string{k.ready, k.inflight, k.delayed, k.dead}, b.mode).Int64Slice()
-	if err == nil && len(res) != 3 {
+	if err == nil && len(res) != 4 {
 		err = fmt.Errorf("unexpected script reply of %d values", len(res))
 	}
 	if err != nil {
 		return broker.Counts{}, opErr("count", queue, err)
 	}
-	return broker.Counts{Ready: res[0], InFlight: res[1], Dead: res[2]}, nil
+	return broker.Counts{Ready: res[0], InFlight: res[1], Dead: res[2], Delayed: res[3]}, nil
 }
 
 // Purge deletes queue's messages: ready, delayed, in flight and dead.

@@ -267,11 +267,12 @@ return out
 //
 // KEYS: ready, inflight, delayed, dead
 // ARGV: mode
-// Returns: {ready + delayed, inflight, dead}
+// Returns: {ready + delayed, inflight, dead, delayed}
 var countScript = goredis.NewScript(`
 local ready
 if ARGV[1] == 'p' then ready = redis.call('ZCARD', KEYS[1]) else ready = redis.call('LLEN', KEYS[1]) end
-return {ready + redis.call('ZCARD', KEYS[3]), redis.call('ZCARD', KEYS[2]), redis.call('LLEN', KEYS[4])}
+local delayed = redis.call('ZCARD', KEYS[3])
+return {ready + delayed, redis.call('ZCARD', KEYS[2]), redis.call('LLEN', KEYS[4]), delayed}
 `)
 
 // requeueScript moves the oldest dead letters back to ready as new
