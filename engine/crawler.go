@@ -941,41 +941,6 @@ func extendAll(ctx context.Context, ds []broker.Extender, lease time.Duration, f
 	wg.Wait()
 }
 
-// action is how a delivery is settled.
-type action struct {
-	kind   int // ackKind, giveBackKind, rejectKind, nackKind, writeKind
-	delay  time.Duration
-	reason string
-	w      *write // writeKind: what to write before the delivery is acknowledged
-}
-
-const (
-	ackKind = iota
-	giveBackKind
-	rejectKind
-	nackKind
-	writeKind
-)
-
-func ack() action                 { return action{kind: ackKind} }
-func giveBack() action            { return action{kind: giveBackKind} }
-func reject(reason string) action { return action{kind: rejectKind, reason: reason} }
-func nack(d time.Duration) action { return action{kind: nackKind, delay: d} }
-
-// written is the action of a page that yields links or items: they are
-// written (with those of other pages, see writeAll), then the delivery is
-// acknowledged; if they cannot be written, it is settled with failed.
-func written(w *write) action {
-	if len(w.links) == 0 && len(w.items) == 0 {
-		return ack()
-	}
-	return action{kind: writeKind, w: w}
-}
-func (a action) String() string {
-	return [...]string{"ack", "give back", "reject", "nack", "write, then ack"}[a.kind]
-}
-func (a action) is(kind int) bool { return a.kind == kind }
-
 // handle processes one delivery and settles it. ctx is Run's context (its
 // end means: start nothing new); work stays alive until the page is done.
 func (c *Crawler) handle(ctx, work context.Context, d broker.Delivery, req *Request) {
@@ -992,11 +957,10 @@ func (c *Crawler) handle(ctx, work context.Context, d broker.Delivery, req *Requ
 		return
 	}
 	prior := earlier(req, d)
-	a := c.process(ctx, work, req, prior)
-	switch a.kind {
-	case giveBackKind:
+	switch a := c.process(ctx, work, req, prior).(type) {
+	case giveBackAction:
 		c.republish(work, d, req, prior)
-	case writeKind:
+	case writeAction:
 		c.submit(work, d, a.w)
 	default:
 		c.settle(work, d, a)
@@ -1013,9 +977,44 @@ func earlier(req *Request, d broker.Delivery) int {
 
 // process fetches req and hands the response to its callback; it returns
 // how the delivery is to be settled. prior is the number of earlier
-// deliveries (see earlier).
+// deliveries (see earlier). Each step returns the page's action when it
+// settles the page, nil when the page goes on to the next.
 func (c *Crawler) process(ctx, work context.Context, req *Request, prior int) action {
-	asked := time.Now() // before the address guard is asked (see refuse)
+	v := &visit{req: req, prior: prior, asked: time.Now()} // asked: before the address guard is asked (see refuse)
+	if a := c.route(ctx, v); a != nil {
+		return a
+	}
+	if a := c.checkRobots(ctx, work, v); a != nil {
+		return a
+	}
+	if a := c.fetchPage(ctx, work, v); a != nil {
+		return a
+	}
+	if a := c.judge(work, v); a != nil {
+		return a
+	}
+	return c.follow(work, v)
+}
+
+// visit is one delivery's page on its way through process.
+type visit struct {
+	req   *Request
+	prior int       // earlier deliveries (see earlier)
+	asked time.Time // before the address guard was asked (see refuse)
+	u     *url.URL  // req's URL, parsed
+	cb    Callback
+	// recyclable: the callback is the default one, which keeps nothing
+	// of the body
+	recyclable bool
+	fetched    *Request // the copy of req fetched (see beforeFetch)
+	resp       *Response
+}
+
+// route checks v's URL and looks up its callback: before the fetch, so
+// that a request for a callback this worker does not have is not fetched
+// for nothing.
+func (c *Crawler) route(ctx context.Context, v *visit) action {
+	req := v.req
 	if len(req.URL) > MaxURLLength {
 		c.fail(ErrorBadURL, nil)
 		return reject(fmt.Sprintf("%v: %d bytes, the limit is %d", ErrURLTooLong, len(req.URL), MaxURLLength))
@@ -1025,46 +1024,58 @@ func (c *Crawler) process(ctx, work context.Context, req *Request, prior int) ac
 		c.fail(ErrorBadURL, nil)
 		return reject(fmt.Sprintf("bad url %q", Redact(req.URL)))
 	}
-	// The callback is looked up before the fetch: a request for a callback
-	// this worker does not have is not fetched for nothing.
+	v.u = u
 	cb, ok := c.cfg.Callbacks[req.Callback]
 	if !ok {
 		cb, ok = c.builtinCallback(req.Callback)
 	}
-	recyclable := false // the default callback: it keeps nothing of the body
 	if !ok {
 		if req.Callback != "" {
 			reason := c.unknownCallback(ctx, req)
 			c.fail(ErrorCallback, errors.New(reason))
 			return reject(reason)
 		}
-		cb = c.defaultCallback
-		recyclable = true
+		cb, v.recyclable = c.defaultCallback, true
 	}
-	if c.robots != nil {
-		ok, delay, sitemaps, err := c.robots.check(ctx, u)
-		if ctx.Err() != nil {
-			return giveBack()
-		}
-		switch {
-		case errors.Is(err, ErrLocalRefusal):
-			return c.failed(work, req, nil, redactErr(err), c.refuse(ctx, req, u, asked, err))
-		case errors.Is(err, ErrRobotsUnavailable):
-			return c.failed(work, req, nil, redactErr(err), c.robotsDown(req, prior, u, err))
-		case err != nil:
-			c.logPage(ctx, slog.LevelDebug, req, "robots.txt check failed; allowing", "err", err)
-		case req.Callback == CallbackRobotsSitemaps:
-			return c.robotsSitemaps(req, u, sitemaps) // the cache holds the file: not fetched again
-		}
-		if delay > 0 {
-			c.limiter.SetDelay(u.Host, delay)
-		}
-		if !ok {
-			c.stats.Inc(StatRobotsForbidden)
-			c.logPage(ctx, slog.LevelDebug, req, "forbidden by robots.txt")
-			return ack()
-		}
+	v.cb = cb
+	return nil
+}
+
+// checkRobots asks robots.txt about v, unless robots are ignored.
+func (c *Crawler) checkRobots(ctx, work context.Context, v *visit) action {
+	if c.robots == nil {
+		return nil
 	}
+	req, u := v.req, v.u
+	ok, delay, sitemaps, err := c.robots.check(ctx, u)
+	if ctx.Err() != nil {
+		return giveBack()
+	}
+	switch {
+	case errors.Is(err, ErrLocalRefusal):
+		return c.failed(work, req, nil, redactErr(err), c.refuse(ctx, req, u, v.asked, err))
+	case errors.Is(err, ErrRobotsUnavailable):
+		return c.failed(work, req, nil, redactErr(err), c.robotsDown(req, v.prior, u, err))
+	case err != nil:
+		c.logPage(ctx, slog.LevelDebug, req, "robots.txt check failed; allowing", "err", err)
+	case req.Callback == CallbackRobotsSitemaps:
+		return c.robotsSitemaps(req, u, sitemaps) // the cache holds the file: not fetched again
+	}
+	if delay > 0 {
+		c.limiter.SetDelay(u.Host, delay)
+	}
+	if !ok {
+		c.stats.Inc(StatRobotsForbidden)
+		c.logPage(ctx, slog.LevelDebug, req, "forbidden by robots.txt")
+		return ack()
+	}
+	return nil
+}
+
+// fetchPage fetches v once its host has a slot and this worker is under
+// MaxPages, and settles a fetch that failed.
+func (c *Crawler) fetchPage(ctx, work context.Context, v *visit) action {
+	req, u := v.req, v.u
 	release, err := c.limiter.Acquire(ctx, u.Host)
 	if err != nil {
 		return giveBack()
@@ -1076,31 +1087,35 @@ func (c *Crawler) process(ctx, work context.Context, req *Request, prior int) ac
 		c.started.Add(1)
 	}
 	c.stats.Inc(StatRequests)
-	fetched := req
+	v.fetched = req
 	if c.cfg.BeforeFetch != nil && !isSitemap(req) {
-		fetched = c.beforeFetch(work, req)
+		v.fetched = c.beforeFetch(work, req)
 	}
 	began := time.Now()
-	resp, err := c.fetchRequest(work, fetched)
+	v.resp, err = c.fetchRequest(work, v.fetched)
 	c.stats.ObserveFetch(time.Since(began))
 	release()
-	if errors.Is(err, ErrLocalRefusal) {
+	switch {
+	case errors.Is(err, ErrLocalRefusal):
 		c.started.Add(-1)
-		return c.failed(work, fetched, nil, redactErr(err), c.refuse(ctx, req, u, asked, err))
-	}
-	if err == nil {
+		return c.failed(work, v.fetched, nil, redactErr(err), c.refuse(ctx, req, u, v.asked, err))
+	case err == nil:
 		c.refused.streak.Store(0)
+		return nil
+	case isRetryable(err):
+		c.limiter.Backoff(u.Host, time.Now().Add(c.cfg.backoff(v.prior+1)))
+		return c.errorItem(work, v.fetched, nil, redactErr(err), c.retry(req, v.prior, err, 0))
 	}
-	if err != nil {
-		if isRetryable(err) {
-			c.limiter.Backoff(u.Host, time.Now().Add(c.cfg.backoff(prior+1)))
-			return c.errorItem(work, fetched, nil, redactErr(err), c.retry(req, prior, err, 0))
-		}
-		err = redactErr(err)
-		c.fail(fetchErrorKind(err), err)
-		c.logPage(work, slog.LevelInfo, req, "fetch failed", "err", err)
-		return c.errorItem(work, fetched, nil, err, ack())
-	}
+	err = redactErr(err)
+	c.fail(fetchErrorKind(err), err)
+	c.logPage(work, slog.LevelInfo, req, "fetch failed", "err", err)
+	return c.errorItem(work, v.fetched, nil, err, ack())
+}
+
+// judge counts v's response and settles it unless it is a 2xx, which
+// callbacks see: a 429 or 503 or a 5xx is retried, a redirect followed.
+func (c *Crawler) judge(work context.Context, v *visit) action {
+	req, u, resp := v.req, v.u, v.resp
 	if o, ok := c.limiter.(LatencyObserver); ok {
 		o.Observe(u.Host, resp.Latency, resp.StatusCode)
 	}
@@ -1113,7 +1128,7 @@ func (c *Crawler) process(ctx, work context.Context, req *Request, prior int) ac
 	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
 		wait, ok := retryAfter(resp.Header, time.Now())
 		if !ok {
-			wait = c.cfg.backoff(prior + 1)
+			wait = c.cfg.backoff(v.prior + 1)
 		}
 		if wait > maxBackoff {
 			c.log.Warn("Retry-After over the one-minute cap: holding the host for a minute", "host", u.Host,
@@ -1122,20 +1137,26 @@ func (c *Crawler) process(ctx, work context.Context, req *Request, prior int) ac
 		}
 		c.limiter.Backoff(u.Host, time.Now().Add(wait))
 		why := errors.New(http.StatusText(resp.StatusCode))
-		return c.errorItem(work, fetched, resp, why, c.retry(req, prior, why, wait))
+		return c.errorItem(work, v.fetched, resp, why, c.retry(req, v.prior, why, wait))
 	case code >= 500:
-		c.limiter.Backoff(u.Host, time.Now().Add(c.cfg.backoff(prior+1)))
+		c.limiter.Backoff(u.Host, time.Now().Add(c.cfg.backoff(v.prior+1)))
 		why := errors.New(http.StatusText(resp.StatusCode))
-		return c.errorItem(work, fetched, resp, why, c.retry(req, prior, why, 0))
+		return c.errorItem(work, v.fetched, resp, why, c.retry(req, v.prior, why, 0))
 	case code >= 300 && code < 400 && resp.Header.Get("Location") != "":
 		return c.redirect(work, req, resp)
 	case code < 200 || code >= 300:
 		// Counted above; callbacks see 2xx only.
-		return c.errorItem(work, fetched, resp, nil, ack())
+		return c.errorItem(work, v.fetched, resp, nil, ack())
 	}
+	return nil
+}
 
-	res, err := cb(work, resp)
-	if recyclable {
+// follow hands v's 2xx response to its callback: what it returns is
+// written, then the delivery acknowledged.
+func (c *Crawler) follow(work context.Context, v *visit) action {
+	req, resp := v.req, v.resp
+	res, err := v.cb(work, resp)
+	if v.recyclable {
 		c.fetcher.recycle(resp.Body)
 		resp.Body = nil
 	}
@@ -1145,7 +1166,7 @@ func (c *Crawler) process(ctx, work context.Context, req *Request, prior int) ac
 		return ack()
 	case err != nil:
 		err = fmt.Errorf("callback: %w", err)
-		return c.failed(work, fetched, resp, err, c.retry(req, prior, err, 0))
+		return c.failed(work, v.fetched, resp, err, c.retry(req, v.prior, err, 0))
 	}
 	for _, r := range res.Requests {
 		if r.Depth == 0 {
@@ -1158,7 +1179,7 @@ func (c *Crawler) process(ctx, work context.Context, req *Request, prior int) ac
 	// A failed write is never acknowledged: the page is nacked (the
 	// broker's delivery limit applies, not MaxRetries), its links stay
 	// claimed without marks, and its next attempt publishes them.
-	return written(&write{parent: req, links: res.Requests, items: res.Items, failed: nack(c.cfg.retryDelay(prior + 1))})
+	return written(&write{parent: req, links: res.Requests, items: res.Items, failed: nack(c.cfg.retryDelay(v.prior + 1))})
 }
 
 // logPage logs msg about req, with its URL, if level is enabled: a
@@ -1187,16 +1208,17 @@ func (c *Crawler) beforeFetch(ctx context.Context, req *Request) *Request {
 // response's status), when then (how the delivery is settled) is final:
 // an ack or a reject, not a retry nor a give-back. It returns then.
 func (c *Crawler) failed(ctx context.Context, req *Request, resp *Response, why error, then action) action {
-	if c.cfg.OnFailure == nil || isSitemap(req) || !(then.is(ackKind) || then.is(rejectKind)) {
+	if c.cfg.OnFailure == nil || isSitemap(req) || !isFinal(then) {
 		return then
 	}
+	r, rejected := then.(rejectAction)
 	switch {
-	case then.is(rejectKind) && why != nil:
-		why = &givenUp{reason: then.reason, err: why}
+	case rejected && why != nil:
+		why = &givenUp{reason: r.reason, err: why}
 	case why == nil && resp != nil:
 		why = fmt.Errorf("%d %s", resp.StatusCode, http.StatusText(resp.StatusCode))
 	case why == nil:
-		why = errors.New(then.reason)
+		why = errors.New(r.reason)
 	}
 	c.cfg.OnFailure(ctx, req, resp, why)
 	return then
@@ -1220,7 +1242,7 @@ func (g *givenUp) Unwrap() error { return g.err }
 // the sink refuses for what it is nacks the page, a sink that cannot
 // write holds it with its batch; either tells nothing yet.
 func (c *Crawler) errorItem(ctx context.Context, req *Request, resp *Response, why error, then action) action {
-	if !c.cfg.ErrorItems || c.cfg.Sink == nil || isSitemap(req) || !(then.is(ackKind) || then.is(rejectKind)) {
+	if !c.cfg.ErrorItems || c.cfg.Sink == nil || isSitemap(req) || !isFinal(then) {
 		return c.failed(ctx, req, resp, why, then)
 	}
 	p := &Page{Depth: req.Depth, Referrer: req.Referrer, FetchedAt: time.Now().UTC(), Meta: req.Meta}
@@ -1237,7 +1259,7 @@ func (c *Crawler) errorItem(ctx context.Context, req *Request, resp *Response, w
 	} else if resp != nil {
 		p.Error = http.StatusText(resp.StatusCode)
 	}
-	return action{kind: writeKind, w: &write{parent: req, items: []any{p}, failed: nack(c.cfg.retryDelay(1)),
+	return writeAction{w: &write{parent: req, items: []any{p}, failed: nack(c.cfg.retryDelay(1)),
 		done: then, failure: &failure{req: req, resp: resp, why: why}}}
 }
 
@@ -1362,15 +1384,17 @@ func (c *Crawler) settle(ctx context.Context, d broker.Delivery, a action) {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
 	var err error
-	switch a.kind {
-	case ackKind:
+	switch a := a.(type) {
+	case ackAction:
 		c.ack(ctx, d)
 		return
-	case rejectKind:
+	case rejectAction:
 		c.stats.Inc(StatDeadLetters)
 		err = d.Reject(sctx, a.reason)
-	default:
+	case nackAction:
 		err = d.Nack(sctx, a.delay)
+	default: // a give-back or a write, settled here: nacked at once
+		err = d.Nack(sctx, 0)
 	}
 	if err != nil {
 		// The lease was lost or the broker is gone: the message comes back

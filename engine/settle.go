@@ -162,7 +162,7 @@ func (s *settlement) stop() {
 
 // write is what a page hands to the writer: the links it yields (found
 // on parent's page) and its items, how its delivery is settled once they
-// are written (done: an ack, the zero action, or the reject of a page
+// are written (done: an ack, or nil, or the reject of a page
 // whose error item it is, once Config.OnFailure was told of failure), and
 // how if they cannot be written (failed).
 type write struct {
@@ -372,7 +372,7 @@ func (c *Crawler) write(ctx context.Context, ps []pageWrite) error {
 		if f := p.w.failure; f != nil {
 			c.failed(ctx, f.req, f.resp, f.why, p.w.done)
 		}
-		if p.w.done.is(rejectKind) {
+		if _, ok := p.w.done.(rejectAction); ok {
 			c.settle(ctx, p.d, p.w.done)
 			c.release(p.d)
 			continue
