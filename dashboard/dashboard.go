@@ -85,8 +85,9 @@ type Snapshot struct {
 	Paused bool
 }
 
-// Queue is a queue's depth. Delayed is -1 where the broker does not tell
-// delayed messages from ready ones (it counts them as ready).
+// Queue is a queue's depth, as trawl stats counts it: Ready includes the
+// Delayed ones (not yet due: a retry's back-off). Delayed is -1 where the
+// queue has no such count (Redis's start URLs).
 type Queue struct {
 	Name     string `json:"name"`
 	Ready    int64  `json:"ready"`

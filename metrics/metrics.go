@@ -16,7 +16,7 @@
 //	trawl_start_urls_total               counter   start URLs taken
 //	trawl_fetch_duration_seconds         histogram fetch durations
 //	trawl_in_flight_pages                gauge     pages this worker holds
-//	trawl_queue_messages{queue,state}    gauge     the broker's queues (ready, in_flight, dead)
+//	trawl_queue_messages{queue,state}    gauge     the broker's queues (ready, in_flight, dead; delayed, of ready)
 //	trawl_filter_entries                 gauge     fingerprints in the duplicate filter
 //	trawl_filter_size_bytes              gauge     memory of the duplicate filter
 //
@@ -117,7 +117,7 @@ func New(cfg Config) *Collector {
 		errors:    prometheus.NewDesc("trawl_errors_total", "Pages lost to errors, by kind.", []string{"kind"}, l),
 		fetch:     prometheus.NewDesc("trawl_fetch_duration_seconds", "Duration of fetches, request sent to body read or failure.", nil, l),
 		inFlight:  prometheus.NewDesc("trawl_in_flight_pages", "Pages this worker holds now.", nil, l),
-		queue:     prometheus.NewDesc("trawl_queue_messages", "Messages in the crawl's queues, by state (ready, in_flight, dead), counted by the broker at scrape time.", []string{"queue", "state"}, l),
+		queue:     prometheus.NewDesc("trawl_queue_messages", "Messages in the crawl's queues, by state (ready, in_flight, dead; delayed: those of ready not yet due), counted by the broker at scrape time.", []string{"queue", "state"}, l),
 		entries:   prometheus.NewDesc("trawl_filter_entries", "Fingerprints in the duplicate filter.", nil, l),
 		sizeBytes: prometheus.NewDesc("trawl_filter_size_bytes", "Memory the duplicate filter's bits take.", nil, l),
 	}
@@ -179,6 +179,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.descs.queue, prometheus.GaugeValue, float64(n.Ready), q, "ready")
 			ch <- prometheus.MustNewConstMetric(c.descs.queue, prometheus.GaugeValue, float64(n.InFlight), q, "in_flight")
 			ch <- prometheus.MustNewConstMetric(c.descs.queue, prometheus.GaugeValue, float64(n.Dead), q, "dead")
+			ch <- prometheus.MustNewConstMetric(c.descs.queue, prometheus.GaugeValue, float64(n.Delayed), q, "delayed")
 		}
 	}
 }

@@ -184,9 +184,9 @@ func TestCrawlMetrics(t *testing.T) {
 	if f.Len() == 0 || value(t, fams, "trawl_filter_size_bytes", gauge) <= 0 {
 		t.Errorf("the filter holds the crawl's URLs: %d entries", f.Len())
 	}
-	for _, state := range []string{"ready", "in_flight", "dead"} {
+	for _, state := range []string{"ready", "in_flight", "dead", "delayed"} {
 		n, _ := b.Counts(ctx, engine.RequestsQueue("books"))
-		want := map[string]int64{"ready": n.Ready, "in_flight": n.InFlight, "dead": n.Dead}[state]
+		want := map[string]int64{"ready": n.Ready, "in_flight": n.InFlight, "dead": n.Dead, "delayed": n.Delayed}[state]
 		eq("trawl_queue_messages{state="+state+"}", value(t, fams, "trawl_queue_messages", gauge, "queue", "books:requests", "state", state), want)
 	}
 	for _, name := range []string{"go_goroutines", "process_cpu_seconds_total", "process_resident_memory_bytes"} {

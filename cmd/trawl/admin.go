@@ -280,7 +280,8 @@ trawl purge deletes them with the crawl.`,
 }
 
 // stats reads what trawl stats shows: the shared counters, and the
-// queues' counts keyed QUEUE/ready, QUEUE/in_flight and QUEUE/dead.
+// queues' counts keyed QUEUE/ready, QUEUE/in_flight, QUEUE/dead and
+// QUEUE/delayed (those of ready not yet due).
 func (o *options) stats(ctx context.Context, b *deployment.Deployment) (map[string]int64, error) {
 	out := map[string]int64{}
 	if b.Stats != nil {
@@ -308,7 +309,7 @@ func (o *options) stats(ctx context.Context, b *deployment.Deployment) (map[stri
 				return nil, err
 			}
 			k := b.QueueName(q)
-			out[k+"/ready"], out[k+"/in_flight"], out[k+"/dead"] = n.Ready, n.InFlight, n.Dead
+			out[k+"/ready"], out[k+"/in_flight"], out[k+"/dead"], out[k+"/delayed"] = n.Ready, n.InFlight, n.Dead, n.Delayed
 		}
 	}
 	return out, nil

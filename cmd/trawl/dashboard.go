@@ -208,13 +208,15 @@ func (s *dashboardSource) Snapshot(ctx context.Context) (dashboard.Snapshot, err
 }
 
 // queuesOf gathers the queue counts of stats (keys QUEUE/ready,
-// QUEUE/in_flight, QUEUE/dead, as trawl stats prints them).
+// QUEUE/in_flight, QUEUE/dead, QUEUE/delayed, as trawl stats prints
+// them). A queue without a delayed count (the start URLs kept in Redis)
+// has Delayed -1.
 func queuesOf(stats map[string]int64) []dashboard.Queue {
 	var out []dashboard.Queue
 	idx := map[string]int{}
 	for k, v := range stats {
 		name, field, ok := cutLast(k, "/")
-		if !ok || (field != "ready" && field != "in_flight" && field != "dead") {
+		if !ok || (field != "ready" && field != "in_flight" && field != "dead" && field != "delayed") {
 			continue
 		}
 		i, seen := idx[name]
@@ -230,6 +232,8 @@ func queuesOf(stats map[string]int64) []dashboard.Queue {
 			out[i].InFlight = v
 		case "dead":
 			out[i].Dead = v
+		case "delayed":
+			out[i].Delayed = v
 		}
 	}
 	slices.SortFunc(out, func(a, b dashboard.Queue) int { return strings.Compare(a.Name, b.Name) })

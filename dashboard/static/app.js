@@ -92,7 +92,7 @@ function render(s) {
   }), "no worker has announced itself", 8);
 
   fill("queues", (s.queues || []).map(q => row([q.name, { text: fmt(q.ready), cls: "n" }, { text: fmt(q.in_flight), cls: "n" },
-    { text: q.delayed < 0 ? "(in ready)" : fmt(q.delayed), cls: "n" }, { text: fmt(q.dead), cls: "n" }])), "no queue counts", 5);
+    { text: q.delayed < 0 ? "–" : fmt(q.delayed), cls: "n" }, { text: fmt(q.dead), cls: "n" }])), "no queue counts", 5);
 
   fill("deadletters", (s.dead_letters || []).map(d => row([d.queue, d.what, d.reason])), "none", 3);
   $("requeue").hidden = !(s.can_requeue && (s.dead_letters || []).length > 0);
