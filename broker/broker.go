@@ -33,6 +33,11 @@ var (
 type Message struct {
 	Body     []byte
 	Priority int
+	// Key chooses the partition of a broker whose queues are split (see
+	// Partitioned, PartitionOf): a request's PartitionKey. Brokers
+	// without partitions ignore it; it is not stored, and the Message of
+	// a delivery has none.
+	Key string
 }
 
 // Delivery is one message handed to one consumer under a lease. It must be

@@ -1347,7 +1347,7 @@ func (c *Crawler) republish(ctx context.Context, d broker.Delivery, req *Request
 	cp.Retries = prior
 	body, err := cp.MarshalBinary()
 	if err == nil {
-		err = c.broker.Publish(ctx, d.Queue(), broker.Message{Body: body, Priority: d.Message().Priority})
+		err = c.broker.Publish(ctx, d.Queue(), broker.Message{Body: body, Priority: d.Message().Priority, Key: c.partitionKey(req.URL)})
 	}
 	if err != nil {
 		c.log.Warn("give back failed; nacking", "url", Redact(req.URL), "err", err)
@@ -1773,7 +1773,7 @@ func (c *Crawler) enqueueAll(ctx context.Context, pages []links) error {
 		if err != nil {
 			return fmt.Errorf("engine: encode %s: %w", Redact(l.r.URL), err)
 		}
-		msgs = append(msgs, broker.Message{Body: body, Priority: l.r.Priority})
+		msgs = append(msgs, broker.Message{Body: body, Priority: l.r.Priority, Key: broker.PartitionKey(l.u.Host, c.cfg.PartitionBy)})
 	}
 	if len(msgs) == 0 {
 		remember()

@@ -111,6 +111,13 @@ type Config struct {
 	// It counts this worker's links only: n workers may publish up to n
 	// times as many. 0 = unlimited.
 	MaxPagesPerHost int
+	// Partitions splits the crawl's queues into that many partitions, each
+	// a queue of the broker's own (see broker.Partitioned), and
+	// PartitionBy says what a request's partition key is (its host, by
+	// default). They are stored with the crawl; the broker must have been
+	// opened with the same count (package deployment does so). 0 = 1.
+	Partitions  int
+	PartitionBy broker.PartitionBy
 	// StartBatch is how many start URLs a worker moves into the frontier
 	// at once (one filter call, one publish), whenever the frontier holds
 	// fewer requests than the worker has free slots. 0 = 256.
@@ -233,6 +240,9 @@ func (c Config) compile() (*compiled, error) {
 	}
 	if c.Delay < 0 || c.IdleTimeout < 0 || c.RetryBackoff < 0 {
 		errs = append(errs, errors.New("durations must not be negative"))
+	}
+	if c.Partitions < 0 || c.Partitions > broker.MaxPartitions {
+		errs = append(errs, fmt.Errorf("partitions %d: want 1 to %d", c.Partitions, broker.MaxPartitions))
 	}
 	if c.MaxPages < 0 || c.StartBatch < 0 || c.MaxLinks < 0 || c.MaxPagesPerHost < 0 {
 		errs = append(errs, errors.New("limits must not be negative"))

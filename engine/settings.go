@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/url"
 	"os"
 	"regexp"
 	"slices"
@@ -31,18 +32,28 @@ const (
 	SettingMaxLinks     = "max-links"
 	SettingQueryValues  = "max-query-values"
 	SettingHostPages    = "max-pages-per-host"
+	SettingPartitions   = "partitions"
+	SettingPartitionBy  = "partition-by"
 )
 
 // SettingNames lists every setting a worker may adopt or insist on, in
 // the order conflicts are reported. Trusted hosts are not among them:
 // they are merged (see Settings.TrustedHosts).
 var SettingNames = []string{SettingAllowDomain, SettingAllowPrivate, SettingInclude, SettingExclude,
-	SettingMaxDepth, SettingExtract, SettingIgnoreRobots, SettingMaxLinks, SettingQueryValues, SettingHostPages}
+	SettingMaxDepth, SettingExtract, SettingIgnoreRobots, SettingMaxLinks, SettingQueryValues, SettingHostPages,
+	SettingPartitions, SettingPartitionBy}
+
+// fixedSettings are the settings that OverrideSettings cannot change: the
+// crawl's queued requests sit in the partitions they decide (trawl
+// repartition moves them).
+var fixedSettings = []string{SettingPartitions, SettingPartitionBy}
 
 // SettingsVersion is the version of the encoding Settings.Encode writes.
 // DecodeSettings refuses a later one: a worker never crawls by settings
-// it cannot read whole.
-const SettingsVersion = 1
+// it cannot read whole. Settings of one partition keyed by host are
+// written as version 1, which versions before partitions read, and the
+// others as version 2, which they refuse.
+const SettingsVersion = 2
 
 // settingsKey is the Metadata key of a crawl's settings.
 const settingsKey = "settings"
@@ -92,6 +103,10 @@ type Settings struct {
 	MaxQueryValues int `json:"max_query_values,omitempty"`
 	// MaxPagesPerHost as Config.MaxPagesPerHost: 0 for unlimited.
 	MaxPagesPerHost int `json:"max_pages_per_host,omitempty"`
+	// Partitions as Config.Partitions: at least 1.
+	Partitions int `json:"partitions,omitempty"`
+	// PartitionBy as Config.PartitionBy.
+	PartitionBy broker.PartitionBy `json:"partition_by,omitempty"`
 }
 
 // normalize gives the guards of s their defaults where they are 0 (as in
@@ -107,6 +122,7 @@ func (s *Settings) normalize() {
 		s.MaxQueryValues = -1
 	}
 	s.MaxPagesPerHost = max(s.MaxPagesPerHost, 0)
+	s.Partitions = max(s.Partitions, 1)
 }
 
 // SettingsOf returns the settings of cfg, normalised so that equal
@@ -123,6 +139,8 @@ func SettingsOf(cfg Config) Settings {
 		MaxLinks:        cfg.MaxLinks,
 		MaxQueryValues:  cfg.MaxQueryValues,
 		MaxPagesPerHost: cfg.MaxPagesPerHost,
+		Partitions:      cfg.Partitions,
+		PartitionBy:     cfg.PartitionBy,
 	}
 	s.normalize()
 	for _, d := range cfg.AllowedDomains {
@@ -158,7 +176,11 @@ type encoded struct {
 
 // Encode returns s as JSON, with its version.
 func (s Settings) Encode() ([]byte, error) {
-	b, err := json.Marshal(encoded{Version: SettingsVersion, Settings: s})
+	v := SettingsVersion
+	if s.Partitions <= 1 && s.PartitionBy == broker.PartitionByHost {
+		v, s.Partitions = 1, 0 // as versions before partitions wrote them
+	}
+	b, err := json.Marshal(encoded{Version: v, Settings: s})
 	if err != nil {
 		return nil, fmt.Errorf("encode crawl settings: %w", err)
 	}
@@ -222,6 +244,10 @@ func (s Settings) value(name string) string {
 			return "unlimited"
 		}
 		return fmt.Sprint(s.MaxPagesPerHost)
+	case SettingPartitions:
+		return fmt.Sprint(s.Partitions)
+	case SettingPartitionBy:
+		return s.PartitionBy.String()
 	}
 	return "?"
 }
@@ -260,6 +286,10 @@ func (s *Settings) set(name string, from Settings) {
 		s.MaxQueryValues = from.MaxQueryValues
 	case SettingHostPages:
 		s.MaxPagesPerHost = from.MaxPagesPerHost
+	case SettingPartitions:
+		s.Partitions = from.Partitions
+	case SettingPartitionBy:
+		s.PartitionBy = from.PartitionBy
 	}
 }
 
@@ -295,6 +325,9 @@ type SettingConflict struct {
 type SettingsError struct {
 	Crawl     string
 	Conflicts []SettingConflict
+	// Fixed says that the conflicts are of settings that cannot be
+	// overridden (the partitions).
+	Fixed bool
 }
 
 func (e *SettingsError) Error() string {
@@ -302,6 +335,10 @@ func (e *SettingsError) Error() string {
 	fmt.Fprintf(&b, "crawl %q: %v:", e.Crawl, ErrSettingsConflict)
 	for _, c := range e.Conflicts {
 		fmt.Fprintf(&b, " --%s: the crawl has %s, this worker was given %s;", c.Name, c.Stored, c.Given)
+	}
+	if e.Fixed {
+		b.WriteString(" leave these flags out to adopt the crawl's; they cannot be overridden, only changed on a stopped crawl (trawl repartition)")
+		return b.String()
 	}
 	b.WriteString(" leave these flags out to adopt the crawl's settings, or override them (trawl: --override-settings; engine: Config.OverrideSettings)")
 	return b.String()
@@ -382,6 +419,11 @@ func JoinSettings(ctx context.Context, m broker.Metadata, crawl string, own Sett
 		if len(conflicts) > 0 && !o.Override {
 			return Settings{}, &SettingsError{Crawl: crawl, Conflicts: conflicts}
 		}
+		if fixed := slices.DeleteFunc(slices.Clone(conflicts), func(c SettingConflict) bool {
+			return !slices.Contains(fixedSettings, c.Name)
+		}); len(fixed) > 0 {
+			return Settings{}, &SettingsError{Crawl: crawl, Conflicts: fixed, Fixed: true}
+		}
 		for _, c := range conflicts {
 			log.Warn("overriding the crawl's setting", "crawl", crawl, "setting", c.Name, "stored", c.Stored, "given", c.Given)
 		}
@@ -420,6 +462,7 @@ func (c *Crawler) apply(s Settings) error {
 	cc.Extract = s.Extract
 	cc.IgnoreRobots = s.IgnoreRobots
 	cc.MaxLinks, cc.MaxQueryValues, cc.MaxPagesPerHost = s.MaxLinks, s.MaxQueryValues, s.MaxPagesPerHost
+	cc.Partitions, cc.PartitionBy = s.Partitions, s.PartitionBy
 	var err error
 	if cc.include, err = compilePatterns("include", s.Include); err != nil {
 		return fmt.Errorf("crawl %q: stored settings: %w", cc.Name, err)
@@ -465,6 +508,9 @@ func (c *Crawler) joinCrawl(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := c.checkPartitions(s); err != nil {
+		return err
+	}
 	own := SettingsOf(c.cfg.Config)
 	if err := publishTrust(ctx, m, c.cfg.Name, own.TrustedHosts); err != nil {
 		return err
@@ -477,6 +523,34 @@ func (c *Crawler) joinCrawl(ctx context.Context) error {
 	c.joined = true
 	c.shared.Store(true)
 	return nil
+}
+
+// ErrPartitions is returned by Seed and Run when the crawl's partition
+// count is not the broker's (see Config.Partitions).
+var ErrPartitions = errors.New("the broker's partitions are not the crawl's")
+
+// checkPartitions returns an error wrapping ErrPartitions unless the
+// broker splits its queues into the crawl's partitions.
+func (c *Crawler) checkPartitions(s Settings) error {
+	n := 1
+	if p, ok := c.broker.(broker.Partitioned); ok {
+		n = p.Partitions()
+	}
+	if n != s.Partitions {
+		return fmt.Errorf("crawl %q: %w: the crawl has %d, the broker was opened with %d (trawl: give --partitions %d, or leave it out)",
+			c.cfg.Name, ErrPartitions, s.Partitions, n, s.Partitions)
+	}
+	return nil
+}
+
+// partitionKey is the partition key of a request to rawURL (see
+// broker.Message.Key); "" when it does not parse.
+func (c *Crawler) partitionKey(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return ""
+	}
+	return broker.PartitionKey(u.Host, c.cfg.PartitionBy)
 }
 
 // metadata is where the crawl's settings are kept, or nil.

@@ -154,8 +154,8 @@ func TestSettingsEncoding(t *testing.T) {
 	if err != nil || !got.Equal(s) {
 		t.Errorf("round trip: %+v, %v; want %+v", got, err, s)
 	}
-	if _, err := engine.DecodeSettings([]byte(`{"version":2,"max_depth":3}`)); !errors.Is(err, engine.ErrSettingsVersion) {
-		t.Errorf("version 2: %v, want ErrSettingsVersion", err)
+	if _, err := engine.DecodeSettings([]byte(`{"version":3,"max_depth":3}`)); !errors.Is(err, engine.ErrSettingsVersion) {
+		t.Errorf("version 3: %v, want ErrSettingsVersion", err)
 	}
 	if _, err := engine.DecodeSettings([]byte(`{"version":1,"max_depth":0}`)); err == nil {
 		t.Error("depth 0 accepted")

@@ -38,6 +38,8 @@ var scrapySettings = map[string]string{
 	"max-links":           "",
 	"max-query-values":    "",
 	"max-pages-per-host":  "",
+	"partitions":          "",
+	"partition-by":        "",
 	"max-pages":           "`CLOSESPIDER_PAGECOUNT`",
 	"name":                "`SCHEDULER_QUEUE_KEY`, `DUPEFILTER_KEY`, `REDIS_START_URLS_KEY`, `REDIS_ITEMS_KEY` (all derive from it)",
 	"no-cookies":          "`COOKIES_ENABLED = False`",

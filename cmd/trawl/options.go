@@ -28,8 +28,10 @@ type options struct {
 	concurrency, perHost             int
 	delay, idleTimeout, lease        time.Duration
 	maxDepth, maxPages               int
-	maxLinks, maxQueryValues         int // --max-links, --max-query-values
-	maxPagesPerHost                  int // --max-pages-per-host
+	maxLinks, maxQueryValues         int    // --max-links, --max-query-values
+	maxPagesPerHost                  int    // --max-pages-per-host
+	partitions                       int    // --partitions
+	partitionBy                      string // --partition-by
 	allowDomains, extract            []string
 	include, exclude                 []string
 	out, dataDirFlag, metricsAddr    string
@@ -120,6 +122,8 @@ func (o *options) addCrawlFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.maxLinks, "max-links", engine.DefaultMaxLinks, "links followed per page, the first in document order; the others are counted (links/dropped) and logged")
 	fs.IntVar(&o.maxQueryValues, "max-query-values", engine.DefaultMaxQueryValues, "URL-trap guard: new values followed of one query parameter along links that change only it (a session id handed on, ?sid=), per host; the others are counted (url/trap) and warned about (0: no guard)")
 	fs.IntVar(&o.maxPagesPerHost, "max-pages-per-host", 0, "links of one host a worker follows, a page budget; the others are counted (scheduler/host_budget) and warned about (0: unlimited)")
+	fs.IntVar(&o.partitions, "partitions", 1, "NATS and RabbitMQ: split the crawl's queues into this many partitions by a hash of each request's host, each a stream or queue of its own with its own leader, so that the crawl spreads over a cluster's servers (stored with the crawl; changed only by trawl repartition)")
+	fs.StringVar(&o.partitionBy, "partition-by", "host", "what decides a request's partition: host, or domain (its registrable domain, so that a site's subdomains share one)")
 	fs.StringArrayVar(&o.allowDomains, "allow-domain", nil, "domain links may lead to, with subdomains: a host name such as example.com, no scheme or wildcard (repeat the flag for more; default: the start URLs' hosts)")
 	fs.StringArrayVar(&o.include, "include", nil, "follow only URLs matching this regular expression, taken whole (repeat the flag for more)")
 	fs.StringArrayVar(&o.exclude, "exclude", nil, "do not follow URLs matching this regular expression, taken whole (repeat the flag for more)")
@@ -160,6 +164,12 @@ func (o *options) setup() error {
 	}
 	if _, err := broker.ParseOrder(o.order); err != nil {
 		errs = append(errs, fmt.Errorf("--order %q: want priority, fifo or lifo", o.order))
+	}
+	if o.partitions < 1 || o.partitions > broker.MaxPartitions {
+		errs = append(errs, fmt.Errorf("--partitions %d: want 1 to %d", o.partitions, broker.MaxPartitions))
+	}
+	if _, err := broker.ParsePartitionBy(o.partitionBy); err != nil {
+		errs = append(errs, fmt.Errorf("--partition-by %q: want host or domain", o.partitionBy))
 	}
 	if o.name == "" || strings.ContainsAny(o.name, " {}") {
 		errs = append(errs, fmt.Errorf("--name %q: want a non-empty name without spaces or braces", o.name))
@@ -305,6 +315,7 @@ func (o *options) engineConfig() engine.Config {
 		// 0 here is no guard, -1 for the engine
 		MaxQueryValues:  cmp.Or(o.maxQueryValues, -1),
 		MaxPagesPerHost: o.maxPagesPerHost,
+		Partitions:      o.partitions,
 		AllowedDomains:  o.allowDomains,
 		Include:         o.include,
 		Exclude:         o.exclude,
@@ -319,6 +330,7 @@ func (o *options) engineConfig() engine.Config {
 		Logger:          o.log,
 	}
 	o.session.apply(&cfg.Fetch)
+	cfg.PartitionBy, _ = broker.ParsePartitionBy(o.partitionBy) // checked by setup
 	cfg.Sitemaps = o.sitemaps
 	cfg.AutoThrottle = o.autoThrottle()
 	if o.retryTimes == 0 {

@@ -1,0 +1,119 @@
+package broker
+
+import (
+	"fmt"
+	"hash/crc32"
+	"net"
+	"strings"
+
+	"golang.org/x/net/publicsuffix"
+)
+
+// A crawl's queues may be split into partitions (trawl --partitions N), so
+// that one crawl spreads over the servers of a broker cluster: a queue of
+// a broker with N partitions is N queues of the backend (streams on NATS,
+// queues on RabbitMQ), each with its own leader. A message goes to the
+// partition of its Key (see PartitionOf); one without a Key to partition
+// 0. A broker's consumers drain all the partitions of a queue, and its
+// counts add them up. With one partition (the default) a broker's layout
+// and names are those of a broker without partitions.
+//
+// The partition of a request is that of its host (or of its registrable
+// domain, PartitionByDomain), so that one host's queue, filter entries and
+// politeness state sit in one partition. PartitionKey and PartitionOf are
+// the one definition of it: a crawl's stored messages depend on them, and
+// they must not change between versions.
+
+// MaxPartitions bounds a crawl's partition count.
+const MaxPartitions = 256
+
+// Partitioned is implemented by brokers whose queues are split into
+// partitions.
+type Partitioned interface {
+	// Partitions is the number of partitions of every queue of the
+	// broker: 1 when they are not split.
+	Partitions() int
+}
+
+// PartitionBy says what a request's partition key is: its host, or its
+// registrable domain.
+type PartitionBy uint8
+
+const (
+	// PartitionByHost keys a request by its host name. The default.
+	PartitionByHost PartitionBy = iota
+	// PartitionByDomain keys a request by its registrable domain (the
+	// public suffix and one label: "example.co.uk" for
+	// "www.example.co.uk"), so that a site's subdomains share a
+	// partition.
+	PartitionByDomain
+)
+
+// String returns "host" or "domain".
+func (p PartitionBy) String() string {
+	switch p {
+	case PartitionByHost:
+		return "host"
+	case PartitionByDomain:
+		return "domain"
+	}
+	return "partition-by(?)"
+}
+
+// MarshalText returns String's text (how crawl settings store it).
+func (p PartitionBy) MarshalText() ([]byte, error) {
+	if p > PartitionByDomain {
+		return nil, fmt.Errorf("%w: partition key %d", ErrInvalid, p)
+	}
+	return []byte(p.String()), nil
+}
+
+// UnmarshalText parses what MarshalText returns.
+func (p *PartitionBy) UnmarshalText(b []byte) error {
+	v, err := ParsePartitionBy(string(b))
+	if err != nil {
+		return err
+	}
+	*p = v
+	return nil
+}
+
+// ParsePartitionBy parses "host" (or "") or "domain".
+func ParsePartitionBy(s string) (PartitionBy, error) {
+	switch s {
+	case "", "host":
+		return PartitionByHost, nil
+	case "domain":
+		return PartitionByDomain, nil
+	}
+	return 0, fmt.Errorf("%w: unknown partition key %q (want host or domain)", ErrInvalid, s)
+}
+
+// PartitionKey returns the partition key of a request to host (a URL's
+// host, with or without a port): the host name in lower case without its
+// port and trailing dot, or, by PartitionByDomain, its registrable domain
+// (the host name itself when it has none: an IP address, localhost, a
+// public suffix).
+func PartitionKey(host string, by PartitionBy) string {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.ToLower(strings.Trim(host, "[]")), ".")
+	if by != PartitionByDomain || net.ParseIP(host) != nil {
+		return host
+	}
+	if d, err := publicsuffix.EffectiveTLDPlusOne(host); err == nil {
+		return d
+	}
+	return host
+}
+
+// PartitionOf returns the partition, from 0 to n-1, of a message with key
+// among n partitions: the CRC-32 (IEEE) of the key modulo n. A message
+// without a key, and any message when n <= 1, is in partition 0.
+func PartitionOf(key string, n int) int {
+	if n <= 1 || key == "" {
+		return 0
+	}
+	return int(crc32.ChecksumIEEE([]byte(key)) % uint32(n))
+}
