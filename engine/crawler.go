@@ -1095,6 +1095,7 @@ func (c *Crawler) fetchPage(ctx, work context.Context, v *visit) action {
 	v.resp, err = c.fetchRequest(work, v.fetched)
 	c.stats.ObserveFetch(time.Since(began))
 	release()
+	c.tallyHost(u.Host, v.resp, err)
 	switch {
 	case errors.Is(err, ErrLocalRefusal):
 		c.started.Add(-1)

@@ -33,6 +33,9 @@ type WorkerStatus struct {
 	// Paused says the worker takes no new request: the crawl is paused
 	// (SetPaused) and its receiver waits for resume.
 	Paused bool `json:"paused"`
+	// Hosts are this worker's busiest hosts, at most hostsInRecord (100)
+	// of the hostTallyCap (1,000) it tallies, with the most pages first.
+	Hosts []HostStatus `json:"hosts,omitempty"`
 }
 
 // Lost reports whether w stopped announcing itself without leaving: its
@@ -87,6 +90,7 @@ func (c *Crawler) beat(ctx context.Context, h *heartbeat, stopped bool) {
 	s.Heartbeat, s.Pages, s.Stopped = now, pages, stopped
 	s.Items, s.Errors, s.InFlight = c.stats.Get(StatItems), c.stats.Get(StatErrors), c.stats.InFlight()
 	s.Paused = c.pause.isParked()
+	s.Hosts = c.hostsForRecord(ctx)
 	data, err := json.Marshal(s)
 	if err != nil {
 		return

@@ -52,6 +52,7 @@ type Stats struct {
 	inFlight atomic.Int64                         // pages held by this worker now
 	fetches  [len(FetchBuckets) + 1]atomic.Uint64 // by bucket; the last is +Inf
 	fetchNs  atomic.Int64                         // sum of fetch durations
+	hosts    hostTally                            // the busiest hosts' fetches, for the worker's record
 }
 
 // NewStats returns empty counters.
