@@ -141,6 +141,66 @@ type Worker struct {
 	State string `json:"state"` // running, paused, lost or stopped
 }
 
+// Host is a host's figures across the crawl's workers, from their
+// records (engine.WorkerStatus.Hosts, renewed each heartbeat): pages and
+// errors are summed over every worker that reported the host; the delay
+// is the largest a running worker reports, else the one reported last.
+type Host struct {
+	Host   string `json:"host"`
+	Pages  int64  `json:"pages"`
+	Errors int64  `json:"errors"`
+	// Untallied bounds the fetches the workers' tallies may have missed
+	// (see engine.HostStatus).
+	Untallied int64   `json:"untallied,omitempty"`
+	DelayMs   float64 `json:"delay_ms"` // -1: unknown
+	Workers   int     `json:"workers"`  // how many reported the host
+}
+
+// hostsShown is how many hosts, those with the most pages, the state
+// carries.
+const hostsShown = 100
+
+// mergeHosts adds up the hosts of the workers' records at now.
+func mergeHosts(ws []engine.WorkerStatus, now time.Time) []Host {
+	type merged struct {
+		Host
+		running bool
+		at      time.Time
+	}
+	byName := map[string]*merged{}
+	for _, w := range ws {
+		running := !w.Stopped && !w.Lost(now)
+		for _, h := range w.Hosts {
+			m := byName[h.Host]
+			if m == nil {
+				m = &merged{Host: Host{Host: h.Host, DelayMs: -1}}
+				byName[h.Host] = m
+			}
+			m.Pages += h.Pages
+			m.Errors += h.Errors
+			m.Untallied += h.Untallied
+			m.Workers++
+			switch {
+			case h.DelayMs < 0:
+			case running && (!m.running || h.DelayMs > m.DelayMs),
+				!running && !m.running && w.Heartbeat.After(m.at):
+				m.DelayMs, m.running, m.at = h.DelayMs, running, w.Heartbeat
+			}
+		}
+	}
+	out := make([]Host, 0, len(byName))
+	for _, m := range byName {
+		out = append(out, m.Host)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Pages != out[j].Pages {
+			return out[i].Pages > out[j].Pages
+		}
+		return out[i].Host < out[j].Host
+	})
+	return out[:min(len(out), hostsShown)]
+}
+
 // Totals are the headline figures, taken from the stats.
 type Totals struct {
 	Pages        int64            `json:"pages"`
@@ -165,6 +225,7 @@ type State struct {
 	Stats       map[string]int64 `json:"stats"`
 	Queues      []Queue          `json:"queues"`
 	Workers     []Worker         `json:"workers"`
+	Hosts       []Host           `json:"hosts"` // the most pages first (see Host)
 	DeadLetters []DeadLetter     `json:"dead_letters"`
 	Settings    any              `json:"settings"`
 	CanRequeue  bool             `json:"can_requeue"`
@@ -303,6 +364,7 @@ func (d *Dashboard) record(now time.Time, snap Snapshot) {
 		}
 		st.Workers = append(st.Workers, Worker{WorkerStatus: w, State: s})
 	}
+	st.Hosts = mergeHosts(snap.Workers, now)
 	p := Point{T: now.UnixMilli(), Delayed: -1}
 	for _, q := range snap.Queues {
 		p.Ready += q.Ready

@@ -315,3 +315,36 @@ func TestPauseResume(t *testing.T) {
 		t.Errorf("after resume: paused %v, status %q", st.Paused, st.Status)
 	}
 }
+
+// TestHostsMerged: the hosts of every worker's record are added up, the
+// most pages first; a host's delay is the largest a running worker
+// reports (a lost worker's stale delay is not shown over it), else the
+// one reported last.
+func TestHostsMerged(t *testing.T) {
+	now := time.Now()
+	ws := []engine.WorkerStatus{
+		{Heartbeat: now, Hosts: []engine.HostStatus{{Host: "a", Pages: 10, Errors: 1, DelayMs: 50}, {Host: "b", Pages: 3, DelayMs: 5}}},
+		{Heartbeat: now, Hosts: []engine.HostStatus{{Host: "a", Pages: 5, Errors: 2, DelayMs: 80, Untallied: 4}}},
+		{Heartbeat: now.Add(-time.Hour), Hosts: []engine.HostStatus{{Host: "a", Pages: 1, DelayMs: 999}, {Host: "c", Pages: 30, DelayMs: 7}}}, // lost
+		{Heartbeat: now.Add(-time.Minute), Stopped: true, Hosts: []engine.HostStatus{{Host: "c", Pages: 2, DelayMs: 9}, {Host: "d", Pages: 1, DelayMs: -1}}},
+	}
+	src := &source{snaps: []Snapshot{{Workers: ws}}}
+	d := New(src, Config{})
+	d.Sample(context.Background())
+	var st State
+	getJSON(t, d, "/api/state", &st)
+	want := []Host{
+		{Host: "c", Pages: 32, DelayMs: 9, Workers: 2},
+		{Host: "a", Pages: 16, Errors: 3, Untallied: 4, DelayMs: 80, Workers: 3},
+		{Host: "b", Pages: 3, DelayMs: 5, Workers: 1},
+		{Host: "d", Pages: 1, DelayMs: -1, Workers: 1},
+	}
+	if len(st.Hosts) != len(want) {
+		t.Fatalf("hosts = %+v, want %+v", st.Hosts, want)
+	}
+	for i := range want {
+		if st.Hosts[i] != want[i] {
+			t.Errorf("host %d = %+v, want %+v", i, st.Hosts[i], want[i])
+		}
+	}
+}

@@ -4,6 +4,7 @@
 
 const every = 1000;
 const hour = 3600 * 1000;
+const hostsShown = 25;
 const token = new URLSearchParams(location.search).get("token");
 let history = [];
 let lastT = 0;
@@ -34,6 +35,11 @@ function duration(sec) {
   if (sec < 60) return sec + "s";
   if (sec < 3600) return Math.floor(sec / 60) + "m " + (sec % 60) + "s";
   return Math.floor(sec / 3600) + "h " + Math.floor(sec % 3600 / 60) + "m";
+}
+
+function delay(ms) {
+  if (ms === undefined || ms === null || ms < 0) return "–";
+  return ms < 1000 ? Math.round(ms) + " ms" : (ms / 1000).toFixed(ms < 10000 ? 1 : 0) + " s";
 }
 
 function row(cells, cls) {
@@ -90,6 +96,18 @@ function render(s) {
     r.dataset.pid = w.pid;
     return r;
   }), "no worker has announced itself", 8);
+
+  const hosts = s.hosts || [];
+  fill("hosts", hosts.slice(0, hostsShown).map(h => {
+    const r = row([h.host, { text: fmt(h.pages) + (h.untallied ? " (+≤" + fmt(h.untallied) + ")" : ""), cls: "n" },
+      { text: fmt(h.errors), cls: "n" + (h.errors ? " bad" : "") }, { text: delay(h.delay_ms), cls: "n" }, { text: String(h.workers), cls: "n" }]);
+    r.dataset.host = h.host;
+    r.dataset.pages = h.pages;
+    r.dataset.errors = h.errors;
+    r.dataset.delayMs = h.delay_ms;
+    return r;
+  }), "no host fetched yet (workers report theirs every 5 s)", 5);
+  $("hosts-note").textContent = hosts.length > hostsShown ? "(the top " + hostsShown + " of " + hosts.length + " by pages)" : "";
 
   fill("queues", (s.queues || []).map(q => row([q.name, { text: fmt(q.ready), cls: "n" }, { text: fmt(q.in_flight), cls: "n" },
     { text: q.delayed < 0 ? "–" : fmt(q.delayed), cls: "n" }, { text: fmt(q.dead), cls: "n" }])), "no queue counts", 5);
