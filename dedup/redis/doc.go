@@ -55,4 +55,12 @@
 // several parts or more than 8000 bits, runs them in one MULTI/EXEC.) No
 // Lua script is needed: a script would spend most of its time converting
 // its arguments.
+//
+// # Claims
+//
+// Both filters give the writes that claim a batch of fingerprints, their
+// keys and per fingerprint its member or bit offsets (Claims), so that a
+// script of the crawl's slot claims them itself beside other writes:
+// broker/redis's ClaimPublish claims links and publishes the new ones in
+// one atomic step, with the answer Add would give.
 package redis

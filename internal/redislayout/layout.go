@@ -170,12 +170,12 @@ type Key struct {
 // Keys lists every key a crawl NAME may create, each "{NAME}:" + Part:
 // its layout. The first that matches a key is its entry (Match).
 var Keys = []Key{
-	{"requests", []string{"zset", "list"}, "broker/redis.Broker (queue NAME:requests)", []string{"receiveScript", "nackScript", "rejectScript", "extendScript", "countScript", "requeueScript"}},
+	{"requests", []string{"zset", "list"}, "broker/redis.Broker (queue NAME:requests)", []string{"receiveScript", "nackScript", "rejectScript", "extendScript", "countScript", "requeueScript", "claimPublishScript"}},
 	{"requests:inflight", []string{"zset"}, "broker/redis.Broker", []string{"receiveScript", "nackScript", "rejectScript", "extendScript", "countScript"}},
 	{"requests:delayed", []string{"zset"}, "broker/redis.Broker", []string{"receiveScript", "nackScript", "countScript"}},
 	{"requests:dead", []string{"list"}, "broker/redis.Broker", []string{"receiveScript", "nackScript", "rejectScript", "countScript", "requeueScript"}},
-	{"requests:notify", []string{"list"}, "broker/redis.Broker", []string{"receiveScript", "nackScript", "requeueScript"}},
-	{"requests:seq", []string{"string"}, "broker/redis.Broker", []string{"requeueScript"}},
+	{"requests:notify", []string{"list"}, "broker/redis.Broker", []string{"receiveScript", "nackScript", "requeueScript", "claimPublishScript"}},
+	{"requests:seq", []string{"string"}, "broker/redis.Broker", []string{"requeueScript", "claimPublishScript"}},
 	{"start_urls", []string{"list", "set"}, "broker/redis.StartURLs", []string{"takeStartsScript", "returnStartsScript", "requeueStartsScript"}},
 	{"start_urls:dead", []string{"list"}, "broker/redis.StartURLs", []string{"requeueStartsScript"}},
 	{"start_urls:taken", []string{"zset"}, "broker/redis.StartURLs", []string{"takeStartsScript", "confirmStartsScript", "returnStartsScript"}},
@@ -188,8 +188,8 @@ var Keys = []Key{
 	{"host:*:next", []string{"string"}, "broker/redis.HostLimiter", []string{"acquireScript", "observeScript", "backoffScript"}},
 	{"host:*:throttle", []string{"string"}, "broker/redis.HostLimiter", []string{"acquireScript", "observeScript"}},
 	{"dupefilter:meta", []string{"hash"}, "dedup/redis (Set and Bloom)", nil},
-	{"dupefilter:bloom:*", []string{"string"}, "dedup/redis.Bloom", nil},
-	{"dupefilter:*", []string{"set"}, "dedup/redis.Set (one shard, a hex number)", nil},
+	{"dupefilter:bloom:*", []string{"string"}, "dedup/redis.Bloom", []string{"claimPublishScript (broker/redis.ClaimPublish)"}},
+	{"dupefilter:*", []string{"set"}, "dedup/redis.Set (one shard, a hex number)", []string{"claimPublishScript (broker/redis.ClaimPublish)"}},
 }
 
 // Match returns the entry of Keys that key, a key of crawl, belongs to;
