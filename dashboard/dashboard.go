@@ -8,8 +8,10 @@
 // A Dashboard reads the crawl through a Source, samples it every
 // Config.Every while its Run goroutine runs, and keeps the samples of the
 // last hour. When the Source is also a HistoryStore, the samples are
-// saved with the crawl every saveEvery and loaded again at start, so that
-// a dashboard restarted mid-crawl shows the hour before it.
+// saved with the crawl every saveEvery, at their own resolution, in a ring
+// of five-minute segments (see history.go), and loaded again at start, so
+// that a dashboard restarted mid-crawl shows the hour before it, short of
+// the last saveEvery at most.
 //
 // The API:
 //
@@ -30,7 +32,6 @@ import (
 	"crypto/subtle"
 	"embed"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"html/template"
 	"log/slog"
@@ -65,10 +66,13 @@ type Pauser interface {
 }
 
 // HistoryStore is implemented by sources that keep the dashboard's
-// history with the crawl (a few KiB).
+// history with the crawl: HistorySlots values, numbered from 0, of at
+// most about 16 KiB each.
 type HistoryStore interface {
-	LoadHistory(ctx context.Context) ([]byte, error)
-	SaveHistory(ctx context.Context, data []byte) error
+	// LoadHistory returns what SaveHistory last saved in slot, or an
+	// error wrapping ErrNoHistory.
+	LoadHistory(ctx context.Context, slot int) ([]byte, error)
+	SaveHistory(ctx context.Context, slot int, data []byte) error
 }
 
 // Snapshot is a crawl at one moment, as a Source reads it.
@@ -118,10 +122,6 @@ type Config struct {
 
 // keep is how much history a dashboard keeps and shows.
 const keep = time.Hour
-
-// saveEvery is how often the history is saved to a HistoryStore, and the
-// resolution of what is saved.
-const saveEvery = 30 * time.Second
 
 // Point is one sample of the history.
 type Point struct {
@@ -246,6 +246,7 @@ type Dashboard struct {
 	prevAt       time.Time
 	lastProgress time.Time // when the pages count last grew (or the start)
 	lastSaved    time.Time
+	savedUpTo    int64 // the T of the last point saved
 }
 
 //go:embed static
@@ -318,26 +319,19 @@ func (d *Dashboard) Run(ctx context.Context) {
 func (d *Dashboard) Sample(ctx context.Context) {
 	now := time.Now()
 	snap, err := d.src.Snapshot(ctx)
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	if err != nil {
 		if ctx.Err() == nil {
 			d.log.Warn("reading the crawl failed", "err", err)
 		}
+		d.mu.Lock()
 		d.state.Error = oneLine(err.Error())
+		d.mu.Unlock()
 		return
 	}
+	d.mu.Lock()
 	d.record(now, snap)
-	if hs, ok := d.src.(HistoryStore); ok && now.Sub(d.lastSaved) >= saveEvery {
-		d.lastSaved = now
-		data, err := json.Marshal(downsample(d.history, saveEvery))
-		if err == nil {
-			err = hs.SaveHistory(ctx, data)
-		}
-		if err != nil && ctx.Err() == nil {
-			d.log.Warn("saving the dashboard's history failed", "err", err)
-		}
-	}
+	d.mu.Unlock()
+	d.save(ctx, now)
 }
 
 // record makes snap, read at now, the state, and adds it to the history.
@@ -445,45 +439,6 @@ func totals(stats map[string]int64) Totals {
 	}
 	return t
 }
-
-// downsample keeps one point per step of h: the last of each.
-func downsample(h []Point, step time.Duration) []Point {
-	var out []Point
-	ms := step.Milliseconds()
-	for i, p := range h {
-		if i+1 == len(h) || h[i+1].T/ms != p.T/ms {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-// load reads the saved history, if any.
-func (d *Dashboard) load(ctx context.Context) {
-	hs, ok := d.src.(HistoryStore)
-	if !ok {
-		return
-	}
-	data, err := hs.LoadHistory(ctx)
-	if err != nil || len(data) == 0 {
-		if err != nil && !errors.Is(err, ErrNoHistory) {
-			d.log.Warn("loading the dashboard's history failed", "err", err)
-		}
-		return
-	}
-	var h []Point
-	if err := json.Unmarshal(data, &h); err != nil {
-		d.log.Warn("the dashboard's saved history is unreadable; starting afresh", "err", err)
-		return
-	}
-	sort.Slice(h, func(i, j int) bool { return h[i].T < h[j].T })
-	d.mu.Lock()
-	d.history = append(h, d.history...)
-	d.mu.Unlock()
-}
-
-// ErrNoHistory is returned by a HistoryStore that holds none yet.
-var ErrNoHistory = errors.New("dashboard: no saved history")
 
 // Current returns the latest state.
 func (d *Dashboard) Current() State {

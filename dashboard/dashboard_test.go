@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -19,7 +22,8 @@ import (
 type source struct {
 	mu       sync.Mutex
 	snaps    []Snapshot
-	saved    []byte
+	saved    map[int][]byte // by slot
+	saves    int
 	requeued int
 	paused   bool
 }
@@ -44,15 +48,26 @@ func (s *source) Snapshot(context.Context) (Snapshot, error) {
 
 func (s *source) Requeue(context.Context) (int, error) { s.requeued++; return 3, nil }
 
-func (s *source) LoadHistory(context.Context) ([]byte, error) {
-	if s.saved == nil {
+func (s *source) LoadHistory(_ context.Context, slot int) ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.saved[slot] == nil {
 		return nil, ErrNoHistory
 	}
-	return s.saved, nil
+	return s.saved[slot], nil
 }
 
-func (s *source) SaveHistory(_ context.Context, data []byte) error {
-	s.saved = append([]byte(nil), data...)
+func (s *source) SaveHistory(_ context.Context, slot int, data []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if slot < 0 || slot >= HistorySlots {
+		panic(fmt.Sprintf("slot %d out of range", slot))
+	}
+	if s.saved == nil {
+		s.saved = map[int][]byte{}
+	}
+	s.saved[slot] = append([]byte(nil), data...)
+	s.saves++
 	return nil
 }
 
@@ -173,24 +188,67 @@ func TestStallAndETA(t *testing.T) {
 	}
 }
 
-// TestHistorySurvivesARestart: a new dashboard over the same store shows
-// the history the first one saved.
+// TestHistorySurvivesARestart: a dashboard sampling every second for
+// two hours, then stopped without a last save, and a new one over the
+// same store shows the last hour at the same one-second resolution, every
+// point as it was (rates to 0.01/s), short of the last saveEvery at most;
+// the store holds at most HistorySlots values of under 16 KiB each.
 func TestHistorySurvivesARestart(t *testing.T) {
-	src := &source{snaps: []Snapshot{{Stats: map[string]int64{engine.StatResponses: 1}, Queues: []Queue{{Name: "q", Ready: 42}}}}}
+	src := &source{}
 	d := New(src, Config{})
-	d.Sample(context.Background())
-	if src.saved == nil {
-		t.Fatal("the first sample saved no history")
+	ctx := context.Background()
+	end := time.Now()
+	start := end.Add(-2 * time.Hour)
+	for i := 0; ; i++ {
+		at := start.Add(time.Duration(i) * time.Second)
+		if at.After(end) {
+			break
+		}
+		d.record(at, Snapshot{Stats: map[string]int64{engine.StatResponses: int64(i * (i % 7)), engine.StatItems: int64(3 * i)},
+			Queues: []Queue{{Name: "q", Ready: int64(i), InFlight: int64(i % 5), Delayed: int64(i % 3), Dead: int64(i / 100)}}})
+		d.save(ctx, at)
 	}
-	first := d.History(0)
+	if len(src.saved) > HistorySlots {
+		t.Errorf("%d slots saved, want at most %d", len(src.saved), HistorySlots)
+	}
+	for slot, v := range src.saved {
+		if len(v) > 16<<10 {
+			t.Errorf("slot %d holds %d bytes, want under 16 KiB", slot, len(v))
+		}
+	}
+	if want := int(2 * time.Hour / saveEvery); src.saves < want || src.saves > want+2*int(2*time.Hour/segmentLen) {
+		t.Errorf("%d saves over two hours, want one every %v", src.saves, saveEvery)
+	}
+	before := d.History(0)
+	if len(before) < 3600 {
+		t.Fatalf("the first dashboard keeps %d points, want the last hour's", len(before))
+	}
 
 	d2 := New(src, Config{})
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel() // Run loads, samples once, and returns
-	d2.Run(ctx)
-	h := d2.History(0)
-	if len(h) < 2 || h[0] != first[0] {
-		t.Errorf("restarted history = %+v, want the saved %+v first", h, first)
+	d2.load(ctx)
+	after := d2.History(0)
+	lost := before[len(before)-1].T - after[len(after)-1].T
+	if lost < 0 || lost > saveEvery.Milliseconds() {
+		t.Errorf("the restarted dashboard's history ends %d ms before the first's, want at most %v", lost, saveEvery)
+	}
+	// The restart may drop a point or two at the start: the hour is
+	// counted from the (later) time of the load.
+	if len(after) < len(before)-int(saveEvery/time.Second)-3 || after[0].T > before[0].T+3000 {
+		t.Fatalf("restarted: %d points from %d, want the first's %d from %d, short of %v at most", len(after), after[0].T, len(before), before[0].T, saveEvery)
+	}
+	for i, p := range after {
+		j := sort.Search(len(before), func(j int) bool { return before[j].T >= p.T })
+		if j == len(before) {
+			t.Fatalf("restarted point %d = %+v: the first dashboard had none at that time", i, p)
+		}
+		q := before[j]
+		if p.T != q.T || p.Ready != q.Ready || p.InFlight != q.InFlight || p.Delayed != q.Delayed || p.Dead != q.Dead ||
+			math.Abs(p.PagesPerSec-q.PagesPerSec) > 0.006 || math.Abs(p.ItemsPerSec-q.ItemsPerSec) > 0.006 {
+			t.Fatalf("restarted point %d = %+v, want %+v", i, p, q)
+		}
+		if i > 0 && p.T-after[i-1].T > 1000 {
+			t.Fatalf("restarted: %d ms between points %d and %d, want the 1 s of the samples", p.T-after[i-1].T, i-1, i)
+		}
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -27,8 +28,9 @@ const dashboardTokenEnv = "TRAWL_DASHBOARD_TOKEN"
 // deadLettersShown is how many dead letters per queue the dashboard lists.
 const deadLettersShown = 20
 
-// historyKey is the Metadata key of the dashboard's saved history.
-const historyKey = "dashboard.history"
+// historyKey is the Metadata key of a slot of the dashboard's saved
+// history (dashboard.HistorySlots of them).
+func historyKey(slot int) string { return "dashboard.history." + strconv.Itoa(slot) }
 
 func newDashboardCmd(o *options) *cobra.Command {
 	var (
@@ -283,14 +285,14 @@ func (s *dashboardSource) SetPaused(ctx context.Context, paused bool) error {
 
 // LoadHistory implements dashboard.HistoryStore: the history is kept in
 // the crawl's metadata.
-func (s *dashboardSource) LoadHistory(ctx context.Context) ([]byte, error) {
+func (s *dashboardSource) LoadHistory(ctx context.Context, slot int) ([]byte, error) {
 	var data []byte
 	err := s.with(ctx, func(b *deployment.Deployment) error {
 		m := b.Metadata
 		if m == nil {
 			return dashboard.ErrNoHistory
 		}
-		v, err := m.GetMeta(ctx, s.o.name, historyKey)
+		v, err := m.GetMeta(ctx, s.o.name, historyKey(slot))
 		if errors.Is(err, broker.ErrNotFound) {
 			return dashboard.ErrNoHistory
 		}
@@ -301,10 +303,10 @@ func (s *dashboardSource) LoadHistory(ctx context.Context) ([]byte, error) {
 }
 
 // SaveHistory implements dashboard.HistoryStore.
-func (s *dashboardSource) SaveHistory(ctx context.Context, data []byte) error {
+func (s *dashboardSource) SaveHistory(ctx context.Context, slot int, data []byte) error {
 	return s.with(ctx, func(b *deployment.Deployment) error {
 		if m := b.Metadata; m != nil {
-			return m.SetMeta(ctx, s.o.name, historyKey, data)
+			return m.SetMeta(ctx, s.o.name, historyKey(slot), data)
 		}
 		return nil
 	})
