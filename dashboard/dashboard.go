@@ -301,7 +301,7 @@ func (d *Dashboard) authorized(r *http.Request) bool {
 // Run samples the crawl every Config.Every until ctx ends, loading the
 // saved history first and saving it as it goes.
 func (d *Dashboard) Run(ctx context.Context) {
-	d.load(ctx)
+	d.load(ctx, time.Now())
 	t := time.NewTicker(d.cfg.Every)
 	defer t.Stop()
 	for {

@@ -108,14 +108,14 @@ func (d *Dashboard) save(ctx context.Context, now time.Time) {
 	}
 }
 
-// load reads the saved history of the last hour, if any, before the
+// load reads the saved history of the hour before now, if any, before the
 // points sampled so far.
-func (d *Dashboard) load(ctx context.Context) {
+func (d *Dashboard) load(ctx context.Context, now time.Time) {
 	hs, ok := d.src.(HistoryStore)
 	if !ok {
 		return
 	}
-	from := time.Now().Add(-keep).UnixMilli()
+	from := now.Add(-keep).UnixMilli()
 	var h []Point
 	for slot := range HistorySlots {
 		data, err := hs.LoadHistory(ctx, slot)
