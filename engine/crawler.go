@@ -17,6 +17,7 @@ import (
 
 	"github.com/trawlhq/trawl/broker"
 	"github.com/trawlhq/trawl/dedup"
+	"github.com/trawlhq/trawl/frontier"
 	"github.com/trawlhq/trawl/internal/linkscan"
 )
 
@@ -96,14 +97,13 @@ func (f *failures) check(limit time.Duration) error {
 // the last error seen.
 var ErrNoPages = errors.New("no page could be fetched")
 
-// Crawler crawls with a broker as its frontier and a duplicate filter. Any
-// number of crawlers, in any number of processes, crawl together when they
-// share the broker and the filter.
+// Crawler crawls a frontier (see package frontier). Any number of
+// crawlers, in any number of processes, crawl together when they share
+// the frontier.
 type Crawler struct {
-	cfg     *compiled
-	broker  broker.Broker
-	filter  dedup.Filter
-	fp      dedup.Fingerprinter
+	cfg      *compiled
+	frontier frontier.Frontier
+	fp       dedup.Fingerprinter
 	fetcher *httpFetcher
 	robots  *robotsCache
 	// extractLinks finds a page's title and links, and the links'
@@ -121,7 +121,6 @@ type Crawler struct {
 	started       atomic.Int64          // pages whose fetch started on this worker
 	inflight      atomic.Int64          // deliveries held by this worker
 	badLogged     atomic.Bool           // the first undecodable payload was logged
-	noCheckLogged atomic.Bool           // the filter's lack of dedup.Checker was logged
 	lastErr       atomic.Pointer[error] // the last error that lost a page, for ErrNoPages
 	unknownCB     sync.Map              // callback names already logged as unknown at Warn
 	refused       refusals              // refusals by this worker's own configuration
@@ -152,8 +151,9 @@ type Crawler struct {
 	shared atomic.Bool
 }
 
-// New returns a crawler over b and f. The crawler does not own them: the
-// caller closes them after Run returns.
+// New returns a crawler over b and f, composed into a frontier (see
+// frontier.Compose). The crawler does not own them: the caller closes them
+// after Run returns.
 func New(b broker.Broker, f dedup.Filter, cfg Config) (*Crawler, error) {
 	cc, err := cfg.compile()
 	if err != nil {
@@ -162,7 +162,36 @@ func New(b broker.Broker, f dedup.Filter, cfg Config) (*Crawler, error) {
 	if b == nil || f == nil {
 		return nil, errors.New("engine: a broker and a filter are required")
 	}
-	c := &Crawler{broker: b, filter: f, stats: cc.Stats, log: cc.Logger, extractLinks: linkscan.ExtractLimited,
+	return newCrawler(frontier.Compose(b, f, ComposeConfig(cc.Config)), cc)
+}
+
+// ComposeConfig is the configuration of a composed frontier for a crawl
+// of cfg: its claim wait derives from cfg.Lease, and it logs to
+// cfg.Logger.
+func ComposeConfig(cfg Config) frontier.ComposeConfig {
+	wait := 15 * time.Second
+	if cfg.Lease > 0 {
+		wait = cfg.Lease / 2
+	}
+	return frontier.ComposeConfig{ClaimWait: wait, Logger: cfg.Logger}
+}
+
+// NewOn returns a crawler of the frontier fr. The crawler does not own
+// it: the caller closes what it stands on after Run returns.
+func NewOn(fr frontier.Frontier, cfg Config) (*Crawler, error) {
+	cc, err := cfg.compile()
+	if err != nil {
+		return nil, err
+	}
+	if fr == nil {
+		return nil, errors.New("engine: a frontier is required")
+	}
+	return newCrawler(fr, cc)
+}
+
+// newCrawler returns a crawler of fr with the compiled configuration cc.
+func newCrawler(fr frontier.Frontier, cc *compiled) (*Crawler, error) {
+	c := &Crawler{frontier: fr, stats: cc.Stats, log: cc.Logger, extractLinks: linkscan.ExtractLimited,
 		sitemapHosts: &hostBudget{max: SitemapMaxPerHost, strict: true, count: map[string]int{}, warned: map[string]bool{}}}
 	c.seen.Store(newSeenLinks())
 	if c.stats == nil {
@@ -231,7 +260,7 @@ func (c *Crawler) Seed(ctx context.Context, starts ...StartURL) error {
 	if c.cfg.Starts != nil {
 		return seedSource(ctx, c.cfg.Starts, starts...)
 	}
-	return seedBroker(ctx, c.broker, c.cfg.Name, starts...)
+	return seedBroker(ctx, c.frontier.Broker(), c.cfg.Name, starts...)
 }
 
 // pollInterval is how often the feeder looks at whether the crawl is done
@@ -540,9 +569,9 @@ func (c *Crawler) ended(ctx, run context.Context) error {
 // Concurrency deliveries (one per slot), retrying while the broker fails
 // for less than FailureTimeout.
 func (c *Crawler) consume(ctx context.Context, queue string) (broker.Consumer, error) {
-	prefetch := consumePrefetch(c.broker, c.cfg.Concurrency)
+	prefetch := consumePrefetch(c.frontier.Broker(), c.cfg.Concurrency)
 	for {
-		cons, err := c.broker.Consume(ctx, queue, prefetch)
+		cons, err := c.frontier.Broker().Consume(ctx, queue, prefetch)
 		if err == nil {
 			c.receives.ok()
 			return cons, nil
@@ -684,7 +713,7 @@ func (c *Crawler) idle(ctx context.Context) bool {
 	if c.inflight.Load() > 0 {
 		return false
 	}
-	counter, ok := c.broker.(broker.Counter)
+	counter, ok := c.frontier.Broker().(broker.Counter)
 	if !ok {
 		return true
 	}
@@ -737,7 +766,7 @@ func (c *Crawler) takeStarts(ctx context.Context) (int, error) {
 		return c.takeExternalStarts(ctx)
 	}
 	pctx, cancel := context.WithTimeout(ctx, pollInterval/4)
-	ds, err := c.broker.Receive(pctx, StartQueue(c.cfg.Name), c.cfg.StartBatch)
+	ds, err := c.frontier.Broker().Receive(pctx, StartQueue(c.cfg.Name), c.cfg.StartBatch)
 	cancel()
 	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return 0, err
@@ -1348,7 +1377,7 @@ func (c *Crawler) republish(ctx context.Context, d broker.Delivery, req *Request
 	cp.Retries = prior
 	body, err := cp.MarshalBinary()
 	if err == nil {
-		err = c.broker.Publish(ctx, d.Queue(), broker.Message{Body: body, Priority: d.Message().Priority, Key: c.partitionKey(req.URL)})
+		err = c.frontier.Broker().Publish(ctx, d.Queue(), broker.Message{Body: body, Priority: d.Message().Priority, Key: c.partitionKey(req.URL)})
 	}
 	if err != nil {
 		c.log.Warn("give back failed; nacking", "url", Redact(req.URL), "err", err)
@@ -1371,7 +1400,7 @@ func (c *Crawler) giveBack(ctx context.Context, ds ...broker.Delivery) {
 			continue
 		}
 		m := d.Message()
-		if err := c.broker.Publish(pctx, d.Queue(), broker.Message{Body: m.Body, Priority: m.Priority}); err != nil {
+		if err := c.frontier.Broker().Publish(pctx, d.Queue(), broker.Message{Body: m.Body, Priority: m.Priority}); err != nil {
 			c.log.Warn("give back failed; nacking", "queue", d.Queue(), "err", err)
 			c.settle(ctx, d, nack(0))
 			continue
@@ -1437,99 +1466,22 @@ func (c *Crawler) deadLetter(ctx context.Context, d broker.Delivery, err error) 
 	c.settle(ctx, d, reject(err.Error()))
 }
 
-// enqueue publishes the requests that are in scope and new to the filter,
-// and keeps in the filter a durable record of what it published, so that
-// a page processed again publishes exactly the links an earlier attempt
-// claimed and never published (see dedup.PublishedMark).
-//
-// parent is the request whose page yielded reqs; nil means reqs are start
-// URLs, which skip the domain and pattern checks. The parent's
-// dedup.ExpandedMark is added first, in a call of its own, then the links
-// are claimed with one more Add. If that mark was new, no earlier attempt of the parent got this
-// far, and only the links new to the filter are published. If it was not
-// (a redelivery after a crash, a requeued dead letter, a second message
-// for one page), and always for start URLs, the links the filter already
-// held are checked, read-only, for their publication mark, and those
-// without one are published too: their claimer died, or is about to
-// publish them (a harmless duplicate). The check must not set the mark:
-// a crash between setting it and publishing would lose the link.
-//
-// After publishing, the links' publication marks are added in one more
-// call. If that fails, the links are published all the same: a missing
-// mark can cost a duplicate fetch on a later redelivery, never a page.
+// enqueue hands the frontier the requests found on parent's page that are
+// in scope, to be claimed and published unless the crawl claimed them
+// before (see frontier.Frontier.Expand: a page expanded again publishes
+// exactly the links an earlier expansion claimed and never published).
+// parent nil means reqs are start URLs, which skip the domain and pattern
+// checks.
 func (c *Crawler) enqueue(ctx context.Context, parent *Request, reqs []*Request) error {
 	return c.enqueueAll(ctx, []links{{parent: parent, reqs: reqs}})
 }
 
 // enqueueStarts is enqueue for a batch of start URLs, which workers given
-// the same start URL at once take at once: of those that claim it, one
-// hears it new to the filter and publishes it; the others find it claimed
-// and not yet published, as if its claimer had died. They publish what
-// they claimed first, then wait for the publication marks of the others'
-// (see awaitPublished), and publish again only those whose claimer has
-// not published them within claimWait: it is taken for dead, and nothing
-// is lost. Without a dedup.Checker nothing is waited on.
+// the same start URL at once take at once: the frontier publishes each
+// once, and waits a while for one another worker claimed before it takes
+// that worker for dead and publishes it itself (see frontier.Page.Start).
 func (c *Crawler) enqueueStarts(ctx context.Context, reqs []*Request) error {
-	batch := []links{{reqs: reqs, wait: true}}
-	if err := c.enqueueAll(ctx, batch); err != nil {
-		return err
-	}
-	rest, err := c.awaitPublished(ctx, batch[0].waiting)
-	if err != nil || len(rest) == 0 {
-		return err
-	}
-	return c.enqueue(ctx, nil, rest)
-}
-
-// claimWait is how long a worker waits for the publication of a start URL
-// another worker claimed before it takes the claimer for dead: half the
-// lease, so that the start URL's own delivery or batch is still this
-// worker's when it publishes it.
-func (c *Crawler) claimWait() time.Duration { return c.startLease() / 2 }
-
-// claimWaitSays is how long awaitPublished waits in silence.
-const claimWaitSays = 2 * time.Second
-
-// awaitPublished waits, up to claimWait, until each of ws has its
-// publication mark (or its page was expanded), and returns the requests of
-// those that still have none: their claimer is taken for dead. Those
-// published meanwhile are counted filtered.
-func (c *Crawler) awaitPublished(ctx context.Context, ws []claimed) ([]*Request, error) {
-	checker, ok := c.filter.(dedup.Checker)
-	start, pause, said := time.Now(), 5*time.Millisecond, false
-	for ok && len(ws) > 0 && time.Since(start) < c.claimWait() {
-		if !sleep(ctx, min(pause, c.claimWait()-time.Since(start))) {
-			return nil, ctx.Err()
-		}
-		pause = min(2*pause, time.Second)
-		marks := make([]dedup.Fingerprint, 0, 2*len(ws))
-		for _, w := range ws {
-			marks = append(marks, dedup.PublishedMark(w.fp), dedup.ExpandedMark(w.fp))
-		}
-		in, err := checker.Contains(ctx, marks...)
-		if err != nil {
-			return nil, fmt.Errorf("engine: filter: check publication marks: %w", err)
-		}
-		left := ws[:0]
-		for k, w := range ws {
-			if in[2*k] || in[2*k+1] {
-				c.stats.Inc(StatFiltered)
-				continue
-			}
-			left = append(left, w)
-		}
-		ws = left
-		if len(ws) > 0 && !said && time.Since(start) >= claimWaitSays {
-			said = true
-			c.log.Warn("start urls claimed by another worker are not published yet; waiting for it to publish them, and publishing them here if it does not within the wait (it died)",
-				"count", len(ws), "wait", c.claimWait())
-		}
-	}
-	reqs := make([]*Request, len(ws))
-	for i, w := range ws {
-		reqs[i] = w.r
-	}
-	return reqs, nil
+	return c.enqueueAll(ctx, []links{{reqs: reqs}})
 }
 
 // links are the requests found on the page of parent, or a batch of start
@@ -1537,18 +1489,6 @@ func (c *Crawler) awaitPublished(ctx context.Context, ws []claimed) ([]*Request,
 type links struct {
 	parent *Request
 	reqs   []*Request
-	// wait (start URLs): a link another worker claimed and has not
-	// published is put in waiting instead of published at once, for
-	// enqueueStarts to wait on.
-	wait    bool
-	waiting []claimed
-}
-
-// claimed is a request another worker claimed in the filter and has not
-// published yet, with its fingerprint.
-type claimed struct {
-	r  *Request
-	fp dedup.Fingerprint
 }
 
 // releaseBudget gives back the place of a link in its host's page budget
@@ -1597,254 +1537,161 @@ func (c *Crawler) guard(parent *Request, pu **url.URL, u *url.URL) (ok, reserved
 	return true, true
 }
 
-// enqueueAll is enqueue for the links of several pages at once, in as
-// many calls as enqueue makes for one: one Add for the parents' marks, one
-// Add for the links, a Contains where a parent's mark was there already,
-// one Publish, one Add for the publication marks. Each page is treated as
-// enqueue treats it alone: its links are claimed after its mark was added,
-// and rechecked when its mark was not new. A link found on several of the
-// pages is published at most once. An error fails every page.
+// link is a request kept for the frontier.
+type link struct {
+	r *Request
+	u *url.URL
+	// seen is its key in the crawler's seenLinks; 0: not to be
+	// remembered.
+	seen uint64
+	// budgeted: counted in its host's page budget, given back unless it
+	// is published
+	budgeted bool
+}
+
+// enqueueAll is enqueue for the links of several pages at once, in one
+// frontier.Expand. A link this crawler offered before, in an expansion
+// that succeeded, is one the crawl holds: it goes to the frontier Known,
+// without its fingerprint or encoding, which the frontier asks for only
+// when it expands the page again (see seenLinks). An error fails every
+// page.
 func (c *Crawler) enqueueAll(ctx context.Context, pages []links) error {
-	// link is a request kept for the filter and the publish.
-	type link struct {
-		r    *Request
-		u    *url.URL
-		page int    // in pages
-		fp   int    // in claims, or notFiltered, or seenBefore
-		seen uint64 // its key in c.seen; 0: not to be remembered
-		// budgeted: counted in its host's page budget, given back
-		// unless it is published
-		budgeted bool
-	}
-	const (
-		notFiltered = -1 // DontFilter
-		seenBefore  = -2 // in c.seen: the filter holds it
-	)
-	var (
-		keep    []link
-		marks   []dedup.Fingerprint       // the parents' expanded marks
-		claims  []dedup.Fingerprint       // the links' fingerprints
-		markOf  = make([]int, len(pages)) // index in marks; -1: none
-		recheck = make([]bool, len(pages))
-		seen    = c.seen.Load() // one table for the batch: a rollback replaces it (see state.go)
-	)
-	for i, p := range pages {
-		start := p.parent == nil
-		markOf[i], recheck[i] = -1, start
-		filtered := false
-		var parentURL *url.URL // parsed when a guard needs it
-		for _, r := range p.reqs {
-			u := r.parsed
-			if u == nil || u.Fragment != "" {
-				var err error
-				if u, err = url.Parse(r.URL); err != nil {
-					continue
-				}
-				u.Fragment, u.RawFragment = "", ""
-				r.URL = u.String()
-			}
-			if u.Host == "" {
-				continue
-			}
-			u = withCredentials(p.parent, r, u)
-			budgeted := false
-			if !start {
-				switch c.scope.check(u, r.URL, r.Depth, r.Scope) {
-				case offsite:
-					c.stats.Inc(StatOffsite)
-					continue
-				case tooLong:
-					c.stats.Inc(StatURLTooLong)
-					c.log.Debug("url too long; not followed", "bytes", len(r.URL), "limit", MaxURLLength)
-					continue
-				case tooDeep, excluded:
-					if !isSitemap(r) { // sitemaps are not pages: depth and patterns are for what they list
-						continue
-					}
-				}
-				if !isSitemap(r) {
-					ok, reserved := c.guard(p.parent, &parentURL, u)
-					if !ok {
-						continue
-					}
-					budgeted = reserved
-				}
-			}
-			l := link{r: r, u: u, page: i, fp: notFiltered, budgeted: budgeted}
-			if !r.DontFilter {
-				l.fp = 0 // claimed below, once the page's mark is in
-				filtered = true
-			}
-			keep = append(keep, l)
+	seen := c.seen.Load() // one table for the batch: a rollback replaces it (see state.go)
+	kept := make([][]link, 0, len(pages))
+	expand := make([]frontier.Page, 0, len(pages))
+	for _, p := range pages {
+		ls := c.followed(p)
+		if len(ls) == 0 {
+			continue
 		}
-		if filtered && !start {
-			if u, err := url.Parse(p.parent.URL); err == nil {
-				markOf[i] = len(marks)
-				marks = append(marks, dedup.ExpandedMark(c.fp.Fingerprint(p.parent.Method, u, p.parent.Body, p.parent.Header)))
-			}
-		}
-	}
-	// The parents' marks go first, in a call of their own: a filter's
-	// batch need not be all or nothing (a pipeline of SADDs under
-	// Redis's maxmemory, or across Cluster nodes, can fail in part), and
-	// a link claimed without its parent's mark would never be published
-	// again by a later attempt: lost.
-	if len(marks) > 0 {
-		first, err := c.filter.Add(ctx, marks...)
+		fp, err := c.expansion(p.parent, ls, seen)
 		if err != nil {
-			return fmt.Errorf("engine: filter: %w", err)
+			return err
 		}
-		for i, m := range markOf {
-			if m >= 0 {
-				recheck[i] = !first[m]
-			}
-		}
+		kept, expand = append(kept, ls), append(expand, fp)
 	}
-	// A link this crawler offered before, in a batch that was written,
-	// is one the filter holds: on a page seen for the first time it would
-	// be filtered, so it costs no fingerprint and no filter call. A page
-	// to recheck asks the filter about every link.
-	for j := range keep {
-		l := &keep[j]
-		if l.fp == notFiltered {
-			continue
-		}
-		if k, ok := seen.seenKey(l.r); ok {
-			l.seen = k
-			if !recheck[l.page] && seen.has(k) {
-				l.fp = seenBefore
-				continue
-			}
-		}
-		l.fp = len(claims)
-		claims = append(claims, c.fp.Fingerprint(l.r.Method, l.u, l.r.Body, l.r.Header))
+	if len(expand) == 0 {
+		return nil
 	}
-	// remember marks the links offered to the filter as seen, once their
-	// batch is written.
-	remember := func() {
-		for _, l := range keep {
-			if l.seen != 0 && l.fp >= 0 {
-				seen.add(l.seen)
-			}
-		}
+	outs, err := c.frontier.Expand(ctx, RequestsQueue(c.cfg.Name), expand)
+	if err != nil {
+		return fmt.Errorf("engine: %w", err)
 	}
-	var fresh, again []bool // per claim: new to the filter; claimed before, but not published
-	if len(claims) > 0 {
-		var err error
-		if fresh, err = c.filter.Add(ctx, claims...); err != nil {
-			return fmt.Errorf("engine: filter: %w", err)
-		}
-		check := make([]bool, len(claims)) // the claim's page rechecks
-		rechecks := false
-		for _, l := range keep {
-			if l.fp >= 0 && recheck[l.page] {
-				check[l.fp], rechecks = true, true
-			}
-		}
-		if rechecks {
-			if again, err = c.unpublished(ctx, claims, fresh, check); err != nil {
-				return err
-			}
-		}
-	}
-	var published []dedup.Fingerprint // of the filtered requests published
-	msgs := make([]broker.Message, 0, len(keep))
-	for _, l := range keep {
-		if l.fp == seenBefore {
-			c.stats.Inc(StatFiltered)
-			c.releaseBudget(l.budgeted, l.u)
-			continue
-		}
-		if l.fp >= 0 {
-			switch {
-			case fresh[l.fp]:
-			case again != nil && again[l.fp] && pages[l.page].wait:
-				pages[l.page].waiting = append(pages[l.page].waiting, claimed{r: l.r, fp: claims[l.fp]})
-				continue
-			case again != nil && again[l.fp]:
+	for i, ls := range kept {
+		for j, l := range ls {
+			switch outs[i][j] {
+			case frontier.Published:
+				c.stats.Inc(StatEnqueued)
+			case frontier.Republished:
 				c.stats.Inc(StatRepublished)
+				c.stats.Inc(StatEnqueued)
 			default:
 				c.stats.Inc(StatFiltered)
 				c.releaseBudget(l.budgeted, l.u)
-				continue
 			}
-			published = append(published, claims[l.fp])
-		}
-		body, err := l.r.MarshalBinary()
-		if err != nil {
-			return fmt.Errorf("engine: encode %s: %w", Redact(l.r.URL), err)
-		}
-		msgs = append(msgs, broker.Message{Body: body, Priority: l.r.Priority, Key: broker.PartitionKey(l.u.Host, c.cfg.PartitionBy)})
-	}
-	if len(msgs) == 0 {
-		remember()
-		return nil
-	}
-	if err := c.broker.Publish(ctx, RequestsQueue(c.cfg.Name), msgs...); err != nil {
-		return fmt.Errorf("engine: publish: %w", err)
-	}
-	remember()
-	c.stats.Add(StatEnqueued, int64(len(msgs)))
-	if len(published) > 0 {
-		for i, fp := range published {
-			published[i] = dedup.PublishedMark(fp)
-		}
-		if _, err := c.filter.Add(ctx, published...); err != nil {
-			c.log.Warn("publication marks not recorded; a redelivery of these pages may fetch their links twice",
-				"links", len(published), "err", err)
+			if l.seen != 0 && !expand[i].Links[j].Known {
+				seen.add(l.seen)
+			}
 		}
 	}
 	return nil
 }
 
-// unpublished reports, for each fingerprint the filter held already (not
-// fresh) and to be checked (check: its page was processed before), whether
-// it lacks its publication mark: claimed by a worker that may have died
-// before publishing it. A link whose own page was expanded
-// (its dedup.ExpandedMark is there) was published whatever its marks say,
-// so it is not reported: a worker killed between publishing a link and
-// recording its mark costs no refetch of a page fetched since. A
-// fingerprint repeated in fps is reported at most once, and not at all
-// after a fresh copy (published by this call). Without a dedup.Checker
-// every fingerprint to check is reported (the links are published again
-// past the filter), and that is logged once.
-func (c *Crawler) unpublished(ctx context.Context, fps []dedup.Fingerprint, fresh, check []bool) ([]bool, error) {
-	again := make([]bool, len(fps))
-	seen := make(map[dedup.Fingerprint]bool, len(fps))
-	var idx []int
-	var marks []dedup.Fingerprint
-	for i, fp := range fps {
-		if !fresh[i] && !check[i] || seen[fp] {
+// followed returns the links of p to follow: those that parse, are in
+// scope and pass the guards (start URLs skip scope and guards).
+func (c *Crawler) followed(p links) []link {
+	start := p.parent == nil
+	var parentURL *url.URL // parsed when a guard needs it
+	ls := make([]link, 0, len(p.reqs))
+	for _, r := range p.reqs {
+		u := r.parsed
+		if u == nil || u.Fragment != "" {
+			var err error
+			if u, err = url.Parse(r.URL); err != nil {
+				continue
+			}
+			u.Fragment, u.RawFragment = "", ""
+			r.URL = u.String()
+		}
+		if u.Host == "" {
 			continue
 		}
-		seen[fp] = true
-		if !fresh[i] {
-			idx = append(idx, i)
-			marks = append(marks, dedup.PublishedMark(fp), dedup.ExpandedMark(fp))
+		u = withCredentials(p.parent, r, u)
+		budgeted := false
+		if !start {
+			if !c.inScope(r, u) {
+				continue
+			}
+			if !isSitemap(r) {
+				ok, reserved := c.guard(p.parent, &parentURL, u)
+				if !ok {
+					continue
+				}
+				budgeted = reserved
+			}
 		}
+		ls = append(ls, link{r: r, u: u, budgeted: budgeted})
 	}
-	if len(marks) == 0 {
-		return again, nil
+	return ls
+}
+
+// inScope applies the crawl's scope to link r (parsed: u), counting and
+// logging what it drops. Sitemaps are not pages: depth and patterns are
+// for what they list.
+func (c *Crawler) inScope(r *Request, u *url.URL) bool {
+	switch c.scope.check(u, r.URL, r.Depth, r.Scope) {
+	case offsite:
+		c.stats.Inc(StatOffsite)
+		return false
+	case tooLong:
+		c.stats.Inc(StatURLTooLong)
+		c.log.Debug("url too long; not followed", "bytes", len(r.URL), "limit", MaxURLLength)
+		return false
+	case tooDeep, excluded:
+		return isSitemap(r)
 	}
-	checker, ok := c.filter.(dedup.Checker)
-	if !ok {
-		if c.noCheckLogged.CompareAndSwap(false, true) {
-			c.log.Info("the duplicate filter cannot check publication marks (no dedup.Checker); "+
-				"a page processed again republishes all its links", "filter", fmt.Sprintf("%T", c.filter))
+	return true
+}
+
+// expansion returns the frontier's page of links ls found on parent's
+// page (nil: start URLs). A link in seen goes Known, and its key is kept
+// in ls to remember it once the expansion succeeded.
+func (c *Crawler) expansion(parent *Request, ls []link, seen *seenLinks) (frontier.Page, error) {
+	p := frontier.Page{Start: parent == nil, Links: make([]frontier.Link, len(ls))}
+	if parent != nil {
+		u, _ := url.Parse(parent.URL)
+		p.Parent = c.fp.Fingerprint(parent.Method, u, parent.Body, parent.Header)
+	}
+	p.Resolve = func(i int) (frontier.Link, error) { return c.frontierLink(ls[i]) }
+	for i := range ls {
+		l := &ls[i]
+		if k, ok := seen.seenKey(l.r); ok {
+			l.seen = k
+			if seen.has(k) {
+				p.Links[i] = frontier.Link{Known: true}
+				continue
+			}
 		}
-		for _, i := range idx {
-			again[i] = true
+		fl, err := c.frontierLink(*l)
+		if err != nil {
+			return p, err
 		}
-		return again, nil
+		p.Links[i] = fl
 	}
-	in, err := checker.Contains(ctx, marks...)
+	return p, nil
+}
+
+// frontierLink fingerprints and encodes l.
+func (c *Crawler) frontierLink(l link) (frontier.Link, error) {
+	body, err := l.r.MarshalBinary()
 	if err != nil {
-		return nil, fmt.Errorf("engine: filter: check publication marks: %w", err)
+		return frontier.Link{}, fmt.Errorf("engine: encode %s: %w", Redact(l.r.URL), err)
 	}
-	for k, i := range idx {
-		again[i] = !in[2*k] && !in[2*k+1]
+	fl := frontier.Link{Message: broker.Message{Body: body, Priority: l.r.Priority, Key: broker.PartitionKey(l.u.Host, c.cfg.PartitionBy)}, Unfiltered: l.r.DontFilter}
+	if !l.r.DontFilter {
+		fl.Fingerprint = c.fp.Fingerprint(l.r.Method, l.u, l.r.Body, l.r.Header)
 	}
-	return again, nil
+	return fl, nil
 }
 
 // defaultCallback emits a Page item and follows the page's links.

@@ -533,7 +533,7 @@ var ErrPartitions = errors.New("the broker's partitions are not the crawl's")
 // broker splits its queues into the crawl's partitions.
 func (c *Crawler) checkPartitions(s Settings) error {
 	n := 1
-	if p, ok := c.broker.(broker.Partitioned); ok {
+	if p, ok := c.frontier.Broker().(broker.Partitioned); ok {
 		n = p.Partitions()
 	}
 	if n != s.Partitions {
@@ -558,7 +558,7 @@ func (c *Crawler) metadata() broker.Metadata {
 	if c.cfg.Metadata != nil {
 		return c.cfg.Metadata
 	}
-	m, _ := c.broker.(broker.Metadata)
+	m, _ := c.frontier.Broker().(broker.Metadata)
 	return m
 }
 
@@ -567,7 +567,7 @@ func (c *Crawler) presence() broker.Presence {
 	if p, ok := c.cfg.Metadata.(broker.Presence); ok {
 		return p
 	}
-	p, _ := c.broker.(broker.Presence)
+	p, _ := c.frontier.Broker().(broker.Presence)
 	return p
 }
 

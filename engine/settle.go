@@ -450,7 +450,7 @@ func (c *Crawler) ack(ctx context.Context, d broker.Delivery) {
 func (c *Crawler) ackAll(ctx context.Context, ds []broker.Delivery) {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
-	if ba, ok := c.broker.(broker.BatchAcker); ok {
+	if ba, ok := c.frontier.Broker().(broker.BatchAcker); ok {
 		if err := ba.AckBatch(sctx, ds...); err != nil {
 			c.log.Warn("acknowledging deliveries failed", "count", len(ds), "outcome", "ack", "err", err)
 		}

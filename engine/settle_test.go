@@ -740,7 +740,7 @@ func TestFailingSinkSpendsNoAttempt(t *testing.T) {
 		mu.Lock()
 		down = false
 		mu.Unlock()
-		c, err := New(bc.c.broker, bc.c.filter, Config{IgnoreRobots: true, Concurrency: 4, IdleTimeout: time.Second, Sink: sink})
+		c, err := NewOn(bc.c.frontier, Config{IgnoreRobots: true, Concurrency: 4, IdleTimeout: time.Second, Sink: sink})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/trawlhq/trawl/broker"
 	"github.com/trawlhq/trawl/dedup"
+	"github.com/trawlhq/trawl/frontier"
 )
 
 // A crawl knows when its state was lost. Its stores carry a mark of its
@@ -109,7 +110,7 @@ func (c *Crawler) lose(err error) error {
 // tell (broker.Incarnations), joined; "" when none can.
 func (c *Crawler) incarnation(ctx context.Context) (string, error) {
 	var parts []string
-	for _, s := range []any{c.broker, c.filter, c.cfg.Metadata} {
+	for _, s := range []any{c.frontier, c.cfg.Metadata} {
 		in, ok := s.(broker.Incarnations)
 		if !ok {
 			continue
@@ -143,7 +144,9 @@ func (c *Crawler) markCrawl(ctx context.Context, checkFilter bool) error {
 	if m == nil {
 		return nil
 	}
-	checker, _ := c.filter.(dedup.Checker)
+	// canTell: the frontier can tell what its filter holds
+	_, err := c.frontier.Marked(ctx)
+	canTell := !errors.Is(err, frontier.ErrCannotTell)
 	for range 3 {
 		raw, err := m.GetMeta(ctx, c.cfg.Name, markKey)
 		if errors.Is(err, broker.ErrNotFound) {
@@ -153,8 +156,8 @@ func (c *Crawler) markCrawl(ctx context.Context, checkFilter bool) error {
 					"on a store that persists (docs/deploy.md)", c.cfg.Name, ErrStateLost)
 			}
 			named, _ := filterMarks(c.cfg.Name, "")
-			if checker != nil {
-				has, err := checker.Contains(ctx, named)
+			if canTell {
+				has, err := c.frontier.Marked(ctx, named)
 				if err != nil {
 					return fmt.Errorf("crawl %q: read the filter's mark: %w", c.cfg.Name, err)
 				}
@@ -173,7 +176,7 @@ func (c *Crawler) markCrawl(ctx context.Context, checkFilter bool) error {
 			named, identified := filterMarks(c.cfg.Name, id)
 			// The filter first: a worker that reads the mark finds the
 			// filter's records already there.
-			if _, err := c.filter.Add(ctx, named, identified); err != nil {
+			if err := c.frontier.Mark(ctx, named, identified); err != nil {
 				return fmt.Errorf("crawl %q: mark the filter: %w", c.cfg.Name, err)
 			}
 			err := m.CreateMeta(ctx, c.cfg.Name, markKey, []byte(id))
@@ -193,15 +196,15 @@ func (c *Crawler) markCrawl(ctx context.Context, checkFilter bool) error {
 		if c.state.id != "" && id != c.state.id {
 			return fmt.Errorf("crawl %q: %w: the crawl's mark changed under this worker (it was purged and begun again)", c.cfg.Name, ErrStateLost)
 		}
-		if checkFilter && checker != nil {
+		if checkFilter && canTell {
 			_, identified := filterMarks(c.cfg.Name, id)
-			has, err := checker.Contains(ctx, identified)
+			has, err := c.frontier.Marked(ctx, identified)
 			if err != nil {
 				return fmt.Errorf("crawl %q: read the filter's mark: %w", c.cfg.Name, err)
 			}
 			if !has[0] {
 				return fmt.Errorf("crawl %q: %w: its duplicate filter%s does not hold the crawl's mark: the filter was deleted, damaged or replaced since the crawl began, "+
-					"and every page would be fetched again; start again with --flush (library: purge the crawl), or restore the filter", c.cfg.Name, ErrStateLost, named(c.filter))
+					"and every page would be fetched again; start again with --flush (library: purge the crawl), or restore the filter", c.cfg.Name, ErrStateLost, named(c.frontier))
 			}
 		}
 		c.state.id = id
@@ -315,7 +318,7 @@ func (c *Crawler) verifyState(ctx context.Context) error {
 // named is " (what)" for a store that says what it is (fmt.Stringer: the
 // local filter names its file), else "".
 func named(store any) string {
-	if s, ok := store.(fmt.Stringer); ok {
+	if s, ok := store.(fmt.Stringer); ok && s.String() != "" {
 		return " (" + s.String() + ")"
 	}
 	return ""
