@@ -104,8 +104,8 @@ type Crawler struct {
 	cfg      *compiled
 	frontier frontier.Frontier
 	fp       dedup.Fingerprinter
-	fetcher *httpFetcher
-	robots  *robotsCache
+	fetcher  *httpFetcher
+	robots   *robotsCache
 	// extractLinks finds a page's title and links, and the links'
 	// String()s: linkscan.ExtractStrings; the benchmark of the link
 	// scanner swaps in the x/net/html tokenizer.
@@ -118,19 +118,19 @@ type Crawler struct {
 	log          *slog.Logger
 	extract      []*Extraction
 
-	started       atomic.Int64          // pages whose fetch started on this worker
-	inflight      atomic.Int64          // deliveries held by this worker
-	badLogged     atomic.Bool           // the first undecodable payload was logged
-	lastErr       atomic.Pointer[error] // the last error that lost a page, for ErrNoPages
-	unknownCB     sync.Map              // callback names already logged as unknown at Warn
-	refused       refusals              // refusals by this worker's own configuration
-	writes        failures              // publishing links, the filter and the sink
-	receives      failures              // receiving from the frontier
-	countWarn     atomic.Int64          // when (unix ns) idle last warned that counting failed
-	traps         *trapGuard            // Config.MaxQueryValues; nil: none
-	hosts         *hostBudget           // Config.MaxPagesPerHost; nil: none
-	linksWarned   atomic.Bool           // a page's links past MaxLinks were logged at Warn
-	sitemapHosts  *hostBudget           // sitemaps requested per host (SitemapMaxPerHost)
+	started      atomic.Int64          // pages whose fetch started on this worker
+	inflight     atomic.Int64          // deliveries held by this worker
+	badLogged    atomic.Bool           // the first undecodable payload was logged
+	lastErr      atomic.Pointer[error] // the last error that lost a page, for ErrNoPages
+	unknownCB    sync.Map              // callback names already logged as unknown at Warn
+	refused      refusals              // refusals by this worker's own configuration
+	writes       failures              // publishing links, the filter and the sink
+	receives     failures              // receiving from the frontier
+	countWarn    atomic.Int64          // when (unix ns) idle last warned that counting failed
+	traps        *trapGuard            // Config.MaxQueryValues; nil: none
+	hosts        *hostBudget           // Config.MaxPagesPerHost; nil: none
+	linksWarned  atomic.Bool           // a page's links past MaxLinks were logged at Warn
+	sitemapHosts *hostBudget           // sitemaps requested per host (SitemapMaxPerHost)
 
 	leases sync.Map // broker.Delivery -> struct{}: deliveries to keep extended
 	held   sync.Map // broker.Delivery -> struct{}: deliveries with the writer (see hold), kept extended too
@@ -1370,7 +1370,7 @@ func (c *Crawler) retry(req *Request, prior int, why error, wait time.Duration) 
 // a page given back by a few stopping workers would be dead-lettered
 // without ever failing. The copy carries the retries already used (prior)
 // in Request.Retries, so the retry budget is kept, not reset. Whether the
-// page's links were claimed before is told by the filter (see enqueue),
+// page's links were claimed before is told by the frontier (see enqueueAll),
 // not by the attempt, so a fresh copy is as safe as the delivery.
 func (c *Crawler) republish(ctx context.Context, d broker.Delivery, req *Request, prior int) {
 	cp := *req
@@ -1466,20 +1466,11 @@ func (c *Crawler) deadLetter(ctx context.Context, d broker.Delivery, err error) 
 	c.settle(ctx, d, reject(err.Error()))
 }
 
-// enqueue hands the frontier the requests found on parent's page that are
-// in scope, to be claimed and published unless the crawl claimed them
-// before (see frontier.Frontier.Expand: a page expanded again publishes
-// exactly the links an earlier expansion claimed and never published).
-// parent nil means reqs are start URLs, which skip the domain and pattern
-// checks.
-func (c *Crawler) enqueue(ctx context.Context, parent *Request, reqs []*Request) error {
-	return c.enqueueAll(ctx, []links{{parent: parent, reqs: reqs}})
-}
-
-// enqueueStarts is enqueue for a batch of start URLs, which workers given
-// the same start URL at once take at once: the frontier publishes each
-// once, and waits a while for one another worker claimed before it takes
-// that worker for dead and publishes it itself (see frontier.Page.Start).
+// enqueueStarts is enqueueAll for a batch of start URLs, which workers
+// given the same start URL at once take at once: the frontier publishes
+// each once, and waits a while for one another worker claimed before it
+// takes that worker for dead and publishes it itself (see
+// frontier.Page.Start).
 func (c *Crawler) enqueueStarts(ctx context.Context, reqs []*Request) error {
 	return c.enqueueAll(ctx, []links{{reqs: reqs}})
 }
@@ -1549,8 +1540,12 @@ type link struct {
 	budgeted bool
 }
 
-// enqueueAll is enqueue for the links of several pages at once, in one
-// frontier.Expand. A link this crawler offered before, in an expansion
+// enqueueAll hands the frontier the links found on several pages that are
+// in scope, in one frontier.Expand, to be claimed and published unless the
+// crawl claimed them before (a page expanded again publishes exactly the
+// links an earlier expansion claimed and never published). A page's parent
+// nil means its links are start URLs, which skip the domain and pattern
+// checks. A link this crawler offered before, in an expansion
 // that succeeded, is one the crawl holds: it goes to the frontier Known,
 // without its fingerprint or encoding, which the frontier asks for only
 // when it expands the page again (see seenLinks). An error fails every

@@ -338,7 +338,7 @@ func (c *Crawler) unspent(ctx context.Context, d broker.Delivery) {
 // write writes the links and items of ps together and, if that
 // succeeded, hands their deliveries to the acker. On failure it settles
 // nothing: its links stay claimed without publication marks, and the
-// next write of the same pages publishes them (see enqueue). A sink that
+// next write of the same pages publishes them (see enqueueAll). A sink that
 // failed half-way through the items may have stored some of them: they
 // are written again (a sink sees every item at least once; JSONLines
 // and CSV cut a failed write back to their last whole record).

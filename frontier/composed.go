@@ -269,7 +269,7 @@ func (c *Composed) expand(ctx context.Context, queue string, pages []Page, out [
 		case fresh[k]:
 			out[cl.page][cl.link] = Published
 		case again != nil && again[k] && wait && pages[cl.page].Start:
-			waits = append(waits, waiting{page: cl.page, link: cl.link, fp: cl.fp, msg: cl.msg})
+			waits = append(waits, waiting(cl))
 			continue
 		case again != nil && again[k]:
 			out[cl.page][cl.link] = Republished
