@@ -71,6 +71,9 @@ type Delivery interface {
 	// on Redis it succeeds where the server refuses writes that grow its
 	// memory.
 	Release(ctx context.Context) error
+	// Extend extends the lease to d from now, while the work the delivery
+	// stands for is still in progress. It never shortens a lease.
+	Extend(ctx context.Context, d time.Duration) error
 }
 
 // Broker is a set of named work queues shared by any number of consumers.
@@ -91,6 +94,14 @@ type Broker interface {
 	// first Next of what it returns) fails with an error wrapping
 	// ErrClosed. See Consumer for its promises.
 	Consume(ctx context.Context, queue string, prefetch int) (Consumer, error)
+	// Purge empties queue: ready, in-flight and dead messages alike.
+	Purge(ctx context.Context, queue string) error
+	// Counter counts a queue: the engine uses it to tell when a crawl is
+	// done across all workers.
+	Counter
+	// DeadLetters reads and requeues the queues' dead letters (trawl
+	// deadletter).
+	DeadLetters
 	// Close stops the broker gracefully; deliveries not yet settled come
 	// back to their queues (at once or after their lease). Close is
 	// idempotent.
@@ -143,7 +154,9 @@ type Consumer interface {
 // consumer holds at most prefetch deliveries, read ahead or returned and
 // unsettled, and returns no more until some are settled. A caller that
 // keeps up to n deliveries unsettled while it reads on, and wants up to
-// prefetch read ahead, asks Consume for prefetch + n.
+// prefetch read ahead, asks Consume for prefetch + n. It is optional
+// because only RabbitMQ's consumers count so; a broker that is not one
+// keeps returned deliveries out of its prefetch, as Consumer promises.
 type UnsettledCounter interface {
 	// CountsUnsettled reports whether the broker's consumers count
 	// unsettled deliveries against their prefetch.
@@ -151,9 +164,11 @@ type UnsettledCounter interface {
 }
 
 // BatchAcker is implemented by brokers that acknowledge many deliveries in
-// fewer round trips than one per delivery. Every delivery must come from
-// this broker; the batch is acknowledged as if by Ack on each, and the
-// error names the first that failed.
+// fewer round trips than one per delivery (Redis, RabbitMQ, NATS). Every
+// delivery must come from this broker; the batch is acknowledged as if by
+// Ack on each, and the error names the first that failed. It is optional
+// because a broker without round trips (the in-memory one) saves nothing
+// by it: the engine acknowledges one by one there.
 type BatchAcker interface {
 	AckBatch(ctx context.Context, ds ...Delivery) error
 }
@@ -207,22 +222,12 @@ type Counts struct {
 	Delayed int64
 }
 
-// Counter is implemented by brokers that can count a queue. The engine uses
-// it to tell when a crawl is done across all workers.
+// Counter counts queues. Every Broker is one; a store of start URLs kept
+// outside the broker (Redis's {NAME}:start_urls) is one too, for its
+// queue.
 type Counter interface {
+	// Counts returns queue's counts at one moment.
 	Counts(ctx context.Context, queue string) (Counts, error)
-}
-
-// Purger is implemented by brokers that can empty a queue: ready,
-// in-flight and dead messages alike.
-type Purger interface {
-	Purge(ctx context.Context, queue string) error
-}
-
-// Extender is implemented by deliveries whose lease can be extended while
-// the work they stand for is still in progress.
-type Extender interface {
-	Extend(ctx context.Context, d time.Duration) error
 }
 
 // DeadLetter is a message in a dead-letter queue.
@@ -231,8 +236,10 @@ type DeadLetter struct {
 	Reason  string
 }
 
-// DeadLetters is implemented by brokers whose dead-letter queues can be
-// read and requeued (trawl deadletter).
+// DeadLetters reads and requeues dead-letter queues (trawl deadletter).
+// Every Broker is one; a store of start URLs kept outside the broker
+// (Redis's {NAME}:start_urls) keeps its own, so that a requeue puts them
+// back where they came from.
 type DeadLetters interface {
 	// DeadLetters returns up to max dead letters of queue, oldest first,
 	// without removing them.
@@ -249,6 +256,9 @@ type DeadLetters interface {
 // purging the crawl deletes, is a key-value record on every backend (a
 // Redis hash, a NATS KV bucket, a map in memory), whereas a queue message
 // is consumed by whoever reads it first. Values are at most a few KiB.
+// The memory, Redis and NATS brokers are one; RabbitMQ keeps no values,
+// so a RabbitMQ deployment keeps them in its Redis (redis.Meta), or not at
+// all.
 type Metadata interface {
 	// GetMeta returns the value of key in crawl, or an error wrapping
 	// ErrNotFound.
@@ -265,7 +275,9 @@ type Metadata interface {
 
 // Presence is implemented by brokers on which the workers of a crawl
 // announce themselves, so that a command that would spoil a running crawl
-// (trawl purge) can tell whether one runs.
+// (trawl purge) can tell whether one runs. It is optional for the reason
+// Metadata is: the memory, Redis and NATS brokers are one, RabbitMQ is
+// not (redis.Meta serves a RabbitMQ deployment with a Redis).
 type Presence interface {
 	// Announce says that worker id works on crawl, for ttl from now; a
 	// worker announces again well within ttl for as long as it runs.
@@ -285,6 +297,9 @@ type Presence interface {
 // remembers of the crawl's shared state (see engine.ErrStateLost). It is
 // cheap enough to call before every acknowledgement: it asks the server only
 // when a connection was opened since it last asked, as a restart forces.
+// It is optional because only Redis restarts with less: the in-memory
+// broker dies with its crawl, and NATS JetStream and RabbitMQ keep what
+// they acknowledged.
 type Incarnations interface {
 	Incarnation(ctx context.Context) (string, error)
 }

@@ -10,8 +10,11 @@
 // more than the backend's maximum number of times goes to the queue's
 // dead-letter queue.
 //
-// Optional abilities are separate interfaces found by type assertion:
-// Counter, Purger, DeadLetters on a broker, Extender on a delivery.
+// Every Broker also counts, purges and requeues dead letters, and every
+// Delivery's lease can be extended. What only some backends do is a
+// separate interface found by type assertion, and says which do and why
+// the others do not: BatchAcker, UnsettledCounter, Metadata, Presence and
+// Incarnations.
 //
 // Package broker/brokertest is the conformance suite every backend passes;
 // package broker/memory is the in-memory backend.

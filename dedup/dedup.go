@@ -23,12 +23,9 @@ type Filter interface {
 	// filter may answer false for a fingerprint never added (a false
 	// positive), never true for one added before.
 	Add(ctx context.Context, fps ...Fingerprint) ([]bool, error)
+	// Purge forgets every fingerprint, for every handle on the filter.
+	Purge(ctx context.Context) error
 	// Close releases the filter; a local filter saves its state first.
 	// Close is idempotent.
 	Close() error
-}
-
-// Purger is implemented by filters that can forget everything.
-type Purger interface {
-	Purge(ctx context.Context) error
 }

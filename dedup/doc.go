@@ -32,8 +32,8 @@
 // fingerprint as seen; a probabilistic one (a Bloom filter) may, at a rate
 // it documents, but never reports a fingerprint added before as new. Close
 // is idempotent, and Add after Close fails with an error wrapping ErrClosed.
-// Filters that can forget everything implement Purger; filters that can
-// answer without adding implement Checker.
+// Purge forgets everything. Filters that can answer without adding
+// implement Checker.
 //
 // # Marks
 //

@@ -250,12 +250,10 @@ func (d *Deployment) checkCrawl(ctx context.Context) error {
 			return err
 		}
 	}
-	if c, ok := d.Broker.(broker.Counter); ok {
-		for _, q := range []string{engine.RequestsQueue(name), engine.StartQueue(name), engine.ItemsQueue(name)} {
-			n, err := c.Counts(ctx, q)
-			if err != nil || n.Ready+n.InFlight+n.Dead > 0 {
-				return err
-			}
+	for _, q := range []string{engine.RequestsQueue(name), engine.StartQueue(name), engine.ItemsQueue(name)} {
+		n, err := d.Broker.Counts(ctx, q)
+		if err != nil || n.Ready+n.InFlight+n.Dead > 0 {
+			return err
 		}
 	}
 	return fmt.Errorf("%s: %w %s on %s (check --name; a crawl exists once seeded)", d.cfg.Admin, ErrNoCrawl, name, d.cfg.Broker)
@@ -266,13 +264,13 @@ func (d *Deployment) checkCrawl(ctx context.Context) error {
 // those of start URLs kept outside the broker (Redis's {NAME}:start_urls).
 // A worker's own counter misses those the broker made (a message past its
 // last delivery), other workers', and rejected start URLs. ok is false
-// when the broker cannot count, or counting failed.
+// when counting failed.
 func (d *Deployment) DeadLetterCount(ctx context.Context) (n int64, ok bool) {
 	return d.countQueues(ctx, func(c broker.Counts) int64 { return c.Dead })
 }
 
 // Backlog counts the crawl's requests and start URLs waiting to be taken.
-// ok is false when the broker cannot count, or counting failed.
+// ok is false when counting failed.
 func (d *Deployment) Backlog(ctx context.Context) (n int64, ok bool) {
 	return d.countQueues(ctx, func(c broker.Counts) int64 { return c.Ready })
 }
@@ -282,13 +280,9 @@ func (d *Deployment) Backlog(ctx context.Context) (n int64, ok bool) {
 func (d *Deployment) countQueues(ctx context.Context, what func(broker.Counts) int64) (n int64, ok bool) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	c, ok := d.Broker.(broker.Counter)
-	if !ok {
-		return 0, false
-	}
 	name := d.crawl.Name
 	for _, q := range []string{engine.RequestsQueue(name), engine.StartQueue(name)} {
-		c := c
+		var c broker.Counter = d.Broker
 		if q == engine.StartQueue(name) && d.Starts != nil {
 			sc, ok := d.Starts.(broker.Counter)
 			if !ok {
@@ -434,17 +428,13 @@ func (d *Deployment) Purge(ctx context.Context, force bool) error {
 	} else if d.Shared {
 		d.log.Warn("this deployment cannot tell whether workers of the crawl run (RabbitMQ without Redis): purging anyway", "crawl", name)
 	}
-	if p, ok := d.Broker.(broker.Purger); ok {
-		for _, q := range []string{engine.RequestsQueue(name), engine.StartQueue(name)} {
-			if err := p.Purge(ctx, q); err != nil {
-				return fmt.Errorf("purge %s: %w", q, err)
-			}
+	for _, q := range []string{engine.RequestsQueue(name), engine.StartQueue(name)} {
+		if err := d.Broker.Purge(ctx, q); err != nil {
+			return fmt.Errorf("purge %s: %w", q, err)
 		}
 	}
-	if p, ok := d.Filter.(dedup.Purger); ok {
-		if err := p.Purge(ctx); err != nil {
-			return fmt.Errorf("purge filter: %w", err)
-		}
+	if err := d.Filter.Purge(ctx); err != nil {
+		return fmt.Errorf("purge filter: %w", err)
 	}
 	for _, purge := range d.purges {
 		if err := purge(ctx); err != nil {
@@ -475,14 +465,12 @@ func (d *Deployment) PurgeAll(ctx context.Context, force bool) error {
 
 // DeadLetters is where queue's dead letters are kept: start URLs kept
 // outside the broker (Redis) keep their own, so that a requeue puts them
-// back where they came from, as they came in; else the broker's store.
-// Nil where none can be read.
+// back where they came from, as they came in; else the broker.
 func (d *Deployment) DeadLetters(queue string) broker.DeadLetters {
 	if sd, ok := d.Starts.(broker.DeadLetters); ok && queue == engine.StartQueue(d.crawl.Name) {
 		return sd
 	}
-	dl, _ := d.Broker.(broker.DeadLetters)
-	return dl
+	return d.Broker
 }
 
 // queueType is Config.AMQPQueueType.

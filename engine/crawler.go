@@ -707,15 +707,11 @@ func (c *Crawler) feed(ctx context.Context, startsLeft bool, hungry <-chan struc
 	}
 }
 
-// idle reports whether nothing is in flight here and, where the broker can
-// count, nothing is queued or in flight anywhere.
+// idle reports whether nothing is in flight here and nothing is queued or
+// in flight anywhere.
 func (c *Crawler) idle(ctx context.Context) bool {
 	if c.inflight.Load() > 0 {
 		return false
-	}
-	counter, ok := c.frontier.Broker().(broker.Counter)
-	if !ok {
-		return true
 	}
 	queues := []string{RequestsQueue(c.cfg.Name), StartQueue(c.cfg.Name)}
 	if c.cfg.Starts != nil {
@@ -730,7 +726,7 @@ func (c *Crawler) idle(ctx context.Context) bool {
 		}
 	}
 	for _, q := range queues {
-		n, err := counter.Counts(ctx, q)
+		n, err := c.frontier.Broker().Counts(ctx, q)
 		if err != nil {
 			c.warnCounts(ctx, q, err)
 			return false
@@ -913,7 +909,7 @@ func (c *Crawler) keepLeases(ctx context.Context, done <-chan struct{}) {
 	}
 	t := time.NewTicker(lease / 3)
 	defer t.Stop()
-	var ds []broker.Extender
+	var ds []broker.Delivery
 	for {
 		select {
 		case <-done:
@@ -922,9 +918,7 @@ func (c *Crawler) keepLeases(ctx context.Context, done <-chan struct{}) {
 		}
 		ds = ds[:0]
 		collect := func(k, _ any) bool {
-			if e, ok := k.(broker.Extender); ok {
-				ds = append(ds, e)
-			}
+			ds = append(ds, k.(broker.Delivery))
 			return true
 		}
 		c.leases.Range(collect)
@@ -946,11 +940,11 @@ const extendParallel = 32
 // extendAll extends every lease of ds by lease, extendParallel at a time,
 // and reports each failure to failed (from several goroutines, one at a
 // time).
-func extendAll(ctx context.Context, ds []broker.Extender, lease time.Duration, failed func(error)) {
+func extendAll(ctx context.Context, ds []broker.Delivery, lease time.Duration, failed func(error)) {
 	var (
 		wg   sync.WaitGroup
 		mu   sync.Mutex
-		next = make(chan broker.Extender)
+		next = make(chan broker.Delivery)
 	)
 	for range min(extendParallel, len(ds)) {
 		wg.Go(func() {

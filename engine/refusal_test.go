@@ -21,10 +21,7 @@ import (
 
 // noMetadata hides a broker's Metadata and Presence: a worker on it
 // cannot adopt the crawl's settings and crawls by its own.
-type noMetadata struct {
-	broker.Broker
-	broker.Counter
-}
+type noMetadata struct{ broker.Broker }
 
 // TestMisconfiguredWorkerLosesNothing runs two crawlers on one broker over
 // a loopback site: one may fetch private addresses, the other may not
@@ -48,7 +45,7 @@ func TestMisconfiguredWorkerLosesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs syncbuf.Buffer
-	bad, err := engine.New(noMetadata{b, b}, f, engine.Config{
+	bad, err := engine.New(noMetadata{b}, f, engine.Config{
 		Concurrency: 8, PerHost: 8, IdleTimeout: time.Second, RetryBackoff: 10 * time.Millisecond,
 		Sink: sink, Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})

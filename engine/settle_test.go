@@ -165,13 +165,6 @@ func (d *tracedDelivery) Reject(ctx context.Context, reason string) error {
 	return err
 }
 
-func (d *tracedDelivery) Extend(ctx context.Context, lease time.Duration) error {
-	if e, ok := d.Delivery.(broker.Extender); ok {
-		return e.Extend(ctx, lease)
-	}
-	return nil
-}
-
 // batchTracingBroker is a tracingBroker with AckBatch.
 type batchTracingBroker struct{ *tracingBroker }
 

@@ -136,8 +136,12 @@ func TestWorkbenchOrder(t *testing.T) {
 	}
 }
 
-// slowExtender takes a second, on the bubble's clock, to extend.
-type slowExtender struct{ extended *atomic.Int32 }
+// slowExtender is a delivery that takes a second, on the bubble's clock,
+// to extend.
+type slowExtender struct {
+	broker.Delivery
+	extended *atomic.Int32
+}
 
 func (s slowExtender) Extend(context.Context, time.Duration) error {
 	time.Sleep(time.Second)
@@ -152,9 +156,9 @@ func (s slowExtender) Extend(context.Context, time.Duration) error {
 func TestExtendAllInParallel(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var n atomic.Int32
-		ds := make([]broker.Extender, 64)
+		ds := make([]broker.Delivery, 64)
 		for i := range ds {
-			ds[i] = slowExtender{&n}
+			ds[i] = slowExtender{extended: &n}
 		}
 		start := time.Now()
 		extendAll(t.Context(), ds, time.Minute, func(err error) { t.Error(err) })

@@ -47,8 +47,8 @@ type Config struct {
 	Name string
 	// Stats are the counters exported.
 	Stats *engine.Stats
-	// Broker, if it implements broker.Counter, is asked for the counts of
-	// Queues at each scrape. nil: no queue gauges.
+	// Broker is asked for the counts of Queues at each scrape. nil: no
+	// queue gauges.
 	Broker broker.Broker
 	// Queues are the queues counted. Empty: the crawl's requests and start
 	// URL queues (engine.RequestsQueue, engine.StartQueue).
@@ -164,11 +164,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	if f, ok := c.cfg.Filter.(interface{ SizeBytes() uint64 }); ok {
 		ch <- prometheus.MustNewConstMetric(c.descs.sizeBytes, prometheus.GaugeValue, float64(f.SizeBytes()))
 	}
-	if counter, ok := c.cfg.Broker.(broker.Counter); ok {
+	if c.cfg.Broker != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Timeout)
 		defer cancel()
 		for _, q := range c.cfg.Queues {
-			n, err := counter.Counts(ctx, q)
+			n, err := c.cfg.Broker.Counts(ctx, q)
 			if err != nil {
 				c.cfg.Logger.Debug("metrics: counting a queue failed", "queue", q, "err", err)
 				if ctx.Err() != nil {

@@ -322,17 +322,13 @@ func wantErr(t *testing.T, what string, err, want error) {
 	}
 }
 
-// waitCounts waits until b counts q as want, if b is a broker.Counter.
-// Counts may lag (a server's statistics), so it polls, within prompt.
+// waitCounts waits until b counts q as want. Counts may lag (a server's
+// statistics), so it polls, within prompt.
 func waitCounts(t *testing.T, b broker.Broker, q string, want broker.Counts) {
 	t.Helper()
-	c, ok := b.(broker.Counter)
-	if !ok {
-		return
-	}
 	deadline := time.Now().Add(prompt)
 	for {
-		got, err := c.Counts(t.Context(), q)
+		got, err := b.Counts(t.Context(), q)
 		if err != nil {
 			t.Fatalf("Counts(%q): %v", q, err)
 		}

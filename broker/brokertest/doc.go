@@ -26,10 +26,11 @@
 // Config.Restartable offers a server of the test's own, a consumer open
 // across a restart of the server.
 //
-// Promises of optional interfaces (broker.Counter, broker.Purger,
-// broker.DeadLetters, broker.Extender) are checked when the backend
-// implements them; a subtest that needs one the backend lacks says so with
-// t.Skip.
+// Counts, Purge, DeadLetters, Requeue and Extend are part of broker.Broker
+// and broker.Delivery and are checked on every backend. Promises of the
+// optional interfaces broker.Metadata and broker.Presence are checked when
+// the backend implements them; a subtest that needs one the backend lacks
+// says so with t.Skip.
 //
 // Every subtest uses fresh queue names, so backends may share one server
 // across subtests, and runs in parallel with the others. Waits are bounded:

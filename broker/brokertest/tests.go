@@ -372,18 +372,14 @@ func (s *suite) testReject(t *testing.T) {
 	ack(t, d)
 	expectNone(t, b, q, s.c.Lease)
 	waitCounts(t, b, q, broker.Counts{Dead: 1})
-	dlq, ok := b.(broker.DeadLetters)
-	if !ok {
-		return
-	}
-	dls, err := dlq.DeadLetters(t.Context(), q, 10)
+	dls, err := b.DeadLetters(t.Context(), q, 10)
 	if err != nil {
 		t.Fatalf("DeadLetters: %v", err)
 	}
 	if len(dls) != 1 || !sameMessage(dls[0].Message, rejected) || dls[0].Reason != "undecodable payload" {
 		t.Fatalf("DeadLetters = %+v, want the rejected %q with reason %q", dls, rejected.Body, "undecodable payload")
 	}
-	if n, err := dlq.Requeue(t.Context(), q, 10); n != 1 || err != nil {
+	if n, err := b.Requeue(t.Context(), q, 10); n != 1 || err != nil {
 		t.Fatalf("Requeue = %d, %v; want 1, nil", n, err)
 	}
 	waitCounts(t, b, q, broker.Counts{Ready: 1})
@@ -397,10 +393,6 @@ func (s *suite) testReject(t *testing.T) {
 
 func (s *suite) testDeadLetters(t *testing.T) {
 	b := s.one(t, s.setup())
-	dlq, ok := b.(broker.DeadLetters)
-	if !ok {
-		t.Skip("broker does not implement broker.DeadLetters")
-	}
 	q := queue(t)
 	p := s.c.Priorities[0]
 	publish(t, b, q, msg("d0", p), msg("d1", p), msg("d2", p))
@@ -416,7 +408,7 @@ func (s *suite) testDeadLetters(t *testing.T) {
 	waitCounts(t, b, q, broker.Counts{Dead: 3})
 	check := func(max int, want []string) {
 		t.Helper()
-		dls, err := dlq.DeadLetters(t.Context(), q, max)
+		dls, err := b.DeadLetters(t.Context(), q, max)
 		if err != nil {
 			t.Fatalf("DeadLetters(%d): %v", max, err)
 		}
@@ -437,7 +429,7 @@ func (s *suite) testDeadLetters(t *testing.T) {
 	check(10, order)
 	check(2, order[:2])
 	check(10, order) // reading removes nothing
-	if n, err := dlq.Requeue(t.Context(), q, 2); n != 2 || err != nil {
+	if n, err := b.Requeue(t.Context(), q, 2); n != 2 || err != nil {
 		t.Fatalf("Requeue(2) = %d, %v; want 2, nil", n, err)
 	}
 	waitCounts(t, b, q, broker.Counts{Ready: 2, Dead: 1})
@@ -449,10 +441,10 @@ func (s *suite) testDeadLetters(t *testing.T) {
 		t.Fatalf("after Requeue(2) received %q, want %q", got, want)
 	}
 	ack(t, ds...)
-	if n, err := dlq.Requeue(t.Context(), q, 5); n != 1 || err != nil {
+	if n, err := b.Requeue(t.Context(), q, 5); n != 1 || err != nil {
 		t.Fatalf("Requeue(5) with one dead letter = %d, %v; want 1, nil", n, err)
 	}
-	if n, err := dlq.Requeue(t.Context(), q, 5); n != 0 || err != nil {
+	if n, err := b.Requeue(t.Context(), q, 5); n != 0 || err != nil {
 		t.Fatalf("Requeue(5) with no dead letters = %d, %v; want 0, nil", n, err)
 	}
 	check(10, nil)
@@ -462,7 +454,7 @@ func (s *suite) testDeadLetters(t *testing.T) {
 	}
 	ack(t, d)
 	waitCounts(t, b, q, broker.Counts{})
-	if dls, err := dlq.DeadLetters(t.Context(), queue(t, "unknown"), 10); len(dls) != 0 || err != nil {
+	if dls, err := b.DeadLetters(t.Context(), queue(t, "unknown"), 10); len(dls) != 0 || err != nil {
 		t.Fatalf("DeadLetters of an unknown queue = %v, %v; want none, nil", dls, err)
 	}
 }
@@ -518,15 +510,10 @@ func (s *suite) testReleaseUncounted(t *testing.T) {
 	waitCounts(t, b, q, broker.Counts{InFlight: 1})
 }
 
-// expectDeadLetter checks that body is q's only dead letter and says why,
-// if b implements broker.DeadLetters.
+// expectDeadLetter checks that body is q's only dead letter and says why.
 func (s *suite) expectDeadLetter(t *testing.T, b broker.Broker, q, body string) {
 	t.Helper()
-	dlq, ok := b.(broker.DeadLetters)
-	if !ok {
-		return
-	}
-	dls, err := dlq.DeadLetters(t.Context(), q, 10)
+	dls, err := b.DeadLetters(t.Context(), q, 10)
 	if err != nil {
 		t.Fatalf("DeadLetters: %v", err)
 	}
@@ -563,9 +550,7 @@ func (s *suite) testDoubleSettle(t *testing.T) {
 	ctx := t.Context()
 	extend := func(what string, d broker.Delivery) {
 		t.Helper()
-		if e, ok := d.(broker.Extender); ok {
-			wantErr(t, what, e.Extend(ctx, time.Minute), broker.ErrSettled)
-		}
+		wantErr(t, what, d.Extend(ctx, time.Minute), broker.ErrSettled)
 	}
 
 	acked := ds[0]
@@ -606,10 +591,8 @@ func (s *suite) testDoubleSettle(t *testing.T) {
 	}
 	ack(t, d)
 	waitCounts(t, b, q, broker.Counts{Ready: 1, Dead: 1})
-	if p, ok := b.(broker.Purger); ok {
-		if err := p.Purge(ctx, q); err != nil {
-			t.Fatalf("Purge: %v", err)
-		}
+	if err := b.Purge(ctx, q); err != nil {
+		t.Fatalf("Purge: %v", err)
 	}
 }
 
@@ -632,9 +615,7 @@ func (s *suite) testLeaseExpiry(t *testing.T) {
 	wantErr(t, "Ack of an expired delivery", d1.Ack(ctx), broker.ErrLeaseLost)
 	wantErr(t, "Nack of an expired delivery", d1.Nack(ctx, 0), broker.ErrLeaseLost)
 	wantErr(t, "Reject of an expired delivery", d1.Reject(ctx, "x"), broker.ErrLeaseLost)
-	if e, ok := d1.(broker.Extender); ok {
-		wantErr(t, "Extend of an expired delivery", e.Extend(ctx, time.Minute), broker.ErrLeaseLost)
-	}
+	wantErr(t, "Extend of an expired delivery", d1.Extend(ctx, time.Minute), broker.ErrLeaseLost)
 	ack(t, d2)
 	expectNone(t, b, q, s.c.Lease)
 	waitCounts(t, b, q, broker.Counts{})
@@ -692,17 +673,13 @@ func (s *suite) extendTrial(t *testing.T, take func(t *testing.T, b broker.Broke
 	renewed := time.Now() // the start of the call that last renewed the lease
 	d := take(t, b, q)
 	start := time.Now()
-	e, ok := d.(broker.Extender)
-	if !ok {
-		t.Skip("deliveries do not implement broker.Extender")
-	}
 	until := start.Add(3 * lease)
 	ch := receiveAsync(t, thief, q, 1, time.Until(until))
 	tick := time.NewTicker(lease / 4)
 	defer tick.Stop()
 	for time.Now().Before(until) {
 		call := time.Now()
-		err := e.Extend(t.Context(), lease)
+		err := d.Extend(t.Context(), lease)
 		if err != nil {
 			// A backend may count a lease lost up to a tenth of it early
 			// (a margin for the time its renewal takes to reach the
@@ -903,10 +880,6 @@ func (s *suite) testReceiveWakes(t *testing.T) {
 	}
 	ack(t, r.ds...)
 
-	dlq, ok := other.(broker.DeadLetters)
-	if !ok {
-		return
-	}
 	publish(t, other, q, msg("dead", p))
 	d = receiveOne(t, other, q, prompt)
 	if err := d.Reject(t.Context(), "x"); err != nil {
@@ -916,7 +889,7 @@ func (s *suite) testReceiveWakes(t *testing.T) {
 	ch = receiveAsync(t, waiter, q, 5, wakeWait)
 	expectWaiting(t, ch, "Receive")
 	sent = time.Now()
-	if n, err := dlq.Requeue(t.Context(), q, 1); n != 1 || err != nil {
+	if n, err := other.Requeue(t.Context(), q, 1); n != 1 || err != nil {
 		t.Fatalf("Requeue = %d, %v; want 1, nil", n, err)
 	}
 	r = await(t, ch, wakeWait, "woken by Requeue")
@@ -1056,22 +1029,14 @@ func (s *suite) testClosed(t *testing.T) {
 	wantErr(t, "Ack on a closed broker", ds[0].Ack(ctx), broker.ErrClosed)
 	wantErr(t, "Nack on a closed broker", ds[1].Nack(ctx, 0), broker.ErrClosed)
 	wantErr(t, "Reject on a closed broker", ds[2].Reject(ctx, "x"), broker.ErrClosed)
-	if e, ok := ds[0].(broker.Extender); ok {
-		wantErr(t, "Extend on a closed broker", e.Extend(ctx, time.Minute), broker.ErrClosed)
-	}
-	if c, ok := b.(broker.Counter); ok {
-		_, err := c.Counts(ctx, q)
-		wantErr(t, "Counts on a closed broker", err, broker.ErrClosed)
-	}
-	if pg, ok := b.(broker.Purger); ok {
-		wantErr(t, "Purge on a closed broker", pg.Purge(ctx, q), broker.ErrClosed)
-	}
-	if dlq, ok := b.(broker.DeadLetters); ok {
-		_, err := dlq.DeadLetters(ctx, q, 1)
-		wantErr(t, "DeadLetters on a closed broker", err, broker.ErrClosed)
-		_, err = dlq.Requeue(ctx, q, 1)
-		wantErr(t, "Requeue on a closed broker", err, broker.ErrClosed)
-	}
+	wantErr(t, "Extend on a closed broker", ds[0].Extend(ctx, time.Minute), broker.ErrClosed)
+	_, err = b.Counts(ctx, q)
+	wantErr(t, "Counts on a closed broker", err, broker.ErrClosed)
+	wantErr(t, "Purge on a closed broker", b.Purge(ctx, q), broker.ErrClosed)
+	_, err = b.DeadLetters(ctx, q, 1)
+	wantErr(t, "DeadLetters on a closed broker", err, broker.ErrClosed)
+	_, err = b.Requeue(ctx, q, 1)
+	wantErr(t, "Requeue on a closed broker", err, broker.ErrClosed)
 
 	// Closing b closed nothing else: the other broker works, and gets b's
 	// unsettled messages back (at once, or when their leases run out).
@@ -1103,23 +1068,17 @@ func (s *suite) testInvalid(t *testing.T) {
 			t.Fatalf("Receive(q, %d) delivered %q", max, bodies(ds))
 		}
 	}
-	if c, ok := b.(broker.Counter); ok {
-		_, err := c.Counts(ctx, "")
-		wantErr(t, `Counts("")`, err, broker.ErrInvalid)
-	}
-	if pg, ok := b.(broker.Purger); ok {
-		wantErr(t, `Purge("")`, pg.Purge(ctx, ""), broker.ErrInvalid)
-	}
-	if dlq, ok := b.(broker.DeadLetters); ok {
-		_, err := dlq.DeadLetters(ctx, "", 1)
-		wantErr(t, `DeadLetters("", 1)`, err, broker.ErrInvalid)
-		_, err = dlq.DeadLetters(ctx, q, 0)
-		wantErr(t, `DeadLetters(q, 0)`, err, broker.ErrInvalid)
-		_, err = dlq.Requeue(ctx, "", 1)
-		wantErr(t, `Requeue("", 1)`, err, broker.ErrInvalid)
-		_, err = dlq.Requeue(ctx, q, 0)
-		wantErr(t, `Requeue(q, 0)`, err, broker.ErrInvalid)
-	}
+	_, err = b.Counts(ctx, "")
+	wantErr(t, `Counts("")`, err, broker.ErrInvalid)
+	wantErr(t, `Purge("")`, b.Purge(ctx, ""), broker.ErrInvalid)
+	_, err = b.DeadLetters(ctx, "", 1)
+	wantErr(t, `DeadLetters("", 1)`, err, broker.ErrInvalid)
+	_, err = b.DeadLetters(ctx, q, 0)
+	wantErr(t, `DeadLetters(q, 0)`, err, broker.ErrInvalid)
+	_, err = b.Requeue(ctx, "", 1)
+	wantErr(t, `Requeue("", 1)`, err, broker.ErrInvalid)
+	_, err = b.Requeue(ctx, q, 0)
+	wantErr(t, `Requeue(q, 0)`, err, broker.ErrInvalid)
 	d := receiveOne(t, b, q, prompt)
 	if string(d.Message().Body) != "kept" || d.Attempt() != 1 {
 		t.Fatalf("after invalid calls got %q attempt %d, want kept attempt 1", d.Message().Body, d.Attempt())
@@ -1129,12 +1088,8 @@ func (s *suite) testInvalid(t *testing.T) {
 
 func (s *suite) testCounts(t *testing.T) {
 	b := s.one(t, s.setup())
-	c, ok := b.(broker.Counter)
-	if !ok {
-		t.Skip("broker does not implement broker.Counter")
-	}
 	q := queue(t)
-	if got, err := c.Counts(t.Context(), queue(t, "unknown")); got != (broker.Counts{}) || err != nil {
+	if got, err := b.Counts(t.Context(), queue(t, "unknown")); got != (broker.Counts{}) || err != nil {
 		t.Fatalf("Counts of an unknown queue = %+v, %v; want zero, nil", got, err)
 	}
 	p := s.c.Priorities[0]
@@ -1158,16 +1113,14 @@ func (s *suite) testCounts(t *testing.T) {
 		t.Fatalf("Nack(1m): %v", err)
 	}
 	waitCounts(t, b, q, broker.Counts{Ready: 1, Dead: 1, Delayed: 1}) // delayed counts as ready, and as delayed
-	if pg, ok := b.(broker.Purger); ok {
-		if err := pg.Purge(t.Context(), q); err != nil {
-			t.Fatalf("Purge: %v", err)
-		}
-		waitCounts(t, b, q, broker.Counts{})
+	if err := b.Purge(t.Context(), q); err != nil {
+		t.Fatalf("Purge: %v", err)
 	}
+	waitCounts(t, b, q, broker.Counts{})
 }
 
-// keepLeased extends the leases of ds (those that are broker.Extenders)
-// by lease, every lease/4, until the returned stop is called.
+// keepLeased extends the leases of ds by lease, every lease/4, until the
+// returned stop is called.
 func keepLeased(t *testing.T, lease time.Duration, ds ...broker.Delivery) (stop func()) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
@@ -1177,10 +1130,8 @@ func keepLeased(t *testing.T, lease time.Duration, ds ...broker.Delivery) (stop 
 		defer tick.Stop()
 		for {
 			for _, d := range ds {
-				if e, ok := d.(broker.Extender); ok {
-					if err := e.Extend(ctx, lease); err != nil && ctx.Err() == nil {
-						t.Errorf("Extend: %v", err)
-					}
+				if err := d.Extend(ctx, lease); err != nil && ctx.Err() == nil {
+					t.Errorf("Extend: %v", err)
 				}
 			}
 			select {
@@ -1198,10 +1149,6 @@ func keepLeased(t *testing.T, lease time.Duration, ds ...broker.Delivery) (stop 
 
 func (s *suite) testPurge(t *testing.T) {
 	b := s.one(t, s.short())
-	pg, ok := b.(broker.Purger)
-	if !ok {
-		t.Skip("broker does not implement broker.Purger")
-	}
 	q := queue(t)
 	p := s.c.Priorities[0]
 	publish(t, b, q, msg("p0", p), msg("p1", p), msg("p2", p), msg("p3", p), msg("p4", p))
@@ -1219,7 +1166,7 @@ func (s *suite) testPurge(t *testing.T) {
 	keep := keepLeased(t, s.c.Lease, ds[0], ds[1])
 	waitCounts(t, b, q, broker.Counts{Ready: 2, InFlight: 2, Dead: 1})
 	keep()
-	if err := pg.Purge(t.Context(), q); err != nil {
+	if err := b.Purge(t.Context(), q); err != nil {
 		t.Fatalf("Purge: %v", err)
 	}
 	waitCounts(t, b, q, broker.Counts{})
@@ -1229,10 +1176,8 @@ func (s *suite) testPurge(t *testing.T) {
 	// ds[1] stays unsettled: it must not come back when its lease runs out.
 	expectNone(t, b, q, 3*s.c.Lease)
 	waitCounts(t, b, q, broker.Counts{})
-	if dlq, ok := b.(broker.DeadLetters); ok {
-		if dls, err := dlq.DeadLetters(t.Context(), q, 10); len(dls) != 0 || err != nil {
-			t.Fatalf("DeadLetters after Purge = %+v, %v; want none", dls, err)
-		}
+	if dls, err := b.DeadLetters(t.Context(), q, 10); len(dls) != 0 || err != nil {
+		t.Fatalf("DeadLetters after Purge = %+v, %v; want none", dls, err)
 	}
 	publish(t, b, q, msg("fresh", p))
 	d := receiveOne(t, b, q, prompt)
@@ -1240,7 +1185,7 @@ func (s *suite) testPurge(t *testing.T) {
 		t.Fatalf("after Purge got %q attempt %d, want fresh attempt 1", d.Message().Body, d.Attempt())
 	}
 	ack(t, d)
-	if err := pg.Purge(t.Context(), queue(t, "unknown")); err != nil {
+	if err := b.Purge(t.Context(), queue(t, "unknown")); err != nil {
 		t.Fatalf("Purge of an unknown queue: %v", err)
 	}
 }
@@ -1273,18 +1218,14 @@ func (s *suite) testIndependentQueues(t *testing.T) {
 	}
 	waitCounts(t, b, qa, broker.Counts{Dead: 1})
 	waitCounts(t, b, qb, broker.Counts{InFlight: 2})
-	if dlq, ok := b.(broker.DeadLetters); ok {
-		if dls, err := dlq.DeadLetters(t.Context(), qb, 10); len(dls) != 0 || err != nil {
-			t.Fatalf("DeadLetters(%q) = %+v, %v; the dead letter was %q's", qb, dls, err, qa)
-		}
+	if dls, err := b.DeadLetters(t.Context(), qb, 10); len(dls) != 0 || err != nil {
+		t.Fatalf("DeadLetters(%q) = %+v, %v; the dead letter was %q's", qb, dls, err, qa)
 	}
-	if pg, ok := b.(broker.Purger); ok {
-		if err := pg.Purge(t.Context(), qa); err != nil {
-			t.Fatalf("Purge: %v", err)
-		}
-		waitCounts(t, b, qa, broker.Counts{})
-		waitCounts(t, b, qb, broker.Counts{InFlight: 2})
+	if err := b.Purge(t.Context(), qa); err != nil {
+		t.Fatalf("Purge: %v", err)
 	}
+	waitCounts(t, b, qa, broker.Counts{})
+	waitCounts(t, b, qb, broker.Counts{InFlight: 2})
 	ack(t, bs...)
 	waitCounts(t, b, qb, broker.Counts{})
 }

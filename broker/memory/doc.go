@@ -40,9 +40,9 @@
 //   - Context: Receive returns ctx.Err() (wrapped) when ctx is already done
 //     or ends while waiting. The other operations never block and ignore ctx.
 //
-// The optional interfaces broker.Counter, broker.Purger and
-// broker.DeadLetters are implemented by *Broker, and broker.Extender by
-// its deliveries.
+// Of the optional interfaces, *Broker implements broker.Metadata and
+// broker.Presence. It is no broker.BatchAcker: with no round trips to
+// save, acknowledging one by one costs as much.
 //
 // # Deviations
 //

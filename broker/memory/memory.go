@@ -126,8 +126,7 @@ func (s *Store) queueFor(name string) *queue {
 }
 
 // Broker is one handle on a Store; it implements broker.Broker,
-// broker.Counter, broker.Purger and broker.DeadLetters. Its deliveries
-// implement broker.Extender.
+// broker.Metadata and broker.Presence.
 type Broker struct {
 	s      *Store
 	closed bool          // guarded by s.mu
@@ -135,11 +134,8 @@ type Broker struct {
 }
 
 var (
-	_ broker.Broker      = (*Broker)(nil)
-	_ broker.Counter     = (*Broker)(nil)
-	_ broker.Purger      = (*Broker)(nil)
-	_ broker.DeadLetters = (*Broker)(nil)
-	_ broker.Extender    = (*delivery)(nil)
+	_ broker.Broker   = (*Broker)(nil)
+	_ broker.Delivery = (*delivery)(nil)
 )
 
 func invalid(op, queue, what string) error {

@@ -190,7 +190,7 @@ func TestReceiveWakesOnTimer(t *testing.T) {
 		if err := ds[0].Nack(ctx, 300*time.Millisecond); err != nil {
 			t.Fatal(err)
 		}
-		if err := ds[1].(broker.Extender).Extend(ctx, 100*time.Millisecond); err != nil { // never shortens a lease
+		if err := ds[1].Extend(ctx, 100*time.Millisecond); err != nil { // never shortens a lease
 			t.Fatal(err)
 		}
 		got, err := b.Receive(ctx, "q", 2)

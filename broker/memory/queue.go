@@ -130,7 +130,7 @@ func (q *queue) take(b *Broker, now int64, max int) []broker.Delivery {
 	return out
 }
 
-// delivery is a broker.Delivery and a broker.Extender.
+// delivery is a broker.Delivery.
 type delivery struct {
 	b       *Broker
 	q       *queue

@@ -24,8 +24,7 @@ import (
 const closeTimeout = 10 * time.Second
 
 // Broker is a JetStream-backed broker.Broker; it also implements
-// broker.Counter, broker.Purger, broker.DeadLetters, broker.Metadata and
-// broker.Presence, and its deliveries implement broker.Extender. A Broker
+// broker.BatchAcker, broker.Metadata and broker.Presence. A Broker
 // stands for one worker: closing it closes its consumers and gives back
 // its own unsettled deliveries. It is safe for concurrent use.
 type Broker struct {
@@ -49,12 +48,9 @@ type Broker struct {
 }
 
 var (
-	_ broker.Broker      = (*Broker)(nil)
-	_ broker.Counter     = (*Broker)(nil)
-	_ broker.Purger      = (*Broker)(nil)
-	_ broker.DeadLetters = (*Broker)(nil)
-	_ broker.Extender    = (*delivery)(nil)
-	_ broker.BatchAcker  = (*Broker)(nil)
+	_ broker.Broker     = (*Broker)(nil)
+	_ broker.Delivery   = (*delivery)(nil)
+	_ broker.BatchAcker = (*Broker)(nil)
 )
 
 // queue is a queue this broker has opened: its streams and consumers

@@ -211,7 +211,7 @@ func TestConsumerReadAheadLease(t *testing.T) {
 	first := next(t, c, 5*time.Second)
 	// While the worker holds first for three leases, extending it, the
 	// two read ahead stay with it: another worker sees nothing.
-	e1 := first.(broker.Extender)
+	e1 := first
 	waiting := make(chan error, 1)
 	go func() {
 		rctx, cancel := context.WithTimeout(ctx, 3*lease)

@@ -137,7 +137,7 @@ func TestDomain(t *testing.T) {
 		if err != nil || string(d.Message().Body) != want {
 			t.Fatalf("Next through the domain: %v, %v; want %s", d, err, want)
 		}
-		if err := d.(broker.Extender).Extend(ctx, time.Minute); err != nil {
+		if err := d.Extend(ctx, time.Minute); err != nil {
 			t.Fatalf("Extend through the domain: %v", err)
 		}
 		if err := d.Nack(ctx, time.Millisecond); err != nil {

@@ -19,14 +19,10 @@ import (
 
 // Interfaces a Broker and its deliveries implement.
 var (
-	_ broker.Broker      = (*Broker)(nil)
-	_ broker.Counter     = (*Broker)(nil)
-	_ broker.Purger      = (*Broker)(nil)
-	_ broker.DeadLetters = (*Broker)(nil)
-	_ broker.Delivery    = (*delivery)(nil)
-	_ broker.Extender    = (*delivery)(nil)
-	_ broker.BatchAcker  = (*Broker)(nil)
-	_ broker.Consumer    = (*consumer)(nil)
+	_ broker.Broker     = (*Broker)(nil)
+	_ broker.Delivery   = (*delivery)(nil)
+	_ broker.BatchAcker = (*Broker)(nil)
+	_ broker.Consumer   = (*consumer)(nil)
 
 	_ broker.UnsettledCounter = (*Broker)(nil)
 )

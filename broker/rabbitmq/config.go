@@ -108,8 +108,8 @@ type Config struct {
 	// min(max, Prefetch). 0: max alone (at most 65535).
 	Prefetch int
 	// Lease is how long a delivery stays with its consumer before the
-	// broker gives it back to the queue (0: DefaultLease). Deliveries
-	// implement broker.Extender. It is kept by this process (AMQP has no
+	// broker gives it back to the queue (0: DefaultLease); Delivery.Extend
+	// extends it. It is kept by this process (AMQP has no
 	// lease): RabbitMQ's own consumer_timeout (30 minutes by default)
 	// still bounds a delivery, however often it is extended.
 	Lease time.Duration

@@ -140,9 +140,8 @@
 // deliveries: the consumer subscribes again). This broker keeps a lease of
 // Config.Lease per delivery in the process: when it runs out, the
 // delivery is nacked with requeue (so any consumer may get it, re-stamped
-// as above) and settling it returns broker.ErrLeaseLost. Deliveries
-// implement broker.Extender; extending beyond consumer_timeout does not
-// help. A worker that hangs without its process dying keeps its
+// as above) and settling it returns broker.ErrLeaseLost. Extending a
+// delivery beyond consumer_timeout does not help. A worker that hangs without its process dying keeps its
 // deliveries only for the lease; a worker whose process dies loses its
 // connection, and the server gives its deliveries back at once.
 //

@@ -340,7 +340,7 @@ func waitLost(t *testing.T, d broker.Delivery) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		err := d.(broker.Extender).Extend(t.Context(), time.Minute)
+		err := d.Extend(t.Context(), time.Minute)
 		if errors.Is(err, broker.ErrLeaseLost) {
 			return
 		}

@@ -22,13 +22,9 @@ import (
 // Interfaces a Broker and its deliveries implement.
 var (
 	_ broker.Broker       = (*Broker)(nil)
-	_ broker.Counter      = (*Broker)(nil)
-	_ broker.Purger       = (*Broker)(nil)
 	_ broker.BatchAcker   = (*Broker)(nil)
-	_ broker.DeadLetters  = (*Broker)(nil)
 	_ broker.Incarnations = (*Broker)(nil)
 	_ broker.Delivery     = (*delivery)(nil)
-	_ broker.Extender     = (*delivery)(nil)
 )
 
 // publishChunk bounds the messages of one ZADD or LPUSH.

@@ -253,7 +253,7 @@ func TestLeaseLostAfterRedelivery(t *testing.T) {
 	if err != nil || d2[0].Attempt() != 2 {
 		t.Fatalf("second Receive = %v; want attempt 2", err)
 	}
-	if err := d2[0].(broker.Extender).Extend(ctx, time.Minute); err != nil {
+	if err := d2[0].Extend(ctx, time.Minute); err != nil {
 		t.Fatalf("Extend of the live lease: %v", err)
 	}
 	if err := d1[0].Ack(ctx); !errors.Is(err, broker.ErrLeaseLost) {

@@ -38,8 +38,8 @@ type Config struct {
 	// mode fails with a WRONGTYPE error.
 	Order broker.Order
 	// Lease is how long a delivery stays with its consumer before it is
-	// handed to another (0: DefaultLease). Deliveries implement
-	// broker.Extender to extend it. Millisecond resolution.
+	// handed to another (0: DefaultLease); Delivery.Extend extends it.
+	// Millisecond resolution.
 	Lease time.Duration
 	// MaxDeliveries is how many times a message is delivered before a
 	// Nack or an expired lease moves it to the dead letters

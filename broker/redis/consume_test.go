@@ -160,7 +160,7 @@ func TestConsumerReadAheadLease(t *testing.T) {
 	}
 	// The worker holds first for three leases, extending it; another
 	// worker asks for work all along.
-	e := first.(broker.Extender)
+	e := first
 	waiting := make(chan error, 1)
 	go func() {
 		rctx, cancel := context.WithTimeout(ctx, 3*lease)

@@ -74,7 +74,7 @@ func Example_extend() {
 			case <-done:
 				return
 			case <-t.C:
-				if err := d.(broker.Extender).Extend(ctx, 30*time.Second); err != nil {
+				if err := d.Extend(ctx, 30*time.Second); err != nil {
 					log.Print(err) // broker.ErrLeaseLost: another worker may have it now
 					return
 				}

@@ -231,9 +231,6 @@ trawl purge deletes them with the crawl.`,
 				return err
 			}
 			defer b.Close()
-			if b.DeadLetters(engine.RequestsQueue(o.name)) == nil {
-				return fmt.Errorf("--broker=%s cannot list dead letters", o.broker)
-			}
 			ctx := cmd.Context()
 			total := 0
 			queues := []string{engine.RequestsQueue(o.name), engine.StartQueue(o.name)}
@@ -298,19 +295,17 @@ func (o *options) stats(ctx context.Context, b *deployment.Deployment) (map[stri
 		}
 		out[b.QueueName(engine.StartQueue(o.name))+"/ready"] = n
 	}
-	if c, ok := b.Broker.(broker.Counter); ok {
-		queues := []string{engine.RequestsQueue(o.name), engine.StartQueue(o.name)}
-		if b.Starts != nil {
-			queues = queues[:1]
+	queues := []string{engine.RequestsQueue(o.name), engine.StartQueue(o.name)}
+	if b.Starts != nil {
+		queues = queues[:1]
+	}
+	for _, q := range queues {
+		n, err := b.Broker.Counts(ctx, q)
+		if err != nil {
+			return nil, err
 		}
-		for _, q := range queues {
-			n, err := c.Counts(ctx, q)
-			if err != nil {
-				return nil, err
-			}
-			k := b.QueueName(q)
-			out[k+"/ready"], out[k+"/in_flight"], out[k+"/dead"], out[k+"/delayed"] = n.Ready, n.InFlight, n.Dead, n.Delayed
-		}
+		k := b.QueueName(q)
+		out[k+"/ready"], out[k+"/in_flight"], out[k+"/dead"], out[k+"/delayed"] = n.Ready, n.InFlight, n.Dead, n.Delayed
 	}
 	return out, nil
 }

@@ -193,15 +193,13 @@ func (s *dashboardSource) Snapshot(ctx context.Context) (dashboard.Snapshot, err
 			}
 		}
 		for _, q := range []string{engine.RequestsQueue(s.o.name), engine.StartQueue(s.o.name)} {
-			if dl := b.DeadLetters(q); dl != nil {
-				ls, err := dl.DeadLetters(ctx, q, deadLettersShown)
-				if err != nil {
-					return err
-				}
-				for _, l := range ls {
-					what, reason := describe(q, l)
-					snap.DeadLetters = append(snap.DeadLetters, dashboard.DeadLetter{Queue: b.QueueName(q), What: what, Reason: reason})
-				}
+			ls, err := b.DeadLetters(q).DeadLetters(ctx, q, deadLettersShown)
+			if err != nil {
+				return err
+			}
+			for _, l := range ls {
+				what, reason := describe(q, l)
+				snap.DeadLetters = append(snap.DeadLetters, dashboard.DeadLetter{Queue: b.QueueName(q), What: what, Reason: reason})
 			}
 		}
 		return nil
@@ -256,11 +254,7 @@ func (s *dashboardSource) Requeue(ctx context.Context) (int, error) {
 	total := 0
 	err := s.with(ctx, func(b *deployment.Deployment) error {
 		for _, q := range []string{engine.RequestsQueue(s.o.name), engine.StartQueue(s.o.name)} {
-			dl := b.DeadLetters(q)
-			if dl == nil {
-				return fmt.Errorf("--broker=%s cannot requeue dead letters", s.o.broker)
-			}
-			n, err := requeueAll(ctx, dl, q, 0)
+			n, err := requeueAll(ctx, b.DeadLetters(q), q, 0)
 			total += n
 			if err != nil {
 				return err

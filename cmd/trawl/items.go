@@ -15,13 +15,14 @@ import (
 	"github.com/trawlhq/trawl/engine"
 )
 
-// itemsWait is how long items waits for more items from a broker that
-// cannot count its queue.
+// itemsWait is how long items waits for the items its broker counts ready
+// before it says why on stderr.
 const itemsWait = 2 * time.Second
 
 // itemsWaitCounted is how long items waits for items its broker counts
 // ready before it gives up on them (a starved machine can take seconds to
-// deliver them); it says why after itemsWait.
+// deliver them, another taker may have taken them, and a server's count
+// may lag); it says why after itemsWait.
 const itemsWaitCounted = 30 * time.Second
 
 func newItemsCmd(o *options) *cobra.Command {
@@ -148,19 +149,16 @@ func (o *options) takeList(ctx context.Context, l itemList, max int) (int, error
 // takeQueue takes the items off the broker queue NAME:items (takeItems).
 func (o *options) takeQueue(ctx context.Context, b *deployment.Deployment, max int) (int, error) {
 	q := engine.ItemsQueue(o.name)
-	counter, _ := b.Broker.(broker.Counter)
 	taken := 0
 	for max == 0 || taken < max {
-		if counter != nil {
-			n, err := counter.Counts(ctx, q)
-			if err != nil {
-				return taken, err
-			}
-			if n.Ready == 0 {
-				return taken, nil
-			}
+		n, err := b.Broker.Counts(ctx, q)
+		if err != nil {
+			return taken, err
 		}
-		ds, err := o.receiveItems(ctx, b.Broker, q, o.batch(max, taken), counter != nil)
+		if n.Ready == 0 {
+			return taken, nil
+		}
+		ds, err := o.receiveItems(ctx, b.Broker, q, o.batch(max, taken))
 		if err != nil || len(ds) == 0 {
 			return taken, err
 		}
@@ -185,29 +183,23 @@ func (o *options) takeQueue(ctx context.Context, b *deployment.Deployment, max i
 	return taken, nil
 }
 
-// receiveItems receives up to n items of queue q. It gives up after
-// itemsWait with nothing received (none, nil); where the broker counted
-// items ready (counted), it waits for them up to itemsWaitCounted, saying
-// why on stderr once itemsWait has passed.
-func (o *options) receiveItems(ctx context.Context, b broker.Broker, q string, n int, counted bool) ([]broker.Delivery, error) {
-	wait := itemsWait
-	if counted {
-		wait = itemsWaitCounted
-	}
+// receiveItems receives up to n items of queue q, which the broker
+// counted ready. It waits for them up to itemsWaitCounted, saying why on
+// stderr once itemsWait has passed, then gives up (none, nil).
+func (o *options) receiveItems(ctx context.Context, b broker.Broker, q string, n int) ([]broker.Delivery, error) {
+	wait := itemsWaitCounted
 	start, said := time.Now(), false
 	for {
 		slice := min(itemsWait, wait-time.Since(start))
 		if slice <= 0 {
-			if counted {
-				fmt.Fprintf(o.stderr, "trawl: the broker counts items ready on %s, but none came within %s; stopping\n", q, wait)
-			}
+			fmt.Fprintf(o.stderr, "trawl: the broker counts items ready on %s, but none came within %s; stopping\n", q, wait)
 			return nil, nil
 		}
 		rctx, cancel := context.WithTimeout(ctx, slice)
 		ds, err := b.Receive(rctx, q, n)
 		cancel()
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-			if !said && counted {
+			if !said {
 				said = true
 				fmt.Fprintf(o.stderr, "trawl: the broker counts items ready on %s, but none came within %s; waiting for them up to %s\n", q, itemsWait, wait)
 			}

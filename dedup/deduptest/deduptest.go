@@ -410,16 +410,12 @@ func (s *suite) testCancelledContext(t *testing.T) {
 
 func (s *suite) testPurge(t *testing.T) {
 	f := s.New(t)
-	p, ok := f.(dedup.Purger)
-	if !ok {
-		t.Skipf("%T does not implement dedup.Purger", f)
-	}
 	fps := fingerprints(s.rng(t), 100)
 	s.add(t, f, fps...)
 	if err := s.bounded(t, "Purge", func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), s.Timeout)
 		defer cancel()
-		return p.Purge(ctx)
+		return f.Purge(ctx)
 	}); err != nil {
 		t.Fatalf("Purge: %v", err)
 	}

@@ -24,8 +24,7 @@
 //   - Close: Close is idempotent; Add after Close wraps dedup.ErrClosed.
 //   - CancelledContext: Add with a cancelled context returns promptly, and
 //     if it fails, its error wraps context.Canceled; the filter still works.
-//   - Purge: for filters that implement dedup.Purger (skipped otherwise),
-//     Purge forgets every fingerprint.
+//   - Purge: Purge forgets every fingerprint.
 //   - ContainsChangesNothing, ContainsAfterAdd, ContainsClosed: for filters
 //     that implement dedup.Checker (skipped otherwise), Contains never
 //     changes the filter (Add still hears never-added fingerprints new),

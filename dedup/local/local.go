@@ -82,8 +82,8 @@ func (c Config) Validate() error {
 }
 
 // Filter is a scalable Bloom filter of fingerprints held in memory, with
-// a journal on disk when it has a Path. It implements dedup.Filter,
-// dedup.Checker and dedup.Purger; it is safe for concurrent use.
+// a journal on disk when it has a Path. It implements dedup.Filter and
+// dedup.Checker; it is safe for concurrent use.
 type Filter struct {
 	cfg Config // with defaults
 	log *slog.Logger
@@ -377,8 +377,7 @@ func (f *Filter) compactor() {
 	}
 }
 
-// Purge forgets every fingerprint. It implements dedup.Purger; ctx is not
-// used. With a Path, the purge is written to the journal and synced before
+// Purge forgets every fingerprint; ctx is not used. With a Path, the purge is written to the journal and synced before
 // the filter is emptied, so that a crash does not bring the fingerprints
 // back.
 func (f *Filter) Purge(ctx context.Context) error {
@@ -558,6 +557,5 @@ func (f *Filter) removeJournals(gen uint64) {
 var _ interface {
 	dedup.Filter
 	dedup.Checker
-	dedup.Purger
 	io.Closer
 } = (*Filter)(nil)

@@ -86,7 +86,6 @@ type Bloom struct {
 var (
 	_ dedup.Filter  = (*Bloom)(nil)
 	_ dedup.Checker = (*Bloom)(nil)
-	_ dedup.Purger  = (*Bloom)(nil)
 )
 
 func bloomLayout(m uint64, k int) string {

@@ -63,7 +63,6 @@ type Set struct {
 var (
 	_ dedup.Filter  = (*Set)(nil)
 	_ dedup.Checker = (*Set)(nil)
-	_ dedup.Purger  = (*Set)(nil)
 )
 
 // maxShardBits bounds the shard count (2^20 keys).
