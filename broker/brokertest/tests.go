@@ -590,7 +590,7 @@ func (s *suite) testDoubleSettle(t *testing.T) {
 		t.Fatalf("got %q attempt %d, want the nacked %q attempt 2", d.Message().Body, d.Attempt(), nacked.Message().Body)
 	}
 	ack(t, d)
-	waitCounts(t, b, q, broker.Counts{Ready: 1, Dead: 1})
+	waitCounts(t, b, q, broker.Counts{Ready: 1, Dead: 1, Delayed: 1})
 	if err := b.Purge(ctx, q); err != nil {
 		t.Fatalf("Purge: %v", err)
 	}
@@ -1164,7 +1164,7 @@ func (s *suite) testPurge(t *testing.T) {
 	// them (a management API's statistics lag; a lease is short here);
 	// their leases run out again from the purge on.
 	keep := keepLeased(t, s.c.Lease, ds[0], ds[1])
-	waitCounts(t, b, q, broker.Counts{Ready: 2, InFlight: 2, Dead: 1})
+	waitCounts(t, b, q, broker.Counts{Ready: 2, InFlight: 2, Dead: 1, Delayed: 1})
 	keep()
 	if err := b.Purge(t.Context(), q); err != nil {
 		t.Fatalf("Purge: %v", err)

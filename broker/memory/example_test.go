@@ -33,7 +33,7 @@ func Example() {
 	// / priority 10 attempt 1
 	// /catalogue priority 0 attempt 1
 	// /about priority 0 attempt 1
-	// {Ready:0 InFlight:0 Dead:0}
+	// {Ready:0 InFlight:0 Dead:0 Delayed:0}
 }
 
 // Two handles on one store are two workers of one crawl. A worker that
