@@ -2,8 +2,6 @@ package redis
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,7 +27,7 @@ var (
 	_ engine.StartLeaser   = (*StartURLs)(nil)
 	_ engine.StartReturner = (*StartURLs)(nil)
 	_ engine.StartRejecter = (*StartURLs)(nil)
-	_ engine.StartBatch    = (*leasedStarts)(nil)
+	_ engine.StartBatch    = (*takenStarts)(nil)
 	_ broker.DeadLetters   = (*StartURLs)(nil)
 	_ engine.Sink          = (*Items)(nil)
 	_ engine.SharedStats   = (*Stats)(nil)
@@ -38,13 +36,11 @@ var (
 // StartURLs keeps a crawl's start URLs in a plain Redis list (or set) at
 // {NAME}:start_urls, as scrapy-redis does: "redis-cli rpush '{books}:start_urls'
 // https://example.com/" feeds a running crawl. It implements
-// engine.StartSource and engine.StartLeaser. Taking is at least once: a
-// taken batch is moved, in the same script, into a lease record of the
-// crawl (the sorted set {NAME}:start_urls:taken of batch tokens scored by
-// lease deadline, and the hash {NAME}:start_urls:leased of each token's
-// payloads) until the engine confirms the batch is in the frontier. A
-// worker killed in between (kill -9) loses nothing: once the lease is over,
-// the next take of any worker puts the batch back at the head of the list.
+// engine.StartSource and engine.StartLeaser. Taking is at least once,
+// with no lease: a batch stays in the list until the engine has moved it
+// into the frontier, where it is claimed in the filter, and drops it then
+// (see TakeLeased). A worker killed in between (kill -9) loses nothing and
+// leaves nothing to wait for: the batch is where it was.
 //
 // Payloads the engine rejects (not a start URL, too long) are kept with the
 // reason in the list {NAME}:start_urls:dead, one JSON object
@@ -61,8 +57,6 @@ type StartURLs struct {
 	queue  string // engine.StartQueue(crawl), the name of its dead letters
 	key    string
 	dead   string
-	taken  string // sorted set: batch token -> lease deadline (Unix ms)
-	leased string // hash: batch token -> msgpack array of its payloads
 	set    bool
 }
 
@@ -77,7 +71,7 @@ const maxRejectedPayload = 1 << 10
 // (no duplicates, no order) instead of a list.
 func NewStartURLs(client goredis.UniversalClient, crawl string, set bool) *StartURLs {
 	k := redislayout.StartKeys(crawl)
-	return &StartURLs{client: client, queue: engine.StartQueue(crawl), key: k.List, dead: k.Dead, taken: k.Taken, leased: k.Leased, set: set}
+	return &StartURLs{client: client, queue: engine.StartQueue(crawl), key: k.List, dead: k.Dead, set: set}
 }
 
 // RejectStart keeps a rejected payload (its first KiB) with the reason in
@@ -264,131 +258,165 @@ local function pushFront(key, mode, t, i, j)
 end
 `
 
-// takeStartsScript recovers the batches whose lease is over (their worker
-// died before confirming them), putting them back at the front of the
-// list, earliest deadline first, and then takes up to max payloads; with a
-// token, the batch taken is leased: recorded under the token until
-// confirmDeadline + lease, the server's clock. Recovery writes ZREM (which
-// never grows memory) before its push, so that a server out of memory
-// (maxmemory, noeviction) does not refuse it: see returnStartsScript.
-//
-// KEYS: start_urls, start_urls:taken, start_urls:leased
-// ARGV: "set" or "list", max, lease in ms, token ("" for a plain pop)
-// Returns the payloads taken, in order.
-var takeStartsScript = goredis.NewScript(luaPushFront + `
-local mode, max, lease, token = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
--- the latest deadline first, each to the front: the earliest ends first
-for e = #expired, 1, -1 do
-  local tok = expired[e]
-  local blob = redis.call('HGET', KEYS[3], tok)
-  redis.call('ZREM', KEYS[2], tok)
-  if blob then
-    local ps = cmsgpack.unpack(blob)
-    if #ps > 0 then pushFront(KEYS[1], mode, ps, 1, #ps) end
-    redis.call('HDEL', KEYS[3], tok)
-  end
-end
-local vals
-if mode == 'set' then
-  vals = redis.call('SPOP', KEYS[1], max)
-else
-  vals = redis.call('LPOP', KEYS[1], max)
-end
-if not vals or #vals == 0 then return {} end
-if token ~= '' then
-  redis.call('HSET', KEYS[3], token, cmsgpack.pack(vals))
-  redis.call('ZADD', KEYS[2], now + lease, token)
-end
-return vals
-`)
-
-// TakeStarts takes up to max payloads for good (no lease), after putting
-// back the batches whose lease is over.
+// TakeStarts takes up to max payloads for good: LPOP (or SPOP).
 func (s *StartURLs) TakeStarts(ctx context.Context, max int) ([][]byte, error) {
-	return s.take(ctx, max, 0, "")
-}
-
-// take runs takeStartsScript.
-func (s *StartURLs) take(ctx context.Context, max int, lease time.Duration, token string) ([][]byte, error) {
 	if max <= 0 {
 		return nil, nil
 	}
-	// Idle workers look every second: one EXISTS while there is nothing
-	// to take or to recover, instead of the script and the three commands
-	// it runs. (An error here is left to the script to report.)
-	if n, err := s.client.Exists(ctx, s.key, s.taken).Result(); err == nil && n == 0 {
-		return nil, nil
+	var vals []string
+	var err error
+	if s.set {
+		vals, err = s.client.SPopN(ctx, s.key, int64(max)).Result()
+	} else {
+		vals, err = s.client.LPopCount(ctx, s.key, max).Result()
 	}
-	vals, err := takeStartsScript.Run(ctx, s.client, []string{s.key, s.taken, s.leased},
-		s.mode(), max, lease.Milliseconds(), token).StringSlice()
 	if errors.Is(err, goredis.Nil) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, s.wrongType(ctx, fmt.Errorf("redis start urls: take from %q: %w", s.key, err))
 	}
+	return bytesOf(vals), nil
+}
+
+func bytesOf(vals []string) [][]byte {
 	out := make([][]byte, len(vals))
 	for i, v := range vals {
 		out[i] = []byte(v)
 	}
-	return out, nil
+	return out
 }
 
-// TakeLeased takes up to max payloads under a lease: until the batch is
-// confirmed (Done) or returned (Return), it stays in the lease record of
-// the crawl, and once lease is over the next take of any worker puts it
-// back at the front of the list. It implements engine.StartLeaser.
-func (s *StartURLs) TakeLeased(ctx context.Context, max int, lease time.Duration) (engine.StartBatch, error) {
-	if lease <= 0 {
-		return nil, fmt.Errorf("redis start urls: lease %v: must be positive", lease)
+// TakeLeased takes up to max payloads at least once, without removing
+// them: it reads the first max of the list (LRANGE), or max random
+// members of the set (SRANDMEMBER), and the batch's Done drops them once
+// they are in the frontier. A worker killed before that leaves them where
+// they were, to be taken again at once by any worker: what it moved into
+// the frontier is claimed in the filter by then, so nothing is published
+// twice; the Redis frontier claims and publishes in one step, and the
+// composed one rechecks its marks. So nothing is leased and lease is
+// unused: there are no lease records. Several workers may take the same
+// start URLs at once; of those that claim one, one publishes it. It
+// implements engine.StartLeaser.
+func (s *StartURLs) TakeLeased(ctx context.Context, max int, _ time.Duration) (engine.StartBatch, error) {
+	if max <= 0 {
+		return nil, nil
 	}
-	var b [16]byte
-	rand.Read(b[:]) // never fails (crypto/rand)
-	token := hex.EncodeToString(b[:])
-	ps, err := s.take(ctx, max, lease, token)
-	if err != nil || len(ps) == 0 {
-		return nil, err
+	var vals []string
+	var err error
+	if s.set {
+		vals, err = s.client.SRandMemberN(ctx, s.key, int64(max)).Result()
+	} else {
+		vals, err = s.client.LRange(ctx, s.key, 0, int64(max)-1).Result()
 	}
-	return &leasedStarts{s: s, token: token, payloads: ps}, nil
+	if errors.Is(err, goredis.Nil) {
+		err = nil
+	}
+	if err != nil {
+		return nil, s.wrongType(ctx, fmt.Errorf("redis start urls: take from %q: %w", s.key, err))
+	}
+	if len(vals) == 0 {
+		return nil, nil
+	}
+	return &takenStarts{s: s, payloads: bytesOf(vals)}, nil
 }
 
-// leasedStarts is a batch taken by TakeLeased.
-type leasedStarts struct {
+// takenStarts is a batch taken by TakeLeased: still in the list (or set).
+type takenStarts struct {
 	s        *StartURLs
-	token    string
 	payloads [][]byte
 }
 
-func (b *leasedStarts) Payloads() [][]byte { return b.payloads }
+func (b *takenStarts) Payloads() [][]byte { return b.payloads }
 
-// confirmStartsScript drops a lease: its batch is in the frontier. Both
-// writes shrink memory only.
+// dropStartsScript drops a batch taken by TakeLeased from the start URLs,
+// but for the payloads to keep. From a set, the members to drop (SREM).
+// From a list, the elements at its head that are the batch's payloads in
+// order, skipping those of the batch no longer there (another worker took
+// them and dropped them first), with one LTRIM, and then the payloads to
+// keep of those back at the front, in their order. An element it drops
+// that was pushed again meanwhile is a start URL the filter holds. The
+// first write shrinks memory, so a server out of memory runs it (see
+// returnStartsScript).
 //
-// KEYS: start_urls:taken, start_urls:leased
-// ARGV: token
-// Returns 1 if the lease was still held, 0 if it was over and recovered.
-var confirmStartsScript = goredis.NewScript(`
-redis.call('HDEL', KEYS[2], ARGV[1])
-return redis.call('ZREM', KEYS[1], ARGV[1])
+// KEYS: start_urls
+// ARGV: "set" or "list", then per payload of the batch, in the order
+// taken: "k" (keep) or "d" (drop), and the payload
+// Returns the number dropped.
+var dropStartsScript = goredis.NewScript(luaPushFront + `
+local n = (#ARGV - 1) / 2
+if ARGV[1] == 'set' then
+  local drop = {}
+  for i = 2, #ARGV, 2 do
+    if ARGV[i] == 'd' then drop[#drop + 1] = ARGV[i + 1] end
+  end
+  local dropped = 0
+  for i = 1, #drop, 1000 do
+    dropped = dropped + redis.call('SREM', KEYS[1], unpack(drop, i, math.min(i + 999, #drop)))
+  end
+  return dropped
+end
+local head = redis.call('LRANGE', KEYS[1], 0, n - 1)
+local j, back = 1, {}
+for i = 2, #ARGV, 2 do
+  if head[j] == ARGV[i + 1] then
+    j = j + 1
+    if ARGV[i] == 'k' then back[#back + 1] = ARGV[i + 1] end
+  end
+end
+if j == 1 then return 0 end
+redis.call('LTRIM', KEYS[1], j - 1, -1)
+if #back > 0 then pushFront(KEYS[1], 'list', back, 1, #back) end
+return j - 1 - #back
 `)
 
-func (b *leasedStarts) Done(ctx context.Context) error {
-	if err := confirmStartsScript.Run(ctx, b.s.client, []string{b.s.taken, b.s.leased}, b.token).Err(); err != nil {
-		return fmt.Errorf("redis start urls: confirm batch %s in %q: %w", b.token, b.s.taken, err)
+// drop runs dropStartsScript for the payloads of a batch, keeping those
+// that keep says.
+func (s *StartURLs) drop(ctx context.Context, payloads [][]byte, keep func(i int) bool) error {
+	if len(payloads) == 0 {
+		return nil
+	}
+	args := make([]any, 0, 2*len(payloads)+1)
+	args = append(args, s.mode())
+	for i, p := range payloads {
+		flag := "d"
+		if keep(i) {
+			flag = "k"
+		}
+		args = append(args, flag, p)
+	}
+	if err := dropStartsScript.Run(ctx, s.client, []string{s.key}, args...).Err(); err != nil {
+		return s.wrongType(ctx, fmt.Errorf("redis start urls: drop %d from %q: %w", len(payloads), s.key, err))
 	}
 	return nil
 }
 
-func (b *leasedStarts) Return(ctx context.Context, payloads ...[]byte) error {
-	return b.s.returnStarts(ctx, b.token, payloads)
+// Done drops the batch from the start URLs: it is in the frontier.
+func (b *takenStarts) Done(ctx context.Context) error {
+	return b.s.drop(ctx, b.payloads, func(int) bool { return false })
+}
+
+// Return leaves the batch's payloads given (those that could not be moved
+// into the frontier) where they are, in their order, and drops the others
+// (rejected, and kept in the dead letters), so that they are not rejected
+// again. Out of memory too.
+func (b *takenStarts) Return(ctx context.Context, payloads ...[]byte) error {
+	left := map[string]int{}
+	for _, p := range payloads {
+		left[string(p)]++
+	}
+	keep := make([]bool, len(b.payloads))
+	for i, p := range b.payloads {
+		if left[string(p)] > 0 {
+			left[string(p)]--
+			keep[i] = true
+		}
+	}
+	return b.s.drop(ctx, b.payloads, func(i int) bool { return keep[i] })
 }
 
 // returnStartsScript puts taken start URLs back at the front of the list
-// (or into the set), and drops the lease of their batch if they were
-// leased.
+// (or into the set).
 //
 // Redis refuses a script under maxmemory only at its first write that may
 // grow memory, and only if nothing was written before: PERSIST, a write
@@ -396,18 +424,13 @@ func (b *leasedStarts) Return(ctx context.Context, payloads ...[]byte) error {
 // push is not refused. Returning what was just taken grows nothing on
 // balance, and refusing it would lose the start URLs for good.
 //
-// KEYS: start_urls, start_urls:taken, start_urls:leased
-// ARGV: "set" or "list", token ("" if not leased), payloads in the order
-// they were taken
+// KEYS: start_urls
+// ARGV: "set" or "list", payloads in the order they were taken
 // Returns the number of payloads put back.
 var returnStartsScript = goredis.NewScript(luaPushFront + `
 redis.call('PERSIST', KEYS[1])
-if ARGV[2] ~= '' then
-  redis.call('ZREM', KEYS[2], ARGV[2])
-  redis.call('HDEL', KEYS[3], ARGV[2])
-end
-if #ARGV > 2 then pushFront(KEYS[1], ARGV[1], ARGV, 3, #ARGV) end
-return #ARGV - 2
+if #ARGV > 1 then pushFront(KEYS[1], ARGV[1], ARGV, 2, #ARGV) end
+return #ARGV - 1
 `)
 
 // ReturnStarts puts back payloads taken by TakeStarts that could not be
@@ -418,17 +441,12 @@ func (s *StartURLs) ReturnStarts(ctx context.Context, payloads ...[]byte) error 
 	if len(payloads) == 0 {
 		return nil
 	}
-	return s.returnStarts(ctx, "", payloads)
-}
-
-// returnStarts runs returnStartsScript.
-func (s *StartURLs) returnStarts(ctx context.Context, token string, payloads [][]byte) error {
-	args := make([]any, 0, len(payloads)+2)
-	args = append(args, s.mode(), token)
+	args := make([]any, 0, len(payloads)+1)
+	args = append(args, s.mode())
 	for _, p := range payloads {
 		args = append(args, p)
 	}
-	if err := returnStartsScript.Run(ctx, s.client, []string{s.key, s.taken, s.leased}, args...).Err(); err != nil {
+	if err := returnStartsScript.Run(ctx, s.client, []string{s.key}, args...).Err(); err != nil {
 		return fmt.Errorf("redis start urls: return %d to %q: %w", len(payloads), s.key, err)
 	}
 	return nil
@@ -455,41 +473,39 @@ func (s *StartURLs) AddStarts(ctx context.Context, payloads ...[]byte) error {
 	return nil
 }
 
-// PendingStarts counts the waiting payloads plus the leased batches not
-// confirmed yet (each counts one, whatever its size): a crawl is not done
-// while a batch is out, for its worker may have died with it.
+// PendingStarts counts the waiting payloads, those of batches taken and
+// not yet done included.
 func (s *StartURLs) PendingStarts(ctx context.Context) (int64, error) {
 	n, err := s.Counts(ctx, s.queue)
-	return n.Ready + n.InFlight, err
+	return n.Ready, err
 }
 
 // Counts counts the start URLs as a broker.Counter counts a queue: Ready
-// the waiting payloads, InFlight the leased batches, Dead the rejected
-// payloads kept with their reason.
+// the waiting payloads (those of batches taken and not yet done
+// included), Dead the rejected payloads kept with their reason.
 func (s *StartURLs) Counts(ctx context.Context, queue string) (broker.Counts, error) {
 	if queue != s.queue {
 		return broker.Counts{}, fmt.Errorf("redis start urls: count %q: these are the start URLs of %q", queue, s.queue)
 	}
-	var waiting, leased, dead *goredis.IntCmd
+	var waiting, dead *goredis.IntCmd
 	_, err := s.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
 		if s.set {
 			waiting = p.SCard(ctx, s.key)
 		} else {
 			waiting = p.LLen(ctx, s.key)
 		}
-		leased = p.ZCard(ctx, s.taken)
 		dead = p.LLen(ctx, s.dead)
 		return nil
 	})
 	if err != nil {
 		return broker.Counts{}, s.wrongType(ctx, fmt.Errorf("redis start urls: count %q: %w", s.key, err))
 	}
-	return broker.Counts{Ready: waiting.Val(), InFlight: leased.Val(), Dead: dead.Val()}, nil
+	return broker.Counts{Ready: waiting.Val(), Dead: dead.Val()}, nil
 }
 
-// Purge deletes the start URLs, the leased batches and the rejected ones.
+// Purge deletes the start URLs and the rejected ones.
 func (s *StartURLs) Purge(ctx context.Context) error {
-	if err := s.client.Del(ctx, s.key, s.dead, s.taken, s.leased).Err(); err != nil {
+	if err := s.client.Del(ctx, s.key, s.dead).Err(); err != nil {
 		return fmt.Errorf("redis start urls: purge %q: %w", s.key, err)
 	}
 	return nil

@@ -160,21 +160,38 @@ func TestReturnStartsOutOfMemory(t *testing.T) {
 	}
 }
 
-// TestLeasedStartsComeBack: a batch taken with TakeLeased and never
-// confirmed (its worker died) comes back once its lease is over, at the
-// front of the list and in its order, taken by any worker's next take; a
-// confirmed batch never comes back; PendingStarts counts the batches out.
-func TestLeasedStartsComeBack(t *testing.T) { leasedStartsComeBack(t, integration.RedisClient(t)) }
+// TestTakenStartsStay: a batch taken with TakeLeased stays in the start
+// URLs until it is done: a worker that dies with it (never done) leaves it
+// for the next take of any worker, at once, at the front of the list and
+// in its order; a batch done never comes back; done twice, or after
+// another worker's batch of the same start URLs was done, it drops
+// nothing more. PendingStarts counts what is not done.
+func TestTakenStartsStay(t *testing.T) { takenStartsStay(t, integration.RedisClient(t)) }
 
-// TestLeasedStartsComeBackCluster: the same on a Redis Cluster (the take
-// script's keys share the crawl's slot).
-func TestLeasedStartsComeBackCluster(t *testing.T) {
-	leasedStartsComeBack(t, integration.RedisClusterClient(t))
+// TestTakenStartsStayCluster: the same on a Redis Cluster.
+func TestTakenStartsStayCluster(t *testing.T) {
+	takenStartsStay(t, integration.RedisClusterClient(t))
 }
 
-func leasedStartsComeBack(t *testing.T, client goredis.UniversalClient) {
+func takenStartsStay(t *testing.T, client goredis.UniversalClient) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
+	str := func(ps [][]byte, sorted bool) string {
+		var out []string
+		for _, p := range ps {
+			out = append(out, string(p))
+		}
+		if sorted {
+			slices.Sort(out)
+		}
+		return strings.Join(out, " ")
+	}
+	pending := func(set bool, starts *redis.StartURLs, want int64, when string) {
+		t.Helper()
+		if n, err := starts.PendingStarts(ctx); err != nil || n != want {
+			t.Errorf("set %v: pending %d, %v %s; want %d", set, n, err, when, want)
+		}
+	}
 	for _, set := range []bool{false, true} {
 		name := integration.Name(t)
 		starts := redis.NewStartURLs(client, name, set)
@@ -182,88 +199,61 @@ func leasedStartsComeBack(t *testing.T, client goredis.UniversalClient) {
 		if err := starts.AddStarts(ctx, []byte("a"), []byte("b"), []byte("c"), []byte("d"), []byte("e")); err != nil {
 			t.Fatal(err)
 		}
-		dead, err := starts.TakeLeased(ctx, 2, 300*time.Millisecond)
+		dead, err := starts.TakeLeased(ctx, 2, time.Hour)
 		if err != nil || dead == nil || len(dead.Payloads()) != 2 {
-			t.Fatalf("set %v: take leased: %v, %v", set, dead, err)
+			t.Fatalf("set %v: take: %v, %v", set, dead, err)
 		}
-		kept, err := starts.TakeLeased(ctx, 1, time.Hour)
-		if err != nil || kept == nil || len(kept.Payloads()) != 1 {
-			t.Fatalf("set %v: take leased: %v, %v", set, kept, err)
+		pending(set, starts, 5, "with a batch taken")
+		// The next worker takes at once what the dead one had.
+		next, err := starts.TakeLeased(ctx, 3, time.Hour)
+		if err != nil || next == nil || len(next.Payloads()) != 3 {
+			t.Fatalf("set %v: take: %v, %v", set, next, err)
 		}
-		if n, err := starts.PendingStarts(ctx); err != nil || n != 4 {
-			t.Errorf("set %v: pending %d, %v; want 4 (2 waiting, 2 batches out)", set, n, err)
+		if !set && str(next.Payloads(), false) != "a b c" {
+			t.Errorf("list: the next take got %q, want a b c: the dead worker's batch first, in order", str(next.Payloads(), false))
 		}
-		if err := kept.Done(ctx); err != nil {
+		if err := next.Done(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if n, err := starts.PendingStarts(ctx); err != nil || n != 3 {
-			t.Errorf("set %v: pending %d, %v after a confirmation; want 3", set, n, err)
+		pending(set, starts, 2, "after a batch of 3 was done")
+		// The dead worker's batch done late (it was not dead, only slow):
+		// what the other batch dropped is not dropped again.
+		if err := dead.Done(ctx); err != nil {
+			t.Fatal(err)
 		}
-		// Wait, by the server's clock, for the end of the lease.
-		taken := redislayout.StartKeys(name).Taken
-		deadlines, err := client.ZRangeWithScores(ctx, taken, 0, -1).Result()
-		if err != nil || len(deadlines) != 1 {
-			t.Fatalf("set %v: %s: %v, %v; want the one batch out", set, taken, deadlines, err)
-		}
-		tick := time.NewTicker(20 * time.Millisecond)
-		for {
-			now, err := client.Time(ctx).Result()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if float64(now.UnixMilli()) > deadlines[0].Score {
-				break
-			}
-			select {
-			case <-ctx.Done():
-				t.Fatalf("set %v: the lease never ended by the server's clock", set)
-			case <-tick.C:
-			}
-		}
-		tick.Stop()
+		// What is left: what neither batch took (in a list, the dead
+		// one's were the next one's).
+		done := slices.Concat(next.Payloads(), dead.Payloads())
+		left := slices.DeleteFunc([]string{"a", "b", "c", "d", "e"}, func(s string) bool {
+			return slices.ContainsFunc(done, func(p []byte) bool { return string(p) == s })
+		})
+		pending(set, starts, int64(len(left)), "after a batch already dropped was done again")
 		all, err := starts.TakeStarts(ctx, 10)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := make([]string, len(all))
-		for i, p := range all {
-			got[i] = string(p)
-		}
-		var want []string
-		if set {
-			slices.Sort(got)
-			want = slices.DeleteFunc([]string{"a", "b", "c", "d", "e"}, func(s string) bool { return s == string(kept.Payloads()[0]) })
-		} else {
-			want = []string{"a", "b", "d", "e"}
-		}
-		if strings.Join(got, " ") != strings.Join(want, " ") {
-			t.Errorf("set %v: after the lease: %q, want %q (the unconfirmed batch back first, the confirmed one gone)", set, got, want)
-		}
-		if n, err := starts.PendingStarts(ctx); err != nil || n != 0 {
-			t.Errorf("set %v: pending %d, %v after all was taken; want 0", set, n, err)
-		}
-		// A late confirmation of a recovered batch changes nothing.
-		if err := dead.Done(ctx); err != nil {
-			t.Fatal(err)
+		if got := str(all, set); got != strings.Join(left, " ") {
+			t.Errorf("set %v: left %q, want %q", set, got, left)
 		}
 	}
 }
 
-// TestLeasedStartsReturn: a leased batch returned goes back to the front
-// of the list at once, even on a server out of memory, and is no longer
-// counted as out.
-func TestLeasedStartsReturn(t *testing.T) {
+// TestTakenStartsReturn: a taken batch returned with the payloads that
+// could not be moved into the frontier keeps them at the front of the
+// list, in order, and drops the others (rejected), even on a server out of
+// memory.
+func TestTakenStartsReturn(t *testing.T) {
 	client := integration.RedisClient(t)
 	ctx := t.Context()
 	name := integration.Name(t)
 	starts := redis.NewStartURLs(client, name, false)
 	t.Cleanup(func() { starts.Purge(context.Background()) })
-	if err := starts.AddStarts(ctx, []byte("a"), []byte("b"), []byte("c")); err != nil {
+	if err := starts.AddStarts(ctx, []byte("a"), []byte("b"), []byte("c"), []byte("d")); err != nil {
 		t.Fatal(err)
 	}
-	b, err := starts.TakeLeased(ctx, 2, time.Hour)
+	b, err := starts.TakeLeased(ctx, 3, time.Hour)
 	if err != nil || b == nil {
-		t.Fatalf("take leased: %v, %v", b, err)
+		t.Fatalf("take: %v, %v", b, err)
 	}
 	lift := func() {
 		if err := client.ConfigSet(context.Background(), "maxmemory", "0").Err(); err != nil {
@@ -280,20 +270,17 @@ func TestLeasedStartsReturn(t *testing.T) {
 		lift()
 		t.Fatalf("AddStarts out of memory: %v, want an OOM error (the test tests nothing)", err)
 	}
-	err = b.Return(ctx, b.Payloads()...)
+	err = b.Return(ctx, []byte("c"), []byte("b"))
 	lift()
 	if err != nil {
 		t.Fatalf("Return out of memory: %v", err)
-	}
-	if n, err := starts.PendingStarts(ctx); err != nil || n != 3 {
-		t.Errorf("pending %d, %v after the return; want 3 (no batch out)", n, err)
 	}
 	all, err := starts.TakeStarts(ctx, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := string(slices.Concat(all...)); got != "abc" {
-		t.Errorf("after the return: %q, want a b c in order", all)
+	if got := string(slices.Concat(all...)); got != "bcd" {
+		t.Errorf("after the return: %q, want b c d in order (a dropped)", all)
 	}
 }
 
@@ -364,9 +351,9 @@ func TestStartsWrongType(t *testing.T) {
 	t.Cleanup(func() { client.Del(context.Background(), key) })
 	s := redis.NewStartURLs(client, name, false)
 	_, take := s.TakeStarts(ctx, 1)
-	_, leased := s.TakeLeased(ctx, 1, time.Minute)
+	_, taken := s.TakeLeased(ctx, 1, time.Minute)
 	_, pending := s.PendingStarts(ctx)
-	for what, err := range map[string]error{"Check": s.Check(ctx), "AddStarts": s.AddStarts(ctx, []byte("http://y/")), "TakeStarts": take, "TakeLeased": leased, "PendingStarts": pending} {
+	for what, err := range map[string]error{"Check": s.Check(ctx), "AddStarts": s.AddStarts(ctx, []byte("http://y/")), "TakeStarts": take, "TakeLeased": taken, "PendingStarts": pending} {
 		if !errors.Is(err, redis.ErrStartsType) || !errors.Is(err, engine.ErrStartsType) || !strings.Contains(err.Error(), key+" is a set") {
 			t.Errorf("%s: %v, want ErrStartsType (and engine's) naming %s as a set", what, err, key)
 		}

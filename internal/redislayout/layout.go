@@ -84,19 +84,15 @@ func QueueKeys(name string) Queue {
 
 // Starts holds the keys of a crawl's start URLs.
 type Starts struct {
-	List   string // {NAME}:start_urls: the list (or set) fed by trawl seed and rpush
-	Dead   string // {NAME}:start_urls:dead: rejected payloads, with the reason
-	Taken  string // {NAME}:start_urls:taken: leased batch tokens by lease deadline
-	Leased string // {NAME}:start_urls:leased: each leased batch's payloads
+	List string // {NAME}:start_urls: the list (or set) fed by trawl seed and rpush
+	Dead string // {NAME}:start_urls:dead: rejected payloads, with the reason
 }
 
 // StartKeys returns the keys of crawl's start URLs.
 func StartKeys(crawl string) Starts {
 	return Starts{
-		List:   Crawl(crawl, "start_urls"),
-		Dead:   Crawl(crawl, "start_urls:dead"),
-		Taken:  Crawl(crawl, "start_urls:taken"),
-		Leased: Crawl(crawl, "start_urls:leased"),
+		List: Crawl(crawl, "start_urls"),
+		Dead: Crawl(crawl, "start_urls:dead"),
 	}
 }
 
@@ -176,10 +172,8 @@ var Keys = []Key{
 	{"requests:dead", []string{"list"}, "broker/redis.Broker", []string{"receiveScript", "nackScript", "rejectScript", "countScript", "requeueScript"}},
 	{"requests:notify", []string{"list"}, "broker/redis.Broker", []string{"receiveScript", "nackScript", "requeueScript", "claimPublishScript"}},
 	{"requests:seq", []string{"string"}, "broker/redis.Broker", []string{"requeueScript", "claimPublishScript"}},
-	{"start_urls", []string{"list", "set"}, "broker/redis.StartURLs", []string{"takeStartsScript", "returnStartsScript", "requeueStartsScript"}},
+	{"start_urls", []string{"list", "set"}, "broker/redis.StartURLs", []string{"dropStartsScript", "returnStartsScript", "requeueStartsScript"}},
 	{"start_urls:dead", []string{"list"}, "broker/redis.StartURLs", []string{"requeueStartsScript"}},
-	{"start_urls:taken", []string{"zset"}, "broker/redis.StartURLs", []string{"takeStartsScript", "confirmStartsScript", "returnStartsScript"}},
-	{"start_urls:leased", []string{"hash"}, "broker/redis.StartURLs", []string{"takeStartsScript", "confirmStartsScript", "returnStartsScript"}},
 	{"items", []string{"list"}, "broker/redis.Items", nil},
 	{"stats", []string{"hash"}, "broker/redis.Stats", nil},
 	{"meta", []string{"hash"}, "broker/redis.Meta", nil},

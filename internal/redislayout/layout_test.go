@@ -31,7 +31,7 @@ func TestMatch(t *testing.T) {
 	for key, part := range map[string]string{
 		q.Ready: "requests", q.Inflight: "requests:inflight", q.Delayed: "requests:delayed",
 		q.Dead: "requests:dead", q.Notify: "requests:notify", q.Seq: "requests:seq",
-		s.List: "start_urls", s.Dead: "start_urls:dead", s.Taken: "start_urls:taken", s.Leased: "start_urls:leased",
+		s.List: "start_urls", s.Dead: "start_urls:dead",
 		Items("c"): "items", Stats("c"): "stats", Meta("c"): "meta", Workers("c"): "workers",
 		h.Slots: "host:*:slots", h.Next: "host:*:next", h.Throttle: "host:*:throttle",
 		f.Meta: "dupefilter:meta", f.Shard(0xab): "dupefilter:*", f.BloomPart(3): "dupefilter:bloom:*",
@@ -43,7 +43,7 @@ func TestMatch(t *testing.T) {
 	}
 	for _, key := range []string{
 		"{c}:mine", "{c}", "{c}:dupefilter:zz", "{cc}:items", "{c}:items:x", "c:start_urls",
-		"{c}:requests:dead:x", "{d}:requests",
+		"{c}:requests:dead:x", "{d}:requests", "{c}:start_urls:taken", "{c}:start_urls:leased",
 	} {
 		if k, ok := Match("c", key); ok {
 			t.Errorf("Match(%q) = %q; want no entry", key, k.Part)
