@@ -203,8 +203,6 @@ func newCrawler(fr frontier.Frontier, cc *compiled) (*Crawler, error) {
 	c.limiter = cc.Limiter
 	if c.limiter == nil {
 		c.limiter = newPoliteness(politenessConfig{PerHost: cc.PerHost, Delay: cc.Delay, AutoThrottle: cc.AutoThrottle})
-	} else if _, ok := c.limiter.(LatencyObserver); cc.AutoThrottle != nil && !ok {
-		c.log.Warn("autothrottle: the configured limiter does not implement engine.LatencyObserver; delays stay fixed")
 	}
 	return c, nil
 }
@@ -1140,9 +1138,7 @@ func (c *Crawler) fetchPage(ctx, work context.Context, v *visit) action {
 // callbacks see: a 429 or 503 or a 5xx is retried, a redirect followed.
 func (c *Crawler) judge(work context.Context, v *visit) action {
 	req, u, resp := v.req, v.u, v.resp
-	if o, ok := c.limiter.(LatencyObserver); ok {
-		o.Observe(u.Host, resp.Latency, resp.StatusCode)
-	}
+	c.limiter.Observe(u.Host, resp.Latency, resp.StatusCode)
 	c.stats.Inc(StatResponses)
 	c.stats.Inc(statusStat(resp.StatusCode))
 	c.stats.Add(StatBytes, int64(len(resp.Body)))

@@ -29,8 +29,8 @@ type Config struct {
 	// AutoThrottle, if not nil, adapts each host's delay to its latency,
 	// never below Delay nor robots.txt's Crawl-delay (see AutoThrottle).
 	// It configures the local limiter; a Limiter given here adapts if it
-	// implements LatencyObserver and was configured for it (the Redis
-	// limiter's LimiterConfig.AutoThrottle). nil = fixed delays.
+	// was configured for it (the Redis limiter's
+	// LimiterConfig.AutoThrottle). nil = fixed delays.
 	AutoThrottle *AutoThrottle
 	// MaxDepth stops following links past this depth (start URLs have
 	// depth 0). 0 = DefaultMaxDepth; negative = unlimited.

@@ -26,6 +26,10 @@ type HostLimiter interface {
 	// SetDelay sets host's minimum delay between request starts (robots.txt
 	// Crawl-delay), if larger than the default.
 	SetDelay(host string, d time.Duration)
+	// Observe is called after each response with the time to its headers
+	// and its status code; a limiter with AutoThrottle adapts host's delay
+	// to it, one without does nothing.
+	Observe(host string, latency time.Duration, status int)
 }
 
 // politenessConfig configures a politeness. The zero value gives the defaults.
@@ -70,10 +74,7 @@ type politeness struct {
 	sweepAt int // sweep idle entries when len(hosts) reaches this
 }
 
-var (
-	_ HostLimiter     = (*politeness)(nil)
-	_ LatencyObserver = (*politeness)(nil)
-)
+var _ HostLimiter = (*politeness)(nil)
 
 type hostState struct {
 	active    int           // requests in flight

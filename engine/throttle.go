@@ -43,14 +43,6 @@ type AutoThrottle struct {
 	MaxDelay time.Duration
 }
 
-// LatencyObserver is implemented by a HostLimiter that adapts to the
-// responses it paces (AutoThrottle). The engine calls Observe after each
-// response with the time to its headers and its status code; a limiter
-// without it is used as it is.
-type LatencyObserver interface {
-	Observe(host string, latency time.Duration, status int)
-}
-
 // ErrBadThrottle is wrapped by the errors of an invalid AutoThrottle.
 var ErrBadThrottle = errors.New("invalid autothrottle settings")
 

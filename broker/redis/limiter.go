@@ -658,10 +658,7 @@ func (l *HostLimiter) SetDelay(host string, d time.Duration) {
 	}
 }
 
-var (
-	_ engine.HostLimiter     = (*HostLimiter)(nil)
-	_ engine.LatencyObserver = (*HostLimiter)(nil)
-)
+var _ engine.HostLimiter = (*HostLimiter)(nil)
 
 // Observe moves host's shared delay by a response's latency and status
 // with AutoThrottle (see engine.AutoThrottle.Next), in one round trip;
