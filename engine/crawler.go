@@ -319,7 +319,7 @@ func (c *Crawler) Run(ctx context.Context) error {
 	// would grow a fresh stack (fetching and scanning need some) each time.
 	sem := make(chan struct{}, c.cfg.Concurrency)
 	pages := make(chan *benchItem)
-	bench := newWorkbench(c.cfg.PerHost, readAheadFactor*c.cfg.Concurrency)
+	bench := newWorkbench(c.cfg.PerHost, readAheadFactor*c.cfg.Concurrency, c.limiter)
 	for range c.cfg.Concurrency {
 		wg.Go(func() {
 			for it := range pages {

@@ -32,6 +32,23 @@ type HostLimiter interface {
 	Observe(host string, latency time.Duration, status int)
 }
 
+// HostLeaser is a HostLimiter shared by several workers that hands each
+// host to one worker at a time, for a while (a lease), so that the
+// worker holding it paces it alone, in memory. A worker's workbench asks
+// it before it gives a slot to a page: a host another worker holds is
+// parked, its pages held back, and the slot goes to another host
+// meanwhile, rather than waiting in Acquire.
+type HostLeaser interface {
+	HostLimiter
+	// Lease tells, without waiting, whether this worker holds host's
+	// lease. If it does not, it asks for it and calls ready once host is
+	// worth trying again: its lease taken here, or the time to ask again
+	// come (another worker held it). ready is called at most once per
+	// Lease that returned false, never from within Lease, and maybe not
+	// at all once the limiter is closed.
+	Lease(host string, ready func()) bool
+}
+
 // politenessConfig configures a politeness. The zero value gives the defaults.
 type politenessConfig struct {
 	PerHost int           // concurrent requests per host; 0 = 8

@@ -27,12 +27,18 @@ const readAheadFactor = 16
 // room. A slot never waits on a capped host while another host has work
 // in hand, and within a host deliveries start in the frontier's order.
 //
+// With a shared limiter that leases hosts to workers (HostLeaser), a
+// host is handed out only while this worker holds its lease: a host held
+// by another worker is parked, its deliveries held back, until the
+// limiter says it is worth trying again.
+//
 // A host's entry lives while the host has pages in progress or held back,
 // and is deleted when it has neither. workbench is safe for concurrent
 // use: the receiver adds and takes, page goroutines call done.
 type workbench struct {
 	perHost int
 	limit   int
+	gate    HostLeaser // nil: every host may start here
 
 	mu    sync.Mutex
 	hosts map[string]*benchHost
@@ -57,10 +63,15 @@ type benchHost struct {
 	active int          // pages in progress
 	queue  []*benchItem // held back, first come first served
 	index  int          // in ready; -1 when not
+	parked bool         // held by another worker (see HostLeaser): not ready
 }
 
-func newWorkbench(perHost, limit int) *workbench {
-	return &workbench{perHost: max(1, perHost), limit: max(1, limit), hosts: map[string]*benchHost{}}
+// newWorkbench returns a workbench of at most perHost pages in progress
+// per host and limit deliveries held back; if limiter is a HostLeaser,
+// it hands out the hosts this worker holds only.
+func newWorkbench(perHost, limit int, limiter HostLimiter) *workbench {
+	gate, _ := limiter.(HostLeaser)
+	return &workbench{perHost: max(1, perHost), limit: max(1, limit), gate: gate, hosts: map[string]*benchHost{}}
 }
 
 // newBenchItem decodes d for the workbench.
@@ -96,16 +107,25 @@ func (w *workbench) add(it *benchItem) {
 // readyIf puts h among the ready hosts if it has work held back and room.
 // w.mu must be held.
 func (w *workbench) readyIf(h *benchHost) {
-	if h.index < 0 && len(h.queue) > 0 && (h.active < w.perHost || h.key == "") {
+	if h.index < 0 && !h.parked && len(h.queue) > 0 && (h.active < w.perHost || h.key == "") {
 		heap.Push(&w.ready, h)
 	}
 }
 
 // take returns the first held-back delivery, by arrival, whose host has
-// room, counting it in progress; nil if there is none.
+// room (and whose lease this worker holds), counting it in progress; nil
+// if there is none.
 func (w *workbench) take() *benchItem {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	for len(w.ready) > 0 && w.gate != nil && w.ready[0].key != "" {
+		h := w.ready[0]
+		if w.gate.Lease(h.key, func() { w.unpark(h) }) {
+			break
+		}
+		heap.Remove(&w.ready, 0)
+		h.parked = true
+	}
 	if len(w.ready) == 0 {
 		return nil
 	}
@@ -134,6 +154,22 @@ func (w *workbench) done(host string) {
 		delete(w.hosts, host)
 		return
 	}
+	w.readyIf(h)
+	if h.index >= 0 && w.wake != nil {
+		w.wake()
+		w.wake = nil
+	}
+}
+
+// unpark makes h ready again, if it still has work held back, and wakes
+// the receiver for it.
+func (w *workbench) unpark(h *benchHost) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.hosts[h.key] != h || !h.parked {
+		return
+	}
+	h.parked = false
 	w.readyIf(h)
 	if h.index >= 0 && w.wake != nil {
 		w.wake()
@@ -173,6 +209,7 @@ func (w *workbench) drain() []*benchItem {
 	w.ready = w.ready[:0]
 	for _, h := range w.hosts {
 		h.index = -1
+		h.parked = false
 	}
 	w.held = 0
 	return its

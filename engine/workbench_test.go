@@ -84,7 +84,7 @@ func TestWorkbenchSkipsCappedHosts(t *testing.T) {
 // wakes a waiting receiver, a host's entry goes once it has nothing, and
 // drain returns what is held back.
 func TestWorkbenchOrder(t *testing.T) {
-	w := newWorkbench(2, 100)
+	w := newWorkbench(2, 100, nil)
 	item := func(host string) *benchItem { return &benchItem{host: host} }
 	var its []*benchItem
 	for _, h := range []string{"a", "a", "a", "b", "a", "c"} {
@@ -169,4 +169,63 @@ func TestExtendAllInParallel(t *testing.T) {
 			t.Errorf("%d extended, want 64", n.Load())
 		}
 	})
+}
+
+// leaseGate is a HostLeaser that holds the hosts it is told to and
+// records the ready callbacks of the hosts it refuses.
+type leaseGate struct {
+	HostLimiter
+	held  map[string]bool
+	ready map[string][]func()
+}
+
+func (g *leaseGate) Lease(host string, ready func()) bool {
+	if g.held[host] {
+		return true
+	}
+	g.ready[host] = append(g.ready[host], ready)
+	return false
+}
+
+// TestWorkbenchParksHostsHeldElsewhere: with a limiter that leases hosts,
+// a host another worker holds is not handed out (its slot would wait in
+// Acquire): take skips it for the hosts this worker holds, and once the
+// limiter says it is worth trying again (ready), the receiver is woken
+// and the host handed out if its lease is held by then.
+func TestWorkbenchParksHostsHeldElsewhere(t *testing.T) {
+	g := &leaseGate{held: map[string]bool{"b": true}, ready: map[string][]func(){}}
+	w := newWorkbench(2, 100, g)
+	a1, b1, a2 := &benchItem{host: "a"}, &benchItem{host: "b"}, &benchItem{host: "a"}
+	w.add(a1)
+	w.add(b1)
+	w.add(a2)
+	if it := w.take(); it != b1 {
+		t.Fatalf("took %v, want b's delivery (a is held by another worker)", it)
+	}
+	if it := w.take(); it != nil {
+		t.Fatalf("took %v, want nothing: a is parked", it.seq)
+	}
+	if len(g.ready["a"]) != 1 {
+		t.Fatalf("a asked for %d times, want once (then parked)", len(g.ready["a"]))
+	}
+	woken := false
+	if !w.waitWith(func() { woken = true }) {
+		t.Fatal("waitWith: a delivery is ready, want none")
+	}
+	g.ready["a"][0]() // asked again: still held elsewhere
+	if !woken {
+		t.Fatal("a's ready did not wake the receiver")
+	}
+	w.waitWith(nil)
+	if it := w.take(); it != nil {
+		t.Fatalf("took %v while a is still held elsewhere", it.seq)
+	}
+	g.held["a"] = true
+	g.ready["a"][1]()
+	if it := w.take(); it != a1 {
+		t.Fatalf("took %v, want a's first once its lease is held", it)
+	}
+	if it := w.take(); it != a2 {
+		t.Fatalf("took %v, want a's second", it)
+	}
 }

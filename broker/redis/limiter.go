@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -18,70 +17,90 @@ import (
 	"github.com/trawlhq/trawl/internal/redislayout"
 )
 
-// acquireScript takes a request slot of a host, shared by every worker of a
-// crawl, or says how long to wait, for each of one or more Acquire calls
-// of this worker sent together (see HostLimiter).
+// leaseScript takes the leases of one or more hosts for this worker, or
+// says how long another worker's lease has left (see HostLimiter).
 //
-// ARGV[1] per-host cap, ARGV[2] token TTL (ms), ARGV[3] AutoThrottle's
-// start delay (ms; 0 = off: the throttle key is not read). Then for each
-// call i (from 1), KEYS[3i-2] slots: sorted set of tokens of requests in
-// progress, scored by the time (ms) the token expires (a worker that died
-// frees its slot then); KEYS[3i-1] next: the earliest time (ms) the next
-// request may start; KEYS[3i] throttle: AutoThrottle's adapted delay (ms)
-// of the host; and in ARGV from a = 4 on: ARGV[a] token, ARGV[a+1]
-// minimum delay (ms), ARGV[a+2] the count g of tokens of this worker's
-// slots of the host given back since (removed first), ARGV[a+3..a+2+g]
-// those tokens; the next call's arguments follow.
-// Returns, per call, 0 when the slot was taken, else the milliseconds to
-// wait. Calls for one host are served in order: a later one sees the slot
-// an earlier one took.
-var acquireScript = goredis.NewScript(luaLib + `
-local now = now_ms()
-local cap, ttl, start = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+// ARGV[1] the worker's lease token, ARGV[2] lease TTL (ms), ARGV[3]
+// AutoThrottle's start delay (ms; 0 = off: the throttle key is not
+// read). For each host i (from 1), KEYS[3i-2] lease: the token of the
+// worker holding it; KEYS[3i-1] next: a key whose TTL is the time until
+// the host's next request may start; KEYS[3i] throttle: AutoThrottle's
+// adapted delay (ms). Returns three numbers per host: 1, the ms until
+// the next start, the adapted delay (0 = none) when the lease is taken;
+// 0, the ms the other worker's lease has left, 0 when it is not.
+var leaseScript = goredis.NewScript(`
+local me, ttl, start = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local out = {}
-local a = 4
 for i = 1, #KEYS / 3 do
-  local slots, next_, throttle = KEYS[3*i-2], KEYS[3*i-1], KEYS[3*i]
-  local token, delay, g = ARGV[a], tonumber(ARGV[a+1]), tonumber(ARGV[a+2])
-  for j = a + 3, a + 2 + g do
-    redis.call('ZREM', slots, ARGV[j])
-  end
-  a = a + 3 + g
-  redis.call('ZREMRANGEBYSCORE', slots, '-inf', now)
-  local nxt = tonumber(redis.call('GET', next_) or '0')
-  local n = redis.call('ZCARD', slots)
-  if start > 0 then
-    delay = math.max(delay, tonumber(redis.call('GET', throttle) or start))
-  end
-  local wait = 0
-  if n < cap and now >= nxt then
-    redis.call('ZADD', slots, now + ttl, token)
-    redis.call('PEXPIRE', slots, ttl)
-    if delay > 0 then
-      redis.call('SET', next_, now + delay, 'PX', delay)
-    end
+  local lease, next_, throttle = KEYS[3*i-2], KEYS[3*i-1], KEYS[3*i]
+  local cur = redis.call('GET', lease)
+  if cur == false or cur == me then
+    redis.call('SET', lease, me, 'PX', ttl)
+    local thr = 0
+    if start > 0 then thr = tonumber(redis.call('GET', throttle) or '0') end
+    out[3*i-2], out[3*i-1], out[3*i] = 1, math.max(0, redis.call('PTTL', next_)), thr
   else
-    if now < nxt then wait = nxt - now end
-    if n >= cap then wait = math.max(wait, 1) end
+    out[3*i-2], out[3*i-1], out[3*i] = 0, math.max(1, redis.call('PTTL', lease)), 0
   end
-  out[i] = wait
 end
 return out
 `)
 
-// maxGroup bounds the Acquire calls sent in one script call.
-const maxGroup = 64
+// releaseScript gives the leases of one or more hosts back, leaving the
+// time until each one's next start (and AutoThrottle's delay) for the
+// worker that takes it next.
+//
+// ARGV[1] the worker's lease token, ARGV[2] the throttle key's TTL (ms).
+// For each host i (from 1), KEYS[3i-2..3i] as in leaseScript, ARGV[2i+1]
+// the ms until its next start (0 = none), ARGV[2i+2] its adapted delay
+// (ms; 0 = unchanged). A later next start already set (another worker's
+// back-off) is kept. Returns nothing.
+var releaseScript = goredis.NewScript(`
+local me, thrttl = ARGV[1], tonumber(ARGV[2])
+for i = 1, #KEYS / 3 do
+  local lease, next_, throttle = KEYS[3*i-2], KEYS[3*i-1], KEYS[3*i]
+  if redis.call('GET', lease) == me then
+    redis.call('DEL', lease)
+  end
+  local wait, thr = tonumber(ARGV[2*i+1]), tonumber(ARGV[2*i+2])
+  if wait > 0 and wait > redis.call('PTTL', next_) then
+    redis.call('SET', next_, 1, 'PX', wait)
+  end
+  if thr > 0 then
+    redis.call('SET', throttle, thr, 'PX', thrttl)
+  end
+end
+return 0
+`)
+
+// renewScript extends the leases this worker still holds.
+//
+// ARGV[1] the worker's lease token, ARGV[2] lease TTL (ms); KEYS the
+// lease keys. Returns per key 1 when extended, 0 when the lease is no
+// longer this worker's (it expired, and maybe another took it).
+var renewScript = goredis.NewScript(`
+local out = {}
+for i = 1, #KEYS do
+  if redis.call('GET', KEYS[i]) == ARGV[1] then
+    redis.call('PEXPIRE', KEYS[i], ARGV[2])
+    out[i] = 1
+  else
+    out[i] = 0
+  end
+end
+return out
+`)
 
 // observeScript applies AutoThrottle's rule (engine.AutoThrottle.Next) to
-// a host's shared delay, so that every worker paces the host by one value
-// that each response moves. A lowered delay moves the next start time
-// earlier by as much.
+// a host's shared delay, for a response that came to a worker not
+// holding the host's lease (the holder keeps it in memory). A lowered
+// delay moves the next start time earlier by as much.
 //
 // KEYS[1] throttle, KEYS[2] next. ARGV[1] latency (ms, fractional),
 // ARGV[2] target concurrency, ARGV[3] minimum delay (ms), ARGV[4] max
 // delay (ms), ARGV[5] start delay (ms), ARGV[6] "1" for a 2xx response,
 // ARGV[7] the throttle key's TTL (ms). Returns the delay (ms).
-var observeScript = goredis.NewScript(luaLib + `
+var observeScript = goredis.NewScript(`
 local lat, conc = tonumber(ARGV[1]), tonumber(ARGV[2])
 local floor, cap, start = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local old = math.max(floor, tonumber(redis.call('GET', KEYS[1]) or start))
@@ -93,12 +112,11 @@ if ARGV[6] ~= '1' and new <= old then
 end
 redis.call('SET', KEYS[1], new, 'PX', ARGV[7])
 if new < old then
-  local now = now_ms()
-  local nxt = tonumber(redis.call('GET', KEYS[2]) or '0')
-  if nxt > now then
-    local moved = nxt - (old - new)
-    if moved > now then
-      redis.call('SET', KEYS[2], moved, 'PX', moved - now)
+  local left = redis.call('PTTL', KEYS[2])
+  if left > 0 then
+    local moved = left - (old - new)
+    if moved > 0 then
+      redis.call('SET', KEYS[2], 1, 'PX', moved)
     else
       redis.call('DEL', KEYS[2])
     end
@@ -107,44 +125,23 @@ end
 return new
 `)
 
-// throttleTTL is how long a host's adapted delay outlives its last update.
-const throttleTTL = time.Hour
-
-// backoffScript pushes a host's next start time to at least ARGV[1] ms from now.
+// backoffScript pushes a host's next start time to at least ARGV[1] ms
+// from now.
 //
 // KEYS[1] next. ARGV[1] milliseconds. Returns nothing.
-var backoffScript = goredis.NewScript(luaLib + `
-local now = now_ms()
-local until_ = now + tonumber(ARGV[1])
-local nxt = tonumber(redis.call('GET', KEYS[1]) or '0')
-if until_ > nxt then
-  redis.call('SET', KEYS[1], until_, 'PX', tonumber(ARGV[1]))
+var backoffScript = goredis.NewScript(`
+local ms = tonumber(ARGV[1])
+if ms > redis.call('PTTL', KEYS[1]) then
+  redis.call('SET', KEYS[1], 1, 'PX', ms)
 end
 return 0
 `)
 
-// refreshScript extends the slots a live worker holds: each of its tokens
-// still in the set gets a new expiry, and the set outlives them. A token
-// that is gone (it expired while its worker could not reach Redis) is not
-// added back.
-//
-// KEYS[1] slots. ARGV[1] token TTL (ms), ARGV[2..] tokens.
-// Returns how many of the tokens were still there.
-var refreshScript = goredis.NewScript(luaLib + `
-local ttl = tonumber(ARGV[1])
-local exp = now_ms() + ttl
-local n = 0
-for i = 2, #ARGV do
-  if redis.call('ZSCORE', KEYS[1], ARGV[i]) then
-    redis.call('ZADD', KEYS[1], exp, ARGV[i])
-    n = n + 1
-  end
-end
-if n > 0 then
-  redis.call('PEXPIRE', KEYS[1], ttl)
-end
-return n
-`)
+// maxGroup bounds the hosts of one script call.
+const maxGroup = 128
+
+// throttleTTL is how long a host's adapted delay outlives its last update.
+const throttleTTL = time.Hour
 
 // DefaultSlotTTL is LimiterConfig.SlotTTL's default: trawl's default lease.
 const DefaultSlotTTL = 30 * time.Second
@@ -160,22 +157,23 @@ type LimiterConfig struct {
 	// Delay is the least time between request starts to one host across
 	// all workers (robots.txt Crawl-delay raises it per host).
 	Delay time.Duration
-	// SlotTTL is how long a slot outlives the last sign of life of the
-	// worker holding it (0 = DefaultSlotTTL; trawl passes --lease). A
-	// live worker renews its slots every SlotTTL/3 while their requests
-	// run, so a request may take longer than SlotTTL; the slots of a
-	// worker that died, or lost Redis, free themselves within SlotTTL.
-	// At least 300ms.
+	// SlotTTL is how long a host's lease outlives the last sign of life
+	// of the worker holding it (0 = DefaultSlotTTL; trawl passes
+	// --lease). A live worker renews its leases every SlotTTL/3, so it
+	// may hold a host longer; the hosts of a worker that died, or lost
+	// Redis, free themselves within SlotTTL. At least 300ms.
 	SlotTTL time.Duration
-	// Poll bounds how long a waiting Acquire sleeps before it asks again
-	// when all slots are taken (0 = 20ms).
+	// Poll is how long a worker first waits before it asks again for a
+	// host another worker holds (0 = 20ms); it doubles at each refusal,
+	// up to a second, and is cut short by the holder's lease running out.
 	Poll time.Duration
 	// AutoThrottle, if not nil, adapts each host's delay to its latency
 	// (see engine.AutoThrottle), never below Delay or the host's
-	// Crawl-delay. The adapted delay is kept in Redis, one key per host
-	// (redislayout.HostKeys(Crawl, HOST).Throttle, expiring an hour after its
-	// last change), so every worker paces a host by the same value and
-	// every worker's responses move it. nil = fixed delays.
+	// Crawl-delay. The adapted delay is kept by the worker holding the
+	// host and left in Redis when it gives the host back, one key per host
+	// (redislayout.HostKeys(Crawl, HOST).Throttle, expiring an hour after
+	// its last change), so every worker paces a host by the same value
+	// and every worker's responses move it. nil = fixed delays.
 	AutoThrottle *engine.AutoThrottle
 	// Logger receives warnings (default: discarded).
 	Logger *slog.Logger
@@ -184,73 +182,98 @@ type LimiterConfig struct {
 // HostLimiter paces requests per host across every worker of a crawl:
 // scrapy-redis applies its per-host limits per process, so N workers hit a
 // site N times harder; here the cap and the delay hold for the whole crawl.
-// Taking a slot is one round trip (a Lua script, on server time), shared
-// by the Acquire calls of this worker that come while the one before it
-// runs (any hosts: a crawl's keys share one Redis Cluster slot). Giving
-// it back rides on this worker's next Acquire for the host, if one comes
-// within releaseLinger (a crawl's pages of one host follow each other),
-// and is a round trip of its own after that: at most one round trip per
-// page, and one per burst of pages when they come close together. It
-// implements engine.HostLimiter.
+// It implements engine.HostLimiter and engine.HostLeaser.
 //
-// A slot is a token in a sorted set, scored by the time it expires. While
-// a limiter holds slots, a keeper goroutine renews them every SlotTTL/3,
-// and retries (every second) the releases that failed because Redis was
-// unreachable; it stops when nothing is held or pending, and Close stops
-// it. So a slot comes back within SlotTTL when its worker dies (kill -9),
-// and at once (within a second) after Redis comes back from an outage
-// during which its release failed. A worker that could not renew its
-// slots for SlotTTL (a Redis outage that long) loses them to others while
-// its requests still run: the cap may be exceeded once, for those
-// requests.
+// A host is leased to one worker at a time: the lease is a key holding
+// the worker's token, with a TTL. While a worker holds a host's lease its
+// requests to the host take slots and keep the delay in memory, asking
+// Redis nothing; so a worker's pages of a host cost Redis nothing but the
+// lease's taking and giving back. A worker gives a host back once it has
+// had no request to it in progress for leaseLinger, leaving in Redis the
+// time until the host's next start (its delay, a back-off) and
+// AutoThrottle's delay for the worker that takes it next. Leases are
+// taken and given back in one script call for every host that waits
+// (a round trip per burst, not per host). A worker that finds a host held
+// by another asks again after Poll, doubling up to a second, or when the
+// other's lease runs out; the engine parks the host's pages meanwhile
+// (engine.HostLeaser), so its slots go to other hosts.
+//
+// A keeper goroutine renews the leases held every SlotTTL/3, in one script
+// call per 128 hosts, and retries (every second) the releases that failed
+// because Redis was unreachable; it stops when nothing is held or
+// pending, and Close stops it. So a host comes back within SlotTTL when
+// its worker dies (kill -9), and within a second after Redis comes back
+// from an outage during which its release failed. A worker that could not
+// renew its leases for SlotTTL (a Redis outage that long) loses them to
+// others while its requests still run: the cap may be exceeded once, for
+// those requests.
+//
+// A back-off (Backoff) is kept by the holder and also set in Redis at once;
+// a worker that does not hold the host applies another's back-off when it
+// next takes the lease.
 type HostLimiter struct {
-	cfg LimiterConfig
-	log *slog.Logger
+	cfg   LimiterConfig
+	log   *slog.Logger
+	token string // this worker's lease token
 
-	mu      sync.Mutex
-	delays  map[string]time.Duration // per-host delays above cfg.Delay
-	held    map[string]string        // token -> slots key, slots in use here
-	pending map[string]string        // token -> slots key, releases that failed
-	giving  map[string]*given        // slots key -> tokens given back, not yet removed
-	asks    []*ask                   // Acquire calls waiting to be sent
-	sending bool                     // the sender runs
-	running bool                     // the keeper runs
-	closed  bool
-	stop    chan struct{} // closed by Close
-	wg      sync.WaitGroup
+	mu       sync.Mutex
+	delays   map[string]time.Duration // per-host delays above cfg.Delay
+	hosts    map[string]*leaseHost
+	sweepAt  int           // sweep idle hosts when len(hosts) reaches this
+	asks     []*leaseHost  // hosts whose lease is to be asked for
+	releases []*leaseHost  // hosts whose lease is to be given back
+	failed   []releaseCall // releases that failed, retried by the keeper
+	sending  bool          // the sender runs
+	running  bool          // the keeper runs
+	closed   bool
+	stop     chan struct{} // closed by Close
+	wg       sync.WaitGroup
 }
 
-// given are tokens of one slots key given back and not yet removed.
-type given struct{ tokens []string }
+// leaseHost is a host's state in one worker.
+type leaseHost struct {
+	name string
+	keys []string // lease, next, throttle
 
-// ask is one try of an Acquire call, sent by the sender with the tries of
-// other calls that came while the script before it ran.
-type ask struct {
-	keys  []string // the host's keys
-	token string
-	delay int64 // ms
-	state atomic.Int32
-	done  chan answer // buffered: the sender never waits
+	held      bool        // this worker holds the lease
+	ask       *leaseAsk   // the lease asked for and not yet answered; nil when none
+	releasing bool        // a release is queued or being sent
+	retry     time.Time   // held elsewhere (or an ask failed): no ask before this
+	backoffN  int         // refusals in a row, for the retry's doubling
+	retryT    *time.Timer // wakes the waiters at retry
+	ready     []func()    // engine.HostLeaser callers to call when worth trying again
+	changed   chan struct{}
+	waiters   int       // Acquire calls waiting on changed
+	active    int       // requests in progress here
+	next      time.Time // earliest next start here, while held
+	backoff   time.Time
+	auto      time.Duration // AutoThrottle's adapted delay while held; 0 = the start delay
+	autoDirty bool          // auto changed here since the lease was taken
+	used      time.Time     // the last start, release or lease (for leaseLinger)
+	idleT     *time.Timer   // gives the lease back once idle for leaseLinger
 }
 
-// The states of an ask.
-const (
-	askWaiting   = iota
-	askAnswered  // the sender answers on done
-	askAbandoned // its caller is gone: the sender gives a slot taken back
-)
-
-// answer is the script's answer to an ask: wait as acquireScript returns
-// it, or the error of the call.
-type answer struct {
-	wait int64
+// leaseAsk is an ask for a host's lease, answered by the sender.
+type leaseAsk struct {
+	done chan struct{} // closed when answered
 	err  error
 }
 
-// releaseLinger is how long a slot given back waits for this worker's
-// next Acquire of its host to carry its removal, before it is removed on
-// its own. Another worker waiting for a slot asks again every Poll (20ms).
-const releaseLinger = 2 * time.Millisecond
+// releaseCall is a release as the release script takes it.
+type releaseCall struct {
+	h     *leaseHost
+	next  int64 // ms until the next start
+	throt int64 // ms; 0 = unchanged
+}
+
+// leaseLinger is how long a worker keeps a host's lease with no request
+// to it in progress: its next page of the host usually comes sooner,
+// and a host given back and taken again costs two script calls.
+const leaseLinger = 200 * time.Millisecond
+
+// maxRetry bounds the wait before asking again for a host another worker
+// holds.
+const maxRetry = time.Second
 
 // NewHostLimiter returns a limiter shared by the workers of cfg.Crawl.
 // Close it when done.
@@ -277,9 +300,11 @@ func NewHostLimiter(cfg LimiterConfig) (*HostLimiter, error) {
 	if cfg.Poll == 0 {
 		cfg.Poll = 20 * time.Millisecond
 	}
+	var b [12]byte
+	rand.Read(b[:])
 	l := &HostLimiter{
-		cfg: cfg, log: cfg.Logger, delays: make(map[string]time.Duration),
-		held: make(map[string]string), pending: make(map[string]string), giving: make(map[string]*given),
+		cfg: cfg, log: cfg.Logger, token: hex.EncodeToString(b[:]),
+		delays: make(map[string]time.Duration), hosts: make(map[string]*leaseHost), sweepAt: minSweep,
 		stop: make(chan struct{}),
 	}
 	if l.log == nil {
@@ -288,26 +313,51 @@ func NewHostLimiter(cfg LimiterConfig) (*HostLimiter, error) {
 	return l, nil
 }
 
-// Close stops the keeper, after removing the slots given back. Slots
-// still held are not released: they free themselves within SlotTTL (Close
-// is not a release). Close is idempotent.
+// minSweep is the least size of the hosts table at which idle entries
+// are swept.
+const minSweep = 1024
+
+// Close stops the keeper and gives back the leases held with nothing in
+// progress. Leases of hosts still in use are not given back: they free
+// themselves within SlotTTL. Close is idempotent.
 func (l *HostLimiter) Close() error {
 	l.mu.Lock()
-	if !l.closed {
-		l.closed = true
-		close(l.stop)
+	if l.closed {
+		l.mu.Unlock()
+		l.wg.Wait()
+		return nil
+	}
+	l.closed = true
+	close(l.stop)
+	var give []releaseCall
+	for _, h := range l.hosts {
+		if h.idleT != nil {
+			h.idleT.Stop()
+			h.idleT = nil
+		}
+		if h.retryT != nil {
+			h.retryT.Stop()
+			h.retryT = nil
+		}
+		h.ready = nil
+		if h.held && h.active == 0 && !h.releasing {
+			give = append(give, l.releaseOf(h))
+		}
 	}
 	l.mu.Unlock()
-	l.wg.Wait() // the keeper, the sender and the lingering releases
+	l.wg.Wait() // the keeper and the sender
+	if len(give) > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := l.runRelease(ctx, give); err != nil {
+			l.log.Warn("redis host limiter: giving the leases back on close failed; they free at their TTL",
+				"hosts", len(give), "ttl", l.cfg.SlotTTL, "err", err)
+		}
+	}
 	return nil
 }
 
-func (l *HostLimiter) keys(host string) []string {
-	k := redislayout.HostKeys(l.cfg.Crawl, host)
-	return []string{k.Slots, k.Next, k.Throttle}
-}
-
-// startMs is AutoThrottle's start delay in ms for the acquire script
+// startMs is AutoThrottle's start delay in ms for the lease script
 // (at least 1), or 0 without AutoThrottle.
 func (l *HostLimiter) startMs() int64 {
 	if l.cfg.AutoThrottle == nil {
@@ -316,255 +366,419 @@ func (l *HostLimiter) startMs() int64 {
 	return max(l.cfg.AutoThrottle.StartDelay.Milliseconds(), 1)
 }
 
-func (l *HostLimiter) delay(host string) time.Duration {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+// keys returns host's keys: lease, next, throttle.
+func (l *HostLimiter) keys(host string) []string {
+	k := redislayout.HostKeys(l.cfg.Crawl, host)
+	return []string{k.Lease, k.Next, k.Throttle}
+}
+
+// floor is host's minimum delay: Delay or its SetDelay. l.mu is held.
+func (l *HostLimiter) floor(host string) time.Duration {
 	return max(l.cfg.Delay, l.delays[host])
 }
 
-// track records token as held (pending: as to be released) and starts the
-// keeper if it is not running. l.mu is held.
-func (l *HostLimiter) track(set map[string]string, token, key string) {
-	set[token] = key
-	if l.running || l.closed {
-		return
+// hostDelay is h's delay between starts while held. l.mu is held.
+func (l *HostLimiter) hostDelay(h *leaseHost) time.Duration {
+	d := l.floor(h.name)
+	if a := l.cfg.AutoThrottle; a != nil {
+		if h.auto == 0 {
+			return max(d, a.StartDelay)
+		}
+		return max(d, h.auto)
 	}
-	l.running = true
-	l.wg.Add(1)
-	go l.keep()
+	return d
 }
 
-// Acquire waits until a request to host may start, or ctx ends. The
-// calls of this worker's page goroutines that come while the script of
-// earlier ones runs are sent together, in one script call, by one sender
-// goroutine: a round trip per burst of pages, not per page, with no wait
-// added (a call that finds no script running is sent at once).
+// host returns host's entry, creating it. l.mu is held.
+func (l *HostLimiter) host(host string) *leaseHost {
+	h := l.hosts[host]
+	if h == nil {
+		if len(l.hosts) >= l.sweepAt {
+			l.sweep(time.Now())
+		}
+		h = &leaseHost{name: host, keys: l.keys(host), changed: make(chan struct{})}
+		l.hosts[host] = h
+	}
+	return h
+}
+
+// sweep forgets the hosts that hold nothing. l.mu is held.
+func (l *HostLimiter) sweep(now time.Time) {
+	for name, h := range l.hosts {
+		if !h.held && h.ask == nil && !h.releasing && h.active == 0 && h.waiters == 0 &&
+			len(h.ready) == 0 && !now.Before(h.retry) && !slices.ContainsFunc(l.failed, func(r releaseCall) bool { return r.h == h }) {
+			delete(l.hosts, name)
+		}
+	}
+	l.sweepAt = max(minSweep, 2*len(l.hosts))
+}
+
+// wake wakes h's waiting Acquire calls and returns its HostLeaser
+// callbacks, for the caller to call once l.mu is released. l.mu is held.
+func (h *leaseHost) wake() []func() {
+	close(h.changed)
+	h.changed = make(chan struct{})
+	r := h.ready
+	h.ready = nil
+	return r
+}
+
+func call(fs []func()) {
+	for _, f := range fs {
+		f()
+	}
+}
+
+// Lease tells, without waiting, whether this worker holds host's lease
+// (see engine.HostLeaser). If it does not, it asks for it (unless it is
+// asked for already, or another worker was found holding it less than a
+// retry ago) and calls ready once host is worth trying again: its lease
+// taken here, or the time to ask again come.
+func (l *HostLimiter) Lease(host string, ready func()) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return true // Acquire decides, alone
+	}
+	h := l.host(host)
+	if h.held && !h.releasing {
+		h.used = time.Now()
+		l.idleAfter(h)
+		return true
+	}
+	h.ready = append(h.ready, ready)
+	if h.ask == nil && !time.Now().Before(h.retry) {
+		l.askLease(h)
+	}
+	return false
+}
+
+// askLease queues an ask for h's lease, starts the sender and returns
+// the ask. l.mu is held.
+func (l *HostLimiter) askLease(h *leaseHost) *leaseAsk {
+	a := &leaseAsk{done: make(chan struct{})}
+	if l.closed { // no sender after Close
+		a.err = errClosed
+		close(a.done)
+		return a
+	}
+	h.ask = a
+	// A release that failed is overtaken: the ask takes the lease again.
+	l.failed = slices.DeleteFunc(l.failed, func(r releaseCall) bool { return r.h == h })
+	l.asks = append(l.asks, h)
+	l.send()
+	return a
+}
+
+// send starts the sender if it is not running. l.mu is held.
+func (l *HostLimiter) send() {
+	if l.sending || l.closed {
+		return
+	}
+	l.sending = true
+	l.wg.Add(1)
+	go l.sender()
+}
+
+// Acquire waits until a request to host may start, or ctx ends: it takes
+// the host's lease if this worker does not hold it (waiting while another
+// worker does), then a slot and the delay, in memory.
 func (l *HostLimiter) Acquire(ctx context.Context, host string) (func(), error) {
-	var b [12]byte
-	rand.Read(b[:])
-	token := hex.EncodeToString(b[:])
-	keys := l.keys(host)
-	delay := l.delay(host).Milliseconds()
 	for {
-		wait, err := l.ask(ctx, keys, token, delay)
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		l.mu.Lock()
+		h := l.host(host)
+		now := time.Now()
+		var wait time.Duration = -1 // until changed
+		var ask *leaseAsk
+		switch {
+		case h.held && !h.releasing:
+			gate := h.next
+			if h.backoff.After(gate) {
+				gate = h.backoff
+			}
+			if h.active < l.cfg.PerHost && !now.Before(gate) {
+				h.active++
+				h.next = now.Add(l.hostDelay(h))
+				h.used = now
+				if h.idleT != nil {
+					h.idleT.Stop()
+					h.idleT = nil
+				}
+				l.mu.Unlock()
+				var once sync.Once
+				return func() { once.Do(func() { l.release(h) }) }, nil
+			}
+			if h.active < l.cfg.PerHost {
+				wait = gate.Sub(now)
+			}
+		case h.ask != nil:
+			ask = h.ask
+		case h.releasing || now.Before(h.retry):
+			if !h.releasing {
+				wait = h.retry.Sub(now)
+			}
+		default:
+			ask = l.askLease(h)
+		}
+		changed := h.changed
+		h.waiters++
+		l.mu.Unlock()
+		var err error
+		if ask != nil {
+			select {
+			case <-ask.done:
+				err = ask.err
+			case <-ctx.Done():
+			}
+		} else {
+			var timer <-chan time.Time
+			var t *time.Timer
+			if wait >= 0 {
+				t = time.NewTimer(wait)
+				timer = t.C
+			}
+			select {
+			case <-changed:
+			case <-timer:
+			case <-ctx.Done():
+			}
+			if t != nil {
+				t.Stop()
+			}
+		}
+		l.mu.Lock()
+		h.waiters--
+		l.mu.Unlock()
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
 			return nil, fmt.Errorf("redis host limiter: acquire %q: %w", host, err)
 		}
-		if wait == 0 {
-			break
-		}
-		d := min(time.Duration(wait)*time.Millisecond, time.Minute)
-		if wait == 1 { // all slots taken: ask again soon
-			d = l.cfg.Poll
-		}
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
-		case <-t.C:
-		}
 	}
+}
+
+// errClosed is Acquire's error after Close, for a host not held.
+var errClosed = errors.New("limiter closed")
+
+// release ends a request to h, and gives the lease back once h has been
+// idle for leaseLinger.
+func (l *HostLimiter) release(h *leaseHost) {
 	l.mu.Lock()
-	l.track(l.held, token, keys[0])
+	h.active--
+	h.used = time.Now()
+	l.idleAfter(h)
+	ready := h.wake()
 	l.mu.Unlock()
-	var once sync.Once
-	return func() { once.Do(func() { l.give(keys[0], token) }) }, nil
+	call(ready)
 }
 
-// ask has the sender try once to take a slot of the host of keys for
-// token, and returns the script's answer. If ctx ends first, the ask is
-// abandoned: a slot it still takes is given back.
-func (l *HostLimiter) ask(ctx context.Context, keys []string, token string, delay int64) (int64, error) {
-	a := &ask{keys: keys, token: token, delay: delay, done: make(chan answer, 1)}
-	l.mu.Lock()
-	if l.closed { // no sender after Close: send it alone
-		l.mu.Unlock()
-		l.send([]*ask{a})
-	} else {
-		l.asks = append(l.asks, a)
-		if !l.sending {
-			l.sending = true
-			l.wg.Add(1)
-			go l.sender()
-		}
-		l.mu.Unlock()
+// idleAfter arms h's timer that gives its lease back once idle for
+// leaseLinger. l.mu is held.
+func (l *HostLimiter) idleAfter(h *leaseHost) {
+	if h.active > 0 || h.idleT != nil || l.closed {
+		return
 	}
-	select {
-	case ans := <-a.done:
-		return ans.wait, ans.err
-	case <-ctx.Done():
-		if a.state.CompareAndSwap(askWaiting, askAbandoned) {
-			return 0, ctx.Err()
+	var t *time.Timer
+	t = time.AfterFunc(leaseLinger, func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if h.idleT != t {
+			return
 		}
-		if ans := <-a.done; ans.err == nil && ans.wait == 0 {
-			l.give(keys[0], token) // answered as ctx ended: not ours to keep
+		h.idleT = nil
+		if !h.held || h.releasing || h.active > 0 || l.closed {
+			return
 		}
-		return 0, ctx.Err()
-	}
+		if left := leaseLinger - time.Since(h.used); left > 0 {
+			l.idleAfter(h) // used since: wait on
+			return
+		}
+		h.releasing = true
+		l.releases = append(l.releases, h)
+		l.send()
+	})
+	h.idleT = t
 }
 
-// sender sends the waiting asks, up to maxGroup in one script call, until
-// none is left. It is started by ask and owned by l (Close waits for it).
+// releaseOf is h's release, taken from its state; h is no longer held
+// here. l.mu is held.
+func (l *HostLimiter) releaseOf(h *leaseHost) releaseCall {
+	r := releaseCall{h: h}
+	gate := h.next
+	if h.backoff.After(gate) {
+		gate = h.backoff
+	}
+	if left := time.Until(gate); left > 0 {
+		r.next = max(left.Milliseconds(), 1)
+	}
+	if h.autoDirty {
+		r.throt = max(h.auto.Milliseconds(), 1)
+	}
+	h.held, h.autoDirty = false, false
+	return r
+}
+
+// sender sends the queued releases, then the queued asks, up to maxGroup
+// hosts in one script call each, until none is left. It is started by
+// send and owned by l (Close waits for it).
 func (l *HostLimiter) sender() {
 	defer l.wg.Done()
 	for {
 		l.mu.Lock()
+		if n := min(len(l.releases), maxGroup); n > 0 {
+			group := make([]releaseCall, n)
+			for i, h := range l.releases[:n] {
+				group[i] = l.releaseOf(h)
+			}
+			l.releases = slices.Delete(l.releases, 0, n)
+			l.mu.Unlock()
+			l.sendReleases(group)
+			continue
+		}
 		n := min(len(l.asks), maxGroup)
 		if n == 0 {
-			l.asks = nil
 			l.sending = false
 			l.mu.Unlock()
 			return
 		}
 		group := slices.Clone(l.asks[:n])
-		clear(l.asks[:n])
-		l.asks = l.asks[n:]
+		l.asks = slices.Delete(l.asks, 0, n)
 		l.mu.Unlock()
-		l.send(group)
+		l.sendAsks(group)
 	}
 }
 
-// askTimeout bounds one script call of the sender, whose asks' callers
-// each wait for it or for their own context.
-const askTimeout = 10 * time.Second
+// scriptTimeout bounds one script call of the sender or the keeper.
+const scriptTimeout = 10 * time.Second
 
-// send runs acquireScript for group, with the tokens given back of each of
-// their hosts, and answers each ask.
-func (l *HostLimiter) send(group []*ask) {
-	var (
-		keys   []string
-		args   = []any{l.cfg.PerHost, l.cfg.SlotTTL.Milliseconds(), l.startMs()}
-		gave   = make(map[string][]string) // slots key -> tokens removed by this call
-		sent   = group[:0:0]
-		tokens = 0
-	)
-	for _, a := range group {
-		if a.state.Load() == askAbandoned {
-			continue // never sent: nothing to give back
-		}
-		sent = append(sent, a)
-		keys = append(keys, a.keys...)
-		var g []string
-		if _, done := gave[a.keys[0]]; !done {
-			g = l.takeGiven(a.keys[0])
-			gave[a.keys[0]] = g
-		}
-		args = append(args, a.token, a.delay, len(g))
-		args = append(args, toAny(g)...)
-		tokens += len(g)
-	}
-	if len(sent) == 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), askTimeout)
+// sendReleases gives back the leases of group; a failure leaves them to
+// the keeper, which retries.
+func (l *HostLimiter) sendReleases(group []releaseCall) {
+	ctx, cancel := context.WithTimeout(context.Background(), scriptTimeout)
 	defer cancel()
-	waits, err := acquireScript.Run(ctx, l.cfg.Client, keys, args...).Int64Slice()
-	if err == nil && len(waits) != len(sent) {
-		err = fmt.Errorf("the script answered %d of %d calls", len(waits), len(sent))
+	err := l.runRelease(ctx, group)
+	l.mu.Lock()
+	var ready []func()
+	for _, r := range group {
+		r.h.releasing = false
+		ready = append(ready, r.h.wake()...)
 	}
 	if err != nil {
-		// The script may have run without its reply reaching us: make
-		// sure the tokens go, and those it was to remove.
-		l.mu.Lock()
-		for _, a := range sent {
-			l.track(l.pending, a.token, a.keys[0])
-		}
-		for key, toks := range gave {
-			for _, tok := range toks {
-				l.track(l.pending, tok, key)
-			}
-		}
-		l.mu.Unlock()
-	}
-	for i, a := range sent {
-		ans := answer{err: err}
-		if err == nil {
-			ans.wait = waits[i]
-		}
-		if a.state.CompareAndSwap(askWaiting, askAnswered) {
-			a.done <- ans
-		} else if ans.err == nil && ans.wait == 0 {
-			l.give(a.keys[0], a.token) // its caller is gone
-		}
-	}
-}
-
-// give gives the slot token of slots key back: its removal rides on the
-// next Acquire of the host (see takeGiven), or is sent on its own after
-// releaseLinger, or at once once l is closed (no Acquire comes).
-func (l *HostLimiter) give(key, token string) {
-	l.mu.Lock()
-	delete(l.held, token)
-	closed := l.closed
-	if !closed {
-		g := l.giving[key]
-		if g == nil {
-			g = &given{}
-			l.giving[key] = g
-			l.wg.Add(1)
-			time.AfterFunc(releaseLinger, func() { // owned by l: Close waits for it
-				defer l.wg.Done()
-				l.mu.Lock()
-				mine := l.giving[key] == g // not taken by an Acquire since
-				if mine {
-					delete(l.giving, key)
-				}
-				l.mu.Unlock()
-				if mine {
-					l.remove(key, g.tokens)
-				}
-			})
-		}
-		g.tokens = append(g.tokens, token)
+		l.log.Warn("redis host limiter: giving leases back failed; retrying in the background (they free at their TTL otherwise)",
+			"hosts", len(group), "ttl", l.cfg.SlotTTL, "err", err)
+		l.failed = append(l.failed, group...)
+		l.keep()
 	}
 	l.mu.Unlock()
-	if closed {
-		l.remove(key, []string{token})
-	}
+	call(ready)
 }
 
-// takeGiven returns the tokens of slots key given back and not yet
-// removed, for the caller to remove.
-func (l *HostLimiter) takeGiven(key string) []string {
+// runRelease runs releaseScript for group.
+func (l *HostLimiter) runRelease(ctx context.Context, group []releaseCall) error {
+	keys := make([]string, 0, 3*len(group))
+	args := make([]any, 0, 2+2*len(group))
+	args = append(args, l.token, throttleTTL.Milliseconds())
+	for _, r := range group {
+		keys = append(keys, r.h.keys...)
+		args = append(args, r.next, r.throt)
+	}
+	return releaseScript.Run(ctx, l.cfg.Client, keys, args...).Err()
+}
+
+// sendAsks asks for the leases of group and answers each ask.
+func (l *HostLimiter) sendAsks(group []*leaseHost) {
+	keys := make([]string, 0, 3*len(group))
+	for _, h := range group {
+		keys = append(keys, h.keys...)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), scriptTimeout)
+	defer cancel()
+	out, err := leaseScript.Run(ctx, l.cfg.Client, keys, l.token, l.cfg.SlotTTL.Milliseconds(), l.startMs()).Int64Slice()
+	if err == nil && len(out) != 3*len(group) {
+		err = fmt.Errorf("the lease script answered %d numbers for %d hosts", len(out), len(group))
+	}
+	now := time.Now()
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	g := l.giving[key]
-	if g == nil {
-		return nil
+	var ready []func()
+	for i, h := range group {
+		a := h.ask
+		h.ask = nil
+		switch {
+		case err != nil:
+			// The script may have run without its answer reaching us: the
+			// lease, if taken, frees at its TTL, or is taken again by the
+			// next ask (it is ours).
+			a.err = err
+			h.retry = now.Add(time.Second)
+			l.retryAt(h)
+		case out[3*i] == 1:
+			h.held, h.backoffN = true, 0
+			if next := now.Add(time.Duration(out[3*i+1]) * time.Millisecond); next.After(h.next) {
+				h.next = next
+			}
+			h.auto = time.Duration(out[3*i+2]) * time.Millisecond
+			h.used = now
+			l.idleAfter(h)
+			l.keep()
+		default:
+			left := time.Duration(out[3*i+1]) * time.Millisecond
+			h.retry = now.Add(min(left, min(l.cfg.Poll<<min(h.backoffN, 10), maxRetry)))
+			h.backoffN++
+			l.retryAt(h)
+		}
+		close(a.done)
+		ready = append(ready, h.wake()...)
 	}
-	delete(l.giving, key)
-	return g.tokens
+	l.mu.Unlock()
+	call(ready)
+	if err != nil {
+		l.log.Warn("redis host limiter: asking for host leases failed", "hosts", len(group), "err", err)
+	}
 }
 
-// remove removes tokens from slots key; a failure leaves them to the
-// keeper, which retries.
-func (l *HostLimiter) remove(key string, tokens []string) {
-	if len(tokens) == 0 {
+// retryAt arms h's timer that wakes its waiters at h.retry. l.mu is held.
+func (l *HostLimiter) retryAt(h *leaseHost) {
+	if h.retryT != nil {
+		h.retryT.Stop()
+	}
+	if l.closed {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := l.cfg.Client.ZRem(ctx, key, toAny(tokens)...).Err(); err != nil {
-		l.log.Warn("redis host limiter: release failed; retrying in the background (it frees at its TTL otherwise)",
-			"slots", key, "ttl", l.cfg.SlotTTL, "err", err)
+	var t *time.Timer
+	t = time.AfterFunc(time.Until(h.retry), func() {
 		l.mu.Lock()
-		for _, tok := range tokens {
-			l.track(l.pending, tok, key)
+		if h.retryT != t {
+			l.mu.Unlock()
+			return
 		}
+		h.retryT = nil
+		ready := h.wake()
 		l.mu.Unlock()
+		call(ready)
+	})
+	h.retryT = t
+}
+
+// keep starts the keeper if it is not running. l.mu is held.
+func (l *HostLimiter) keep() {
+	if l.running || l.closed {
+		return
 	}
+	l.running = true
+	l.wg.Add(1)
+	go l.keeper()
 }
 
 // keepTick is how often the keeper retries failed releases.
 const keepTick = time.Second
 
-// keep renews the held slots every SlotTTL/3 and retries failed releases
-// every keepTick, until nothing is held or pending, or Close.
-func (l *HostLimiter) keep() {
+// keeper renews the leases held every SlotTTL/3 and retries failed
+// releases every keepTick, until nothing is held or pending, or Close.
+func (l *HostLimiter) keeper() {
 	defer l.wg.Done()
 	tick := min(keepTick, l.cfg.SlotTTL/3)
 	t := time.NewTicker(tick)
@@ -576,69 +790,80 @@ func (l *HostLimiter) keep() {
 			return
 		case <-t.C:
 		}
+		renew := time.Since(lastRenew) >= l.cfg.SlotTTL/3-tick/2
 		l.mu.Lock()
-		if len(l.held) == 0 && len(l.pending) == 0 {
+		var held []*leaseHost
+		for _, h := range l.hosts {
+			if h.held {
+				held = append(held, h)
+			}
+		}
+		if len(held) == 0 && len(l.failed) == 0 {
 			l.running = false
 			l.mu.Unlock()
 			return
 		}
-		held := byKey(l.held)
-		pending := byKey(l.pending)
+		failed := l.failed
+		l.failed = nil
 		l.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), max(tick, time.Second))
-		for key, tokens := range pending {
-			if err := l.cfg.Client.ZRem(ctx, key, toAny(tokens)...).Err(); err != nil {
-				l.log.Debug("redis host limiter: release still failing", "slots", key, "err", err)
-				continue
+		if len(failed) > 0 {
+			if err := l.runRelease(ctx, failed); err != nil {
+				l.log.Debug("redis host limiter: giving leases back still failing", "hosts", len(failed), "err", err)
+				l.mu.Lock()
+				l.failed = append(l.failed, failed...)
+				l.mu.Unlock()
 			}
-			l.mu.Lock()
-			for _, tok := range tokens {
-				delete(l.pending, tok)
-			}
-			l.mu.Unlock()
 		}
-		if time.Since(lastRenew) >= l.cfg.SlotTTL/3-tick/2 {
+		if renew {
 			lastRenew = time.Now()
-			for key, tokens := range held {
-				args := append([]any{l.cfg.SlotTTL.Milliseconds()}, toAny(tokens)...)
-				n, err := refreshScript.Run(ctx, l.cfg.Client, []string{key}, args...).Int()
-				switch {
-				case err != nil:
-					l.log.Warn("redis host limiter: could not renew slots; others may take them after their TTL",
-						"slots", key, "ttl", l.cfg.SlotTTL, "err", err)
-				case n < len(tokens):
-					l.log.Warn("redis host limiter: slots expired while in use; the per-host cap may be exceeded for them",
-						"slots", key, "lost", len(tokens)-n)
-				}
+			for part := range slices.Chunk(held, maxGroup) {
+				l.renew(ctx, part)
 			}
 		}
 		cancel()
 	}
 }
 
-// byKey groups the tokens of m (token -> key) by key.
-func byKey(m map[string]string) map[string][]string {
-	out := make(map[string][]string)
-	for tok, key := range m {
-		out[key] = append(out[key], tok)
+// renew extends the leases of hosts; those found lost are no longer held.
+func (l *HostLimiter) renew(ctx context.Context, hosts []*leaseHost) {
+	keys := make([]string, len(hosts))
+	for i, h := range hosts {
+		keys[i] = h.keys[0]
 	}
-	return out
+	out, err := renewScript.Run(ctx, l.cfg.Client, keys, l.token, l.cfg.SlotTTL.Milliseconds()).Int64Slice()
+	if err != nil {
+		l.log.Warn("redis host limiter: could not renew host leases; others may take them after their TTL",
+			"hosts", len(hosts), "ttl", l.cfg.SlotTTL, "err", err)
+		return
+	}
+	lost := 0
+	l.mu.Lock()
+	for i, h := range hosts {
+		if i < len(out) && out[i] == 0 && h.held && !h.releasing {
+			h.held = false
+			lost++
+		}
+	}
+	l.mu.Unlock()
+	if lost > 0 {
+		l.log.Warn("redis host limiter: host leases expired while held; the per-host cap may be exceeded for their requests in progress",
+			"lost", lost)
+	}
 }
 
-func toAny(ss []string) []any {
-	out := make([]any, len(ss))
-	for i, s := range ss {
-		out[i] = s
-	}
-	return out
-}
-
-// Backoff holds every worker's requests to host until t.
+// Backoff holds every worker's requests to host until t: at once here,
+// and for the others through Redis.
 func (l *HostLimiter) Backoff(host string, until time.Time) {
 	ms := time.Until(until).Milliseconds()
 	if ms <= 0 {
 		return
 	}
+	l.mu.Lock()
+	if h := l.hosts[host]; h != nil && until.After(h.backoff) {
+		h.backoff = until
+	}
+	l.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := backoffScript.Run(ctx, l.cfg.Client, l.keys(host)[1:2], ms).Err(); err != nil {
@@ -658,17 +883,36 @@ func (l *HostLimiter) SetDelay(host string, d time.Duration) {
 	}
 }
 
-var _ engine.HostLimiter = (*HostLimiter)(nil)
+var (
+	_ engine.HostLimiter = (*HostLimiter)(nil)
+	_ engine.HostLeaser  = (*HostLimiter)(nil)
+)
 
-// Observe moves host's shared delay by a response's latency and status
-// with AutoThrottle (see engine.AutoThrottle.Next), in one round trip;
-// without AutoThrottle it does nothing. A failure is logged: the delay
-// stays as it was.
+// Observe moves host's delay by a response's latency and status with
+// AutoThrottle (see engine.AutoThrottle.Next): in memory while this worker
+// holds the host (left in Redis when it gives it back), else in Redis, in
+// one round trip. Without AutoThrottle it does nothing. A failure is
+// logged: the delay stays as it was.
 func (l *HostLimiter) Observe(host string, latency time.Duration, status int) {
 	a := l.cfg.AutoThrottle
 	if a == nil {
 		return
 	}
+	l.mu.Lock()
+	if h := l.hosts[host]; h != nil && h.held && !h.releasing {
+		old := l.hostDelay(h)
+		h.auto = a.Next(old, l.floor(host), latency, status)
+		h.autoDirty = true
+		if d := l.hostDelay(h); d < old {
+			h.next = h.next.Add(d - old) // a lowered delay applies to the next start
+		}
+		ready := h.wake()
+		l.mu.Unlock()
+		call(ready)
+		return
+	}
+	floor := l.floor(host)
+	l.mu.Unlock()
 	keys := l.keys(host)
 	ok := "0"
 	if status >= 200 && status <= 299 {
@@ -677,7 +921,7 @@ func (l *HostLimiter) Observe(host string, latency time.Duration, status int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	err := observeScript.Run(ctx, l.cfg.Client, []string{keys[2], keys[1]},
-		float64(latency)/float64(time.Millisecond), a.TargetConcurrency, l.delay(host).Milliseconds(),
+		float64(latency)/float64(time.Millisecond), a.TargetConcurrency, floor.Milliseconds(),
 		a.MaxDelay.Milliseconds(), l.startMs(), ok, throttleTTL.Milliseconds()).Err()
 	if err != nil {
 		l.log.Warn("redis host limiter: autothrottle update failed; the host's delay stays as it was", "host", host, "err", err)
@@ -686,9 +930,17 @@ func (l *HostLimiter) Observe(host string, latency time.Duration, status int) {
 
 // Delay returns host's current delay between request starts across the
 // crawl: the minimum delay (Delay, SetDelay) or, with AutoThrottle, the
-// shared adapted delay if larger (the start delay before any response).
+// adapted delay if larger (the start delay before any response): this
+// worker's while it holds the host, else the one in Redis.
 func (l *HostLimiter) Delay(ctx context.Context, host string) (time.Duration, error) {
-	floor := l.delay(host)
+	l.mu.Lock()
+	floor := l.floor(host)
+	if h := l.hosts[host]; h != nil && h.held && !h.releasing {
+		d := l.hostDelay(h)
+		l.mu.Unlock()
+		return d, nil
+	}
+	l.mu.Unlock()
 	if l.cfg.AutoThrottle == nil {
 		return floor, nil
 	}

@@ -3,6 +3,7 @@ package redis_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"runtime"
@@ -95,6 +96,7 @@ func TestHostLimiterBackoff(t *testing.T) {
 	crawl := integration.Name(t)
 	a, _ := redis.NewHostLimiter(redis.LimiterConfig{Client: client, Crawl: crawl})
 	b, _ := redis.NewHostLimiter(redis.LimiterConfig{Client: client, Crawl: crawl})
+	t.Cleanup(func() { a.Close(); b.Close() })
 	a.Backoff("h.example", time.Now().Add(300*time.Millisecond))
 	start := time.Now()
 	release, err := b.Acquire(t.Context(), "h.example")
@@ -107,9 +109,16 @@ func TestHostLimiterBackoff(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 	defer cancel()
-	a.Backoff("h.example", time.Now().Add(time.Hour))
+	a.Backoff("other.example", time.Now().Add(time.Hour))
+	if _, err := b.Acquire(ctx, "other.example"); err == nil {
+		t.Error("acquired during another worker's hour-long back-off")
+	}
+	// The worker holding a host keeps its own back-off in memory.
+	b.Backoff("h.example", time.Now().Add(time.Hour))
+	ctx, cancel = context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
 	if _, err := b.Acquire(ctx, "h.example"); err == nil {
-		t.Error("acquired during an hour-long back-off")
+		t.Error("acquired during its own hour-long back-off, holding the host")
 	}
 }
 
@@ -202,7 +211,13 @@ func TestHostLimiterReleaseAfterOutage(t *testing.T) {
 	}
 	px.cut(true)
 	for _, r := range releases {
-		r() // fails: Redis is unreachable
+		r() // the lease's release, leaseLinger later, fails: Redis is unreachable
+	}
+	for redis.FailedReleases(a) == 0 {
+		if t.Context().Err() != nil {
+			t.Fatal("the release never failed")
+		}
+		runtime.Gosched()
 	}
 	px.cut(false)
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
@@ -375,12 +390,12 @@ func (h *countHook) get(name string) int {
 	return h.n[name]
 }
 
-// TestHostLimiterReleaseRidesOnAcquire: a worker's pages of one host,
-// one after the other with one slot (per-host 1), take one round trip
-// each: the release of a slot is carried by the next Acquire (which finds
-// the slot free), not sent on its own. The last release, followed by no
-// Acquire, is sent on its own: the slot is free for another worker.
-func TestHostLimiterReleaseRidesOnAcquire(t *testing.T) {
+// TestHostLimiterLeasedHostCostsNoRoundTrip: a worker's pages of one
+// host, one after the other with one slot (per-host 1), take the host's
+// lease once: the pages themselves cost Redis nothing. Once the worker
+// has had no page of the host in progress for a while it gives the
+// lease back, and another worker takes the host.
+func TestHostLimiterLeasedHostCostsNoRoundTrip(t *testing.T) {
 	const pages = 50
 	client := integration.RedisClient(t)
 	hook := &countHook{n: map[string]int{}}
@@ -400,10 +415,10 @@ func TestHostLimiterReleaseRidesOnAcquire(t *testing.T) {
 		}
 		release()
 	}
-	// The removals sent on their own: only when the next Acquire came
-	// later than the linger (a descheduled test), and the last one.
-	if n := hook.get("zrem"); n > pages/2 {
-		t.Errorf("%d releases of %d sent on their own; want them carried by the next Acquire", n, pages)
+	// One lease (the script loaded once: evalsha, then eval), and a
+	// release only if the test was descheduled past the linger.
+	if n := hook.get("evalsha") + hook.get("eval"); n > 4 {
+		t.Errorf("%d script calls for %d pages of one host; want the lease taken once", n, pages)
 	}
 	other, err := redis.NewHostLimiter(redis.LimiterConfig{Client: integration.RedisClient(t), Crawl: crawl, PerHost: 1})
 	if err != nil {
@@ -412,18 +427,49 @@ func TestHostLimiterReleaseRidesOnAcquire(t *testing.T) {
 	t.Cleanup(func() { other.Close() })
 	release, err := other.Acquire(ctx, "site.example")
 	if err != nil {
-		t.Fatalf("another worker could not take the slot given back last: %v", err)
+		t.Fatalf("another worker could not take the host given back: %v", err)
 	}
 	release()
 }
 
-// TestHostLimiterAcquiresShareRoundTrips: the Acquire calls that come
-// while a script call runs are sent together in the next one, each
-// answered as if alone: a call held at Redis and nine that came
-// meanwhile, seven for one host and three for another, take two script
-// calls and ten slots, and with a per-host cap of 7 an eighth call for
-// the first host finds it full.
-func TestHostLimiterAcquiresShareRoundTrips(t *testing.T) {
+// TestHostLimiterHandOverKeepsDelay: a host handed from one worker to
+// another keeps its delay: the second worker's first request starts a
+// delay after the first worker's last, not when it took the lease
+// (leaseLinger after the first worker's last page ended).
+func TestHostLimiterHandOverKeepsDelay(t *testing.T) {
+	client := integration.RedisClient(t)
+	crawl := integration.Name(t)
+	const delay = time.Second // well past leaseLinger (200ms) and the first retries
+	cfg := redis.LimiterConfig{Client: client, Crawl: crawl, PerHost: 1, Delay: delay, Poll: 5 * time.Millisecond}
+	a, _ := redis.NewHostLimiter(cfg)
+	b, _ := redis.NewHostLimiter(cfg)
+	t.Cleanup(func() { a.Close(); b.Close() })
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	release, err := a.Acquire(ctx, "h.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := time.Now() // after a's grant: a lower bound of b's gap
+	release()
+	r, err := b.Acquire(ctx, "h.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gap := time.Since(started)
+	r()
+	if gap < delay {
+		t.Errorf("b started %v after a, want at least the delay %v carried over with the lease", gap, delay)
+	}
+	t.Logf("b started %v after a (delay %v)", gap.Round(time.Millisecond), delay)
+}
+
+// TestHostLimiterLeasesShareRoundTrips: the leases asked for while a
+// script call runs are asked for together in the next one: a call held at
+// Redis and nine for other hosts that came meanwhile take two script
+// calls; then the per-host cap (7) holds in memory: six more requests to
+// the first host start with no round trip, and an eighth finds it full.
+func TestHostLimiterLeasesShareRoundTrips(t *testing.T) {
 	const calls = 10
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -432,11 +478,7 @@ func TestHostLimiterAcquiresShareRoundTrips(t *testing.T) {
 	results = append(results, acquireAsync(ctx, l, "a.example"))
 	hook.awaitHeld(t, ctx)
 	for i := 1; i < calls; i++ {
-		host := "a.example"
-		if i%3 == 0 {
-			host = "b.example" // another host, in the same script call
-		}
-		results = append(results, acquireAsync(ctx, l, host))
+		results = append(results, acquireAsync(ctx, l, fmt.Sprintf("h%d.example", i)))
 	}
 	awaitQueued(t, ctx, l, calls-1) // the nine, behind the held call
 	close(hook.release)
@@ -447,8 +489,15 @@ func TestHostLimiterAcquiresShareRoundTrips(t *testing.T) {
 		}
 		defer r.release()
 	}
+	for range 6 {
+		r, err := l.Acquire(ctx, "a.example")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r()
+	}
 	if n := hook.calls.Load(); n != 2 {
-		t.Errorf("%d script calls for %d Acquire calls, nine of them waiting together; want 2", n, calls)
+		t.Errorf("%d script calls for %d hosts, nine of them waiting together, and 6 more requests; want 2", n, calls)
 	}
 	short, cancelShort := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancelShort()
@@ -459,7 +508,7 @@ func TestHostLimiterAcquiresShareRoundTrips(t *testing.T) {
 }
 
 // TestHostLimiterAbandonedAcquire: an Acquire whose context ends while it
-// waits behind another call returns at once with the context's error,
+// waits for the host's lease returns at once with the context's error,
 // and takes no slot.
 func TestHostLimiterAbandonedAcquire(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
@@ -469,13 +518,18 @@ func TestHostLimiterAbandonedAcquire(t *testing.T) {
 	hook.awaitHeld(t, ctx)
 	gone, leave := context.WithCancel(ctx)
 	abandoned := acquireAsync(gone, l, "h.example")
-	awaitQueued(t, ctx, l, 1)
+	for redis.Waiting(l, "h.example") < 2 {
+		if ctx.Err() != nil {
+			t.Fatal("the second Acquire never waited for the lease")
+		}
+		runtime.Gosched()
+	}
 	leave()
 	if r := <-abandoned; !errors.Is(r.err, context.Canceled) {
 		if r.err == nil {
 			r.release()
 		}
-		t.Fatalf("Acquire abandoned while queued: %v, want context.Canceled", r.err)
+		t.Fatalf("Acquire abandoned while waiting: %v, want context.Canceled", r.err)
 	}
 	close(hook.release)
 	f := <-first
@@ -494,7 +548,7 @@ func TestHostLimiterAbandonedAcquire(t *testing.T) {
 
 // heldLimiter returns a limiter of perHost slots per host whose client
 // goes through a holdHook, armed once a first Acquire has loaded the
-// script (so that each try is one script call). Its slots outlive the
+// script (so that each try is one script call). Its leases outlive the
 // test: no renewal, a script call of its own, is counted.
 func heldLimiter(t *testing.T, ctx context.Context, perHost int) (*redis.HostLimiter, *holdHook) {
 	t.Helper()
@@ -532,7 +586,7 @@ func acquireAsync(ctx context.Context, l *redis.HostLimiter, host string) <-chan
 	return ch
 }
 
-// awaitQueued waits until n Acquire calls of l wait to be sent.
+// awaitQueued waits until n hosts' lease asks of l wait to be sent.
 func awaitQueued(t *testing.T, ctx context.Context, l *redis.HostLimiter, n int) {
 	t.Helper()
 	for redis.WaitingAsks(l) < n {

@@ -111,7 +111,7 @@ func Workers(crawl string) string { return Crawl(crawl, "workers") }
 
 // Host holds the keys of one host's shared limits in a crawl.
 type Host struct {
-	Slots    string // {NAME}:host:HOST:slots: held request slots by expiry
+	Lease    string // {NAME}:host:HOST:lease: the token of the worker holding the host
 	Next     string // {NAME}:host:HOST:next: when the next request may start
 	Throttle string // {NAME}:host:HOST:throttle: AutoThrottle's delay
 }
@@ -119,7 +119,7 @@ type Host struct {
 // HostKeys returns the keys of host's limits in crawl.
 func HostKeys(crawl, host string) Host {
 	base := Crawl(crawl, "host:"+host)
-	return Host{Slots: base + ":slots", Next: base + ":next", Throttle: base + ":throttle"}
+	return Host{Lease: base + ":lease", Next: base + ":next", Throttle: base + ":throttle"}
 }
 
 // Filter holds the keys of a duplicate filter named "CRAWL:PART" (the CLI
@@ -178,9 +178,9 @@ var Keys = []Key{
 	{"stats", []string{"hash"}, "broker/redis.Stats", nil},
 	{"meta", []string{"hash"}, "broker/redis.Meta", nil},
 	{"workers", []string{"zset"}, "broker/redis.Meta (presence)", []string{"announceScript", "liveScript"}},
-	{"host:*:slots", []string{"zset"}, "broker/redis.HostLimiter", []string{"acquireScript", "refreshScript"}},
-	{"host:*:next", []string{"string"}, "broker/redis.HostLimiter", []string{"acquireScript", "observeScript", "backoffScript"}},
-	{"host:*:throttle", []string{"string"}, "broker/redis.HostLimiter", []string{"acquireScript", "observeScript"}},
+	{"host:*:lease", []string{"string"}, "broker/redis.HostLimiter", []string{"leaseScript", "releaseScript", "renewScript"}},
+	{"host:*:next", []string{"string"}, "broker/redis.HostLimiter", []string{"leaseScript", "releaseScript", "observeScript", "backoffScript"}},
+	{"host:*:throttle", []string{"string"}, "broker/redis.HostLimiter", []string{"leaseScript", "releaseScript", "observeScript"}},
 	{"dupefilter:meta", []string{"hash"}, "dedup/redis (Set and Bloom)", nil},
 	{"dupefilter:bloom:*", []string{"string"}, "dedup/redis.Bloom", []string{"claimPublishScript (broker/redis.ClaimPublish)"}},
 	{"dupefilter:*", []string{"set"}, "dedup/redis.Set (one shard, a hex number)", []string{"claimPublishScript (broker/redis.ClaimPublish)"}},
