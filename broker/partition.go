@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"context"
 	"fmt"
 	"hash/crc32"
 	"net"
@@ -116,4 +117,12 @@ func PartitionOf(key string, n int) int {
 		return 0
 	}
 	return int(crc32.ChecksumIEEE([]byte(key)) % uint32(n))
+}
+
+// PartitionCounter is implemented by brokers that count each partition
+// of a queue (trawl stats shows them).
+type PartitionCounter interface {
+	// PartitionCounts returns the counts of each partition of queue, in
+	// partition order; they add up to Counter's.
+	PartitionCounts(ctx context.Context, queue string) ([]Counts, error)
 }

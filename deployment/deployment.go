@@ -72,6 +72,11 @@ type Config struct {
 	// NATSReplicas is the replicas of the streams the crawl creates
 	// (--nats-replicas). 0 = 1.
 	NATSReplicas int
+	// Partitions is the partition count of a new crawl's queues on NATS
+	// and RabbitMQ (--partitions). A crawl that has stored settings is
+	// opened with its own count whatever this says (the engine then
+	// refuses a worker that insists on another). 0 = 1.
+	Partitions int
 	// TLS holds the CA and client certificate for every server named
 	// (--tls-ca, --tls-cert, --tls-key). nil = the system's CAs.
 	TLS *tls.Config
@@ -319,6 +324,19 @@ func (d *Deployment) volatileFilter() error {
 	d.Filter = f
 	d.closes = append(d.closes, f.Close)
 	return nil
+}
+
+// storedPartitions returns the partition count stored with the crawl in
+// m, or cfg.Partitions (at least 1) for a crawl without settings.
+func (d *Deployment) storedPartitions(ctx context.Context, m broker.Metadata) (int, error) {
+	s, err := engine.StoredSettings(ctx, m, d.crawl.Name)
+	switch {
+	case errors.Is(err, broker.ErrNotFound):
+		return max(d.cfg.Partitions, 1), nil
+	case err != nil:
+		return 0, fmt.Errorf("crawl %q: read settings: %w", d.crawl.Name, err)
+	}
+	return s.Partitions, nil
 }
 
 // MaxDeliveries is the brokers' delivery limit for crawl: the engine

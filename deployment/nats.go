@@ -2,6 +2,7 @@ package deployment
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 
@@ -80,11 +81,26 @@ func (d *Deployment) openNATS(ctx context.Context) error {
 		return err // it names the server, password redacted
 	}
 	d.closes = append(d.closes, func() error { nc.Close(); return nil })
-	nb, err := natsbroker.New(ctx, natsbroker.Config{
-		Conn: nc, Domain: d.cfg.NATSDomain, Order: d.cfg.Order, Lease: d.lease(), MaxDeliveries: MaxDeliveries(d.crawl), Replicas: d.cfg.NATSReplicas, Logger: d.crawl.Logger,
-	})
+	cfg := natsbroker.Config{
+		Conn: nc, Domain: d.cfg.NATSDomain, Order: d.cfg.Order, Lease: d.lease(), MaxDeliveries: MaxDeliveries(d.crawl), Replicas: d.cfg.NATSReplicas,
+		Partitions: d.cfg.Partitions, Logger: d.crawl.Logger,
+	}
+	nb, err := natsbroker.New(ctx, cfg)
 	if err != nil {
 		return err
+	}
+	// The crawl's settings are in the broker's bucket: a crawl that has
+	// them gets a broker of its partition count.
+	n, err := d.storedPartitions(ctx, nb)
+	if err != nil {
+		return errors.Join(err, nb.Close())
+	}
+	if n != nb.Partitions() {
+		nb.Close()
+		cfg.Partitions = n
+		if nb, err = natsbroker.New(ctx, cfg); err != nil {
+			return err
+		}
 	}
 	d.Broker, d.Shared = nb, true
 	d.closes = append(d.closes, nb.Close)

@@ -537,8 +537,8 @@ func (c *Crawler) checkPartitions(s Settings) error {
 		n = p.Partitions()
 	}
 	if n != s.Partitions {
-		return fmt.Errorf("crawl %q: %w: the crawl has %d, the broker was opened with %d (trawl: give --partitions %d, or leave it out)",
-			c.cfg.Name, ErrPartitions, s.Partitions, n, s.Partitions)
+		return fmt.Errorf("crawl %q: %w: the crawl has %d, the broker %d (only the NATS and RabbitMQ brokers split their queues; trawl opens them with the crawl's count)",
+			c.cfg.Name, ErrPartitions, s.Partitions, n)
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	natsgo "github.com/nats-io/nats.go"
@@ -41,10 +42,15 @@ type Broker struct {
 
 	mu     sync.Mutex
 	closed bool
-	queues map[string]*queue
-	meta   jetstream.KeyValue     // the metadata bucket, once opened (see kv)
-	held   map[*delivery]struct{} // handed out, not settled
-	active sync.WaitGroup         // Publish and Receive calls and consumers' loops in progress
+	queues map[qkey]*queue
+	// balanced names the queues whose partitions' leaders this broker
+	// balanced (see balance).
+	balanced map[string]bool
+	meta     jetstream.KeyValue     // the metadata bucket, once opened (see kv)
+	held     map[*delivery]struct{} // handed out, not settled
+	active   sync.WaitGroup         // Publish and Receive calls and consumers' loops in progress
+
+	turn atomic.Uint64 // which partition a take begins with (see takeAll)
 }
 
 var (
@@ -53,12 +59,19 @@ var (
 	_ broker.BatchAcker = (*Broker)(nil)
 )
 
-// queue is a queue this broker has opened: its streams and consumers
+// qkey names one partition of a queue.
+type qkey struct {
+	name string
+	part int
+}
+
+// queue is one partition of a queue this broker has opened: its streams and consumers
 // exist, and the handles on them are here. It does not change once made.
 type queue struct {
 	names
-	stream jetstream.Stream     // the work stream
-	cons   []jetstream.Consumer // as names.consumers
+	stream  jetstream.Stream     // the work stream
+	cons    []jetstream.Consumer // as names.consumers
+	created bool                 // this broker created the work stream
 }
 
 // New returns a broker on cfg.Conn. It checks that the server has
@@ -96,11 +109,11 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 		js:     js,
 		api:    apiPrefix(cfg.Domain),
 		log:    cfg.Logger.With("backend", "nats"),
-		queues: map[string]*queue{},
-		held:   map[*delivery]struct{}{},
+		queues: map[qkey]*queue{}, balanced: map[string]bool{},
+		held: map[*delivery]struct{}{},
 	}
 	b.life, b.stop = context.WithCancel(context.WithoutCancel(ctx))
-	b.log.Info("broker ready", "order", cfg.Order.String(), "bands", cfg.Bands,
+	b.log.Info("broker ready", "order", cfg.Order.String(), "bands", cfg.Bands, "partitions", cfg.Partitions,
 		"lease", cfg.Lease, "max_deliveries", cfg.MaxDeliveries, "domain", cfg.Domain)
 	return b, nil
 }
@@ -163,11 +176,16 @@ func (b *Broker) leaseEnd(start time.Time) time.Time {
 	return start.Add(b.cfg.Lease - min(b.cfg.Lease/10, time.Second))
 }
 
-// queue returns the named queue, creating its streams and consumers on
-// first use.
-func (b *Broker) queue(ctx context.Context, name string) (*queue, error) {
+// Partitions is the number of partitions of every queue (see
+// Config.Partitions).
+func (b *Broker) Partitions() int { return b.cfg.Partitions }
+
+// queue returns partition part of the named queue, creating its streams
+// and consumers on first use.
+func (b *Broker) queue(ctx context.Context, name string, part int) (*queue, error) {
+	k := qkey{name, part}
 	b.mu.Lock()
-	q := b.queues[name]
+	q := b.queues[k]
 	b.mu.Unlock()
 	if q != nil {
 		return q, nil
@@ -175,21 +193,48 @@ func (b *Broker) queue(ctx context.Context, name string) (*queue, error) {
 	b.opening.Lock()
 	defer b.opening.Unlock()
 	b.mu.Lock()
-	q = b.queues[name]
+	q = b.queues[k]
 	b.mu.Unlock()
 	if q != nil {
 		return q, nil
 	}
-	q = &queue{names: namesFor(name, b.cfg.Bands)}
+	q = &queue{names: namesFor(name, b.cfg.Bands, part)}
 	octx, cancel := context.WithTimeout(ctx, 2*b.cfg.Timeout)
 	defer cancel()
-	if err := b.open(octx, q); err != nil {
+	created, err := b.open(octx, q)
+	if err != nil {
 		return nil, err
 	}
+	q.created = created
 	b.mu.Lock()
-	b.queues[name] = q
+	b.queues[k] = q
 	b.mu.Unlock()
 	return q, nil
+}
+
+// partitions returns every partition of the named queue, opening them. A
+// broker that created one of them on a cluster balances their leaders.
+func (b *Broker) partitions(ctx context.Context, name string) ([]*queue, error) {
+	qs := make([]*queue, b.cfg.Partitions)
+	created := false
+	for p := range qs {
+		q, err := b.queue(ctx, name, p)
+		if err != nil {
+			return nil, err
+		}
+		qs[p] = q
+		created = created || q.created
+	}
+	if created && len(qs) > 1 && b.cfg.Replicas > 1 {
+		b.mu.Lock()
+		first := !b.balanced[name]
+		b.balanced[name] = true
+		b.mu.Unlock()
+		if first {
+			b.balance(ctx, qs)
+		}
+	}
+	return qs, nil
 }
 
 // forget makes the next use of q's name open it again (after the server
@@ -197,13 +242,15 @@ func (b *Broker) queue(ctx context.Context, name string) (*queue, error) {
 func (b *Broker) forget(q *queue) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.queues[q.queue] == q {
-		delete(b.queues, q.queue)
+	k := qkey{q.queue, q.part}
+	if b.queues[k] == q {
+		delete(b.queues, k)
 	}
 }
 
 // open creates q's streams and consumers, or checks the ones that exist.
-func (b *Broker) open(ctx context.Context, q *queue) error {
+// created says whether it created the work stream.
+func (b *Broker) open(ctx context.Context, q *queue) (created bool, err error) {
 	storage := jetstream.FileStorage
 	if b.cfg.Storage == MemoryStorage {
 		storage = jetstream.MemoryStorage
@@ -217,17 +264,18 @@ func (b *Broker) open(ctx context.Context, q *queue) error {
 		Replicas:    b.cfg.Replicas,
 	}
 	s, err := b.js.CreateStream(ctx, work)
+	created = err == nil
 	if err != nil {
 		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			return fmt.Errorf("create stream %s: %w", q.work, err)
+			return false, fmt.Errorf("create stream %s: %w", q.work, err)
 		}
 		if s, err = b.js.Stream(ctx, q.work); err != nil {
-			return fmt.Errorf("stream %s: %w", q.work, err)
+			return false, fmt.Errorf("stream %s: %w", q.work, err)
 		}
 		have := slices.Sorted(slices.Values(s.CachedInfo().Config.Subjects))
 		want := slices.Sorted(slices.Values(work.Subjects))
 		if !slices.Equal(have, want) {
-			return fmt.Errorf("%w: stream %s has subjects %v, but this broker (%s order, %d bands) uses %v: "+
+			return false, fmt.Errorf("%w: stream %s has subjects %v, but this broker (%s order, %d bands) uses %v: "+
 				"all brokers of a queue must agree on Order and Bands", broker.ErrInvalid, q.work, have, b.cfg.Order, b.cfg.Bands, want)
 		}
 	}
@@ -241,7 +289,7 @@ func (b *Broker) open(ctx context.Context, q *queue) error {
 		Replicas:    b.cfg.Replicas,
 	}
 	if _, err := b.js.CreateStream(ctx, dead); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-		return fmt.Errorf("create stream %s: %w", q.dead, err)
+		return false, fmt.Errorf("create stream %s: %w", q.dead, err)
 	}
 	for i, name := range q.consumers {
 		filter := q.delay
@@ -259,11 +307,11 @@ func (b *Broker) open(ctx context.Context, q *queue) error {
 			MaxAckPending: -1,
 		})
 		if err != nil {
-			return fmt.Errorf("create consumer %s > %s: %w", q.work, name, err)
+			return false, fmt.Errorf("create consumer %s > %s: %w", q.work, name, err)
 		}
 		q.cons = append(q.cons, c)
 	}
-	return nil
+	return created, nil
 }
 
 // message builds a message for subject with trawl's headers.
@@ -329,11 +377,30 @@ func (b *Broker) Publish(ctx context.Context, queue string, msgs ...broker.Messa
 	if err := ctx.Err(); err != nil {
 		return opErr(op, queue, err)
 	}
-	for retry := 0; ; retry++ {
-		q, err := b.queue(ctx, queue)
-		if err != nil {
+	parts := make([][]broker.Message, b.cfg.Partitions)
+	for _, m := range msgs {
+		p := broker.PartitionOf(m.Key, b.cfg.Partitions)
+		parts[p] = append(parts[p], m)
+	}
+	for p, msgs := range parts {
+		if len(msgs) == 0 {
+			continue
+		}
+		if err := b.publishTo(ctx, queue, p, msgs); err != nil {
 			return opErr(op, queue, err)
 		}
+	}
+	return nil
+}
+
+// publishTo publishes msgs to partition p of queue.
+func (b *Broker) publishTo(ctx context.Context, queue string, p int, msgs []broker.Message) error {
+	for retry := 0; ; retry++ {
+		qs, err := b.partitions(ctx, queue)
+		if err != nil {
+			return err
+		}
+		q := qs[p]
 		out := make([]*natsgo.Msg, len(msgs))
 		for i, m := range msgs {
 			out[i] = message(q.bands[bandOf(m.Priority, b.cfg.Bands)], bytes.Clone(m.Body), m.Priority, 0)
@@ -343,10 +410,7 @@ func (b *Broker) Publish(ctx context.Context, queue string, msgs ...broker.Messa
 			b.forget(q) // the stream was deleted under us
 			continue
 		}
-		if err != nil {
-			return opErr(op, queue, err)
-		}
-		return nil
+		return err
 	}
 }
 
@@ -420,21 +484,17 @@ func (b *Broker) Receive(ctx context.Context, queue string, limit int) ([]broker
 	}
 	r := retrier{b: b, op: op, queue: queue}
 	for {
-		q, err := b.queue(ctx, queue)
+		qs, err := b.partitions(ctx, queue)
 		if errors.Is(err, broker.ErrInvalid) {
 			return nil, opErr(op, queue, err)
 		}
-		var ds []*delivery
-		if err == nil {
-			ds, err = b.take(q, limit)
-			if len(ds) == 0 && err == nil {
-				ds, err = b.wait(ctx, q, batch)
-				if len(ds) > 0 && len(ds) < limit {
-					more, _ := b.take(q, limit-len(ds))
-					ds = append(ds, more...)
-				}
+		if err != nil {
+			if err := r.after(ctx, nil, err); err != nil {
+				return nil, opErr(op, queue, err)
 			}
+			continue
 		}
+		ds, failed, err := b.receive(ctx, qs, limit, batch)
 		if len(ds) > 0 {
 			sortDeliveries(ds)
 			if len(ds) > limit {
@@ -443,10 +503,25 @@ func (b *Broker) Receive(ctx context.Context, queue string, limit int) ([]broker
 			}
 			return b.hand(op, queue, ds)
 		}
-		if err := r.after(ctx, q, err); err != nil {
+		if err := r.after(ctx, failed, err); err != nil {
 			return nil, opErr(op, queue, err)
 		}
 	}
+}
+
+// receive takes up to limit deliveries of partitions qs, waiting for one
+// if they have none; with an error, the partition that failed.
+func (b *Broker) receive(ctx context.Context, qs []*queue, limit, batch int) ([]*delivery, *queue, error) {
+	ds, failed, err := b.takeAll(qs, limit)
+	if len(ds) > 0 || err != nil {
+		return ds, failed, err
+	}
+	ds, failed, err = b.wait(ctx, qs, batch)
+	if len(ds) > 0 && len(ds) < limit {
+		more, _, _ := b.takeAll(qs, limit-len(ds))
+		ds = append(ds, more...)
+	}
+	return ds, failed, err
 }
 
 // retrier paces the retries of a loop that pulls from a queue.
@@ -793,11 +868,37 @@ func (b *Broker) Close() error {
 // messages of the dead-letter stream. It creates nothing: an unknown queue
 // counts zero.
 func (b *Broker) Counts(ctx context.Context, queue string) (broker.Counts, error) {
+	parts, err := b.PartitionCounts(ctx, queue)
+	var c broker.Counts
+	for _, p := range parts {
+		c.Ready += p.Ready
+		c.Delayed += p.Delayed
+		c.InFlight += p.InFlight
+		c.Dead += p.Dead
+	}
+	return c, err
+}
+
+// PartitionCounts counts each partition of queue, as Counts does the
+// whole queue (see broker.PartitionCounter).
+func (b *Broker) PartitionCounts(ctx context.Context, queue string) ([]broker.Counts, error) {
 	const op = "counts"
 	if err := b.check(op, queue); err != nil {
-		return broker.Counts{}, err
+		return nil, err
 	}
-	n := namesFor(queue, b.cfg.Bands)
+	out := make([]broker.Counts, b.cfg.Partitions)
+	for p := range out {
+		c, err := b.count(ctx, namesFor(queue, b.cfg.Bands, p))
+		if err != nil {
+			return nil, opErr(op, queue, err)
+		}
+		out[p] = c
+	}
+	return out, nil
+}
+
+// count counts one partition.
+func (b *Broker) count(ctx context.Context, n names) (broker.Counts, error) {
 	var c broker.Counts
 	for i, name := range n.consumers {
 		cons, err := b.js.Consumer(ctx, n.work, name)
@@ -808,7 +909,7 @@ func (b *Broker) Counts(ctx context.Context, queue string) (broker.Counts, error
 			continue
 		}
 		if err != nil {
-			return broker.Counts{}, opErr(op, queue, err)
+			return broker.Counts{}, err
 		}
 		info := cons.CachedInfo()
 		if i == n.delayIdx() {
@@ -823,7 +924,7 @@ func (b *Broker) Counts(ctx context.Context, queue string) (broker.Counts, error
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
 	case err != nil:
-		return broker.Counts{}, opErr(op, queue, err)
+		return broker.Counts{}, err
 	default:
 		c.Dead = int64(s.CachedInfo().State.Msgs)
 	}
@@ -838,8 +939,12 @@ func (b *Broker) Purge(ctx context.Context, queue string) error {
 	if err := b.check(op, queue); err != nil {
 		return err
 	}
-	n := namesFor(queue, b.cfg.Bands)
-	for _, name := range []string{n.work, n.dead} {
+	var streams []string
+	for p := range b.cfg.Partitions {
+		n := namesFor(queue, b.cfg.Bands, p)
+		streams = append(streams, n.work, n.dead)
+	}
+	for _, name := range streams {
 		s, err := b.js.Stream(ctx, name)
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
 			continue
@@ -901,18 +1006,23 @@ func (b *Broker) DeadLetters(ctx context.Context, queue string, max int) ([]brok
 	if max < 1 {
 		return nil, invalid(op, queue, fmt.Sprintf("max %d < 1", max))
 	}
-	n := namesFor(queue, b.cfg.Bands)
-	s, err := b.deadStream(ctx, n)
-	if err != nil || s == nil {
-		return nil, wrapNil(op, queue, err)
-	}
 	var out []broker.DeadLetter
-	err = eachDead(ctx, s, n, max, func(raw *jetstream.RawStreamMsg) error {
-		out = append(out, deadLetter(raw))
-		return nil
-	})
-	if err != nil {
-		return nil, opErr(op, queue, err)
+	for p := 0; p < b.cfg.Partitions && len(out) < max; p++ {
+		n := namesFor(queue, b.cfg.Bands, p)
+		s, err := b.deadStream(ctx, n)
+		if err != nil {
+			return nil, opErr(op, queue, err)
+		}
+		if s == nil {
+			continue
+		}
+		err = eachDead(ctx, s, n, max-len(out), func(raw *jetstream.RawStreamMsg) error {
+			out = append(out, deadLetter(raw))
+			return nil
+		})
+		if err != nil {
+			return nil, opErr(op, queue, err)
+		}
 	}
 	return out, nil
 }
@@ -931,15 +1041,29 @@ func (b *Broker) Requeue(ctx context.Context, queue string, max int) (int, error
 	if max < 1 {
 		return 0, invalid(op, queue, fmt.Sprintf("max %d < 1", max))
 	}
-	n := namesFor(queue, b.cfg.Bands)
+	moved := 0
+	for p := 0; p < b.cfg.Partitions && moved < max; p++ {
+		n, err := b.requeue1(ctx, queue, p, max-moved)
+		moved += n
+		if err != nil {
+			return moved, opErr(op, queue, err)
+		}
+	}
+	return moved, nil
+}
+
+// requeue1 is Requeue on partition p of queue.
+func (b *Broker) requeue1(ctx context.Context, queue string, p, max int) (int, error) {
+	n := namesFor(queue, b.cfg.Bands, p)
 	s, err := b.deadStream(ctx, n)
 	if err != nil || s == nil {
-		return 0, wrapNil(op, queue, err)
+		return 0, err
 	}
-	q, err := b.queue(ctx, queue)
+	qs, err := b.partitions(ctx, queue)
 	if err != nil {
-		return 0, opErr(op, queue, err)
+		return 0, err
 	}
+	q := qs[p]
 	moved := 0
 	err = eachDead(ctx, s, n, max, func(raw *jetstream.RawStreamMsg) error {
 		dl := deadLetter(raw)
@@ -964,15 +1088,5 @@ func (b *Broker) Requeue(ctx context.Context, queue string, max int) (int, error
 		}
 		return nil
 	})
-	if err != nil {
-		return moved, opErr(op, queue, err)
-	}
-	return moved, nil
-}
-
-func wrapNil(op, queue string, err error) error {
-	if err == nil {
-		return nil
-	}
-	return opErr(op, queue, err)
+	return moved, err
 }

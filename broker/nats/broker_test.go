@@ -91,6 +91,17 @@ func TestConformanceEmbedded(t *testing.T) {
 	brokertest.Run(t, suiteConfig(embeddedConn(embedded(t, ""))))
 }
 
+// TestConformancePartitioned runs the suite on brokers whose queues have
+// three partitions: a consumer drains them all, counts add them up.
+func TestConformancePartitioned(t *testing.T) {
+	conn := embeddedConn(embedded(t, ""))
+	cfg := suiteConfig(conn)
+	cfg.New = func(t *testing.T, s brokertest.Setup) broker.Broker {
+		return newBroker(t, conn(t), nats.Config{Order: s.Order, Lease: s.Lease, MaxDeliveries: s.MaxDeliveries, Partitions: 3})
+	}
+	brokertest.Run(t, cfg)
+}
+
 func TestConformanceExternal(t *testing.T) {
 	integration.NATS(t) // fail here, once, if there is no server
 	cfg := suiteConfig(external)

@@ -2,6 +2,7 @@ package nats_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -92,4 +93,100 @@ func TestClusterReplicas(t *testing.T) {
 	if seen < 3 { // the work stream, the dead letters, the bucket
 		t.Errorf("saw %d of trawl's streams, want 3", seen)
 	}
+}
+
+// TestClusterPartitions (issue 24): on three servers, the three
+// partitions of a queue with three replicas each get a leader of their
+// own, on three different servers (the broker that creates them moves
+// them apart). With the leader of one partition stopped while a consumer
+// drains them all, every message is still delivered.
+func TestClusterPartitions(t *testing.T) {
+	c := integration.StartNATSCluster(t)
+	nc, err := nats.Connect(t.Context(), c.URL(), nats.ConnectConfig{Name: t.Name(), ReconnectWait: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	q := integration.Name(t) + ":requests"
+	b := newBroker(t, nc, nats.Config{Replicas: 3, Partitions: 3, Lease: 3 * time.Second})
+	const n = 3000
+	var msgs []broker.Message
+	for i := range n {
+		key := fmt.Sprintf("host%d.example", i%30)
+		msgs = append(msgs, broker.Message{Body: fmt.Appendf(nil, "%s/%d", key, i), Key: key})
+	}
+	if err := b.Publish(ctx, q, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream := "TRAWL_Q_" + streamToken(q)
+	names := []string{stream, stream + "_p1", stream + "_p2"}
+	leaders := func() []string {
+		var out []string
+		for _, name := range names {
+			s, err := js.Stream(ctx, name)
+			if err != nil {
+				t.Fatalf("stream %s: %v", name, err)
+			}
+			l := ""
+			if s.CachedInfo().Cluster != nil {
+				l = s.CachedInfo().Cluster.Leader
+			}
+			out = append(out, l)
+		}
+		return out
+	}
+	// The stepdowns were asked for before the Publish returned; their
+	// elections end within a few seconds.
+	var ls []string
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		ls = leaders()
+		if ls[0] != "" && ls[1] != "" && ls[2] != "" && ls[0] != ls[1] && ls[1] != ls[2] && ls[0] != ls[2] {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the partitions' leaders are %q, want three different servers", ls)
+		}
+		time.Sleep(100 * time.Millisecond) // polling the cluster's state, bounded by the deadline
+	}
+	t.Logf("partition leaders: %q", ls)
+
+	cons, err := b.Consume(ctx, q, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	seen := map[string]int{}
+	stopped := false
+	for len(seen) < n {
+		d, err := cons.Next(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				t.Fatalf("%d of %d delivered: %v", len(seen), n, err)
+			}
+			continue // a connection error while a server is away
+		}
+		seen[string(d.Message().Body)]++
+		if err := d.Ack(ctx); err != nil {
+			t.Logf("ack: %v (delivered again later)", err)
+		}
+		if !stopped && len(seen) == n/3 {
+			i := c.Index(ls[1])
+			t.Logf("stopping %s, the leader of partition 1", ls[1])
+			if err := c.Stop(ctx, i); err != nil {
+				t.Fatal(err)
+			}
+			stopped = true
+		}
+	}
+	dups := 0
+	for _, k := range seen {
+		dups += k - 1
+	}
+	t.Logf("%d messages delivered, %d twice", len(seen), dups)
 }

@@ -89,6 +89,15 @@ type Config struct {
 	// most MaxReplicas). Three keeps a queue whole, and serving, while one
 	// server is down. Streams and a bucket that exist keep theirs.
 	Replicas int
+	// Partitions splits every queue into that many partitions, each a
+	// work stream (and a dead-letter stream) of its own with its own
+	// leader (see broker.Partitioned; 0: 1, today's single streams). A
+	// message goes to the partition of its Key; consumers drain them all
+	// in turn. On a cluster, a broker that creates a queue's streams with
+	// Replicas > 1 moves their leaders so that each server leads as few
+	// as it can. Every broker of a queue must have the same count (trawl
+	// stores it with the crawl).
+	Partitions int
 	// Domain is the JetStream domain of the queues (a leaf node's or a
 	// hub's JetStream, say); empty: the account's own. Every JetStream
 	// request, and so every stream, consumer and the metadata bucket,
@@ -122,6 +131,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxDeliveries < 0 {
 		errs = append(errs, fmt.Errorf("MaxDeliveries %d: want 0 (default) or more", c.MaxDeliveries))
+	}
+	if c.Partitions < 0 || c.Partitions > broker.MaxPartitions {
+		errs = append(errs, fmt.Errorf("bad Partitions %d: want 0 (default) to %d", c.Partitions, broker.MaxPartitions))
 	}
 	switch c.Storage {
 	case FileStorage, MemoryStorage:
@@ -160,6 +172,7 @@ func (c Config) withDefaults() Config {
 	if c.Replicas == 0 {
 		c.Replicas = 1
 	}
+	c.Partitions = max(c.Partitions, 1)
 	if c.Timeout == 0 {
 		c.Timeout = DefaultTimeout
 	}

@@ -3,6 +3,7 @@ package nats
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,13 +21,13 @@ func (b *Broker) Consume(ctx context.Context, queue string, prefetch int) (broke
 	if err := b.enter(op, queue); err != nil {
 		return nil, err
 	}
-	q, err := b.queue(ctx, queue)
+	qs, err := b.partitions(ctx, queue)
 	if err != nil {
 		b.active.Done()
 		return nil, opErr(op, queue, err)
 	}
 	c := &consumer{
-		b: b, queue: queue, q: q, prefetch: prefetch,
+		b: b, queue: queue, qs: qs, prefetch: prefetch, last: -1,
 		avail: make(chan struct{}, 1), room: make(chan struct{}, 1), exited: make(chan struct{}),
 	}
 	c.ctx, c.cancel = context.WithCancel(b.life)
@@ -42,6 +43,12 @@ func (b *Broker) Consume(ctx context.Context, queue string, prefetch int) (broke
 // by nats.go as they expire (every waitExpiry) with the server's
 // heartbeats in between. An idle consumer thus costs the server one pull
 // request per band and per waitExpiry, and no connection of its own.
+//
+// A queue split into partitions is read the same way, each take over
+// every partition in turn (see takeAll) and each wait on all of them, with
+// one read-ahead of prefetch for them all; Next takes from the highest
+// band read ahead, from the partitions in turn, so that no partition waits
+// for another's backlog.
 //
 // Read-ahead deliveries are leased (the server counts AckWait from its
 // sending): while buf is full the loop extends those past half their
@@ -59,10 +66,11 @@ type consumer struct {
 	avail chan struct{} // poked when buf gains deliveries
 	room  chan struct{} // poked when Next takes from buf
 
-	q *queue // owned by run
+	qs []*queue // the partitions, owned by run; nil: to be opened again
 
 	mu    sync.Mutex
 	buf   []*delivery // read ahead, not yet returned by Next; sorted
+	last  int         // the partition of the delivery Next returned last
 	ended bool        // run returned; buf given back
 }
 
@@ -86,18 +94,19 @@ func (c *consumer) run() {
 			return
 		}
 		var err error
-		if c.q == nil {
-			c.q, err = b.queue(c.ctx, c.queue)
+		var failed *queue
+		if c.qs == nil {
+			c.qs, err = b.partitions(c.ctx, c.queue)
 		}
 		var ds []*delivery
 		if err == nil {
-			ds, err = b.take(c.q, c.prefetch-c.buffered())
+			ds, failed, err = b.takeAll(c.qs, c.prefetch-c.buffered())
 			if len(ds) == 0 && err == nil {
 				if c.buffered() > 0 {
 					dry = true
 					continue
 				}
-				ds, err = b.wait(c.ctx, c.q, 1)
+				ds, failed, err = b.wait(c.ctx, c.qs, 1)
 			}
 		}
 		if len(ds) > 0 {
@@ -105,21 +114,26 @@ func (c *consumer) run() {
 			c.push(ds)
 			err = nil
 		}
-		q := c.q
-		if err := r.after(c.ctx, q, err); err != nil {
+		if err := r.after(c.ctx, failed, err); err != nil {
 			return
 		}
-		if q != nil && !b.known(q) {
-			c.q = nil // forgotten by after: open it again
+		if c.qs != nil && !b.known(c.qs) {
+			c.qs = nil // forgotten by after: open them again
 		}
 	}
 }
 
-// known tells whether q is still the broker's open queue of its name.
-func (b *Broker) known(q *queue) bool {
+// known tells whether qs are still the broker's open partitions of their
+// queue.
+func (b *Broker) known(qs []*queue) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.queues[q.queue] == q
+	for _, q := range qs {
+		if b.queues[qkey{q.queue, q.part}] != q {
+			return false
+		}
+	}
+	return true
 }
 
 func (c *consumer) buffered() int {
@@ -241,8 +255,7 @@ func (c *consumer) Next(ctx context.Context) (broker.Delivery, error) {
 			return nil, opErr(op, c.queue, broker.ErrClosed)
 		}
 		if len(c.buf) > 0 {
-			d := c.buf[0]
-			c.buf = c.buf[1:]
+			d := c.pick()
 			c.mu.Unlock()
 			poke(c.room)
 			if err := c.refresh(ctx, d); err != nil {
@@ -266,6 +279,28 @@ func (c *consumer) Next(ctx context.Context) (broker.Delivery, error) {
 		case <-ctx.Done():
 		}
 	}
+}
+
+// pick removes and returns the delivery Next returns next: of the highest
+// band in buf, the first of the partition that comes first after the last
+// one served. buf is not empty; c.mu is held.
+func (c *consumer) pick() *delivery {
+	at := 0
+	if n := c.b.cfg.Partitions; n > 1 {
+		best := n
+		for i, d := range c.buf {
+			if d.band != c.buf[0].band {
+				break
+			}
+			if dist := (d.q.part - c.last - 1 + 2*n) % n; dist < best {
+				at, best = i, dist
+			}
+		}
+	}
+	d := c.buf[at]
+	c.buf = slices.Delete(c.buf, at, at+1)
+	c.last = d.q.part
+	return d
 }
 
 // Close stops the consumer and gives back at once what it read ahead

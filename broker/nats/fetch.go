@@ -276,6 +276,34 @@ func (b *Broker) take(q *queue, limit int) ([]*delivery, error) {
 	return got, nil
 }
 
+// takeAll is take on every partition qs, in turn from the one after the
+// partition the previous takeAll began with, each given an even share of
+// what is left of limit (a partition that has less leaves the rest to the
+// next ones): no partition waits for another's backlog. It returns the
+// deliveries it got, and with an error the partition that failed.
+func (b *Broker) takeAll(qs []*queue, limit int) ([]*delivery, *queue, error) {
+	if len(qs) == 1 {
+		ds, err := b.take(qs[0], limit)
+		return ds, qs[0], err
+	}
+	start := int(b.turn.Add(1) % uint64(len(qs)))
+	var got []*delivery
+	for i := range qs {
+		left := limit - len(got)
+		if left <= 0 {
+			break
+		}
+		q := qs[(start+i)%len(qs)]
+		share := (left + len(qs) - i - 1) / (len(qs) - i)
+		ds, err := b.take(q, share)
+		got = append(got, ds...)
+		if err != nil {
+			return got, q, err
+		}
+	}
+	return got, nil, nil
+}
+
 // heldBelow tells whether a band of q below band holds messages.
 func heldBelow(q *queue, held map[string]uint64, band int) bool {
 	for _, subj := range q.bands[:band] {
@@ -293,12 +321,13 @@ func coreMsg(m jetstream.Msg) *natsgo.Msg {
 
 // arrival is a message, or an error, from one of wait's pulls.
 type arrival struct {
+	q    *queue
 	cons int
 	m    jetstream.Msg
 	err  error
 }
 
-// wait keeps a waiting pull request open on every band of q (for batch
+// wait keeps a waiting pull request open on every band of every partition qs (for batch
 // messages each; nats.go renews them as they expire) and on the delay
 // consumer, and returns as soon as a band message comes: a Publish, Nack,
 // Requeue, expiring delay or lease wakes it at once, with no polling.
@@ -311,17 +340,30 @@ type arrival struct {
 // Stopping drains the requests' subscriptions: the server forgets a pull
 // request as soon as its inbox has no subscriber, and every message it
 // sent before that is still read. (Abandoning a request instead would let
-// it take a message for nobody, back only after its lease.)
-func (b *Broker) wait(ctx context.Context, q *queue, batch int) ([]*delivery, error) {
+// it take a message for nobody, back only after its lease.) With an
+// error it returns the partition whose request failed.
+func (b *Broker) wait(ctx context.Context, qs []*queue, batch int) ([]*delivery, *queue, error) {
 	// gctx ends the readers: after the drain, or if it does not finish.
 	gctx, stopReaders := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopReaders()
 	arrivals := make(chan arrival)
-	its := make([]jetstream.MessagesContext, 0, len(q.cons))
+	var its []jetstream.MessagesContext
 	readers := 0
 	readerDone := make(chan struct{})
 	var opened error
-	for i, c := range q.cons {
+	var failedQ *queue
+	type pullOn struct {
+		q    *queue
+		cons int
+	}
+	var pulls []pullOn
+	for _, q := range qs {
+		for i := range q.cons {
+			pulls = append(pulls, pullOn{q, i})
+		}
+	}
+	for _, pl := range pulls {
+		q, i, c := pl.q, pl.cons, pl.q.cons[pl.cons]
 		n := batch
 		if i == q.delayIdx() {
 			n = delayBatch
@@ -329,6 +371,7 @@ func (b *Broker) wait(ctx context.Context, q *queue, batch int) ([]*delivery, er
 		it, err := c.Messages(jetstream.PullMaxMessages(n), jetstream.PullExpiry(waitExpiry))
 		if err != nil {
 			opened = fmt.Errorf("pull: %w", pullErr(err))
+			failedQ = q
 			break
 		}
 		its = append(its, it)
@@ -344,7 +387,7 @@ func (b *Broker) wait(ctx context.Context, q *queue, batch int) ([]*delivery, er
 					return
 				}
 				select {
-				case arrivals <- arrival{cons: i, m: m, err: err}:
+				case arrivals <- arrival{q: q, cons: i, m: m, err: err}:
 				case <-gctx.Done():
 					// Only once the drain timed out: the message comes
 					// back after its lease.
@@ -387,11 +430,12 @@ func (b *Broker) wait(ctx context.Context, q *queue, batch int) ([]*delivery, er
 				}
 				if failed == nil && !stopped {
 					failed = fmt.Errorf("pull: %w", pullErr(a.err))
+					failedQ = a.q
 				}
 				stop()
 				continue
 			}
-			if d := b.accept(q, a.cons, coreMsg(a.m), time.Time{}); d != nil {
+			if d := b.accept(a.q, a.cons, coreMsg(a.m), time.Time{}); d != nil {
 				got = append(got, d)
 				stop()
 			}
@@ -402,7 +446,7 @@ func (b *Broker) wait(ctx context.Context, q *queue, batch int) ([]*delivery, er
 		case <-b.life.Done():
 			stop()
 		case <-timeout:
-			b.log.Warn("pull requests did not drain; messages sent to them come back after their lease", "queue", q.queue)
+			b.log.Warn("pull requests did not drain; messages sent to them come back after their lease", "queue", qs[0].queue)
 			stopReaders()
 			timeout = make(chan time.Time) // never again
 		}
@@ -410,14 +454,14 @@ func (b *Broker) wait(ctx context.Context, q *queue, batch int) ([]*delivery, er
 	switch {
 	case b.life.Err() != nil:
 		b.unclaim(got)
-		return nil, broker.ErrClosed
+		return nil, nil, broker.ErrClosed
 	case ctx.Err() != nil:
 		b.unclaim(got)
-		return nil, ctx.Err()
+		return nil, nil, ctx.Err()
 	case len(got) > 0:
-		return got, nil
+		return got, nil, nil
 	case failed != nil:
-		return nil, failed
+		return nil, failedQ, failed
 	}
-	return nil, nil
+	return nil, nil, nil
 }

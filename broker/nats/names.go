@@ -60,8 +60,15 @@ func escape(queue string) string {
 //
 // and the durable pull consumers "b0" … "b4" (one per band subject) and
 // "delay" on the work stream. In FIFO order there is one band, b0.
+//
+// Partition 0 of a queue of a broker with partitions has these names;
+// partition p > 0 has the token "<token>_p<p>" instead ("books_3arequests_p1":
+// stream TRAWL_Q_books_3arequests_p1, subjects trawl.books_3arequests_p1.b0 …),
+// which no queue's token is ('p' is no hex digit, so "_p" is no escape).
 type names struct {
 	queue        string
+	part         int      // the partition
+	tok          string   // the escaped name, with the partition's suffix
 	prefix       string   // "trawl.<token>."
 	work, dead   string   // stream names
 	bands        []string // band subjects, lowest band first
@@ -69,10 +76,15 @@ type names struct {
 	consumers    []string // durable names: one per band, then "delay"
 }
 
-func namesFor(queue string, bands int) names {
+func namesFor(queue string, bands, part int) names {
 	tok := escape(queue)
+	if part > 0 {
+		tok += "_p" + strconv.Itoa(part)
+	}
 	n := names{
 		queue:  queue,
+		part:   part,
+		tok:    tok,
 		prefix: "trawl." + tok + ".",
 		work:   "TRAWL_Q_" + tok,
 		dead:   "TRAWL_D_" + tok,

@@ -49,7 +49,7 @@ func TestBandOf(t *testing.T) {
 }
 
 func TestNames(t *testing.T) {
-	n := namesFor("books:requests", 5)
+	n := namesFor("books:requests", 5, 0)
 	if n.work != "TRAWL_Q_books_3arequests" || n.dead != "TRAWL_D_books_3arequests" {
 		t.Errorf("streams %q %q", n.work, n.dead)
 	}
@@ -59,5 +59,12 @@ func TestNames(t *testing.T) {
 	}
 	if len(n.consumers) != 6 || n.consumers[0] != "b0" || n.consumers[n.delayIdx()] != "delay" {
 		t.Errorf("consumers %v", n.consumers)
+	}
+	p := namesFor("books:requests", 5, 2)
+	if p.work != "TRAWL_Q_books_3arequests_p2" || p.dead != "TRAWL_D_books_3arequests_p2" || p.bands[0] != "trawl.books_3arequests_p2.b0" {
+		t.Errorf("partition 2: streams %q %q, subject %q", p.work, p.dead, p.bands[0])
+	}
+	if q := namesFor("books:requests_p2", 5, 0); q.work == p.work {
+		t.Errorf("queue books:requests_p2 has partition 2's stream %q", q.work)
 	}
 }

@@ -306,8 +306,29 @@ func (o *options) stats(ctx context.Context, b *deployment.Deployment) (map[stri
 		}
 		k := b.QueueName(q)
 		out[k+"/ready"], out[k+"/in_flight"], out[k+"/dead"], out[k+"/delayed"] = n.Ready, n.InFlight, n.Dead, n.Delayed
+		if err := partitionStats(ctx, b.Broker, k, q, out); err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
+}
+
+// partitionStats adds the counts of each partition of queue (named k) to
+// out, keyed QUEUE/pN/ready and so on, when the broker splits it.
+func partitionStats(ctx context.Context, b broker.Broker, k, queue string, out map[string]int64) error {
+	pc, ok := b.(broker.PartitionCounter)
+	if p, isP := b.(broker.Partitioned); !ok || !isP || p.Partitions() < 2 {
+		return nil
+	}
+	parts, err := pc.PartitionCounts(ctx, queue)
+	if err != nil {
+		return err
+	}
+	for i, n := range parts {
+		pk := fmt.Sprintf("%s/p%d", k, i)
+		out[pk+"/ready"], out[pk+"/in_flight"], out[pk+"/dead"], out[pk+"/delayed"] = n.Ready, n.InFlight, n.Dead, n.Delayed
+	}
+	return nil
 }
 
 // describe renders a dead letter for a listing: its URL, with no

@@ -263,7 +263,7 @@ func (o *options) deployment(admin string) deployment.Config {
 		RedisURL: o.redisURL, StartURLsSet: o.startSet,
 		AMQPURL: o.amqpURL, AMQPManagementURL: o.amqpManagementURL, AMQPQueueType: o.amqpQueueType,
 		AMQPNonDurable: !o.amqpDurable, AMQPRecreate: o.amqpRecreate,
-		NATSURL: o.natsURL, NATSDomain: o.natsDomain, NATSReplicas: o.natsReplicas,
+		NATSURL: o.natsURL, NATSDomain: o.natsDomain, NATSReplicas: o.natsReplicas, Partitions: o.partitions,
 		TLS:            o.tls.clone(),
 		FilterCapacity: o.bloomCapacity, FilterFPRate: o.bloomFPRate,
 		Admin: admin, Flush: o.flush, Stderr: o.stderr,
