@@ -5,6 +5,7 @@ import (
 	"context"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/trawlhq/trawl/internal/syncbuf"
@@ -15,6 +16,14 @@ import (
 // (trawl dashboard, trawl testsite), and returns that URL. The process is
 // stopped when the test ends; its stderr is logged if the test failed.
 func Serve(t testing.TB, bin, dir string, args ...string) string {
+	t.Helper()
+	url, _ := Start(t, bin, dir, args...)
+	return url
+}
+
+// Start is Serve, and returns too a function that kills the process
+// (SIGKILL: it has no chance to tidy up) and waits for it to end.
+func Start(t testing.TB, bin, dir string, args ...string) (url string, kill func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, bin, args...)
@@ -28,9 +37,10 @@ func Serve(t testing.TB, bin, dir string, args ...string) string {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	var once sync.Once
+	kill = func() { once.Do(func() { cancel(); cmd.Wait() }) }
 	t.Cleanup(func() {
-		cancel()
-		cmd.Wait()
+		kill()
 		if t.Failed() {
 			t.Logf("stderr of trawl %s:\n%s", strings.Join(args, " "), stderr.String())
 		}
@@ -39,5 +49,5 @@ func Serve(t testing.TB, bin, dir string, args ...string) string {
 	if err != nil {
 		t.Fatalf("trawl %s printed no URL: %v; stderr:\n%s", strings.Join(args, " "), err, stderr.String())
 	}
-	return strings.TrimSpace(line)
+	return strings.TrimSpace(line), kill
 }

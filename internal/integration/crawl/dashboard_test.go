@@ -38,19 +38,39 @@ func TestNATSDashboardInBrowser(t *testing.T) {
 
 // dashboardInBrowser: two workers crawl while a headless chromium shows
 // trawl dashboard. The page lists both workers' process ids; its figures
-// change while the crawl runs, without a reload; a dead letter it shows,
-// requeued with its button, is fetched again; paused from the page, the
-// crawl sends the site nothing for 5 s, and resumed it completes with
-// every page fetched once; and once it is done the page shows the item
-// count trawl stats gives. The screenshot is saved to
-// shot, if given.
+// change while the crawl runs, without a reload; a page held back by a
+// 503's Retry-After shows as delayed on the page and in trawl stats; a
+// dead letter it shows, requeued with its button, is fetched again;
+// paused from the page, the crawl sends the site nothing for 5 s, and
+// resumed it completes with every page fetched once; once it is done the
+// page shows the item count trawl stats gives, and a hosts panel whose
+// pages add up to trawl stats' pages, the flaky host's errors and the
+// site's delay as AutoThrottle adapted it. A dashboard killed and started
+// again shows the first one's history, a point a second. The screenshot
+// is saved to shot, if given.
 func dashboardInBrowser(t *testing.T, deployment func(name string, more ...string) []string, shot string) {
 	browsertest.Chromium(t)
 	site, url := serveSite(t, testsite.Config{Pages: 600, Links: 5, Seed: 25, NoTraps: true, Latency: 50 * time.Millisecond})
-	var healed atomic.Bool
-	var fetchedHealed atomic.Int64
+	var healed, later atomic.Bool
+	var fetchedHealed, fetchedLater atomic.Int64
 	flaky := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !healed.Load() {
+		if r.URL.Path == "/robots.txt" { // none: every page allowed, each fetched and counted on its host
+			http.NotFound(w, r)
+			return
+		}
+		if r.URL.Path == "/hub" { // a page whose link is delayed (a seed's retry may be kept apart)
+			w.Header().Set("Content-Type", "text/html")
+			w.Write([]byte(`<html><body><a href="/later">later</a></body></html>`))
+			return
+		}
+		if r.URL.Path == "/later" {
+			if !later.Load() {
+				w.Header().Set("Retry-After", "20") // delayed in the broker for 20 s
+				http.Error(w, "later", http.StatusServiceUnavailable)
+				return
+			}
+			fetchedLater.Add(1)
+		} else if !healed.Load() {
 			http.Error(w, "down", http.StatusInternalServerError)
 			return
 		}
@@ -59,14 +79,16 @@ func dashboardInBrowser(t *testing.T, deployment func(name string, more ...strin
 		w.Write([]byte("<html><body>back</body></html>"))
 	}))
 	defer flaky.Close()
-	deadURL := flaky.URL + "/dead"
+	deadURL, hubURL := flaky.URL+"/dead", flaky.URL+"/hub"
 
 	name := integration.Name(t)
 	args := func(more ...string) []string {
-		return deployment(name, append([]string{"--idle-timeout=0", "--retry-times=0", "--concurrency=2", "--per-host=2"}, more...)...)
+		return deployment(name, append([]string{"--idle-timeout=0", "--retry-times=1", "--concurrency=2", "--per-host=2",
+			"--autothrottle", "--autothrottle-start-delay=1ms", "--autothrottle-target-concurrency=4"}, more...)...)
 	}
-	mustRun(t, append([]string{"seed"}, args(url, deadURL)...)...)
-	dash := trawlbin.Serve(t, trawlBin, "", append([]string{"dashboard", "--addr", "127.0.0.1:0"}, deployment(name)...)...)
+	mustRun(t, append([]string{"seed"}, args(url, deadURL, hubURL)...)...)
+	dash, killDash := trawlbin.Start(t, trawlBin, "", append([]string{"dashboard", "--addr", "127.0.0.1:0"}, deployment(name)...)...)
+	dashStarted := time.Now()
 
 	tctx := browsertest.Open(t, dash, 3*time.Minute)
 	// The page shows the crawl before any worker runs: what it shows
@@ -91,6 +113,20 @@ func dashboardInBrowser(t *testing.T, deployment func(name string, more ...strin
 	if n := browsertest.Eval[float64](t, tctx, `performance.getEntriesByType("navigation").length`); n != 1 {
 		t.Errorf("the page was loaded %v times, want 1", n)
 	}
+
+	// The page held back by Retry-After is delayed, on the page (its
+	// queues table and chart) and in trawl stats, for the 20 s it waits.
+	delayedCell := `[...document.querySelectorAll('#queues tr')].find(r => r.children[0].textContent.endsWith(":requests")).children[3].textContent`
+	browsertest.WaitFor(t, "the page to show the delayed page", time.Minute, func() bool {
+		return browsertest.Eval[float64](t, tctx, `Number((`+delayedCell+`) || 0)`) >= 1
+	})
+	if st := statsOf(t, deployment(name)); st[queueKey(st, "delayed")] < 1 {
+		t.Errorf("trawl stats: %d delayed, want the page held back (%v)", st[queueKey(st, "delayed")], st)
+	}
+	later.Store(true)
+	browsertest.WaitFor(t, "the chart to draw the delayed page", 10*time.Second, func() bool {
+		return browsertest.Eval[bool](t, tctx, `history.some(p => p.delayed >= 1) && document.querySelector('#chart-queues polyline.delayed').getAttribute('points') !== ""`)
+	})
 
 	// Paused from the page, both workers say so (no page in progress)
 	// and the site sees no request for 5 s.
@@ -121,17 +157,12 @@ func dashboardInBrowser(t *testing.T, deployment func(name string, more ...strin
 	healed.Store(true)
 	browsertest.Click(t, tctx, "#requeue")
 	browsertest.WaitFor(t, "the requeued dead letter to be fetched", time.Minute, func() bool { return fetchedHealed.Load() > 0 })
+	browsertest.WaitFor(t, "the delayed page to be fetched once due", time.Minute, func() bool { return fetchedLater.Load() > 0 })
 
 	// Done: nothing queued, every item counted in the shared stats.
 	var stats map[string]int64
 	browsertest.WaitFor(t, "the crawl to finish and its stats to hold every item", 2*time.Minute, func() bool {
-		code, out, stderr := runOut(t, append([]string{"stats", "--json"}, deployment(name)...)...)
-		if code != 0 {
-			t.Fatalf("stats: exit %d: %s", code, stderr)
-		}
-		if err := json.Unmarshal([]byte(out), &stats); err != nil {
-			t.Fatalf("stats --json: %v: %s", err, out)
-		}
+		stats = statsOf(t, deployment(name))
 		written := int64(len(w1.items(t)) + len(w2.items(t)))
 		var queued int64
 		for k, v := range stats {
@@ -152,6 +183,27 @@ func dashboardInBrowser(t *testing.T, deployment func(name string, more ...strin
 		t.Errorf("the site says the crawl was wrong: %v", err)
 	}
 
+	// The hosts panel: its pages add up to trawl stats' once every
+	// worker's record is renewed (every 5 s); the flaky host had errors
+	// (500s and a 503); the site's delay is AutoThrottle's, adapted to
+	// its 50 ms latency (no --delay is given: without AutoThrottle's
+	// delay in the records it would show 0 or none).
+	siteHost := strings.TrimSuffix(strings.TrimPrefix(url, "http://"), "/")
+	flakyHost := strings.TrimPrefix(flaky.URL, "http://")
+	hostRows := `[...document.querySelectorAll('#hosts tr[data-host]')]`
+	browsertest.WaitFor(t, "the hosts panel's pages to add up to trawl stats' "+strconv.FormatInt(stats["downloader/response_count"], 10), 30*time.Second, func() bool {
+		return int64(browsertest.Eval[float64](t, tctx, hostRows+`.reduce((n, r) => n + Number(r.dataset.pages), 0)`)) == stats["downloader/response_count"]
+	})
+	if n := browsertest.Eval[float64](t, tctx, hostRows+`.length`); n != 2 {
+		t.Errorf("the hosts panel lists %v hosts, want the site's and the flaky one's", n)
+	}
+	if e := browsertest.Eval[float64](t, tctx, `Number(document.querySelector('#hosts tr[data-host="`+flakyHost+`"]')?.dataset.errors ?? -1)`); e < 3 {
+		t.Errorf("the hosts panel shows %v errors for %s, want its two 500s and a 503 at least", e, flakyHost)
+	}
+	if d := browsertest.Eval[float64](t, tctx, `Number(document.querySelector('#hosts tr[data-host="`+siteHost+`"]')?.dataset.delayMs ?? -1)`); d < 5 {
+		t.Errorf("the hosts panel shows a delay of %vms for %s, want AutoThrottle's (about 50ms / 4)", d, siteHost)
+	}
+
 	png := browsertest.Screenshot(t, tctx)
 	out := filepath.Join(t.TempDir(), "dashboard.png")
 	if shot != "" {
@@ -161,4 +213,78 @@ func dashboardInBrowser(t *testing.T, deployment func(name string, more ...strin
 		t.Fatal(err)
 	}
 	t.Logf("screenshot of the dashboard: %s", out)
+
+	// Killed and started again, the dashboard shows the history the
+	// first one kept, a point a second, short of its last 2 s at most.
+	var first []struct {
+		T           int64   `json:"t"`
+		PagesPerSec float64 `json:"pages_per_sec"`
+	}
+	getJSON(t, dash+"api/history?since=0", &first)
+	killDash()
+	if len(first) < int(time.Since(dashStarted)/time.Second)/2 {
+		t.Fatalf("the first dashboard kept %d points over %v", len(first), time.Since(dashStarted))
+	}
+	dash2 := trawlbin.Serve(t, trawlBin, "", append([]string{"dashboard", "--addr", "127.0.0.1:0"}, deployment(name)...)...)
+	tctx2 := browsertest.Open(t, dash2, time.Minute)
+	last := first[len(first)-1].T
+	browsertest.WaitFor(t, "the restarted page to draw the history", 30*time.Second, func() bool {
+		return browsertest.Eval[bool](t, tctx2, `history.length > 0 && document.querySelector('#chart-rates polyline.pages').getAttribute('points') !== ""`)
+	})
+	shown := browsertest.Eval[[]int64](t, tctx2, `history.filter(p => p.t <= `+strconv.FormatInt(last, 10)+`).map(p => p.t)`)
+	have := map[int64]bool{}
+	for _, ts := range shown {
+		have[ts] = true
+	}
+	missing, busy := 0, 0
+	for _, p := range first {
+		if !have[p.T] && p.T < last-2000 {
+			missing++
+		}
+		if have[p.T] && p.PagesPerSec > 0 {
+			busy++
+		}
+	}
+	if missing > 0 || busy == 0 {
+		t.Errorf("the restarted page shows %d of the first dashboard's %d points (%d missing before its last 2 s), %d of them with pages/s > 0; want all, with the crawl's",
+			len(shown), len(first), missing, busy)
+	}
+}
+
+// statsOf runs trawl stats --json on the deployment.
+func statsOf(t *testing.T, deployment []string) map[string]int64 {
+	t.Helper()
+	code, out, stderr := runOut(t, append([]string{"stats", "--json"}, deployment...)...)
+	if code != 0 {
+		t.Fatalf("stats: exit %d: %s", code, stderr)
+	}
+	var stats map[string]int64
+	if err := json.Unmarshal([]byte(out), &stats); err != nil {
+		t.Fatalf("stats --json: %v: %s", err, out)
+	}
+	return stats
+}
+
+// queueKey is the key of stats that counts field (ready, delayed, ...) of
+// the crawl's requests queue.
+func queueKey(stats map[string]int64, field string) string {
+	for k := range stats {
+		if strings.HasSuffix(k, ":requests/"+field) {
+			return k
+		}
+	}
+	return ":requests/" + field
+}
+
+// getJSON decodes the JSON that url serves.
+func getJSON(t *testing.T, url string, v any) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
 }
