@@ -116,7 +116,7 @@ type Crawler struct {
 	seen         atomic.Pointer[seenLinks] // links offered to the filter already; replaced when the crawl's state rolled back (see state.go)
 	stats        *Stats
 	log          *slog.Logger
-	extract      []*Extraction
+	extract      []*extraction
 
 	started      atomic.Int64          // pages whose fetch started on this worker
 	inflight     atomic.Int64          // deliveries held by this worker

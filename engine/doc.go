@@ -150,7 +150,7 @@
 // # Items
 //
 // The default callback emits a Page per fetched 2xx page, with the fields
-// of Config.Extract (see Extraction: ::text, ::attr(NAME), ::html). A Sink
+// of Config.Extract (::text, ::attr(NAME), ::html). A Sink
 // stores items: JSONLines, CSV (PageColumns) and QueueSink ship with the
 // engine; implement Sink for anything else.
 //

@@ -19,7 +19,7 @@ const (
 	takeHTML        // the element's outer HTML
 )
 
-// Extraction is a compiled extraction rule of Config.Extract: a CSS
+// extraction is a compiled extraction rule of Config.Extract: a CSS
 // selector (a group with commas allowed) and what to take from each
 // element it matches, given by a suffix:
 //
@@ -35,7 +35,7 @@ const (
 // text of every h1 and h2. Every match gives one value, in document order:
 // a field is always a list (empty matches of ::text are kept, as ""), and
 // a selector that matches nothing gives no field.
-type Extraction struct {
+type extraction struct {
 	Name     string // the field's name
 	Selector string // the CSS selector, without the suffix
 	Attr     string // the attribute, for ::attr(NAME)
@@ -50,13 +50,13 @@ var attrSuffix = regexp.MustCompile(`::attr\(\s*([^()\s]+)\s*\)\s*$`)
 // compile.
 var ErrBadExtract = errors.New("engine: bad extraction rule")
 
-// ParseExtraction compiles the rule of a field: a CSS selector with an
-// optional suffix (see Extraction).
-func ParseExtraction(name, rule string) (*Extraction, error) {
+// parseExtraction compiles the rule of a field: a CSS selector with an
+// optional suffix (see extraction).
+func parseExtraction(name, rule string) (*extraction, error) {
 	if name == "" {
 		return nil, fmt.Errorf("%w: extract %q: the field needs a name", ErrBadExtract, rule)
 	}
-	e := &Extraction{Name: name}
+	e := &extraction{Name: name}
 	sel := strings.TrimSpace(rule)
 	switch {
 	case strings.HasSuffix(sel, "::text"):
@@ -85,8 +85,8 @@ func ParseExtraction(name, rule string) (*Extraction, error) {
 }
 
 // Values returns what e takes from doc, a page fetched from base (already
-// adjusted for <base href>, see DocumentBase).
-func (e *Extraction) Values(doc *goquery.Document, base *url.URL) []string {
+// adjusted for <base href>, see documentBase).
+func (e *extraction) values(doc *goquery.Document, base *url.URL) []string {
 	var out []string
 	doc.FindMatcher(e.match).Each(func(_ int, s *goquery.Selection) {
 		switch e.take {
@@ -125,9 +125,9 @@ func absolute(base *url.URL, ref string) string {
 	return u.String()
 }
 
-// DocumentBase is what relative URLs of doc, fetched from page, resolve
+// documentBase is what relative URLs of doc, fetched from page, resolve
 // against: the page's URL, or its first <base href>.
-func DocumentBase(doc *goquery.Document, page *url.URL) *url.URL {
+func documentBase(doc *goquery.Document, page *url.URL) *url.URL {
 	if href, ok := doc.Find("base[href]").First().Attr("href"); ok {
 		if u, err := page.Parse(strings.TrimSpace(href)); err == nil {
 			return u
@@ -137,11 +137,11 @@ func DocumentBase(doc *goquery.Document, page *url.URL) *url.URL {
 }
 
 // compileExtract compiles Config.Extract.
-func compileExtract(rules map[string]string) ([]*Extraction, error) {
-	var out []*Extraction
+func compileExtract(rules map[string]string) ([]*extraction, error) {
+	var out []*extraction
 	var errs []error
 	for name, rule := range rules {
-		e, err := ParseExtraction(name, rule)
+		e, err := parseExtraction(name, rule)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -153,15 +153,15 @@ func compileExtract(rules map[string]string) ([]*Extraction, error) {
 
 // extractFields applies the extractions to an HTML body fetched from page.
 // It returns nil when the body does not parse or nothing matched.
-func extractFields(ex []*Extraction, page *url.URL, body []byte) map[string][]string {
+func extractFields(ex []*extraction, page *url.URL, body []byte) map[string][]string {
 	doc, err := goquery.NewDocumentFromReader(bytes.NewReader(body))
 	if err != nil {
 		return nil
 	}
-	base := DocumentBase(doc, page)
+	base := documentBase(doc, page)
 	fields := make(map[string][]string, len(ex))
 	for _, e := range ex {
-		if v := e.Values(doc, base); len(v) > 0 {
+		if v := e.values(doc, base); len(v) > 0 {
 			fields[e.Name] = v
 		}
 	}

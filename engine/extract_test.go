@@ -32,19 +32,19 @@ func TestExtraction(t *testing.T) {
 		{"a[href*='::']", nil},
 		{"table", nil},
 	} {
-		e, err := ParseExtraction("f", tc.rule)
+		e, err := parseExtraction("f", tc.rule)
 		if err != nil {
-			t.Errorf("ParseExtraction(%q): %v", tc.rule, err)
+			t.Errorf("parseExtraction(%q): %v", tc.rule, err)
 			continue
 		}
-		got := extractFields([]*Extraction{e}, page, []byte(extractPage))["f"]
+		got := extractFields([]*extraction{e}, page, []byte(extractPage))["f"]
 		if !slices.Equal(got, tc.want) {
 			t.Errorf("%q gave %q, want %q", tc.rule, got, tc.want)
 		}
 	}
 	for _, bad := range []string{"h1::txt", "::text", "::attr(href)", "h1[", "a::attr()"} {
-		if _, err := ParseExtraction("f", bad); !errors.Is(err, ErrBadExtract) {
-			t.Errorf("ParseExtraction(%q) = %v, want ErrBadExtract", bad, err)
+		if _, err := parseExtraction("f", bad); !errors.Is(err, ErrBadExtract) {
+			t.Errorf("parseExtraction(%q) = %v, want ErrBadExtract", bad, err)
 		}
 	}
 }

@@ -181,7 +181,9 @@ type Config struct {
 	// CSS selector with an optional suffix saying what to take from each
 	// match: "::text" (the default), "::attr(NAME)" (href and src made
 	// absolute) or "::html". A field is always a list, one value per
-	// match in document order; see Extraction.
+	// match in document order; a selector group ("h1, h2") is one rule,
+	// the suffix applying to the whole group, and a selector that matches
+	// nothing gives no field.
 	Extract map[string]string
 	// Logger receives the crawl's log. nil = discard.
 	Logger *slog.Logger

@@ -1,14 +1,13 @@
 package engine
 
 import (
-	"fmt"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
-	"strings"
 
-	"golang.org/x/net/http/httpguts"
 	"golang.org/x/net/publicsuffix"
+
+	"github.com/trawlhq/trawl/internal/header"
 )
 
 // newJar returns the cookie jar of an httpFetcher configured by o: o.Jar, or
@@ -56,31 +55,5 @@ func requestHeader(common, own http.Header) http.Header {
 	return h
 }
 
-// ParseHeader parses a header line "Name: value", as --header takes it.
-// The name must be a valid header field name and the value must not
-// contain a line break.
-func ParseHeader(line string) (name, value string, err error) {
-	name, value, ok := strings.Cut(line, ":")
-	name, value = strings.TrimSpace(name), strings.TrimSpace(value)
-	if !ok || name == "" {
-		return "", "", fmt.Errorf("header %q: want \"Name: value\"", line)
-	}
-	if err := checkHeader(name, value); err != nil {
-		return "", "", err
-	}
-	return http.CanonicalHeaderKey(name), value, nil
-}
-
-// checkHeader validates a header's name and value.
-func checkHeader(name, value string) error {
-	if !httpguts.ValidHeaderFieldName(name) {
-		return fmt.Errorf("header name %q: not a valid header field name", name)
-	}
-	if http.CanonicalHeaderKey(name) == "Accept-Encoding" {
-		return fmt.Errorf("header %s: the fetcher asks for gzip itself and decodes it; a value set here would reach the parser undecoded", name)
-	}
-	if !httpguts.ValidHeaderFieldValue(value) {
-		return fmt.Errorf("header %s: the value has a control character or line break", name)
-	}
-	return nil
-}
+// checkHeader validates a header's name and value (see header.Check).
+func checkHeader(name, value string) error { return header.Check(name, value) }

@@ -235,7 +235,7 @@ func (o *options) setup() error {
 		name, sel, ok := strings.Cut(e, "=")
 		if !ok || name == "" || sel == "" {
 			errs = append(errs, fmt.Errorf("--extract %q: want NAME=SELECTOR", e))
-		} else if _, err := engine.ParseExtraction(name, sel); err != nil {
+		} else if err := (engine.Config{Extract: map[string]string{name: sel}}).Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("--extract: %w", err))
 		}
 	}

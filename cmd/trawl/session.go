@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/trawlhq/trawl/engine"
+	"github.com/trawlhq/trawl/internal/header"
 )
 
 // session are the flags of how requests are sent: headers, cookies, proxy
@@ -31,7 +32,7 @@ func (s *session) addFlags(fs *pflag.FlagSet) {
 func (s *session) check() []error {
 	var errs []error
 	for _, h := range s.headers {
-		if _, _, err := engine.ParseHeader(h); err != nil {
+		if _, _, err := header.Parse(h); err != nil {
 			errs = append(errs, fmt.Errorf("--header: %w", err))
 		}
 	}
@@ -47,7 +48,7 @@ func (s *session) check() []error {
 // apply sets the fetch options of the flags (checked already).
 func (s *session) apply(fo *engine.FetchConfig) {
 	for _, line := range s.headers {
-		name, value, _ := engine.ParseHeader(line)
+		name, value, _ := header.Parse(line)
 		if fo.Header == nil {
 			fo.Header = make(http.Header)
 		}
