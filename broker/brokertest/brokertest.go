@@ -373,6 +373,7 @@ func (s *suite) tests() []test {
 		{"Order/Chunks", s.orderTest(3, 4)},
 		{"Order/InterleavedWithReceive", s.testOrderInterleaved},
 		{"AckRemoves", s.testAckRemoves},
+		{"AckBatch", s.testAckBatch},
 		{"NackRequeues", s.testNackRequeues},
 		{"NackDelay", s.testNackDelay},
 		{"Reject", s.testReject},

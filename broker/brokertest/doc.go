@@ -30,7 +30,8 @@
 // and broker.Delivery and are checked on every backend. Promises of the
 // optional interfaces broker.Metadata and broker.Presence are checked when
 // the backend implements them; a subtest that needs one the backend lacks
-// says so with t.Skip.
+// says so with t.Skip; so are those of broker.BatchAcker (AckBatch acks
+// as Ack on each delivery would).
 //
 // Every subtest uses fresh queue names, so backends may share one server
 // across subtests, and runs in parallel with the others. Waits are bounded:

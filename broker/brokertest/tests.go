@@ -287,6 +287,35 @@ func (s *suite) testAckRemoves(t *testing.T) {
 	waitCounts(t, b, q, broker.Counts{})
 }
 
+// testAckBatch: a broker.BatchAcker acknowledges a batch (of two queues)
+// as if by Ack on each: every delivery is removed for good, one settled
+// before makes the error wrap ErrSettled without keeping the others, and
+// each is settled afterwards.
+func (s *suite) testAckBatch(t *testing.T) {
+	b := s.one(t, s.short())
+	ba, ok := b.(broker.BatchAcker)
+	if !ok {
+		t.Skip("broker does not implement broker.BatchAcker")
+	}
+	qa, qb := queue(t, "a"), queue(t, "b")
+	p := s.c.Priorities[0]
+	publish(t, b, qa, msg("a0", p), msg("a1", p), msg("a2", p), msg("a3", p))
+	publish(t, b, qb, msg("b0", p), msg("b1", p))
+	ds := append(receive(t, b, qa, 4, 4, prompt), receive(t, b, qb, 2, 2, prompt)...)
+	if err := ba.AckBatch(t.Context()); err != nil {
+		t.Fatalf("AckBatch of nothing: %v", err)
+	}
+	ack(t, ds[1])
+	wantErr(t, "AckBatch with a delivery acknowledged before", ba.AckBatch(t.Context(), ds...), broker.ErrSettled)
+	for i, d := range ds {
+		wantErr(t, fmt.Sprintf("Ack of delivery %d after AckBatch", i), d.Ack(t.Context()), broker.ErrSettled)
+	}
+	expectNone(t, b, qa, 3*s.c.Lease) // well past the lease
+	expectNone(t, b, qb, s.c.Lease)
+	waitCounts(t, b, qa, broker.Counts{})
+	waitCounts(t, b, qb, broker.Counts{})
+}
+
 func (s *suite) testNackRequeues(t *testing.T) {
 	b := s.one(t, s.setup())
 	q := queue(t)
