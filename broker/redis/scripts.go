@@ -101,9 +101,9 @@ local function give_back(ready, mode, m, n)
   push(ready, mode, {with_count(m, n)}, {-priority(m)}, true)
 end
 
+-- wake leaves one token on notify (one command when it is there)
 local function wake(notify)
-  redis.call('LPUSH', notify, '1')
-  redis.call('LTRIM', notify, 0, 0)
+  if redis.call('LLEN', notify) == 0 then redis.call('LPUSH', notify, '1') end
 end
 `
 
@@ -116,15 +116,26 @@ end
 // Returns: {expired, malformed, next, member1, member2, ...} where expired
 // counts leases that ran out, malformed counts entries of ready not
 // written by this package (moved to the dead letters as they were), next
-// is the number of ms until the earliest lease or delay ends (-1: none),
-// and the members are those leased (now inflight).
+// is the number of ms until the earliest lease or delay ends (-1: none;
+// always -1 when a member is leased: only a caller that leased nothing
+// waits), and the members are those leased (now inflight).
+//
+// Commands count, those a script runs too: a call that leases, with no
+// lease or delay over, runs TIME, a ZRANGE of the earliest lease and one
+// of the earliest delay, the pop (ZPOPMIN in priority mode) and one ZADD,
+// and, when it popped as many as it asked for, the wake-up (LLEN, and
+// LPUSH when there is no token).
 var receiveScript = goredis.NewScript(luaLib + `
 local ready, inflight, delayed, dead, notify = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local mode, max, lease, maxdel = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local now = now_ms()
 
-local expired = redis.call('ZRANGEBYSCORE', inflight, '-inf', now, 'LIMIT', 0, 1000)
-if #expired > 0 then
+-- the earliest lease and delay: the sets are scanned only when one is over
+local first_in = redis.call('ZRANGE', inflight, 0, 0, 'WITHSCORES')
+local first_de = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
+local expired, due = {}, {}
+if first_in[2] and tonumber(first_in[2]) <= now then
+  expired = redis.call('ZRANGEBYSCORE', inflight, '-inf', now, 'LIMIT', 0, 1000)
   redis.call('ZREM', inflight, unpack(expired))
   for _, m in ipairs(expired) do
     local n = count(m) + 1
@@ -135,17 +146,17 @@ if #expired > 0 then
     end
   end
 end
-local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, 1000)
-if #due > 0 then
+if first_de[2] and tonumber(first_de[2]) <= now then
+  due = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, 1000)
   redis.call('ZREM', delayed, unpack(due))
   for _, m in ipairs(due) do push(ready, mode, {m}, {-priority(m)}, true) end
 end
 
 local popped
 if mode == 'p' then
-  -- ZPOPMIN would format every score for nothing
-  popped = redis.call('ZRANGE', ready, 0, max - 1)
-  if #popped > 0 then redis.call('ZREMRANGEBYRANK', ready, 0, #popped - 1) end
+  popped = {}
+  local zs = redis.call('ZPOPMIN', ready, max)
+  for i = 1, #zs, 2 do popped[#popped + 1] = zs[i] end
 elseif mode == 'f' then
   popped = redis.call('RPOP', ready, max) or {}
 else
@@ -172,17 +183,21 @@ if #popped > 0 then
     end
   end
   if #z > 0 then redis.call('ZADD', inflight, unpack(z)) end
-  local left
-  if mode == 'p' then left = redis.call('ZCARD', ready) else left = redis.call('LLEN', ready) end
-  if left > 0 then wake(notify) end
+  -- as many as max popped: more may be ready, for another consumer
+  -- (fewer: ready is empty). Counting them would cost a command more
+  -- than the rare wake-up for nothing.
+  if #popped >= max then wake(notify) end
 end
 
-local first = redis.call('ZRANGE', inflight, 0, 0, 'WITHSCORES')
-if first[2] then out[3] = math.max(0, tonumber(first[2]) - now) end
-first = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
-if first[2] then
-  local d = math.max(0, tonumber(first[2]) - now)
-  if out[3] < 0 or d < out[3] then out[3] = d end
+-- next matters only to a caller that leased nothing
+if #out == 3 then
+  if #expired > 0 then first_in = redis.call('ZRANGE', inflight, 0, 0, 'WITHSCORES') end
+  if #due > 0 then first_de = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES') end
+  if first_in[2] then out[3] = math.max(0, tonumber(first_in[2]) - now) end
+  if first_de[2] then
+    local d = math.max(0, tonumber(first_de[2]) - now)
+    if out[3] < 0 or d < out[3] then out[3] = d end
+  end
 end
 return out
 `)

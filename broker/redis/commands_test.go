@@ -1,0 +1,105 @@
+package redis_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/trawlhq/trawl/broker"
+	"github.com/trawlhq/trawl/broker/redis"
+	dedupredis "github.com/trawlhq/trawl/dedup/redis"
+	"github.com/trawlhq/trawl/internal/integration"
+)
+
+// commands returns how many commands the server ran during f, those that
+// scripts ran included (total_commands_processed; the INFO that reads it
+// is not counted).
+func commands(t *testing.T, c *goredis.Client, f func()) int {
+	t.Helper()
+	read := func() int {
+		s, err := c.Info(context.Background(), "stats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(s, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_commands_processed:"); ok {
+				n, err := strconv.Atoi(v)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+		}
+		t.Fatalf("no total_commands_processed in INFO stats")
+		return 0
+	}
+	before := read()
+	f()
+	return read() - before - 1 // the first INFO counts once it is done
+}
+
+// TestCommandsPerCall bounds the commands a lease and a claim-and-publish
+// cost the server, those their scripts run included (the bar of issue 23
+// counts them per page): a lease of a backlog runs 7 (it ran 12), a claim
+// and publish of n links on the set filter n+4, on the Bloom filter 5.
+func TestCommandsPerCall(t *testing.T) {
+	srv := integration.RedisContainer(t)
+	opt, err := goredis.ParseURL(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := goredis.NewClient(opt)
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := t.Context()
+	if n := commands(t, c, func() {}); n != 0 {
+		t.Fatalf("nothing done counts %d commands: the count is off", n)
+	}
+	b := newBroker(t, c, redis.Config{Lease: time.Minute})
+	set, err := dedupredis.NewSet(ctx, dedupredis.SetConfig{Client: c, Key: "cmds:dupefilter", Capacity: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bloom, err := dedupredis.NewBloom(ctx, dedupredis.BloomConfig{Client: c, Key: "cmdb:dupefilter", Capacity: 1000, FPRate: 0.001})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch := func(prefix string) []redis.Link {
+		var ls []redis.Link
+		for i := range 10 {
+			ls = append(ls, link(fmt.Sprint(prefix, i), i%3))
+		}
+		return ls
+	}
+	for _, tc := range []struct {
+		f     dedupredis.Claimer
+		queue string
+		most  int
+	}{
+		{set, "cmds:requests", 10 + 4},
+		{bloom, "cmdb:requests", 5},
+	} {
+		claimPublish(t, b, tc.queue, tc.f, batch("warm")...) // loads the script, leaves a token
+		if n := commands(t, c, func() { claimPublish(t, b, tc.queue, tc.f, batch("x")...) }); n > tc.most {
+			t.Errorf("%s: a claim and publish of 10 new links ran %d commands, want at most %d", tc.f.Key(), n, tc.most)
+		}
+	}
+	q := "cmds:requests"
+	if _, err := b.Receive(ctx, q, 1); err != nil { // loads the script
+		t.Fatal(err)
+	}
+	if err := b.Publish(ctx, q, broker.Message{Body: []byte("more")}); err != nil {
+		t.Fatal(err)
+	}
+	if n := commands(t, c, func() {
+		if ds, err := b.Receive(ctx, q, 5); err != nil || len(ds) != 5 {
+			t.Fatalf("Receive: %d, %v", len(ds), err)
+		}
+	}); n > 7 {
+		t.Errorf("a lease of 5 of a backlog ran %d commands, want at most 7", n)
+	}
+}
