@@ -236,6 +236,7 @@ func (c *Crawler) build(cc *compiled) error {
 			ua = DefaultUserAgent
 		}
 		c.robots = newRobotsCache(c.fetcher, ua, 0)
+		c.robots.shared, _ = cc.Limiter.(RobotsStore) // a crawl's workers share robots.txt files
 	}
 	return nil
 }

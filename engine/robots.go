@@ -56,9 +56,17 @@ const (
 //
 // The cache forgets expired entries when it has doubled in size since its
 // last sweep, so it holds about twice the hosts asked about within one TTL.
+//
+// With a shared store (RobotsStore: the crawl's Redis), a file fetched
+// by one worker is kept there for the TTL and read by the others, so a
+// host's robots.txt is fetched once per crawl, not once per worker. Only
+// what holds for every worker is shared: a file (2xx) and the answers
+// that allow everything; an unreachable file and this worker's address
+// guard's refusals are not.
 type robotsCache struct {
 	fetcher *httpFetcher
-	agent   string // product token matched against User-agent lines
+	shared  RobotsStore // nil: this worker's cache alone
+	agent   string      // product token matched against User-agent lines
 	ttl     time.Duration
 	now     func() time.Time
 	log     *slog.Logger
@@ -77,6 +85,19 @@ type robotsEntry struct {
 	down     error    // unreachable (5xx, network error): disallow until expires
 	failures int      // consecutive fetches that found the file unreachable
 	expires  time.Time
+}
+
+// RobotsStore keeps robots.txt files for every worker of a crawl: a
+// HostLimiter shared by the crawl's workers may implement it (the Redis
+// one does), and the engine then asks it before it fetches a host's
+// robots.txt and gives it what it fetched.
+type RobotsStore interface {
+	// Robots returns the stored file of key (scheme://host[:port]),
+	// empty for a host whose every path is allowed; ok is false when
+	// none is stored.
+	Robots(ctx context.Context, key string) (file []byte, ok bool, err error)
+	// StoreRobots keeps file for key for ttl.
+	StoreRobots(ctx context.Context, key string, file []byte, ttl time.Duration) error
 }
 
 // ErrRobotsUnavailable is wrapped by the error Allowed returns while a
@@ -233,9 +254,10 @@ func (r *robotsCache) forgetRefusals() {
 	}
 }
 
-// fill fetches the robots.txt for e and closes e.done.
+// fill fetches the robots.txt for e, or reads it from the shared store,
+// and closes e.done.
 func (r *robotsCache) fill(ctx context.Context, e *robotsEntry, u *url.URL) {
-	group, sitemaps, ttl, err := r.fetch(ctx, u)
+	group, sitemaps, ttl, err := r.load(ctx, u)
 	r.mu.Lock()
 	switch {
 	case err != nil && ctx.Err() != nil:
@@ -267,29 +289,73 @@ func (r *robotsCache) fill(ctx context.Context, e *robotsEntry, u *url.URL) {
 	close(e.done)
 }
 
+// load returns what fetch does, from the shared store if it holds the
+// file, else fetched and then stored. A store that fails is logged and
+// passed by: the file is fetched.
+func (r *robotsCache) load(ctx context.Context, u *url.URL) (*robotstxt.Group, []string, time.Duration, error) {
+	if r.shared == nil {
+		group, sitemaps, ttl, _, err := r.fetch(ctx, u)
+		return group, sitemaps, ttl, err
+	}
+	key := u.Scheme + "://" + strings.ToLower(u.Host)
+	file, ok, err := r.shared.Robots(ctx, key)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return nil, nil, 0, err
+	case err != nil:
+		r.log.Warn("reading the crawl's stored robots.txt failed; fetching it", "host", key, "err", err)
+	case ok:
+		group, sitemaps := r.parse(file, key)
+		return group, sitemaps, r.ttl, nil
+	}
+	group, sitemaps, ttl, file, err := r.fetch(ctx, u)
+	if err == nil && ttl > 0 {
+		if err := r.shared.StoreRobots(ctx, key, file, ttl); err != nil && ctx.Err() == nil {
+			r.log.Warn("storing robots.txt for the crawl's other workers failed; each fetches it", "host", key, "err", err)
+		}
+	}
+	return group, sitemaps, ttl, err
+}
+
+// parse returns the group of a robots.txt for r's agent (nil = allow
+// all) and its Sitemap: lines; an unparsable file allows everything.
+func (r *robotsCache) parse(file []byte, where string) (*robotstxt.Group, []string) {
+	if len(file) == 0 {
+		return nil, nil
+	}
+	data, err := robotstxt.FromBytes(file)
+	if err != nil {
+		r.log.Warn("robots.txt unparsable; allowing all", "url", where, "error", err)
+		return nil, nil
+	}
+	return data.FindGroup(r.agent), data.Sitemaps
+}
+
 // errOffHost ends a robots.txt redirect chain that leaves the host.
 var errOffHost = errors.New("redirected to another host")
 
 // errServer is the cause of a robots.txt answered with a 5xx status.
 var errServer = errors.New("server error")
 
-// fetch gets and parses the robots.txt of u's host. It returns the group for
-// r's agent (nil = allow all), the URLs of its Sitemap: lines and how long to cache the answer; err is set
-// when ctx ended, when this worker's guard refused the host
-// (ErrLocalRefusal) and when the file is unreachable (5xx, network error).
-func (r *robotsCache) fetch(ctx context.Context, u *url.URL) (*robotstxt.Group, []string, time.Duration, error) {
+// fetch gets and parses the robots.txt of u's host. It returns the group
+// for r's agent (nil = allow all), the URLs of its Sitemap: lines, how
+// long to cache the answer and the file as parsed (empty for an answer
+// that allows all); err is set when ctx ended, when this worker's guard
+// refused the host (ErrLocalRefusal) and when the file is unreachable
+// (5xx, network error).
+func (r *robotsCache) fetch(ctx context.Context, u *url.URL) (*robotstxt.Group, []string, time.Duration, []byte, error) {
 	target := &url.URL{Scheme: u.Scheme, Host: u.Host, Path: "/robots.txt"}
 	for hop := 0; ; hop++ {
 		resp, err := r.fetcher.fetch(ctx, &Request{URL: target.String()}, robotsMaxSize, true)
 		switch {
 		case err == nil:
 		case ctx.Err() != nil, errors.Is(err, ErrLocalRefusal), isRetryable(err):
-			return nil, nil, 0, err
+			return nil, nil, 0, nil, err
 		default:
 			// Not a transient failure (a name that does not exist, a bad
 			// certificate): the page's own fetch fails alike and says why.
 			r.log.Info("robots.txt fetch failed for good; allowing all", "url", target.String(), "error", err)
-			return nil, nil, r.ttl, nil
+			return nil, nil, r.ttl, nil, nil
 		}
 		switch code := resp.StatusCode; {
 		case code >= 200 && code < 300:
@@ -301,23 +367,19 @@ func (r *robotsCache) fetch(ctx context.Context, u *url.URL) (*robotstxt.Group, 
 				}
 				r.log.Info("robots.txt parsed on its first 500 KiB", "url", target.String())
 			}
-			data, err := robotstxt.FromBytes(body)
-			if err != nil {
-				r.log.Warn("robots.txt unparsable; allowing all", "url", target.String(), "error", err)
-				return nil, nil, r.ttl, nil
-			}
-			return data.FindGroup(r.agent), data.Sitemaps, r.ttl, nil
+			group, sitemaps := r.parse(body, target.String())
+			return group, sitemaps, r.ttl, body, nil
 		case code >= 300 && code < 400:
 			next, err := r.redirect(target, resp.Header.Get("Location"), hop)
 			if err != nil {
 				r.log.Info("robots.txt redirect not followed; allowing all", "url", target.String(), "error", err)
-				return nil, nil, r.ttl, nil
+				return nil, nil, r.ttl, nil, nil
 			}
 			target = next
 		case code >= 400 && code < 500:
-			return nil, nil, r.ttl, nil
+			return nil, nil, r.ttl, nil, nil
 		default: // 5xx and oddities
-			return nil, nil, 0, fmt.Errorf("%w: status %d", errServer, code)
+			return nil, nil, 0, nil, fmt.Errorf("%w: status %d", errServer, code)
 		}
 	}
 }

@@ -346,3 +346,70 @@ func TestRobotsGuard(t *testing.T) {
 		t.Errorf("robots.txt fetched from a forbidden address (%d hits)", n)
 	}
 }
+
+// mapRobots is a RobotsStore in memory, as a crawl's shared store would
+// be for its workers.
+type mapRobots struct {
+	mu    sync.Mutex
+	files map[string][]byte
+}
+
+func (m *mapRobots) Robots(_ context.Context, key string) ([]byte, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f, ok := m.files[key]
+	return f, ok, nil
+}
+
+func (m *mapRobots) StoreRobots(_ context.Context, key string, file []byte, _ time.Duration) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.files[key] = append([]byte(nil), file...)
+	return nil
+}
+
+// TestRobotsShared: with a store shared by a crawl's workers, a host's
+// robots.txt is fetched by the first worker that needs it and read from
+// the store by the others, whose rules and Crawl-delay are the same; an
+// answer that allows everything (404) is shared too, an unreachable file
+// (503) is not: each worker backs off on its own.
+func TestRobotsShared(t *testing.T) {
+	store := &mapRobots{files: map[string][]byte{}}
+	workers := func() []*robotsCache {
+		var rs []*robotsCache
+		for range 3 {
+			r := newRobotsCache(trusting(t, FetchConfig{}), "trawl", 0)
+			r.shared = store
+			rs = append(rs, r)
+		}
+		return rs
+	}
+	rs := newRobotsServer(t, testRobots, http.StatusOK)
+	for i, r := range workers() {
+		ok, delay, err := r.Allowed(t.Context(), mustURL(t, rs.url+"/secret/x"))
+		if err != nil || ok || delay != 1500*time.Millisecond {
+			t.Errorf("worker %d: allowed %v, delay %v, err %v; want the file's rules (disallowed, 1.5s)", i, ok, delay, err)
+		}
+	}
+	if n := rs.hits.Load(); n != 1 {
+		t.Errorf("robots.txt fetched %d times by 3 workers sharing a store, want 1", n)
+	}
+	missing := newRobotsServer(t, "", http.StatusNotFound)
+	for _, r := range workers() {
+		if ok, _, err := r.Allowed(t.Context(), mustURL(t, missing.url+"/a")); err != nil || !ok {
+			t.Errorf("no robots.txt: allowed %v, %v; want allowed", ok, err)
+		}
+	}
+	if n := missing.hits.Load(); n != 1 {
+		t.Errorf("a missing robots.txt asked for %d times by 3 workers, want 1", n)
+	}
+	down := newRobotsServer(t, "", http.StatusServiceUnavailable)
+	for _, r := range workers() {
+		if _, _, err := r.Allowed(t.Context(), mustURL(t, down.url+"/a")); !errors.Is(err, ErrRobotsUnavailable) {
+			t.Errorf("robots.txt answering 503: %v, want ErrRobotsUnavailable", err)
+		}
+	}
+	if n := down.hits.Load(); n != 3 {
+		t.Errorf("an unreachable robots.txt asked for %d times by 3 workers, want 3 (not shared)", n)
+	}
+}

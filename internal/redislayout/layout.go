@@ -122,6 +122,12 @@ func HostKeys(crawl, host string) Host {
 	return Host{Lease: base + ":lease", Next: base + ":next", Throttle: base + ":throttle"}
 }
 
+// Robots returns the key of the robots.txt of site (scheme://host[:port])
+// that crawl's workers share, {NAME}:robots:SCHEME:HOST[:PORT].
+func Robots(crawl, site string) string {
+	return Crawl(crawl, "robots:"+strings.Replace(site, "://", ":", 1))
+}
+
 // Filter holds the keys of a duplicate filter named "CRAWL:PART" (the CLI
 // names it "NAME:dupefilter"), built like a queue's (see Of).
 type Filter struct {
@@ -181,6 +187,7 @@ var Keys = []Key{
 	{"host:*:lease", []string{"string"}, "broker/redis.HostLimiter", []string{"leaseScript", "releaseScript", "renewScript"}},
 	{"host:*:next", []string{"string"}, "broker/redis.HostLimiter", []string{"leaseScript", "releaseScript", "observeScript", "backoffScript"}},
 	{"host:*:throttle", []string{"string"}, "broker/redis.HostLimiter", []string{"leaseScript", "releaseScript", "observeScript"}},
+	{"robots:*", []string{"string"}, "broker/redis.HostLimiter (engine.RobotsStore)", nil},
 	{"dupefilter:meta", []string{"hash"}, "dedup/redis (Set and Bloom)", nil},
 	{"dupefilter:bloom:*", []string{"string"}, "dedup/redis.Bloom", []string{"claimPublishScript (broker/redis.ClaimPublish)"}},
 	{"dupefilter:*", []string{"set"}, "dedup/redis.Set (one shard, a hex number)", []string{"claimPublishScript (broker/redis.ClaimPublish)"}},

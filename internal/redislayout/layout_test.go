@@ -14,6 +14,7 @@ func TestKeys(t *testing.T) {
 		{QueueKeys("books:requests").Dead, "{books}:requests:dead"},
 		{StartKeys("books").Dead, "{books}:start_urls:dead"},
 		{HostKeys("books", "a.example:8080").Lease, "{books}:host:a.example:8080:lease"},
+		{Robots("books", "https://a.example:8443"), "{books}:robots:https:a.example:8443"},
 		{FilterKeys(FilterName("books")).Meta, "{books}:dupefilter:meta"},
 		{FilterKeys(FilterName("books")).Shard(31), "{books}:dupefilter:1f"},
 		{FilterKeys(FilterName("books")).BloomPart(2), "{books}:dupefilter:bloom:2"},
@@ -34,7 +35,8 @@ func TestMatch(t *testing.T) {
 		s.List: "start_urls", s.Dead: "start_urls:dead",
 		Items("c"): "items", Stats("c"): "stats", Meta("c"): "meta", Workers("c"): "workers",
 		h.Lease: "host:*:lease", h.Next: "host:*:next", h.Throttle: "host:*:throttle",
-		f.Meta: "dupefilter:meta", f.Shard(0xab): "dupefilter:*", f.BloomPart(3): "dupefilter:bloom:*",
+		Robots("c", "https://h.example:8443"): "robots:*",
+		f.Meta:                                "dupefilter:meta", f.Shard(0xab): "dupefilter:*", f.BloomPart(3): "dupefilter:bloom:*",
 	} {
 		k, ok := Match("c", key)
 		if !ok || k.Part != part {

@@ -17,7 +17,8 @@ import (
 // TestRedisPolitenessAcrossWorkers: three workers with --per-host 2
 // --delay 50ms: the site never sees more than 2 requests at once nor more
 // than one start per 50ms, together (scrapy-redis applies both per
-// process, so three workers would hit it three times harder).
+// process, so three workers would hit it three times harder). The host's
+// robots.txt is fetched once: the workers share it through Redis.
 func TestRedisPolitenessAcrossWorkers(t *testing.T) {
 	t.Parallel()
 	const pages = 60
@@ -25,9 +26,13 @@ func TestRedisPolitenessAcrossWorkers(t *testing.T) {
 		mu           sync.Mutex
 		active, peak int
 		starts       []time.Time
+		robots       int
 	)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/robots.txt" {
+			mu.Lock()
+			robots++
+			mu.Unlock()
 			http.NotFound(w, r)
 			return
 		}
@@ -66,6 +71,9 @@ func TestRedisPolitenessAcrossWorkers(t *testing.T) {
 	defer mu.Unlock()
 	if peak > 2 {
 		t.Errorf("the site saw %d requests at once, want at most 2", peak)
+	}
+	if robots != 1 {
+		t.Errorf("robots.txt fetched %d times by 3 workers, want once (shared in Redis)", robots)
 	}
 	slices.SortFunc(starts, func(a, b time.Time) int { return a.Compare(b) })
 	// The workers take turns by the clock of Redis: a start is granted at
