@@ -402,7 +402,7 @@ func printWeb(w io.Writer, runs []*webRun, big *webRun) {
 			notes = append(notes, fmt.Sprintf("%s: %v", r.mode.name, r.err))
 		}
 		if r.tally.robots > 0 {
-			notes = append(notes, fmt.Sprintf("%s: %d robots.txt files fetched by more than one worker (each keeps its own robots.txt cache)", r.mode.name, r.tally.robots))
+			notes = append(notes, fmt.Sprintf("%s: %d robots.txt files fetched more than once (the workers share them through Redis; a worker that finds none stored fetches it)", r.mode.name, r.tally.robots))
 		}
 		if r.loopTwice > 0 {
 			notes = append(notes, fmt.Sprintf("%s: the loop before it fetched %d URLs twice (retries after its timeout)", r.mode.name, r.loopTwice))

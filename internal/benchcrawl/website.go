@@ -440,7 +440,7 @@ func (s *webSite) window() window {
 // tally is what the site's counts say of a run.
 type tally struct {
 	twice   int // pages fetched more than once, beyond the retry of a hanging page
-	robots  int // robots.txt files fetched more than once (each worker keeps its own)
+	robots  int // robots.txt files fetched more than once (two workers that find none stored at once)
 	missing int // URLs never fetched
 	other   int64
 }
