@@ -1,9 +1,11 @@
 // Package dashboard serves a live web page, and the JSON API behind it,
-// for one crawl: its workers (lost ones included), its totals (the
-// figures of trawl stats), its queues, dead letters and settings, and
-// charts of pages, items and errors per second and of queue depths over
-// the last hour. The page is plain HTML and JavaScript embedded in the
-// binary; it polls the API every second.
+// for one crawl: its workers (lost ones included), its busiest hosts
+// (pages, errors, current delay; added up from the workers' records), its
+// totals (the figures of trawl stats), its queues (delayed messages
+// apart), dead letters and settings, and charts of pages, items and
+// errors per second and of queue depths over the last hour. The page is
+// plain HTML and JavaScript embedded in the binary; it polls the API
+// every second.
 //
 // A Dashboard reads the crawl through a Source, samples it every
 // Config.Every while its Run goroutine runs, and keeps the samples of the

@@ -39,7 +39,7 @@ func newDashboardCmd(o *options) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "dashboard",
-		Short: "Serve a live web page of a crawl: workers, totals, queues, dead letters, settings, charts",
+		Short: "Serve a live web page of a crawl: workers, hosts, totals, queues, dead letters, settings, charts",
 		Long: "dashboard serves a page, and the JSON API behind it (/api/state, /api/history, POST /api/requeue), " +
 			"for the crawl the deployment flags name, as trawl stats reads it. It listens on loopback unless given a token.",
 		Args: cobra.NoArgs,
