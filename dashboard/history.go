@@ -11,11 +11,11 @@ import (
 )
 
 // The saved history is a ring of HistorySlots segments, each the points of
-// segmentLen of wall time (one a second: about 300 points, under 16 KiB
-// of JSON), in slot (segment start / segmentLen) mod HistorySlots: the
-// segments of the last hour and the one being filled, so that the store
-// holds at most HistorySlots × 16 KiB (about 210 KiB) whatever the crawl's
-// length. Every saveEvery the dashboard saves the segments its new points
+// segmentLen of wall time (one a second: about 300 points, 15.2 KiB of
+// JSON with seven-digit queues and four-digit rates), in slot (segment
+// start / segmentLen) mod HistorySlots: the segments of the last hour and
+// the one being filled, so that the store holds about HistorySlots × 16
+// KiB (about 210 KiB) at most, whatever the crawl's length. Every saveEvery the dashboard saves the segments its new points
 // fall in (one, or two when a segment ended meanwhile): a restarted
 // dashboard loses at most saveEvery of history, at the resolution it was
 // sampled.
