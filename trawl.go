@@ -26,6 +26,7 @@ import (
 	"github.com/trawlhq/trawl/dedup"
 	"github.com/trawlhq/trawl/deployment"
 	"github.com/trawlhq/trawl/engine"
+	"github.com/trawlhq/trawl/frontier"
 )
 
 // DefaultIdleTimeout is how long a crawl must have been idle (nothing
@@ -418,7 +419,7 @@ func (c *Crawler) Run(ctx context.Context, startURLs ...string) (err error) {
 	c.stats = cfg.Stats
 	c.mu.Unlock()
 
-	b, f, purge, closeAll, err := c.open(ctx, &cfg)
+	fr, purge, closeAll, err := c.open(ctx, &cfg)
 	if err != nil {
 		return err
 	}
@@ -437,7 +438,7 @@ func (c *Crawler) Run(ctx context.Context, startURLs ...string) (err error) {
 			return fmt.Errorf("trawl: flush: %w", err)
 		}
 	}
-	ec, err := engine.New(b, f, cfg)
+	ec, err := engine.NewOn(fr, cfg)
 	if err != nil {
 		return err
 	}
@@ -495,14 +496,14 @@ func (c *Crawler) inMemory() bool {
 	return c.cfg.Broker == nil && (c.cfg.InMemory || c.cfg.Deployment.Broker == "memory")
 }
 
-// open returns the broker and filter of the crawl, opening the deployment
-// for what the configuration does not give, sets on cfg what the
-// deployment provides (start URLs, shared limits and counters, stored
-// settings), and returns functions that purge the crawl (nil with a
-// Broker given) and close what it opened.
-func (c *Crawler) open(ctx context.Context, cfg *engine.Config) (broker.Broker, dedup.Filter, func(context.Context) error, func() error, error) {
+// open returns the frontier of the crawl, opening the deployment for
+// what the configuration does not give, sets on cfg what the deployment
+// provides (start URLs, shared limits and counters, stored settings), and
+// returns functions that purge the crawl (nil with a Broker given) and
+// close what it opened.
+func (c *Crawler) open(ctx context.Context, cfg *engine.Config) (frontier.Frontier, func(context.Context) error, func() error, error) {
 	if c.cfg.Broker != nil {
-		return c.cfg.Broker, c.cfg.Filter, nil, func() error { return nil }, nil
+		return frontier.Compose(c.cfg.Broker, c.cfg.Filter, engine.ComposeConfig(*cfg)), nil, func() error { return nil }, nil
 	}
 	dc := c.cfg.Deployment
 	if c.cfg.InMemory {
@@ -512,15 +513,15 @@ func (c *Crawler) open(ctx context.Context, cfg *engine.Config) (broker.Broker, 
 	dc.Flush = dc.Flush || c.cfg.Flush
 	d, err := deployment.Open(ctx, dc, *cfg)
 	if err != nil {
-		return nil, nil, nil, nil, fmt.Errorf("trawl: %w", err)
+		return nil, nil, nil, fmt.Errorf("trawl: %w", err)
 	}
 	d.Configure(cfg)
-	f := d.Filter
+	fr := d.Frontier
 	if c.cfg.Filter != nil {
-		f = c.cfg.Filter
+		fr = frontier.Compose(d.Broker, c.cfg.Filter, engine.ComposeConfig(*cfg))
 	}
 	purge := func(ctx context.Context) error { return d.PurgeAll(ctx, false) }
-	return d.Broker, f, purge, d.Close, nil
+	return fr, purge, d.Close, nil
 }
 
 // callback returns the engine callback that runs hs on a response.

@@ -23,6 +23,7 @@ import (
 	"github.com/trawlhq/trawl/dedup"
 	"github.com/trawlhq/trawl/dedup/local"
 	"github.com/trawlhq/trawl/engine"
+	"github.com/trawlhq/trawl/frontier"
 )
 
 // Config names a deployment: where a crawl's state lives. The zero value
@@ -134,7 +135,12 @@ const MaxNATSReplicas = natsbroker.MaxReplicas
 // (or Crawler) hands it to an engine.Config; Close closes what Open
 // opened.
 type Deployment struct {
-	// Broker is the frontier.
+	// Frontier is the crawl's frontier over Broker and Filter: the
+	// in-memory broker with its local filter claims and publishes under
+	// one lock (frontier.Memory); every other deployment composes its
+	// broker and filter (frontier.Compose).
+	Frontier frontier.Frontier
+	// Broker is the frontier's queues.
 	Broker broker.Broker
 	// Filter is the duplicate filter.
 	Filter dedup.Filter
@@ -215,6 +221,9 @@ func Open(ctx context.Context, cfg Config, crawl engine.Config) (*Deployment, er
 	}
 	if err == nil && cfg.Admin != "" && cfg.Admin != "seed" && cfg.Broker != "" {
 		err = d.checkCrawl(ctx)
+	}
+	if err == nil {
+		d.Frontier = d.frontier()
 	}
 	if err != nil {
 		return nil, errors.Join(err, d.Close())
@@ -395,10 +404,19 @@ func (d *Deployment) Configure(cfg *engine.Config) {
 	}
 }
 
-// Crawler returns a crawler of cfg on the deployment (see Configure).
+// frontier returns the frontier over the deployment's broker and filter.
+func (d *Deployment) frontier() frontier.Frontier {
+	if cf, ok := d.Filter.(frontier.CheckingFilter); ok && d.cfg.Broker == "memory" {
+		return frontier.NewMemory(d.Broker, cf)
+	}
+	return frontier.Compose(d.Broker, d.Filter, engine.ComposeConfig(d.crawl))
+}
+
+// Crawler returns a crawler of cfg on the deployment's frontier (see
+// Configure).
 func (d *Deployment) Crawler(cfg engine.Config) (*engine.Crawler, error) {
 	d.Configure(&cfg)
-	return engine.New(d.Broker, d.Filter, cfg)
+	return engine.NewOn(d.Frontier, cfg)
 }
 
 // Presence is where the crawl's workers announce themselves, or nil.

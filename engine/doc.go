@@ -41,22 +41,21 @@
 // also covers the deliveries the batches hold. Run writes and
 // acknowledges every waiting page before it returns.
 //
-// The duplicate filter is consulted when a request is published, never
-// when it is consumed, so a redelivered request is not mistaken for a
-// duplicate. The filter also keeps a durable record of what was published
-// (see dedup.PublishedMark and dedup.ExpandedMark): a page's links are
-// claimed right after a mark that the page got that far is added, and
-// each published link gets a publication mark afterwards. A page processed
-// again (a redelivery after a crash, whatever the broker says about it, a
-// requeued dead letter, a second message for one page) publishes exactly
-// the links that were claimed and never published, and nothing else; so a
-// broker crash refetches at most the pages in flight. The check is
-// read-only (dedup.Checker); with a filter that lacks it, such a page
-// publishes all its in-scope links again, as before. A start URL found
-// claimed and not yet published is another worker's at work as often as a
-// dead one's (workers given the same start URL at once): it is published
-// only once its mark has not come for half of Config.Lease, so it is
-// fetched once, and never lost.
+// The crawl's shared state is a frontier (package frontier): a page's
+// links are claimed and published by one frontier.Frontier.Expand when
+// the page is written, never when a request is consumed, so a redelivered
+// request is not mistaken for a duplicate. Expand is idempotent per page:
+// a page processed again (a redelivery after a crash, whatever the broker
+// says about it, a requeued dead letter, a second message for one page)
+// publishes exactly the links that were claimed and never published, and
+// nothing else; so a broker crash refetches at most the pages in flight.
+// New composes a broker and a filter into a frontier that keeps marks in
+// the filter to that end (frontier.Compose); NewOn takes any frontier. A
+// start URL found claimed and not yet published is another worker's at
+// work as often as a dead one's (workers given the same start URL at
+// once): the composed frontier publishes it only once its claimer has not
+// published it for half of Config.Lease, so it is fetched once, and never
+// lost.
 //
 // Failures are retried by the broker: the delivery is nacked with an
 // exponential, jittered delay (Config.RetryBackoff), keeping its priority,
