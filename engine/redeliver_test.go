@@ -127,9 +127,7 @@ func TestRedeliveredPageRepublishesNothing(t *testing.T) {
 	s := newLinkSite(t)
 	b, f := newMemoryBackends(t)
 	queueRoot(t, b, s, 1)
-	if _, err := f.Add(t.Context(), s.fp(t, "/"), dedup.PublishedMark(s.fp(t, "/"))); err != nil {
-		t.Fatal(err)
-	}
+	newScene(t, b, f).published(s.fp(t, "/"))
 	runUntilIdle(t, b, f)
 	if got := s.counts(); got != [4]int{1, 1, 1, 1} {
 		t.Fatalf("first crawl fetched /, /a, /b, /c %v times, want once each", got)
@@ -157,19 +155,13 @@ func TestRedeliveredPageRepublishesClaimedLinks(t *testing.T) {
 		t.Run(fmt.Sprintf("attempt%d", attempt), func(t *testing.T) {
 			s := newLinkSite(t)
 			b, f := newMemoryBackends(t)
-			ctx := t.Context()
 			root, a, bb, c := s.fp(t, "/"), s.fp(t, "/a"), s.fp(t, "/b"), s.fp(t, "/c")
-			// "/" was published by its parent; its earlier attempt claimed
-			// /a, /b and /c and died; /c was published by another page.
-			for _, batch := range [][]dedup.Fingerprint{
-				{root, dedup.PublishedMark(root)},
-				{dedup.ExpandedMark(root), a, bb, c},
-				{dedup.PublishedMark(c)},
-			} {
-				if _, err := f.Add(ctx, batch...); err != nil {
-					t.Fatal(err)
-				}
-			}
+			// "/" was published by its parent; /c by another page; the
+			// earlier attempt of "/" claimed /a, /b and /c and died.
+			sc := newScene(t, b, f)
+			sc.published(root)
+			sc.published(c)
+			sc.diedAfterClaiming(root, a, bb, c)
 			queueRoot(t, b, s, attempt)
 			st := runUntilIdle(t, b, f)
 			if got := s.counts(); got != [4]int{1, 1, 1, 0} {
@@ -189,21 +181,19 @@ func TestRedeliveredPageRepublishesClaimedLinks(t *testing.T) {
 	}
 }
 
-// noChecker hides the local filter's Contains.
-type noChecker struct{ dedup.Filter }
+// blindFilter hides the local filter's Contains: it cannot tell what it
+// holds without adding it.
+type blindFilter struct{ dedup.Filter }
 
-// Without a dedup.Checker, a page processed again publishes every link the
-// filter held (the old behaviour), so nothing is lost.
-func TestRedeliveryWithoutChecker(t *testing.T) {
+// With a filter that cannot tell what it holds, a page processed again
+// publishes every link the filter held (the old behaviour), so nothing is
+// lost.
+func TestRedeliveryWithBlindFilter(t *testing.T) {
 	s := newLinkSite(t)
 	b, f := newMemoryBackends(t)
-	ctx := t.Context()
-	root := s.fp(t, "/")
-	if _, err := f.Add(ctx, dedup.ExpandedMark(root), s.fp(t, "/a"), s.fp(t, "/b")); err != nil {
-		t.Fatal(err)
-	}
+	newScene(t, b, f).diedAfterClaiming(s.fp(t, "/"), s.fp(t, "/a"), s.fp(t, "/b"))
 	queueRoot(t, b, s, 2)
-	runUntilIdle(t, b, noChecker{f})
+	runUntilIdle(t, b, blindFilter{f})
 	if got := s.counts(); got != [4]int{1, 1, 1, 1} {
 		t.Errorf("fetches of /, /a, /b, /c = %v, want [1 1 1 1]", got)
 	}
@@ -262,17 +252,11 @@ func TestPartialFilterAddLosesNothing(t *testing.T) {
 func TestRedeliveryTrustsExpandedLinks(t *testing.T) {
 	s := newLinkSite(t)
 	b, f := newMemoryBackends(t)
-	ctx := t.Context()
 	root, a, bb, c := s.fp(t, "/"), s.fp(t, "/a"), s.fp(t, "/b"), s.fp(t, "/c")
-	for _, batch := range [][]dedup.Fingerprint{
-		{root, dedup.PublishedMark(root)},
-		{dedup.ExpandedMark(root), a, bb, c},
-		{dedup.ExpandedMark(bb)},
-	} {
-		if _, err := f.Add(ctx, batch...); err != nil {
-			t.Fatal(err)
-		}
-	}
+	sc := newScene(t, b, f)
+	sc.published(root)
+	sc.diedAfterClaiming(root, a, bb, c)
+	sc.expanded(bb)
 	queueRoot(t, b, s, 2)
 	runUntilIdle(t, b, f)
 	if got := s.counts(); got != [4]int{1, 1, 0, 1} {

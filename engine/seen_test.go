@@ -47,14 +47,9 @@ func TestSeenLinksDoNotHideDeadClaims(t *testing.T) {
 	ctx := t.Context()
 	// /two was expanded by a worker that claimed /x and died before
 	// publishing it; /one and /two themselves were published.
-	for _, batch := range [][]dedup.Fingerprint{
-		{fp("/one"), dedup.PublishedMark(fp("/one")), fp("/two"), dedup.PublishedMark(fp("/two"))},
-		{dedup.ExpandedMark(fp("/two")), fp("/x")},
-	} {
-		if _, err := f.Add(ctx, batch...); err != nil {
-			t.Fatal(err)
-		}
-	}
+	sc := newScene(t, b, f)
+	sc.published(fp("/one"), fp("/two"))
+	sc.diedAfterClaiming(fp("/two"), fp("/x"))
 	c, err := engine.New(b, f, engine.Config{
 		Concurrency: 1, IdleTimeout: 100 * time.Millisecond, IgnoreRobots: true,
 		TrustedHosts: []string{"127.0.0.1"},

@@ -19,6 +19,8 @@ import (
 	"github.com/trawlhq/trawl/broker/memory"
 	"github.com/trawlhq/trawl/dedup"
 	"github.com/trawlhq/trawl/dedup/local"
+	"github.com/trawlhq/trawl/frontier"
+	"github.com/trawlhq/trawl/frontier/frontiertest"
 )
 
 // opLog records, in order, what a crawl did to its broker and sink, across
@@ -404,43 +406,31 @@ func TestBatchedSettlementOrder(t *testing.T) {
 	}
 }
 
-// failingClaims fails the first Add that follows an Add of two expanded
-// marks or more (the links of a batch of several pages, after their
-// parents' marks), after adding its fingerprints, as a pipeline of SADDs
-// refused in part under Redis's maxmemory does. It records the pages of
-// that batch.
+// failingClaims makes the first expansion of several pages die after it
+// claimed their links (at the store call after the pages' marks, once it
+// took effect), as a pipeline of SADDs refused in part under Redis's
+// maxmemory does. It records the pages of that expansion.
 type failingClaims struct {
-	*local.Filter
-	marks map[dedup.Fingerprint]string // expanded mark -> path
+	frontier.Frontier
+	faults *frontiertest.Faults
+	pages  map[dedup.Fingerprint]string // a page's fingerprint -> its path
 
 	mu     sync.Mutex
-	armed  []string // the pages of the last Add, if it was of marks of several
 	failed []string // the pages whose links' claim failed
 }
 
-func (f *failingClaims) Add(ctx context.Context, fps ...dedup.Fingerprint) ([]bool, error) {
+func (f *failingClaims) Expand(ctx context.Context, queue string, pages []frontier.Page) ([][]frontier.Outcome, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.failed != nil {
-		return f.Filter.Add(ctx, fps...)
+	if f.failed != nil || len(pages) < 2 {
+		return f.Frontier.Expand(ctx, queue, pages)
 	}
-	if f.armed != nil {
-		f.failed = f.armed
-		if _, err := f.Filter.Add(ctx, fps...); err != nil {
-			return nil, err
-		}
-		return nil, errOOM
+	for _, p := range pages {
+		f.failed = append(f.failed, f.pages[p.Parent])
 	}
-	var pages []string
-	for _, fp := range fps {
-		if p, ok := f.marks[fp]; ok {
-			pages = append(pages, p)
-		}
-	}
-	if len(pages) >= 2 {
-		f.armed = pages
-	}
-	return f.Filter.Add(ctx, fps...)
+	f.faults.Arm(1, frontiertest.After, nil)
+	defer f.faults.Heal()
+	return f.Frontier.Expand(ctx, queue, pages)
 }
 
 // A batch whose write fails once is written again in halves: none of its
@@ -453,12 +443,14 @@ func TestBatchWriteFailureRetriesHalves(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer lf.Close()
-		f := &failingClaims{Filter: lf, marks: map[dedup.Fingerprint]string{}}
+		faults := &frontiertest.Faults{}
+		bc := newBubbleCrawl(t, true, faults.Filter(lf), Config{RetryBackoff: 100 * time.Millisecond})
+		f := &failingClaims{Frontier: bc.c.frontier, faults: faults, pages: map[dedup.Fingerprint]string{}}
 		for _, p := range treePages() {
 			u, _ := url.Parse("http://site.test" + p)
-			f.marks[dedup.ExpandedMark(dedup.Fingerprinter{}.Fingerprint("GET", u, nil, nil))] = p
+			f.pages[dedup.Fingerprinter{}.Fingerprint("GET", u, nil, nil)] = p
 		}
-		bc := newBubbleCrawl(t, true, f, Config{RetryBackoff: 100 * time.Millisecond})
+		bc.c.frontier = f
 		if err := bc.c.Run(t.Context()); err != nil {
 			t.Fatalf("run: %v", err)
 		}

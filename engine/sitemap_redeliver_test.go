@@ -40,15 +40,12 @@ func TestRedeliveredSitemapRepublishesClaimedURLs(t *testing.T) {
 	b, f := newMemoryBackends(t)
 	ctx := t.Context()
 	sm, a, bb, c := fp("/sitemap.xml"), fp("/a"), fp("/b"), fp("/c")
-	for _, batch := range [][]dedup.Fingerprint{
-		{sm, dedup.PublishedMark(sm)},
-		{dedup.ExpandedMark(sm), a, bb, c},
-		{dedup.PublishedMark(c)},
-	} {
-		if _, err := f.Add(ctx, batch...); err != nil {
-			t.Fatal(err)
-		}
-	}
+	// The sitemap was published; /c by another page; the sitemap's
+	// earlier attempt claimed /a, /b and /c and died.
+	sc := newScene(t, b, f)
+	sc.published(sm)
+	sc.published(c)
+	sc.diedAfterClaiming(sm, a, bb, c)
 	body, err := (&engine.Request{URL: srv.URL + "/sitemap.xml", Callback: engine.CallbackSitemap, Scope: "127.0.0.1"}).MarshalBinary()
 	if err != nil {
 		t.Fatal(err)

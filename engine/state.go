@@ -50,8 +50,8 @@ var ErrStateLost = errors.New("the crawl's state was lost")
 // markKey is the Metadata key of the crawl's id.
 const markKey = "crawl_id"
 
-// markDomain names the filter's records of the crawl's mark (see
-// dedup.PublishedMark for the idea).
+// markDomain names the filter's records of the crawl's mark: hashed with
+// a domain of their own, they never equal a request's fingerprint.
 const markDomain = "trawl/crawl"
 
 // filterMarks returns the records of the crawl's mark in its filter: one
@@ -144,9 +144,6 @@ func (c *Crawler) markCrawl(ctx context.Context, checkFilter bool) error {
 	if m == nil {
 		return nil
 	}
-	// canTell: the frontier can tell what its filter holds
-	_, err := c.frontier.Marked(ctx)
-	canTell := !errors.Is(err, frontier.ErrCannotTell)
 	for range 3 {
 		raw, err := m.GetMeta(ctx, c.cfg.Name, markKey)
 		if errors.Is(err, broker.ErrNotFound) {
@@ -156,19 +153,15 @@ func (c *Crawler) markCrawl(ctx context.Context, checkFilter bool) error {
 					"on a store that persists (docs/deploy.md)", c.cfg.Name, ErrStateLost)
 			}
 			named, _ := filterMarks(c.cfg.Name, "")
-			if canTell {
-				has, err := c.frontier.Marked(ctx, named)
-				if err != nil {
-					return fmt.Errorf("crawl %q: read the filter's mark: %w", c.cfg.Name, err)
+			if has, err := c.marked(ctx, named, false); err != nil {
+				return err
+			} else if has {
+				if c.awaitMark(ctx, m) {
+					continue // marked by a worker that began the crawl at once
 				}
-				if has[0] {
-					if c.awaitMark(ctx, m) {
-						continue // marked by a worker that began the crawl at once
-					}
-					return fmt.Errorf("crawl %q: %w: its duplicate filter holds a crawl that began, but the broker no longer has the crawl's mark: "+
-						"its frontier and settings were lost (a server restarted without its data, or its store was deleted); "+
-						"start again with --flush (library: purge the crawl), or restore the broker's data", c.cfg.Name, ErrStateLost)
-				}
+				return fmt.Errorf("crawl %q: %w: its duplicate filter holds a crawl that began, but the broker no longer has the crawl's mark: "+
+					"its frontier and settings were lost (a server restarted without its data, or its store was deleted); "+
+					"start again with --flush (library: purge the crawl), or restore the broker's data", c.cfg.Name, ErrStateLost)
 			}
 			var r [16]byte
 			rand.Read(r[:])
@@ -196,13 +189,13 @@ func (c *Crawler) markCrawl(ctx context.Context, checkFilter bool) error {
 		if c.state.id != "" && id != c.state.id {
 			return fmt.Errorf("crawl %q: %w: the crawl's mark changed under this worker (it was purged and begun again)", c.cfg.Name, ErrStateLost)
 		}
-		if checkFilter && canTell {
+		if checkFilter {
 			_, identified := filterMarks(c.cfg.Name, id)
-			has, err := c.frontier.Marked(ctx, identified)
+			has, err := c.marked(ctx, identified, true)
 			if err != nil {
-				return fmt.Errorf("crawl %q: read the filter's mark: %w", c.cfg.Name, err)
+				return err
 			}
-			if !has[0] {
+			if !has {
 				return fmt.Errorf("crawl %q: %w: its duplicate filter%s does not hold the crawl's mark: the filter was deleted, damaged or replaced since the crawl began, "+
 					"and every page would be fetched again; start again with --flush (library: purge the crawl), or restore the filter", c.cfg.Name, ErrStateLost, named(c.frontier))
 			}
@@ -211,6 +204,20 @@ func (c *Crawler) markCrawl(ctx context.Context, checkFilter bool) error {
 		return nil
 	}
 	return fmt.Errorf("crawl %q: the crawl's mark keeps changing under this worker", c.cfg.Name)
+}
+
+// marked reports whether the frontier holds the crawl's mark fp, or
+// unknown when it cannot tell (frontier.ErrCannotTell): a loss of the
+// filter then goes unnoticed.
+func (c *Crawler) marked(ctx context.Context, fp dedup.Fingerprint, unknown bool) (bool, error) {
+	has, err := c.frontier.Marked(ctx, fp)
+	switch {
+	case errors.Is(err, frontier.ErrCannotTell):
+		return unknown, nil
+	case err != nil:
+		return false, fmt.Errorf("crawl %q: read the filter's mark: %w", c.cfg.Name, err)
+	}
+	return has[0], nil
 }
 
 // markWait is how long a worker that finds the filter's record of a begun

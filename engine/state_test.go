@@ -7,28 +7,29 @@ import (
 
 	"github.com/trawlhq/trawl/broker/memory"
 	"github.com/trawlhq/trawl/dedup"
+	"github.com/trawlhq/trawl/frontier"
 )
 
-// markingFilter holds a worker between adding the crawl's mark to the
-// filter and storing it in the metadata (markCrawl's two steps), and says
-// when another worker looked for it.
-type markingFilter struct {
-	dedup.Filter
+// markingFrontier holds a worker between adding the crawl's mark to the
+// frontier and storing it in the metadata (markCrawl's two steps), and
+// says when another worker looked for it.
+type markingFrontier struct {
+	frontier.Frontier
 	added, checked, release chan struct{}
 	once                    sync.Once
 }
 
-func (f *markingFilter) Add(ctx context.Context, fps ...dedup.Fingerprint) ([]bool, error) {
-	r, err := f.Filter.Add(ctx, fps...)
+func (f *markingFrontier) Mark(ctx context.Context, fps ...dedup.Fingerprint) error {
+	err := f.Frontier.Mark(ctx, fps...)
 	if f.release != nil {
 		f.once.Do(func() { close(f.added) })
 		<-f.release
 	}
-	return r, err
+	return err
 }
 
-func (f *markingFilter) Contains(ctx context.Context, fps ...dedup.Fingerprint) ([]bool, error) {
-	r, err := f.Filter.(dedup.Checker).Contains(ctx, fps...)
+func (f *markingFrontier) Marked(ctx context.Context, fps ...dedup.Fingerprint) ([]bool, error) {
+	r, err := f.Frontier.Marked(ctx, fps...)
 	if f.checked != nil {
 		f.once.Do(func() { close(f.checked) })
 	}
@@ -41,13 +42,14 @@ func (f *markingFilter) Contains(ctx context.Context, fps ...dedup.Fingerprint) 
 // state was lost.
 func TestWorkersMarkingTogether(t *testing.T) {
 	mb, lf := newBackends(t, memory.Config{})
-	a := &markingFilter{Filter: lf, added: make(chan struct{}), release: make(chan struct{})}
-	b := &markingFilter{Filter: lf, checked: make(chan struct{})}
-	first, err := New(mb, a, Config{Name: "together"})
+	fr := frontier.Compose(mb, lf, frontier.ComposeConfig{})
+	a := &markingFrontier{Frontier: fr, added: make(chan struct{}), release: make(chan struct{})}
+	b := &markingFrontier{Frontier: fr, checked: make(chan struct{})}
+	first, err := NewOn(a, Config{Name: "together"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	second, err := New(mb, b, Config{Name: "together"})
+	second, err := NewOn(b, Config{Name: "together"})
 	if err != nil {
 		t.Fatal(err)
 	}
