@@ -147,14 +147,9 @@ func (f *Faults) enter() Mode {
 	return f.mode
 }
 
-// Broker returns b with its Publish going through f. The result is a
-// broker.Counter when b is.
+// Broker returns b with its Publish going through f.
 func (f *Faults) Broker(b broker.Broker) broker.Broker {
-	fb := &faultyBroker{Broker: b, f: f}
-	if c, ok := b.(broker.Counter); ok {
-		return &countingBroker{faultyBroker: fb, counter: c}
-	}
-	return fb
+	return &faultyBroker{Broker: b, f: f}
 }
 
 type faultyBroker struct {
@@ -179,15 +174,6 @@ func (b *faultyBroker) Publish(ctx context.Context, queue string, msgs ...broker
 	}
 	defer b.f.gather()
 	return b.Broker.Publish(ctx, queue, msgs...)
-}
-
-type countingBroker struct {
-	*faultyBroker
-	counter broker.Counter
-}
-
-func (b *countingBroker) Counts(ctx context.Context, queue string) (broker.Counts, error) {
-	return b.counter.Counts(ctx, queue)
 }
 
 // Filter returns fl with its Add (and Contains, when fl is a

@@ -32,7 +32,7 @@ type Harness struct {
 	// go through faults (Faults.Broker, Faults.Filter); the tests of
 	// workers killed part-way need it (they are skipped otherwise). New
 	// registers the cleanup with t.Cleanup; it is called from parallel
-	// subtests. The broker beneath must be a broker.Counter. A composed
+	// subtests. A composed
 	// frontier should wait for claimed start URLs briefly (ClaimWait of
 	// a few hundred milliseconds): the suite kills their claimers.
 	New func(t *testing.T, crawl string, faults *Faults) frontier.Frontier
@@ -83,8 +83,9 @@ type suite struct {
 // crawl is a frontier of a crawl of its own, with its faults.
 type crawl struct {
 	frontier.Frontier
-	queue  string
-	faults *Faults
+	queue   string
+	faults  *Faults
+	markers atomic.Int64 // drain's markers so far
 }
 
 func (s *suite) open(t *testing.T) *crawl {
@@ -154,31 +155,34 @@ func (c *crawl) expand(t *testing.T, pages ...frontier.Page) [][]frontier.Outcom
 // counts returns the queue's counts.
 func (c *crawl) counts(t *testing.T) broker.Counts {
 	t.Helper()
-	counter, ok := c.Broker().(broker.Counter)
-	if !ok {
-		t.Fatalf("the frontier's broker %T is no broker.Counter", c.Broker())
-	}
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	n, err := counter.Counts(ctx, c.queue)
+	n, err := c.Broker().Counts(ctx, c.queue)
 	if err != nil {
 		t.Fatalf("Counts: %v", err)
 	}
 	return n
 }
 
-// drain takes and acknowledges every message ready in the queue, and
-// returns how many times each body was there.
+// drain takes and acknowledges every message in the queue, and returns
+// how many times each body was there. It publishes a marker and takes
+// messages until the marker comes: messages of one priority come in the
+// order they were published, so every message published before is taken,
+// whatever the broker's counts say at that moment (a JetStream
+// consumer's count of pending messages lags a publish).
 func (c *crawl) drain(t *testing.T) map[string]int {
 	t.Helper()
-	got := map[string]int{}
-	ready := c.counts(t).Ready
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	for ready > 0 {
-		ds, err := c.Broker().Receive(ctx, c.queue, int(ready))
+	marker := fmt.Sprintf("marker %d", c.markers.Add(1))
+	if err := c.Broker().Publish(ctx, c.queue, broker.Message{Body: []byte(marker)}); err != nil {
+		t.Fatalf("Publish the drain's marker: %v", err)
+	}
+	got := map[string]int{}
+	for got[marker] == 0 {
+		ds, err := c.Broker().Receive(ctx, c.queue, 100)
 		if err != nil {
-			t.Fatalf("Receive (%d ready): %v", ready, err)
+			t.Fatalf("Receive, waiting for the drain's marker: %v", err)
 		}
 		for _, d := range ds {
 			got[string(d.Message().Body)]++
@@ -186,9 +190,27 @@ func (c *crawl) drain(t *testing.T) map[string]int {
 				t.Fatalf("Ack: %v", err)
 			}
 		}
-		ready -= int64(len(ds))
 	}
+	delete(got, marker)
 	return got
+}
+
+// settled waits until the queue's counts satisfy ok, for up to 20s (a
+// broker's counts may lag what it did), and fails t if they never do.
+func (c *crawl) settled(t *testing.T, what string, ok func(broker.Counts) bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		n := c.counts(t)
+		if ok(n) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("%s: counts %+v", what, n)
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // want fails t unless got holds each of names once, and nothing else.
@@ -247,9 +269,7 @@ func testOutcomes(t *testing.T, s *suite) {
 	a.Links = append(a.Links, u)
 	out := c.expand(t, a)
 	outcomes(t, "a page's first expansion", out[0], "PPPFP")
-	if n := c.counts(t).Ready; n != 4 {
-		t.Errorf("Counts().Ready = %d after publishing 4, want 4", n)
-	}
+	c.settled(t, "after publishing 4, want 4 ready", func(n broker.Counts) bool { return n.Ready == 4 })
 	want(t, "a page's first expansion", c.drain(t), "l1", "l2", "l3", "u")
 
 	out = c.expand(t, a)
@@ -510,9 +530,7 @@ func testCompletion(t *testing.T, s *suite) {
 		t.Fatalf("a new crawl's counts: %+v, want nothing", n)
 	}
 	c.expand(t, page("p", names("q", 5)...))
-	if n := c.counts(t); n.Ready != 5 || n.InFlight != 0 {
-		t.Errorf("after 5 published: %+v, want 5 ready", n)
-	}
+	c.settled(t, "after 5 published, want 5 ready", func(n broker.Counts) bool { return n.Ready == 5 && n.InFlight == 0 })
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	var ds []broker.Delivery
@@ -523,15 +541,11 @@ func testCompletion(t *testing.T, s *suite) {
 		}
 		ds = append(ds, got...)
 	}
-	if n := c.counts(t); n.Ready != 0 || n.InFlight != 5 {
-		t.Errorf("after 5 taken: %+v, want 5 in flight", n)
-	}
+	c.settled(t, "after 5 taken, want 5 in flight", func(n broker.Counts) bool { return n.Ready == 0 && n.InFlight == 5 })
 	for _, d := range ds {
 		if err := d.Ack(ctx); err != nil {
 			t.Fatalf("Ack: %v", err)
 		}
 	}
-	if n := c.counts(t); n.Ready != 0 || n.InFlight != 0 {
-		t.Errorf("after 5 acknowledged: %+v, want nothing pending", n)
-	}
+	c.settled(t, "after 5 acknowledged, want nothing pending", func(n broker.Counts) bool { return n.Ready == 0 && n.InFlight == 0 })
 }
