@@ -24,7 +24,8 @@ type HostStatus struct {
 	Untallied int64 `json:"untallied,omitempty"`
 	// DelayMs is the host's current delay between request starts in
 	// milliseconds, as the worker's limiter has it (AutoThrottle's
-	// adapted delay included); -1 where the limiter cannot tell.
+	// adapted delay included); -1 where the limiter failed to tell (a
+	// shared limiter's server out of reach).
 	DelayMs float64 `json:"delay_ms"`
 }
 
@@ -157,14 +158,6 @@ func (c *Crawler) tallyHost(host string, resp *Response, err error) {
 	}
 }
 
-// HostDelayer is implemented by a HostLimiter that can tell a host's
-// current delay between request starts (AutoThrottle's included), such
-// as the Redis limiter; a worker's record carries it for its busiest
-// hosts. The local limiter tells it too.
-type HostDelayer interface {
-	Delay(ctx context.Context, host string) (time.Duration, error)
-}
-
 // hostsForRecord returns this worker's busiest hosts with their current
 // delays, as its limiter tells them within hostDelayBudget.
 func (c *Crawler) hostsForRecord(ctx context.Context) []HostStatus {
@@ -172,17 +165,12 @@ func (c *Crawler) hostsForRecord(ctx context.Context) []HostStatus {
 	ctx, cancel := context.WithTimeout(ctx, hostDelayBudget)
 	defer cancel()
 	for i := range hs {
-		switch l := c.limiter.(type) {
-		case *politeness:
-			hs[i].DelayMs = ms(l.Delay(hs[i].Host))
-		case HostDelayer:
-			d, err := l.Delay(ctx, hs[i].Host)
-			if err != nil {
-				c.log.Debug("reading the hosts' delays for this worker's record failed", "err", err)
-				return hs // the rest unknown (-1)
-			}
-			hs[i].DelayMs = ms(d)
+		d, err := c.limiter.Delay(ctx, hs[i].Host)
+		if err != nil {
+			c.log.Debug("reading the hosts' delays for this worker's record failed", "err", err)
+			return hs // the rest unknown (-1)
 		}
+		hs[i].DelayMs = ms(d)
 	}
 	return hs
 }

@@ -30,6 +30,10 @@ type HostLimiter interface {
 	// and its status code; a limiter with AutoThrottle adapts host's delay
 	// to it, one without does nothing.
 	Observe(host string, latency time.Duration, status int)
+	// Delay returns host's current delay between request starts
+	// (AutoThrottle's included); a worker's record carries it for its
+	// busiest hosts.
+	Delay(ctx context.Context, host string) (time.Duration, error)
 }
 
 // HostLeaser is a HostLimiter shared by several workers that hands each
@@ -148,10 +152,15 @@ func (p *politeness) hostDelay(st *hostState) time.Duration {
 	return max(st.delay, st.auto)
 }
 
-// Delay returns host's current delay between request starts: the larger
-// of its minimum delay (Delay, SetDelay) and, with AutoThrottle, its
-// adapted delay.
-func (p *politeness) Delay(host string) time.Duration {
+// Delay returns host's current delay (see currentDelay); it never fails.
+func (p *politeness) Delay(_ context.Context, host string) (time.Duration, error) {
+	return p.currentDelay(host), nil
+}
+
+// currentDelay returns host's current delay between request starts: the
+// larger of its minimum delay (Delay, SetDelay) and, with AutoThrottle,
+// its adapted delay.
+func (p *politeness) currentDelay(host string) time.Duration {
 	host = strings.ToLower(host)
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -133,10 +133,10 @@ func TestAutoThrottleSlowAndFastHosts(t *testing.T) {
 			AutoThrottle: &AutoThrottle{StartDelay: start, MaxDelay: 5 * time.Second}})
 		ls := crawlThrottled(t, Config{Delay: floor, Limiter: lim}, slow, fast)
 
-		if d := lim.Delay(slow.host); d < latency {
+		if d := lim.currentDelay(slow.host); d < latency {
 			t.Errorf("slow host's delay %v, want at least its latency %v", d, latency)
 		}
-		if d := lim.Delay(fast.host); d >= start || d < floor {
+		if d := lim.currentDelay(fast.host); d >= start || d < floor {
 			t.Errorf("fast host's delay %v, want below the start delay %v and not below --delay %v", d, start, floor)
 		}
 		checkPaced(t, ls, slow)

@@ -74,13 +74,13 @@ func TestPolitenessThrottle(t *testing.T) {
 			release()
 			return time.Now()
 		}
-		if d := p.Delay("a"); d != time.Second {
+		if d := p.currentDelay("a"); d != time.Second {
 			t.Fatalf("start delay = %v, want 1s", d)
 		}
 		t0 := acquire("a")
 		time.Sleep(10 * time.Millisecond) // the response's latency, on the fake clock
 		p.Observe("a", 10*time.Millisecond, 200)
-		if d := p.Delay("a"); d != 505*time.Millisecond {
+		if d := p.currentDelay("a"); d != 505*time.Millisecond {
 			t.Fatalf("after a fast response: delay %v, want 505ms", d)
 		}
 		if got := acquire("a").Sub(t0); got != 505*time.Millisecond {
@@ -89,11 +89,11 @@ func TestPolitenessThrottle(t *testing.T) {
 		for range 10 {
 			p.Observe("a", time.Millisecond, 200)
 		}
-		if d := p.Delay("a"); d != 100*time.Millisecond {
+		if d := p.currentDelay("a"); d != 100*time.Millisecond {
 			t.Errorf("after fast responses: delay %v, want the floor Delay 100ms", d)
 		}
 		p.Observe("b", 3*time.Second, 200)
-		if d, da := p.Delay("b"), p.Delay("a"); d != 3*time.Second || da != 100*time.Millisecond {
+		if d, da := p.currentDelay("b"), p.currentDelay("a"); d != 3*time.Second || da != 100*time.Millisecond {
 			t.Errorf("slow b: delays b %v, a %v; want 3s and 100ms", d, da)
 		}
 		t1 := acquire("b")
@@ -102,7 +102,7 @@ func TestPolitenessThrottle(t *testing.T) {
 		}
 		p.SetDelay("a", 2*time.Second) // Crawl-delay
 		p.Observe("a", time.Millisecond, 200)
-		if d := p.Delay("a"); d != 2*time.Second {
+		if d := p.currentDelay("a"); d != 2*time.Second {
 			t.Errorf("with Crawl-delay 2s: delay %v, want 2s", d)
 		}
 	})
@@ -112,7 +112,7 @@ func TestPolitenessThrottle(t *testing.T) {
 func TestPolitenessNoThrottle(t *testing.T) {
 	p := newPoliteness(politenessConfig{Delay: 50 * time.Millisecond})
 	p.Observe("a", 10*time.Second, 200)
-	if d := p.Delay("a"); d != 50*time.Millisecond {
+	if d := p.currentDelay("a"); d != 50*time.Millisecond {
 		t.Errorf("delay %v, want the fixed 50ms", d)
 	}
 }
