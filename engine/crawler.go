@@ -43,55 +43,6 @@ var ErrDrop = errors.New("engine: drop request")
 // come back when the backend is repaired and a worker runs again.
 var ErrBackendFailing = errors.New("engine: the broker, filter or sink keeps failing")
 
-// failures tracks a streak of failures of one kind of operation.
-type failures struct {
-	since atomic.Int64          // unix nanoseconds of the streak's first failure; 0: no streak
-	last  atomic.Pointer[error] // the latest failure
-}
-
-// fail records a failure.
-func (f *failures) fail(err error) {
-	f.last.Store(&err)
-	f.since.CompareAndSwap(0, time.Now().UnixNano())
-}
-
-// ok ends the streak.
-func (f *failures) ok() {
-	if f.since.Load() != 0 {
-		f.since.Store(0)
-	}
-}
-
-// bound returns ctx, ending when the streak reaches limit if one is
-// under way (limit < 0: never), so that a wait for work does not outlast
-// the check of the streak: a worker whose writes keep failing gives up at
-// limit, not at the next delivery (a retry's back-off later).
-func (f *failures) bound(ctx context.Context, limit time.Duration) (context.Context, context.CancelFunc) {
-	since := f.since.Load()
-	if since == 0 || limit < 0 {
-		return ctx, func() {}
-	}
-	return context.WithDeadline(ctx, time.Unix(0, since).Add(limit))
-}
-
-// check returns an error when the streak has lasted longer than limit
-// (limit < 0: never).
-func (f *failures) check(limit time.Duration) error {
-	since := f.since.Load()
-	if since == 0 || limit < 0 {
-		return nil
-	}
-	d := time.Since(time.Unix(0, since))
-	if d < limit {
-		return nil
-	}
-	var last error
-	if p := f.last.Load(); p != nil {
-		last = *p
-	}
-	return fmt.Errorf("failed for %v with no success (last: %w)", d.Round(time.Millisecond), last)
-}
-
 // ErrNoPages is returned by Run when the crawl ended without a single
 // successful response but with errors: an unreachable site, say. It wraps
 // the last error seen.
@@ -118,22 +69,18 @@ type Crawler struct {
 	log          *slog.Logger
 	extract      []*extraction
 
-	started      atomic.Int64          // pages whose fetch started on this worker
-	inflight     atomic.Int64          // deliveries held by this worker
-	badLogged    atomic.Bool           // the first undecodable payload was logged
-	lastErr      atomic.Pointer[error] // the last error that lost a page, for ErrNoPages
-	unknownCB    sync.Map              // callback names already logged as unknown at Warn
-	refused      refusals              // refusals by this worker's own configuration
-	writes       failures              // publishing links, the filter and the sink
-	receives     failures              // receiving from the frontier
-	countWarn    atomic.Int64          // when (unix ns) idle last warned that counting failed
-	traps        *trapGuard            // Config.MaxQueryValues; nil: none
-	hosts        *hostBudget           // Config.MaxPagesPerHost; nil: none
-	linksWarned  atomic.Bool           // a page's links past MaxLinks were logged at Warn
-	sitemapHosts *hostBudget           // sitemaps requested per host (SitemapMaxPerHost)
+	started      atomic.Int64  // pages whose fetch started on this worker
+	badLogged    atomic.Bool   // the first undecodable payload was logged
+	unknownCB    sync.Map      // callback names already logged as unknown at Warn
+	refused      refusals      // refusals by this worker's own configuration
+	clocks       failureClocks // the streaks of failed writes and receives, and the last page lost
+	countWarn    atomic.Int64  // when (unix ns) idle last warned that counting failed
+	traps        *trapGuard    // Config.MaxQueryValues; nil: none
+	hosts        *hostBudget   // Config.MaxPagesPerHost; nil: none
+	linksWarned  atomic.Bool   // a page's links past MaxLinks were logged at Warn
+	sitemapHosts *hostBudget   // sitemaps requested per host (SitemapMaxPerHost)
 
-	leases sync.Map // broker.Delivery -> struct{}: deliveries to keep extended
-	held   sync.Map // broker.Delivery -> struct{}: deliveries with the writer (see hold), kept extended too
+	leases leaseKeeper // the deliveries this worker holds, their leases kept extended
 
 	// settling is Run's writer and acker (see startSettlement); nil
 	// outside Run: pages are then written and acknowledged one by one.
@@ -310,7 +257,7 @@ func (c *Crawler) Run(ctx context.Context) error {
 
 	var wg sync.WaitGroup
 	keeperDone := make(chan struct{})
-	wg.Go(func() { c.keepLeases(work, keeperDone) })
+	wg.Go(func() { c.leases.keep(work, c.cfg.Lease, keeperDone, c.log) })
 	if p := c.presence(); p != nil {
 		wg.Go(func() { c.announce(work, p, keeperDone) })
 	}
@@ -325,8 +272,7 @@ func (c *Crawler) Run(ctx context.Context) error {
 		wg.Go(func() {
 			for it := range pages {
 				c.handle(ctx, work, it.d, it.req)
-				c.leases.Delete(it.d)
-				c.inflight.Add(-1)
+				c.leases.done(it.d)
 				c.stats.AddInFlight(-1)
 				bench.done(it.host)
 				<-sem
@@ -352,8 +298,8 @@ func (c *Crawler) Run(ctx context.Context) error {
 	c.log.Info("crawl stopped", "crawl", c.cfg.Name, "pages", c.stats.Get(StatResponses),
 		"items", c.stats.Get(StatItems), "errors", c.stats.Get(StatErrors), "err", err)
 	if err == nil && c.stats.Get(StatResponses) == 0 && c.stats.Get(StatErrors) > 0 {
-		if last := c.lastErr.Load(); last != nil {
-			err = fmt.Errorf("%w: %w", ErrNoPages, *last)
+		if last := c.clocks.lastLost(); last != nil {
+			err = fmt.Errorf("%w: %w", ErrNoPages, last)
 		} else {
 			err = ErrNoPages
 		}
@@ -403,8 +349,7 @@ func (c *Crawler) receive(ctx context.Context, sem chan struct{}, bench *workben
 		}
 		c.giveBack(ctx, ds...)
 		for _, d := range ds {
-			c.leases.Delete(d)
-			c.inflight.Add(-1)
+			c.leases.done(d)
 		}
 	}()
 
@@ -432,7 +377,7 @@ func (c *Crawler) receive(ctx context.Context, sem chan struct{}, bench *workben
 			c.log.Info("page limit reached", "pages", c.cfg.MaxPages)
 			return nil
 		}
-		if err := c.writes.check(c.cfg.FailureTimeout); err != nil {
+		if err := c.clocks.writes.check(c.cfg.FailureTimeout); err != nil {
 			c.log.Error("writes keep failing; stopping", "err", err)
 			return fmt.Errorf("%w: publishing links, checking the filter or writing items %w; "+
 				"no page was acknowledged or dead-lettered for it", ErrBackendFailing, err)
@@ -504,7 +449,7 @@ func (c *Crawler) nextItem(ctx, run context.Context, cons broker.Consumer, bench
 		}
 		// A frontier that keeps this worker waiting asks for start URLs.
 		hunger.Reset(startsPoll)
-		next, stopNext := c.writes.bound(wait, c.cfg.FailureTimeout)
+		next, stopNext := c.clocks.writes.bound(wait, c.cfg.FailureTimeout)
 		d, err := cons.Next(next)
 		c.pause.wakeOnPause(nil)
 		stopNext()
@@ -525,8 +470,8 @@ func (c *Crawler) nextItem(ctx, run context.Context, cons broker.Consumer, bench
 			case errors.Is(err, broker.ErrClosed) || errors.Is(err, broker.ErrInvalid):
 				return nil, fmt.Errorf("engine: receive: %w", err)
 			}
-			c.receives.fail(err)
-			if err := c.receives.check(c.cfg.FailureTimeout); err != nil {
+			c.clocks.receives.fail(err)
+			if err := c.clocks.receives.check(c.cfg.FailureTimeout); err != nil {
 				c.log.Error("receiving keeps failing; stopping", "queue", queue, "err", err)
 				return nil, fmt.Errorf("%w: receiving from %s %w", ErrBackendFailing, queue, err)
 			}
@@ -534,13 +479,12 @@ func (c *Crawler) nextItem(ctx, run context.Context, cons broker.Consumer, bench
 			sleep(run, time.Second)
 			return nil, nil
 		}
-		c.receives.ok()
+		c.clocks.receives.ok()
 		if ctx.Err() != nil {
 			c.giveBack(ctx, d)
 			return nil, ctx.Err()
 		}
-		c.inflight.Add(1)
-		c.leases.Store(d, struct{}{})
+		c.leases.take(d)
 		bench.add(newBenchItem(d))
 	}
 }
@@ -572,7 +516,7 @@ func (c *Crawler) consume(ctx context.Context, queue string) (broker.Consumer, e
 	for {
 		cons, err := c.frontier.Broker().Consume(ctx, queue, prefetch)
 		if err == nil {
-			c.receives.ok()
+			c.clocks.receives.ok()
 			return cons, nil
 		}
 		if ctx.Err() != nil {
@@ -581,8 +525,8 @@ func (c *Crawler) consume(ctx context.Context, queue string) (broker.Consumer, e
 		if errors.Is(err, broker.ErrClosed) || errors.Is(err, broker.ErrInvalid) {
 			return nil, fmt.Errorf("engine: consume: %w", err)
 		}
-		c.receives.fail(err)
-		if err := c.receives.check(c.cfg.FailureTimeout); err != nil {
+		c.clocks.receives.fail(err)
+		if err := c.clocks.receives.check(c.cfg.FailureTimeout); err != nil {
 			c.log.Error("receiving keeps failing; stopping", "queue", queue, "err", err)
 			return nil, fmt.Errorf("%w: consuming %s %w", ErrBackendFailing, queue, err)
 		}
@@ -672,7 +616,7 @@ func (c *Crawler) feed(ctx context.Context, startsLeft bool, hungry <-chan struc
 			return
 		}
 		c.pollPause(ctx)
-		if c.inflight.Load() > 0 {
+		if c.leases.inFlight() > 0 {
 			idleSince = time.Time{}
 			continue
 		}
@@ -709,7 +653,7 @@ func (c *Crawler) feed(ctx context.Context, startsLeft bool, hungry <-chan struc
 // idle reports whether nothing is in flight here and nothing is queued or
 // in flight anywhere.
 func (c *Crawler) idle(ctx context.Context) bool {
-	if c.inflight.Load() > 0 {
+	if c.leases.inFlight() > 0 {
 		return false
 	}
 	queues := []string{RequestsQueue(c.cfg.Name), StartQueue(c.cfg.Name)}
@@ -789,7 +733,7 @@ func (c *Crawler) takeStarts(ctx context.Context) (int, error) {
 		}
 		// The backend's failure, not the start URLs': they go back with
 		// their attempts unspent, taken again at the feeder's next tick.
-		c.writes.fail(err)
+		c.clocks.writes.fail(err)
 		for _, d := range good {
 			c.unspent(ctx, d)
 		}
@@ -835,7 +779,7 @@ func (c *Crawler) takeExternalStarts(ctx context.Context) (int, error) {
 	}
 	if err := c.enqueueStarts(ctx, reqs); err != nil {
 		if !pageFault(err) {
-			c.writes.fail(err)
+			c.clocks.writes.fail(err)
 		}
 		// Put them back, or they are lost. The writes that just failed
 		// may fail a push too (a Redis server out of memory): a source
@@ -877,7 +821,7 @@ func (c *Crawler) startLease() time.Duration {
 	if c.cfg.Lease > 0 {
 		return c.cfg.Lease
 	}
-	return 30 * time.Second
+	return defaultLease
 }
 
 // startRequest turns a start-URL payload into a request scoped to its host.
@@ -895,72 +839,6 @@ func startRequest(p []byte) (*Request, error) {
 		req.Header.Set(k, v)
 	}
 	return req, nil
-}
-
-// keepLeases extends the leases of deliveries in progress, every third of
-// the lease, until done is closed: the deliveries the workbench holds
-// back and those being processed (leases) and those with the writer
-// (held).
-func (c *Crawler) keepLeases(ctx context.Context, done <-chan struct{}) {
-	lease := c.cfg.Lease
-	if lease <= 0 {
-		lease = 30 * time.Second
-	}
-	t := time.NewTicker(lease / 3)
-	defer t.Stop()
-	var ds []broker.Delivery
-	for {
-		select {
-		case <-done:
-			return
-		case <-t.C:
-		}
-		ds = ds[:0]
-		collect := func(k, _ any) bool {
-			ds = append(ds, k.(broker.Delivery))
-			return true
-		}
-		c.leases.Range(collect)
-		c.held.Range(collect)
-		extendAll(ctx, ds, lease, func(err error) {
-			if !errors.Is(err, broker.ErrSettled) {
-				c.log.Warn("lease extension failed", "err", err)
-			}
-		})
-	}
-}
-
-// extendParallel is how many lease extensions keepLeases has in flight at
-// once: a worker may hold thousands of deliveries (the workbench holds
-// back up to 16 x Concurrency), and one after the other, a round trip
-// each, their extensions could outlast the leases on a loaded machine.
-const extendParallel = 32
-
-// extendAll extends every lease of ds by lease, extendParallel at a time,
-// and reports each failure to failed (from several goroutines, one at a
-// time).
-func extendAll(ctx context.Context, ds []broker.Delivery, lease time.Duration, failed func(error)) {
-	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		next = make(chan broker.Delivery)
-	)
-	for range min(extendParallel, len(ds)) {
-		wg.Go(func() {
-			for e := range next {
-				if err := e.Extend(ctx, lease); err != nil {
-					mu.Lock()
-					failed(err)
-					mu.Unlock()
-				}
-			}
-		})
-	}
-	for _, e := range ds {
-		next <- e
-	}
-	close(next)
-	wg.Wait()
 }
 
 // handle processes one delivery and settles it. ctx is Run's context (its
@@ -1723,7 +1601,7 @@ func (c *Crawler) fail(kind string, err error) {
 	c.stats.Inc(StatErrors)
 	c.stats.Inc(StatErrorKindPrefix + kind)
 	if err != nil {
-		c.lastErr.Store(&err)
+		c.clocks.lost(err)
 	}
 }
 

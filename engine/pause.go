@@ -141,7 +141,7 @@ func (p *pauser) isParked() bool {
 func (c *Crawler) pollPause(ctx context.Context) {
 	m := c.metadata()
 	every := pausePoll
-	if c.inflight.Load() == 0 {
+	if c.leases.inFlight() == 0 {
 		every = pausePollIdle
 	}
 	if m == nil || time.Since(c.pause.lastRead) < every {

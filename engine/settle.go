@@ -192,15 +192,13 @@ func (c *Crawler) submit(ctx context.Context, d broker.Delivery, w *write) {
 
 // hold counts d as in flight, its lease extended, until release.
 func (c *Crawler) hold(d broker.Delivery) {
-	c.inflight.Add(1)
+	c.leases.hold(d)
 	c.stats.AddInFlight(1)
-	c.held.Store(d, struct{}{})
 }
 
 // release ends hold.
 func (c *Crawler) release(d broker.Delivery) {
-	c.held.Delete(d)
-	c.inflight.Add(-1)
+	c.leases.release(d)
 	c.stats.AddInFlight(-1)
 }
 
@@ -289,14 +287,14 @@ func (c *Crawler) holdFailed(ctx context.Context, ps []pageWrite, err error) {
 	}
 	wait := holdRetryMin
 	for {
-		if c.writes.check(c.cfg.FailureTimeout) != nil || quit.Err() != nil {
+		if c.clocks.writes.check(c.cfg.FailureTimeout) != nil || quit.Err() != nil {
 			c.releaseAll(ctx, ps, err)
 			return
 		}
-		bounded, cancel := c.writes.bound(quit, c.cfg.FailureTimeout)
+		bounded, cancel := c.clocks.writes.bound(quit, c.cfg.FailureTimeout)
 		sleep(bounded, wait)
 		cancel()
-		if c.writes.check(c.cfg.FailureTimeout) != nil || quit.Err() != nil {
+		if c.clocks.writes.check(c.cfg.FailureTimeout) != nil || quit.Err() != nil {
 			continue
 		}
 		err = c.write(ctx, ps)
@@ -360,12 +358,12 @@ func (c *Crawler) write(ctx context.Context, ps []pageWrite) error {
 	}
 	if err != nil {
 		if !pageFault(err) {
-			c.writes.fail(err)
+			c.clocks.writes.fail(err)
 		}
 		return err
 	}
 	if len(pages) > 0 || len(items) > 0 {
-		c.writes.ok()
+		c.clocks.writes.ok()
 	}
 	c.stats.Add(StatItems, int64(len(items)))
 	for _, p := range ps {

@@ -1,0 +1,119 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/trawlhq/trawl/broker"
+)
+
+// leaseKeeper holds the deliveries this worker has in hand and keeps
+// their leases extended (keep) until they are settled: those taken from
+// the frontier (the workbench's held-back ones and those being
+// processed) and those with the writer (see hold). It counts them, for
+// the feeder: a worker with deliveries in hand is not idle.
+type leaseKeeper struct {
+	taken sync.Map     // broker.Delivery -> struct{}: taken, not yet done
+	held  sync.Map     // broker.Delivery -> struct{}: with the writer, not yet released
+	n     atomic.Int64 // taken plus held (a delivery both taken and held counts twice)
+}
+
+// take holds d, taken from the frontier, until done.
+func (k *leaseKeeper) take(d broker.Delivery) {
+	k.n.Add(1)
+	k.taken.Store(d, struct{}{})
+}
+
+// done ends take.
+func (k *leaseKeeper) done(d broker.Delivery) {
+	k.taken.Delete(d)
+	k.n.Add(-1)
+}
+
+// hold holds d, handed to the writer, until release.
+func (k *leaseKeeper) hold(d broker.Delivery) {
+	k.n.Add(1)
+	k.held.Store(d, struct{}{})
+}
+
+// release ends hold.
+func (k *leaseKeeper) release(d broker.Delivery) {
+	k.held.Delete(d)
+	k.n.Add(-1)
+}
+
+// inFlight counts the deliveries taken and held (one both taken and held
+// counts twice): 0 when this worker has none in hand.
+func (k *leaseKeeper) inFlight() int64 { return k.n.Load() }
+
+// defaultLease is the lease assumed where Config.Lease is unset.
+const defaultLease = 30 * time.Second
+
+// keep extends the leases of the deliveries taken and held, by lease
+// (defaultLease if not above 0) every third of it, until done is closed.
+// A failed extension is logged, unless the delivery was settled
+// meanwhile (broker.ErrSettled).
+func (k *leaseKeeper) keep(ctx context.Context, lease time.Duration, done <-chan struct{}, log *slog.Logger) {
+	if lease <= 0 {
+		lease = defaultLease
+	}
+	t := time.NewTicker(lease / 3)
+	defer t.Stop()
+	var ds []broker.Delivery
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+		}
+		ds = ds[:0]
+		collect := func(k, _ any) bool {
+			ds = append(ds, k.(broker.Delivery))
+			return true
+		}
+		k.taken.Range(collect)
+		k.held.Range(collect)
+		extendAll(ctx, ds, lease, func(err error) {
+			if !errors.Is(err, broker.ErrSettled) {
+				log.Warn("lease extension failed", "err", err)
+			}
+		})
+	}
+}
+
+// extendParallel is how many lease extensions keep has in flight at
+// once: a worker may hold thousands of deliveries (the workbench holds
+// back up to 16 x Concurrency), and one after the other, a round trip
+// each, their extensions could outlast the leases on a loaded machine.
+const extendParallel = 32
+
+// extendAll extends every lease of ds by lease, extendParallel at a time,
+// and reports each failure to failed (from several goroutines, one at a
+// time).
+func extendAll(ctx context.Context, ds []broker.Delivery, lease time.Duration, failed func(error)) {
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		next = make(chan broker.Delivery)
+	)
+	for range min(extendParallel, len(ds)) {
+		wg.Go(func() {
+			for e := range next {
+				if err := e.Extend(ctx, lease); err != nil {
+					mu.Lock()
+					failed(err)
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	for _, e := range ds {
+		next <- e
+	}
+	close(next)
+	wg.Wait()
+}

@@ -1,0 +1,126 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/trawlhq/trawl/broker"
+)
+
+// leasedDelivery is a delivery that counts its extensions, failing them
+// with err.
+type leasedDelivery struct {
+	broker.Delivery
+	mu       sync.Mutex
+	extended []time.Duration
+	err      error
+}
+
+func (d *leasedDelivery) Extend(_ context.Context, lease time.Duration) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.extended = append(d.extended, lease)
+	return d.err
+}
+
+func (d *leasedDelivery) extensions() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.extended)
+}
+
+// TestLeaseKeeper: the keeper extends, every third of the lease, the
+// leases of the deliveries taken and of those held, not of those done
+// or released; it counts them in flight; and it logs a failed extension
+// unless the delivery was settled meanwhile.
+func TestLeaseKeeper(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var logs bytes.Buffer
+		log := slog.New(slog.NewTextHandler(&logs, nil))
+		var k leaseKeeper
+		taken, held, both, gone := &leasedDelivery{}, &leasedDelivery{}, &leasedDelivery{}, &leasedDelivery{}
+		settled := &leasedDelivery{err: broker.ErrSettled}
+		lost := &leasedDelivery{err: broker.ErrNotFound}
+		k.take(taken)
+		k.hold(held)
+		k.take(both)
+		k.hold(both)
+		k.take(gone)
+		k.hold(settled)
+		k.take(lost)
+		if n := k.inFlight(); n != 7 {
+			t.Fatalf("inFlight = %d, want 7 (a delivery taken and held counts twice)", n)
+		}
+		k.done(gone)
+		done := make(chan struct{})
+		stopped := make(chan struct{})
+		go func() { defer close(stopped); k.keep(context.Background(), 3*time.Second, done, log) }()
+		time.Sleep(time.Second + time.Millisecond)
+		synctest.Wait()
+		// A delivery both taken and held (a page handed to the writer,
+		// its goroutine not yet done) is extended once as each.
+		for _, tc := range []struct {
+			name string
+			d    *leasedDelivery
+			want int
+		}{{"taken", taken, 1}, {"held", held, 1}, {"taken and held", both, 2}} {
+			if n := tc.d.extensions(); n != tc.want {
+				t.Errorf("%s: %d extensions after a third of the lease, want %d", tc.name, n, tc.want)
+			}
+		}
+		if n := gone.extensions(); n != 0 {
+			t.Errorf("a delivery done was extended %d times", n)
+		}
+		if got := taken.extended[0]; got != 3*time.Second {
+			t.Errorf("extended by %v, want the lease, 3s", got)
+		}
+		if s := logs.String(); strings.Count(s, "lease extension failed") != 1 || !strings.Contains(s, broker.ErrNotFound.Error()) {
+			t.Errorf("logged %q, want one failed extension: the lost lease's, not the settled delivery's", s)
+		}
+		k.done(taken)
+		k.release(held)
+		k.done(both)
+		k.release(both)
+		k.release(settled)
+		k.done(lost)
+		if n := k.inFlight(); n != 0 {
+			t.Errorf("inFlight = %d once every delivery is settled, want 0", n)
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if n := held.extensions(); n != 1 {
+			t.Errorf("a delivery released was extended again: %d extensions", n)
+		}
+		close(done)
+		<-stopped
+	})
+}
+
+// TestLeaseKeeperDefault: with no lease configured the keeper extends by
+// defaultLease, every third of it.
+func TestLeaseKeeperDefault(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var k leaseKeeper
+		d := &leasedDelivery{}
+		k.take(d)
+		done := make(chan struct{})
+		go k.keep(context.Background(), 0, done, slog.New(slog.DiscardHandler))
+		time.Sleep(defaultLease/3 - time.Millisecond)
+		synctest.Wait()
+		if n := d.extensions(); n != 0 {
+			t.Errorf("extended %d times before a third of the default lease", n)
+		}
+		time.Sleep(2 * time.Millisecond)
+		synctest.Wait()
+		if n := d.extensions(); n != 1 || d.extended[0] != defaultLease {
+			t.Errorf("extensions %v after a third of the default lease, want one of %v", d.extended, defaultLease)
+		}
+		close(done)
+	})
+}
