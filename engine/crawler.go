@@ -88,14 +88,7 @@ type Crawler struct {
 
 	state stateWatch // the crawl's mark (see state.go)
 
-	joinMu sync.Mutex // guards joined
-	joined bool       // the crawl's settings were adopted (joinCrawl)
-	// trustGrew is when refreshTrust last trusted a host the crawl came
-	// to trust after this worker joined (unix nanoseconds).
-	trustGrew atomic.Int64
-	// shared: this worker's guard is the crawl's (its settings came from,
-	// or were stored with, the crawl), so its refusals are the crawl's.
-	shared atomic.Bool
+	member membership // this worker's joining of the crawl (see joinCrawl)
 }
 
 // New returns a crawler over b and f, composed into a frontier (see

@@ -50,7 +50,7 @@ type refusals struct {
 // given back for another worker (or dead-lettered past MaxDeferrals),
 // never settled as done.
 func (c *Crawler) refuse(ctx context.Context, req *Request, u *url.URL, asked time.Time, err error) action {
-	if c.shared.Load() {
+	if c.member.isShared() {
 		if c.refreshTrust(ctx, asked, u) {
 			c.log.Info("the crawl trusts this host now (a worker that seeded it joined after this one); fetching it",
 				"host", u.Host)
@@ -176,9 +176,9 @@ func (c *Crawler) refreshTrust(ctx context.Context, asked time.Time, u *url.URL)
 			return false
 		}
 		c.fetcher.Trust(h)
-		c.trustGrew.Store(time.Now().UnixNano())
+		c.member.trustGrown()
 	}
-	if c.trustGrew.Load() <= asked.UnixNano() || !c.fetcher.guard.isTrusted(host, defaultPort(u)) {
+	if !c.member.trustGrewSince(asked) || !c.fetcher.guard.isTrusted(host, defaultPort(u)) {
 		return false
 	}
 	if c.robots != nil {

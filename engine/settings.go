@@ -491,38 +491,32 @@ func compilePatterns(what string, ps []string) ([]*regexp.Regexp, error) {
 // joinCrawl adopts the crawl's settings once, before the crawler seeds or
 // crawls (see JoinSettings).
 func (c *Crawler) joinCrawl(ctx context.Context) error {
-	c.joinMu.Lock()
-	defer c.joinMu.Unlock()
-	if c.joined {
-		return nil
-	}
-	m := c.metadata()
-	if m == nil {
-		c.log.Warn("the broker cannot keep the crawl's settings: this worker crawls by its own", "crawl", c.cfg.Name)
-		c.joined = true
-		return nil
-	}
-	s, err := JoinSettings(ctx, m, c.cfg.Name, SettingsOf(c.cfg.Config), JoinConfig{
-		Adopt: c.cfg.Adopt, Override: c.cfg.OverrideSettings, Logger: c.log,
-	})
-	if err != nil {
-		return err
-	}
-	if err := c.checkPartitions(s); err != nil {
-		return err
-	}
-	own := SettingsOf(c.cfg.Config)
-	if err := publishTrust(ctx, m, c.cfg.Name, own.TrustedHosts); err != nil {
-		return err
-	}
-	if !s.Equal(own) {
-		if err := c.apply(s); err != nil {
-			return err
+	return c.member.join(func() (bool, error) {
+		m := c.metadata()
+		if m == nil {
+			c.log.Warn("the broker cannot keep the crawl's settings: this worker crawls by its own", "crawl", c.cfg.Name)
+			return false, nil
 		}
-	}
-	c.joined = true
-	c.shared.Store(true)
-	return nil
+		s, err := JoinSettings(ctx, m, c.cfg.Name, SettingsOf(c.cfg.Config), JoinConfig{
+			Adopt: c.cfg.Adopt, Override: c.cfg.OverrideSettings, Logger: c.log,
+		})
+		if err != nil {
+			return false, err
+		}
+		if err := c.checkPartitions(s); err != nil {
+			return false, err
+		}
+		own := SettingsOf(c.cfg.Config)
+		if err := publishTrust(ctx, m, c.cfg.Name, own.TrustedHosts); err != nil {
+			return false, err
+		}
+		if !s.Equal(own) {
+			if err := c.apply(s); err != nil {
+				return false, err
+			}
+		}
+		return true, nil
+	})
 }
 
 // ErrPartitions is returned by Seed and Run when the crawl's partition
