@@ -69,17 +69,10 @@ type Crawler struct {
 	log          *slog.Logger
 	extract      []*extraction
 
-	started      atomic.Int64  // pages whose fetch started on this worker
-	badLogged    atomic.Bool   // the first undecodable payload was logged
-	unknownCB    sync.Map      // callback names already logged as unknown at Warn
-	refused      refusals      // refusals by this worker's own configuration
-	clocks       failureClocks // the streaks of failed writes and receives, and the last page lost
-	countWarn    atomic.Int64  // when (unix ns) idle last warned that counting failed
-	traps        *trapGuard    // Config.MaxQueryValues; nil: none
-	hosts        *hostBudget   // Config.MaxPagesPerHost; nil: none
-	linksWarned  atomic.Bool   // a page's links past MaxLinks were logged at Warn
-	sitemapHosts *hostBudget   // sitemaps requested per host (SitemapMaxPerHost)
+	clocks    failureClocks // the streaks of failed writes and receives, and the last page lost
+	countWarn atomic.Int64  // when (unix ns) idle last warned that counting failed
 
+	guards *pageGuards // this worker's own guards: MaxPages, URL traps, host budgets, refusals
 	leases leaseKeeper // the deliveries this worker holds, their leases kept extended
 
 	// settling is Run's writer and acker (see startSettlement); nil
@@ -131,8 +124,7 @@ func NewOn(fr frontier.Frontier, cfg Config) (*Crawler, error) {
 
 // newCrawler returns a crawler of fr with the compiled configuration cc.
 func newCrawler(fr frontier.Frontier, cc *compiled) (*Crawler, error) {
-	c := &Crawler{frontier: fr, stats: cc.Stats, log: cc.Logger, extractLinks: linkscan.ExtractLimited,
-		sitemapHosts: &hostBudget{max: SitemapMaxPerHost, strict: true, count: map[string]int{}, warned: map[string]bool{}}}
+	c := &Crawler{frontier: fr, stats: cc.Stats, log: cc.Logger, extractLinks: linkscan.ExtractLimited, guards: newPageGuards()}
 	c.seen.Store(newSeenLinks())
 	if c.stats == nil {
 		c.stats = NewStats()
@@ -155,13 +147,7 @@ func (c *Crawler) build(cc *compiled) error {
 		return fmt.Errorf("engine config: %w", err)
 	}
 	c.cfg, c.scope, c.extract, c.robots = cc, newScope(cc), extract, nil
-	c.traps, c.hosts = nil, nil
-	if cc.MaxQueryValues > 0 {
-		c.traps = newTrapGuard(cc.MaxQueryValues)
-	}
-	if cc.MaxPagesPerHost > 0 {
-		c.hosts = newHostBudget(cc.MaxPagesPerHost)
-	}
+	c.guards.configure(cc)
 	fo := cc.Fetch
 	if fo.Logger == nil {
 		fo.Logger = c.log
@@ -366,7 +352,7 @@ func (c *Crawler) receive(ctx context.Context, sem chan struct{}, bench *workben
 	hunger.Stop()
 	defer hunger.Stop()
 	for {
-		if c.cfg.MaxPages > 0 && c.started.Load() >= int64(c.cfg.MaxPages) {
+		if c.guards.reached(c.cfg.MaxPages) {
 			c.log.Info("page limit reached", "pages", c.cfg.MaxPages)
 			return nil
 		}
@@ -973,11 +959,9 @@ func (c *Crawler) fetchPage(ctx, work context.Context, v *visit) action {
 	if err != nil {
 		return giveBack()
 	}
-	if c.cfg.MaxPages > 0 && c.started.Add(1) > int64(c.cfg.MaxPages) {
+	if !c.guards.startPage(c.cfg.MaxPages) {
 		release()
 		return giveBack()
-	} else if c.cfg.MaxPages == 0 {
-		c.started.Add(1)
 	}
 	c.stats.Inc(StatRequests)
 	v.fetched = req
@@ -991,10 +975,10 @@ func (c *Crawler) fetchPage(ctx, work context.Context, v *visit) action {
 	c.tallyHost(u.Host, v.resp, err)
 	switch {
 	case errors.Is(err, ErrLocalRefusal):
-		c.started.Add(-1)
+		c.guards.unstartPage()
 		return c.failed(work, v.fetched, nil, redactErr(err), c.refuse(ctx, req, u, v.asked, err))
 	case err == nil:
-		c.refused.streak.Store(0)
+		c.guards.refused.streak.Store(0)
 		return nil
 	case isRetryable(err):
 		c.limiter.Backoff(u.Host, time.Now().Add(c.cfg.backoff(v.prior+1)))
@@ -1310,7 +1294,7 @@ func (c *Crawler) unknownCallback(ctx context.Context, req *Request) string {
 		reason = fmt.Sprintf("unknown callback %q: this worker has only the default callback", req.Callback)
 	}
 	lvl := slog.LevelDebug
-	if _, seen := c.unknownCB.LoadOrStore(req.Callback, struct{}{}); !seen {
+	if c.guards.firstUnknown(req.Callback) {
 		lvl = slog.LevelWarn
 	}
 	c.log.Log(ctx, lvl, "request for an unknown callback dead-lettered; do all workers run the same code?",
@@ -1321,7 +1305,7 @@ func (c *Crawler) unknownCallback(ctx context.Context, req *Request) string {
 // deadLetter rejects an undecodable payload; the first is logged at Warn.
 func (c *Crawler) deadLetter(ctx context.Context, d broker.Delivery, err error) {
 	lvl := slog.LevelDebug
-	if c.badLogged.CompareAndSwap(false, true) {
+	if c.guards.firstUndecodable() {
 		lvl = slog.LevelWarn
 	}
 	c.log.Log(ctx, lvl, "undecodable payload dead-lettered", "queue", d.Queue(), "err", err, "bytes", len(d.Message().Body))
@@ -1348,7 +1332,7 @@ type links struct {
 // (see guard) if it took one: it was not published.
 func (c *Crawler) releaseBudget(budgeted bool, u *url.URL) {
 	if budgeted {
-		c.hosts.release(u.Host)
+		c.guards.hosts.release(u.Host)
 	}
 }
 
@@ -1358,14 +1342,14 @@ func (c *Crawler) releaseBudget(budgeted bool, u *url.URL) {
 // in its host's budget, to give back (hostBudget.release) unless it is
 // published.
 func (c *Crawler) guard(parent *Request, pu **url.URL, u *url.URL) (ok, reserved bool) {
-	if c.traps != nil && u.RawQuery != "" {
+	if c.guards.traps != nil && u.RawQuery != "" {
 		if *pu == nil {
 			if p, err := url.Parse(parent.URL); err == nil {
 				*pu = p
 			}
 		}
 		if *pu != nil {
-			ok, key, warn := c.traps.allow(*pu, u)
+			ok, key, warn := c.guards.traps.allow(*pu, u)
 			if !ok {
 				c.stats.Inc(StatURLTrap)
 				if warn {
@@ -1376,10 +1360,10 @@ func (c *Crawler) guard(parent *Request, pu **url.URL, u *url.URL) (ok, reserved
 			}
 		}
 	}
-	if c.hosts == nil {
+	if c.guards.hosts == nil {
 		return true, false
 	}
-	if ok, warn := c.hosts.reserve(u.Host); !ok {
+	if ok, warn := c.guards.hosts.reserve(u.Host); !ok {
 		c.stats.Inc(StatHostBudget)
 		if warn {
 			c.log.Warn("host has had its page budget; its other links are not followed (scheduler/host_budget counts them)",
@@ -1565,7 +1549,7 @@ func (c *Crawler) defaultCallback(_ context.Context, resp *Response) (Result, er
 		if dropped > 0 {
 			c.stats.Add(StatLinksDropped, int64(dropped))
 			level := slog.LevelInfo
-			if c.linksWarned.CompareAndSwap(false, true) {
+			if c.guards.firstLinksDropped() {
 				level = slog.LevelWarn
 			}
 			c.log.Log(context.Background(), level, "page has more links than --max-links; the rest are not followed (links/dropped counts them)",

@@ -63,10 +63,10 @@ func (c *Crawler) refuse(ctx context.Context, req *Request, u *url.URL, asked ti
 		return ack()
 	}
 	c.stats.Inc(StatRefused)
-	c.refused.streak.Add(1)
-	if c.refused.nhosts.Load() < maxRefusedHosts {
-		if _, seen := c.refused.hosts.LoadOrStore(u.Host, struct{}{}); !seen {
-			c.refused.nhosts.Add(1)
+	c.guards.refused.streak.Add(1)
+	if c.guards.refused.nhosts.Load() < maxRefusedHosts {
+		if _, seen := c.guards.refused.hosts.LoadOrStore(u.Host, struct{}{}); !seen {
+			c.guards.refused.nhosts.Add(1)
 			c.log.Error("this worker's address guard refuses a host; its pages go back to the queue for "+
 				"other workers. Run this worker with --allow-private (or give the host as a start URL) to crawl it",
 				"host", u.Host, "err", redactErr(err))
@@ -103,14 +103,14 @@ func (c *Crawler) robotsDown(req *Request, prior int, u *url.URL, err error) act
 // every 10 seconds, so that other workers take the work and this one does
 // not spin. It returns false if ctx ended.
 func (c *Crawler) refusalPause(ctx context.Context) bool {
-	n := c.refused.streak.Load()
+	n := c.guards.refused.streak.Load()
 	if n < refusalStreak {
 		return true
 	}
 	d := min(time.Duration(n-refusalStreak+1)*100*time.Millisecond, refusalPauseMax)
 	now := time.Now()
-	if last := c.refused.pausedAt.Load(); now.UnixNano()-last > int64(10*time.Second) &&
-		c.refused.pausedAt.CompareAndSwap(last, now.UnixNano()) {
+	if last := c.guards.refused.pausedAt.Load(); now.UnixNano()-last > int64(10*time.Second) &&
+		c.guards.refused.pausedAt.CompareAndSwap(last, now.UnixNano()) {
 		c.log.Warn("every request this worker took lately was refused by its address guard; "+
 			"backing off so that other workers take them (run it with --allow-private to crawl private addresses)",
 			"refused_in_a_row", n, "pause", d)

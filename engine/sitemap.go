@@ -207,7 +207,7 @@ func (c *Crawler) sitemapRequests(resp *Response, locs []string, callback string
 			continue
 		}
 		if callback != "" {
-			if ok, warn := c.sitemapHosts.reserve(r.parsed.Host); !ok {
+			if ok, warn := c.guards.sitemaps.reserve(r.parsed.Host); !ok {
 				c.stats.Inc(StatSitemapSkipped)
 				if warn {
 					c.log.Warn("too many sitemaps on this host; the rest are not fetched (sitemap/skipped counts them)",
