@@ -22,7 +22,7 @@ func serveInBubble(t *testing.T, c *Crawler, h http.Handler) {
 	srv := &http.Server{Handler: h}
 	go srv.Serve(pn)
 	t.Cleanup(func() { srv.Close() })
-	c.fetcher.transport.DialContext = pn.dial
+	c.kit.fetcher.transport.DialContext = pn.dial
 }
 
 // A Retry-After over a minute holds the host for a minute, not for what

@@ -55,22 +55,14 @@ type Crawler struct {
 	cfg      *compiled
 	frontier frontier.Frontier
 	fp       dedup.Fingerprinter
-	fetcher  *httpFetcher
-	robots   *robotsCache
-	// extractLinks finds a page's title and links, and the links'
-	// String()s: linkscan.ExtractStrings; the benchmark of the link
-	// scanner swaps in the x/net/html tokenizer.
-	extractLinks func(base *url.URL, body []byte, max int) (title string, links []*url.URL, urls []string, dropped int)
-	limiter      HostLimiter
-	scope        *scope
-	pause        pauser                    // whether the crawl is paused (SetPaused)
-	seen         atomic.Pointer[seenLinks] // links offered to the filter already; replaced when the crawl's state rolled back (see state.go)
-	stats        *Stats
-	log          *slog.Logger
-	extract      []*extraction
+	kit      pageKit // what pages are fetched and read with: fetcher, robots, scope, extraction
+	limiter  HostLimiter
+	pause    pauser                    // whether the crawl is paused (SetPaused)
+	seen     atomic.Pointer[seenLinks] // links offered to the filter already; replaced when the crawl's state rolled back (see state.go)
+	stats    *Stats
+	log      *slog.Logger
 
-	clocks    failureClocks // the streaks of failed writes and receives, and the last page lost
-	countWarn atomic.Int64  // when (unix ns) idle last warned that counting failed
+	clocks failureClocks // the streaks of failed writes and receives, and the last page lost
 
 	guards *pageGuards // this worker's own guards: MaxPages, URL traps, host budgets, refusals
 	leases leaseKeeper // the deliveries this worker holds, their leases kept extended
@@ -124,7 +116,7 @@ func NewOn(fr frontier.Frontier, cfg Config) (*Crawler, error) {
 
 // newCrawler returns a crawler of fr with the compiled configuration cc.
 func newCrawler(fr frontier.Frontier, cc *compiled) (*Crawler, error) {
-	c := &Crawler{frontier: fr, stats: cc.Stats, log: cc.Logger, extractLinks: linkscan.ExtractLimited, guards: newPageGuards()}
+	c := &Crawler{frontier: fr, stats: cc.Stats, log: cc.Logger, kit: pageKit{extractLinks: linkscan.ExtractLimited}, guards: newPageGuards()}
 	c.seen.Store(newSeenLinks())
 	if c.stats == nil {
 		c.stats = NewStats()
@@ -140,30 +132,14 @@ func newCrawler(fr frontier.Frontier, cc *compiled) (*Crawler, error) {
 }
 
 // build makes cc the crawler's configuration, with the parts that derive
-// from its settings: scope, extraction, fetcher and robots.
+// from its settings: its page kit (scope, extraction, fetcher and robots)
+// and its guards.
 func (c *Crawler) build(cc *compiled) error {
-	extract, err := compileExtract(cc.Extract)
-	if err != nil {
-		return fmt.Errorf("engine config: %w", err)
+	if err := c.kit.build(cc, c.log); err != nil {
+		return err
 	}
-	c.cfg, c.scope, c.extract, c.robots = cc, newScope(cc), extract, nil
+	c.cfg = cc
 	c.guards.configure(cc)
-	fo := cc.Fetch
-	if fo.Logger == nil {
-		fo.Logger = c.log
-	}
-	c.fetcher = newHTTPFetcher(fo)
-	for _, h := range cc.TrustedHosts {
-		c.fetcher.Trust(h)
-	}
-	if !cc.IgnoreRobots {
-		ua := fo.UserAgent
-		if ua == "" {
-			ua = DefaultUserAgent
-		}
-		c.robots = newRobotsCache(c.fetcher, ua, 0)
-		c.robots.shared, _ = cc.Limiter.(RobotsStore) // a crawl's workers share robots.txt files
-	}
 	return nil
 }
 
@@ -209,16 +185,16 @@ const settleTimeout = 10 * time.Second
 // deliveries not yet started are given back; Run then returns ctx.Err().
 func (c *Crawler) Run(ctx context.Context) error {
 	if err := c.joinCrawl(ctx); err != nil {
-		c.fetcher.Close()
+		c.kit.fetcher.Close()
 		return err
 	}
 	if err := c.markCrawl(ctx, true); errors.Is(err, ErrStateLost) {
-		c.fetcher.Close()
+		c.kit.fetcher.Close()
 		return err
 	} else if err != nil {
 		c.log.Warn("cannot read or write the crawl's mark: a loss of the crawl's state may go unnoticed", "err", err)
 	}
-	defer c.fetcher.Close()
+	defer c.kit.fetcher.Close()
 	if c.cfg.SharedStats != nil {
 		// Its last flush runs after Run has waited for the work, so it
 		// carries the final counters.
@@ -297,7 +273,7 @@ var errCrawlDone = errors.New("crawl done")
 // workbench and hands them to dispatch, one each time a slot is free: the
 // first, in the frontier's order, whose host has room (see workbench),
 // reading on past deliveries for hosts at their cap while the workbench
-// has room for them. Meanwhile a feeder (feed) moves start URLs into the
+// has room for them. Meanwhile a feeder (see feeder) moves start URLs into the
 // frontier and watches for the crawl's end on its own schedule. It
 // returns nil when the crawl is done or MaxPages is reached, ctx.Err()
 // when ctx ends, and a broker error that is not transient. On return the
@@ -335,9 +311,10 @@ func (c *Crawler) receive(ctx context.Context, sem chan struct{}, bench *workben
 	run, finish := context.WithCancelCause(ctx)
 	hungry := make(chan struct{}, 1)
 	feeder := make(chan struct{})
+	f := c.newFeeder(startsLeft)
 	go func() {
 		defer close(feeder)
-		c.feed(run, startsLeft, hungry, finish)
+		f.run(run, hungry, finish)
 	}()
 	defer func() { <-feeder }()
 	defer finish(nil) // runs before the wait above
@@ -545,137 +522,65 @@ func (c *Crawler) feedStarts(ctx context.Context) (int, error) {
 	return took, nil
 }
 
-// feed runs beside the receiver until ctx ends: it moves start URLs into
-// the frontier when the receiver waits on it (hungry), at once while
-// start URLs remain and at most every startsCooldown once they ran out,
-// and every pollInterval while nothing is in flight here, it looks at
-// whether the crawl is done; done for IdleTimeout, it calls finish. A
-// start source of the wrong type (ErrStartsType) ends the crawl: it calls
-// finish with the error.
-func (c *Crawler) feed(ctx context.Context, startsLeft bool, hungry <-chan struct{}, finish context.CancelCauseFunc) {
-	var startsEmpty, idleSince time.Time
+// newFeeder returns the feeder of a Run (see feeder); startsLeft: its
+// first take of start URLs took some.
+func (c *Crawler) newFeeder(startsLeft bool) *feeder {
+	f := &feeder{
+		takeStarts: c.feedStarts,
+		busy:       func() bool { return c.leases.inFlight() > 0 },
+		idle:       c.idle,
+		watch:      c.watchState,
+		verify:     c.verifyState,
+		pollPause:  c.pollPause,
+		timeout:    c.cfg.IdleTimeout,
+		log:        c.log,
+		startsLeft: startsLeft,
+	}
 	if !startsLeft {
-		startsEmpty = time.Now()
+		f.startsEmpty = time.Now()
 	}
-	var fatal error
-	take := func() bool {
-		if !startsLeft && time.Since(startsEmpty) < startsCooldown {
-			return false
-		}
-		took, err := c.feedStarts(ctx)
-		fatal = err
-		startsLeft = took > 0
-		if !startsLeft {
-			startsEmpty = time.Now()
-		}
-		return startsLeft
-	}
-	tick := time.NewTicker(pollInterval)
-	defer tick.Stop()
-	var ticks int
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-hungry:
-			if take() {
-				idleSince = time.Time{}
-			}
-			if fatal != nil {
-				finish(fatal)
-				return
-			}
-			continue
-		case <-tick.C:
-		}
-		// Every stateEvery, a look at whether a store's server
-		// restarted: a crawl whose state was lost stops at once.
-		if ticks++; ticks%stateEvery == 0 && c.checkState(ctx) != nil || c.stateLost() != nil {
-			finish(c.stateLost())
-			return
-		}
-		c.pollPause(ctx)
-		if c.leases.inFlight() > 0 {
-			idleSince = time.Time{}
-			continue
-		}
-		if take() {
-			idleSince = time.Time{}
-			continue
-		}
-		if fatal != nil {
-			finish(fatal)
-			return
-		}
-		if c.cfg.IdleTimeout == 0 {
-			continue
-		}
-		if !c.idle(ctx) {
-			idleSince = time.Time{}
-			continue
-		}
-		if idleSince.IsZero() {
-			idleSince = time.Now()
-		} else if time.Since(idleSince) >= c.cfg.IdleTimeout {
-			// An empty frontier is done only if it is the crawl's.
-			if err := c.verifyState(ctx); err != nil {
-				finish(err)
-				return
-			}
-			c.log.Info("crawl idle; done", "idle", c.cfg.IdleTimeout)
-			finish(errCrawlDone)
-			return
+	return f
+}
+
+// watchState returns the crawl's loss, if its state was lost, looking at
+// whether a store's server restarted first when deep (see checkState).
+func (c *Crawler) watchState(ctx context.Context, deep bool) error {
+	if deep {
+		if err := c.checkState(ctx); err != nil {
+			return err
 		}
 	}
+	return c.stateLost()
 }
 
 // idle reports whether nothing is in flight here and nothing is queued or
-// in flight anywhere.
-func (c *Crawler) idle(ctx context.Context) bool {
+// in flight anywhere; when counting a queue fails, it reports the queue
+// and the error.
+func (c *Crawler) idle(ctx context.Context) (bool, string, error) {
 	if c.leases.inFlight() > 0 {
-		return false
+		return false, "", nil
 	}
 	queues := []string{RequestsQueue(c.cfg.Name), StartQueue(c.cfg.Name)}
 	if c.cfg.Starts != nil {
 		queues = queues[:1]
 		n, err := c.cfg.Starts.PendingStarts(ctx)
 		if err != nil {
-			c.warnCounts(ctx, StartQueue(c.cfg.Name), err)
-			return false
+			return false, StartQueue(c.cfg.Name), err
 		}
 		if n > 0 {
-			return false
+			return false, "", nil
 		}
 	}
 	for _, q := range queues {
 		n, err := c.frontier.Broker().Counts(ctx, q)
 		if err != nil {
-			c.warnCounts(ctx, q, err)
-			return false
+			return false, q, err
 		}
 		if n.Ready > 0 || n.InFlight > 0 {
-			return false
+			return false, "", nil
 		}
 	}
-	return true
-}
-
-// countWarnEvery bounds the warnings of warnCounts.
-const countWarnEvery = 10 * time.Second
-
-// warnCounts says, at once and then every countWarnEvery, that the crawl
-// cannot be found done because counting a queue fails: a worker never
-// waits in silence.
-func (c *Crawler) warnCounts(ctx context.Context, queue string, err error) {
-	if ctx.Err() != nil {
-		return
-	}
-	now := time.Now().UnixNano()
-	last := c.countWarn.Load()
-	if last != 0 && time.Duration(now-last) < countWarnEvery || !c.countWarn.CompareAndSwap(last, now) {
-		return
-	}
-	c.log.Warn("cannot tell whether the crawl is done: counting a queue failed; still trying", "queue", queue, "err", err)
+	return true, "", nil
 }
 
 // takeStarts moves a batch of start URLs into the frontier.
@@ -922,11 +827,11 @@ func (c *Crawler) route(ctx context.Context, v *visit) action {
 
 // checkRobots asks robots.txt about v, unless robots are ignored.
 func (c *Crawler) checkRobots(ctx, work context.Context, v *visit) action {
-	if c.robots == nil {
+	if c.kit.robots == nil {
 		return nil
 	}
 	req, u := v.req, v.u
-	ok, delay, sitemaps, err := c.robots.check(ctx, u)
+	ok, delay, sitemaps, err := c.kit.robots.check(ctx, u)
 	if ctx.Err() != nil {
 		return giveBack()
 	}
@@ -1033,7 +938,7 @@ func (c *Crawler) follow(work context.Context, v *visit) action {
 	req, resp := v.req, v.resp
 	res, err := v.cb(work, resp)
 	if v.recyclable {
-		c.fetcher.recycle(resp.Body)
+		c.kit.fetcher.recycle(resp.Body)
 		resp.Body = nil
 	}
 	switch {
@@ -1480,7 +1385,7 @@ func (c *Crawler) followed(p links) []link {
 // logging what it drops. Sitemaps are not pages: depth and patterns are
 // for what they list.
 func (c *Crawler) inScope(r *Request, u *url.URL) bool {
-	switch c.scope.check(u, r.URL, r.Depth, r.Scope) {
+	switch c.kit.scope.check(u, r.URL, r.Depth, r.Scope) {
 	case offsite:
 		c.stats.Inc(StatOffsite)
 		return false
@@ -1545,7 +1450,7 @@ func (c *Crawler) defaultCallback(_ context.Context, resp *Response) (Result, er
 	}
 	var res Result
 	if isHTML(ct, resp.Body) {
-		title, links, urls, dropped := c.extractLinks(resp.URL, resp.Body, c.cfg.MaxLinks)
+		title, links, urls, dropped := c.kit.extractLinks(resp.URL, resp.Body, c.cfg.MaxLinks)
 		if dropped > 0 {
 			c.stats.Add(StatLinksDropped, int64(dropped))
 			level := slog.LevelInfo
@@ -1564,8 +1469,8 @@ func (c *Crawler) defaultCallback(_ context.Context, resp *Response) (Result, er
 		for i, l := range links {
 			res.Requests = append(res.Requests, &Request{URL: urls[i], Depth: resp.Request.Depth + 1, Referrer: referrer, parsed: l})
 		}
-		if len(c.extract) > 0 {
-			p.Fields = extractFields(c.extract, resp.URL, resp.Body)
+		if len(c.kit.extract) > 0 {
+			p.Fields = extractFields(c.kit.extract, resp.URL, resp.Body)
 		}
 	}
 	res.Items = []any{p}

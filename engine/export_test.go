@@ -19,7 +19,7 @@ func NewPoliteness(o PolitenessConfig) *Politeness { return newPoliteness(o) }
 // UseTokenizerLinks makes c extract links with the reference link extraction with x/net/html's
 // tokenizer (linkscan.ExtractTokenized), for the benchmark of the link scanner.
 func UseTokenizerLinks(c *Crawler) {
-	c.extractLinks = func(base *url.URL, body []byte, _ int) (string, []*url.URL, []string, int) {
+	c.kit.extractLinks = func(base *url.URL, body []byte, _ int) (string, []*url.URL, []string, int) {
 		title, links := linkscan.ExtractTokenized(base, body)
 		urls := make([]string, len(links))
 		for i, l := range links {

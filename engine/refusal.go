@@ -164,7 +164,7 @@ func (c *Crawler) refreshTrust(ctx context.Context, asked time.Time, u *url.URL)
 	}
 	host := normalizeHost(u.Hostname())
 	for _, h := range []string{net.JoinHostPort(host, defaultPort(u)), host} {
-		if c.fetcher.guard.trusts(h) {
+		if c.kit.fetcher.guard.trusts(h) {
 			continue
 		}
 		_, err := m.GetMeta(ctx, c.cfg.Name, trustKey(h))
@@ -175,15 +175,15 @@ func (c *Crawler) refreshTrust(ctx context.Context, asked time.Time, u *url.URL)
 			c.log.Debug("asking the crawl whether it trusts a host failed", "host", h, "err", err)
 			return false
 		}
-		c.fetcher.Trust(h)
+		c.kit.fetcher.Trust(h)
 		c.member.trustGrown()
 	}
-	if !c.member.trustGrewSince(asked) || !c.fetcher.guard.isTrusted(host, defaultPort(u)) {
+	if !c.member.trustGrewSince(asked) || !c.kit.fetcher.guard.isTrusted(host, defaultPort(u)) {
 		return false
 	}
-	if c.robots != nil {
+	if c.kit.robots != nil {
 		// A refusal cached while the host was not trusted.
-		c.robots.forgetRefusals()
+		c.kit.robots.forgetRefusals()
 	}
 	return true
 }

@@ -158,7 +158,7 @@ func crawlInBubble(t *testing.T, cfg Config, failures int) (*recordingBroker, []
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.fetcher.transport.DialContext = pn.dial
+	c.kit.fetcher.transport.DialContext = pn.dial
 	ctx := t.Context()
 	if err := c.Seed(ctx, StartURL{URL: "http://site.test/", Priority: 7}); err != nil {
 		t.Fatal(err)
@@ -264,7 +264,7 @@ func TestWriteFailuresStopRunWithoutAck(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c.fetcher.transport.DialContext = pn.dial
+		c.kit.fetcher.transport.DialContext = pn.dial
 		ctx := t.Context()
 		if err := c.Seed(ctx, StartURL{URL: "http://site.test/"}); err != nil {
 			t.Fatal(err)

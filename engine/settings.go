@@ -470,8 +470,8 @@ func (c *Crawler) apply(s Settings) error {
 	if cc.exclude, err = compilePatterns("exclude", s.Exclude); err != nil {
 		return fmt.Errorf("crawl %q: stored settings: %w", cc.Name, err)
 	}
-	if c.fetcher != nil {
-		c.fetcher.Close()
+	if c.kit.fetcher != nil {
+		c.kit.fetcher.Close()
 	}
 	return c.build(&cc)
 }

@@ -304,7 +304,7 @@ func newBubbleCrawl(t *testing.T, batchAcker bool, f dedup.Filter, cfg Config) *
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.fetcher.transport.DialContext = pn.dial
+	c.kit.fetcher.transport.DialContext = pn.dial
 	if err := c.Seed(t.Context(), StartURL{URL: "http://site.test/"}); err != nil {
 		t.Fatal(err)
 	}
@@ -729,7 +729,7 @@ func TestFailingSinkSpendsNoAttempt(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c.fetcher.transport.DialContext = bc.c.fetcher.transport.DialContext
+		c.kit.fetcher.transport.DialContext = bc.c.kit.fetcher.transport.DialContext
 		if err := c.Run(t.Context()); err != nil {
 			t.Fatalf("run with the sink repaired: %v", err)
 		}
@@ -910,7 +910,7 @@ func TestConcurrencyWhileAcksPending(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c.fetcher.transport.DialContext = pn.dial
+		c.kit.fetcher.transport.DialContext = pn.dial
 		if err := c.Seed(t.Context(), StartURL{URL: "http://site.test/"}); err != nil {
 			t.Fatal(err)
 		}

@@ -120,9 +120,9 @@ func (c *Crawler) withSitemaps(start *Request) []*Request {
 // readSitemap): its Response has no Body, its parse in sitemap.
 func (c *Crawler) fetchRequest(ctx context.Context, req *Request) (*Response, error) {
 	if req.Callback == CallbackSitemap {
-		return c.fetcher.fetchStream(ctx, req, c.readSitemap)
+		return c.kit.fetcher.fetchStream(ctx, req, c.readSitemap)
 	}
-	return c.fetcher.Fetch(ctx, req)
+	return c.kit.fetcher.Fetch(ctx, req)
 }
 
 // sitemapRead is a sitemap parsed as it was read.
@@ -137,7 +137,7 @@ type sitemapRead struct {
 // keeping at most FetchConfig.MaxBodySize bytes of URLs.
 func (c *Crawler) readSitemap(body io.Reader) *sitemapRead {
 	cr := &countingReader{r: body}
-	locs, index, err := parseSitemap(cr, sitemapLimits{urls: SitemapMaxURLs, size: SitemapMaxSize, kept: c.fetcher.maxBody})
+	locs, index, err := parseSitemap(cr, sitemapLimits{urls: SitemapMaxURLs, size: SitemapMaxSize, kept: c.kit.fetcher.maxBody})
 	return &sitemapRead{locs: locs, index: index, err: err, bytes: cr.n}
 }
 

@@ -88,8 +88,8 @@ func crawlThrottled(t *testing.T, cfg Config, sites ...site) *latencySites {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.fetcher.transport.DialContext = pn.dial
-	defer c.fetcher.transport.CloseIdleConnections()
+	c.kit.fetcher.transport.DialContext = pn.dial
+	defer c.kit.fetcher.transport.CloseIdleConnections()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	var starts []StartURL

@@ -38,8 +38,8 @@ func TestWorkbenchSkipsCappedHosts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c.fetcher.transport.DialContext = pn.dial
-		defer c.fetcher.transport.CloseIdleConnections()
+		c.kit.fetcher.transport.DialContext = pn.dial
+		defer c.kit.fetcher.transport.CloseIdleConnections()
 		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 		defer cancel()
 		var starts []StartURL
