@@ -240,6 +240,60 @@ func (f *httpFetcher) fetchStream(ctx context.Context, r *Request, read func(io.
 
 // do is fetch, and fetchStream with read.
 func (f *httpFetcher) do(ctx context.Context, r *Request, limit int64, truncate bool, read func(io.Reader) *sitemapRead) (*Response, error) {
+	u, err := f.target(r)
+	if err != nil {
+		return nil, err
+	}
+	parent := ctx
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	timedOut := func(err error) error {
+		if parent.Err() == nil && ctx.Err() != nil {
+			return fmt.Errorf("%w (total timeout %v)", err, f.timeout)
+		}
+		return err
+	}
+	req, err := f.request(ctx, r, u)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	resp, err := f.client.Do(req)
+	if err != nil {
+		return nil, f.doErr(u, err, timedOut)
+	}
+	defer resp.Body.Close()
+	latency := time.Since(start)
+
+	if read != nil && resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		body := &errReader{r: resp.Body}
+		sm := read(body)
+		if body.err != nil {
+			return nil, timedOut(fmt.Errorf("fetch %s: read body: %w", u, body.err))
+		}
+		return &Response{Request: r, URL: u, StatusCode: resp.StatusCode, Header: resp.Header, Latency: latency, sitemap: sm}, nil
+	}
+	body, err := f.readBody(resp, u, limit, truncate, timedOut)
+	if err != nil {
+		return nil, err
+	}
+	if f.log.Enabled(ctx, slog.LevelDebug) { // u.String() costs an allocation per page
+		f.log.Debug("fetched", "url", Redact(u.String()), "status", resp.StatusCode,
+			"bytes", len(body), "duration", time.Since(start))
+	}
+	return &Response{
+		Request:    r,
+		URL:        u,
+		StatusCode: resp.StatusCode,
+		Header:     resp.Header,
+		Body:       body,
+		Latency:    latency,
+	}, nil
+}
+
+// target is r's URL, parsed, if it may be fetched: not too long,
+// absolute http or https, and not refused by the address guard.
+func (f *httpFetcher) target(r *Request) (*url.URL, error) {
 	if len(r.URL) > MaxURLLength {
 		return nil, fmt.Errorf("fetch %.64q…: %w: %d bytes, the limit is %d", r.URL, ErrURLTooLong, len(r.URL), MaxURLLength)
 	}
@@ -253,17 +307,12 @@ func (f *httpFetcher) do(ctx context.Context, r *Request, limit int64, truncate 
 	if err := f.guard.checkURLHost(u); err != nil {
 		return nil, fmt.Errorf("fetch %s: %w: %w", u, ErrLocalRefusal, err)
 	}
+	return u, nil
+}
 
-	parent := ctx
-	ctx, cancel := context.WithTimeout(ctx, f.timeout)
-	defer cancel()
-	timedOut := func(err error) error {
-		if parent.Err() == nil && ctx.Err() != nil {
-			return fmt.Errorf("%w (total timeout %v)", err, f.timeout)
-		}
-		return err
-	}
-
+// request is the HTTP request of r, for u, with the fetcher's headers
+// under r's and its User-Agent unless r names one.
+func (f *httpFetcher) request(ctx context.Context, r *Request, u *url.URL) (*http.Request, error) {
 	method := r.Method
 	if method == "" {
 		method = http.MethodGet
@@ -280,30 +329,25 @@ func (f *httpFetcher) do(ctx context.Context, r *Request, limit int64, truncate 
 	if req.Header.Get("User-Agent") == "" {
 		req.Header.Set("User-Agent", f.userAgent)
 	}
+	return req, nil
+}
 
-	start := time.Now()
-	resp, err := f.client.Do(req)
-	if err != nil {
-		// The transport says so only in words (net/http has no sentinel).
-		if strings.Contains(err.Error(), "server response headers exceeded") {
-			return nil, fmt.Errorf("fetch %s: %w: more than %d bytes", u, ErrHeaderTooLarge, f.maxHeader)
-		}
-		if errors.Is(err, ErrForbiddenAddress) {
-			return nil, fmt.Errorf("%w: %w", ErrLocalRefusal, err)
-		}
-		return nil, timedOut(err) // *url.Error names the method and URL
+// doErr is the error of a fetch of u whose request failed with err.
+func (f *httpFetcher) doErr(u *url.URL, err error, timedOut func(error) error) error {
+	// The transport says so only in words (net/http has no sentinel).
+	if strings.Contains(err.Error(), "server response headers exceeded") {
+		return fmt.Errorf("fetch %s: %w: more than %d bytes", u, ErrHeaderTooLarge, f.maxHeader)
 	}
-	defer resp.Body.Close()
-	latency := time.Since(start)
+	if errors.Is(err, ErrForbiddenAddress) {
+		return fmt.Errorf("%w: %w", ErrLocalRefusal, err)
+	}
+	return timedOut(err) // *url.Error names the method and URL
+}
 
-	if read != nil && resp.StatusCode >= 200 && resp.StatusCode < 300 {
-		body := &errReader{r: resp.Body}
-		sm := read(body)
-		if body.err != nil {
-			return nil, timedOut(fmt.Errorf("fetch %s: read body: %w", u, body.err))
-		}
-		return &Response{Request: r, URL: u, StatusCode: resp.StatusCode, Header: resp.Header, Latency: latency, sitemap: sm}, nil
-	}
+// readBody reads resp's body, of u, into a buffer of the fetcher's: at
+// most limit bytes, a longer body failing with ErrBodyTooLarge, or cut to
+// limit with truncate. A failed read's error goes through timedOut.
+func (f *httpFetcher) readBody(resp *http.Response, u *url.URL, limit int64, truncate bool, timedOut func(error) error) ([]byte, error) {
 	if resp.ContentLength > limit && !truncate {
 		return nil, fmt.Errorf("fetch %s: %w: Content-Length %d over the limit of %d bytes",
 			u, ErrBodyTooLarge, resp.ContentLength, limit)
@@ -329,20 +373,8 @@ func (f *httpFetcher) do(ctx context.Context, r *Request, limit int64, truncate 
 			return nil, fmt.Errorf("fetch %s: %w: more than %d bytes", u, ErrBodyTooLarge, limit)
 		}
 		buf.Truncate(int(limit))
-		n = limit
 	}
-	if f.log.Enabled(ctx, slog.LevelDebug) { // u.String() costs an allocation per page
-		f.log.Debug("fetched", "url", Redact(u.String()), "status", resp.StatusCode,
-			"bytes", n, "duration", time.Since(start))
-	}
-	return &Response{
-		Request:    r,
-		URL:        u,
-		StatusCode: resp.StatusCode,
-		Header:     resp.Header,
-		Body:       buf.Bytes(),
-		Latency:    latency,
-	}, nil
+	return buf.Bytes(), nil
 }
 
 // errReader keeps the first error of its reader other than io.EOF.

@@ -233,6 +233,21 @@ func (c Config) Validate() error {
 }
 
 func (c Config) compile() (*compiled, error) {
+	errs := c.problems()
+	cc := &compiled{Config: c}
+	include, ierrs := compileEach("include", c.Include)
+	exclude, eerrs := compileEach("exclude", c.Exclude)
+	cc.include, cc.exclude = include, exclude
+	if err := errors.Join(append(append(errs, ierrs...), eerrs...)...); err != nil {
+		return nil, fmt.Errorf("engine config: %w", err)
+	}
+	cc.fillDefaults()
+	return cc, nil
+}
+
+// problems lists what is wrong with c's numbers, its AutoThrottle and
+// its extraction rules.
+func (c Config) problems() []error {
 	var errs []error
 	if c.Concurrency < 0 {
 		errs = append(errs, fmt.Errorf("concurrency %d is negative", c.Concurrency))
@@ -254,29 +269,30 @@ func (c Config) compile() (*compiled, error) {
 			errs = append(errs, err)
 		}
 	}
-	cc := &compiled{Config: c}
 	if _, err := compileExtract(c.Extract); err != nil {
 		errs = append(errs, err)
 	}
-	for _, p := range c.Include {
+	return errs
+}
+
+// compileEach compiles the patterns ps, what ("include", "exclude") they
+// are, and returns those that compile and an error for each that does not.
+func compileEach(what string, ps []string) ([]*regexp.Regexp, []error) {
+	var out []*regexp.Regexp
+	var errs []error
+	for _, p := range ps {
 		re, err := regexp.Compile(p)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("include pattern: %w", err))
+			errs = append(errs, fmt.Errorf("%s pattern: %w", what, err))
 			continue
 		}
-		cc.include = append(cc.include, re)
+		out = append(out, re)
 	}
-	for _, p := range c.Exclude {
-		re, err := regexp.Compile(p)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("exclude pattern: %w", err))
-			continue
-		}
-		cc.exclude = append(cc.exclude, re)
-	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("engine config: %w", err)
-	}
+	return out, errs
+}
+
+// fillDefaults gives what cc leaves unset its default.
+func (cc *compiled) fillDefaults() {
 	if cc.Name == "" {
 		cc.Name = "trawl"
 	}
@@ -319,7 +335,6 @@ func (c Config) compile() (*compiled, error) {
 	if cc.Logger == nil {
 		cc.Logger = slog.New(slog.DiscardHandler)
 	}
-	return cc, nil
 }
 
 // retryDelay is backoff(retry) with jitter: uniform in [3/4, 5/4] of it,

@@ -476,14 +476,12 @@ func (c *Crawler) apply(s Settings) error {
 	return c.build(&cc)
 }
 
+// compilePatterns compiles ps, what ("include", "exclude") they are, or
+// fails at the first that does not compile.
 func compilePatterns(what string, ps []string) ([]*regexp.Regexp, error) {
-	var out []*regexp.Regexp
-	for _, p := range ps {
-		re, err := regexp.Compile(p)
-		if err != nil {
-			return nil, fmt.Errorf("%s pattern: %w", what, err)
-		}
-		out = append(out, re)
+	out, errs := compileEach(what, ps)
+	if len(errs) > 0 {
+		return nil, errs[0]
 	}
 	return out, nil
 }

@@ -315,97 +315,163 @@ type sitemapLimits struct {
 
 // parseSitemap is ParseSitemap with the limits given.
 func parseSitemap(r io.Reader, lim sitemapLimits) (locs []string, index bool, err error) {
+	r, closeGzip, err := gunzipped(r)
+	if err != nil {
+		return nil, false, err
+	}
+	defer closeGzip()
+	p := newSitemapParser(r, lim)
+	err = p.parse()
+	if d, ok := err.(discarded); ok {
+		return nil, false, d.err
+	}
+	return p.locs, p.index, err
+}
+
+// gunzipped returns r, decompressed if it is gzip (told by its first
+// bytes), and what closes the decompressor.
+func gunzipped(r io.Reader) (io.Reader, func(), error) {
 	br := bufio.NewReader(r)
 	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
 		zr, err := gzip.NewReader(br)
 		if err != nil {
-			return nil, false, fmt.Errorf("%w: gzip: %w", ErrNotSitemap, err)
+			return nil, nil, fmt.Errorf("%w: gzip: %w", ErrNotSitemap, err)
 		}
-		defer zr.Close()
-		r = zr
-	} else {
-		r = br
+		return zr, func() { zr.Close() }, nil
 	}
+	return br, func() {}, nil
+}
+
+// discarded is a parse error for which parseSitemap returns no URL: what
+// was read is not a sitemap.
+type discarded struct{ err error }
+
+func (d discarded) Error() string { return d.err.Error() }
+
+// sitemapParser reads one sitemap, a token at a time (see parseSitemap).
+type sitemapParser struct {
+	lim     sitemapLimits
+	lr      *io.LimitedReader
+	tr      *tokenReader
+	d       *xml.Decoder
+	depth   int
+	root    string // the root element's name, lower case; "" before it
+	entry   string // "url" or "sitemap" while inside one
+	kept    int64  // bytes held for locs and seen
+	entries int    // <loc> entries read, repeated ones too
+	seen    map[string]struct{}
+	locs    []string
+	index   bool // a sitemap index
+}
+
+func newSitemapParser(r io.Reader, lim sitemapLimits) *sitemapParser {
 	lr := &io.LimitedReader{R: r, N: lim.size + 1}
 	tr := &tokenReader{r: bufio.NewReader(lr), max: sitemapMaxToken}
 	d := xml.NewDecoder(tr)
 	d.Strict = false
 	d.CharsetReader = func(_ string, in io.Reader) (io.Reader, error) { return in, nil }
-	depth := 0
-	root := ""
-	entry := ""    // "url" or "sitemap" while inside one
-	var kept int64 // bytes held for locs and seen
-	entries := 0   // <loc> entries read, repeated ones too
-	seen := map[string]struct{}{}
+	return &sitemapParser{lim: lim, lr: lr, tr: tr, d: d, seen: map[string]struct{}{}}
+}
+
+// parse reads the sitemap to its end, or to its first error.
+func (p *sitemapParser) parse() error {
 	for {
-		tr.n = 0
-		tok, err := d.Token()
+		p.tr.n = 0
+		tok, err := p.d.Token()
 		if err == io.EOF {
 			break
 		}
-		if lr.N <= 0 {
-			return locs, index, fmt.Errorf("%w: more than %d bytes uncompressed", ErrSitemapTruncated, lim.size)
+		if err := p.tokenErr(err); err != nil {
+			return err
 		}
-		if errors.Is(err, errTokenTooLong) {
-			return locs, index, fmt.Errorf("%w: %w", ErrSitemapTruncated, err)
-		}
-		if err != nil {
-			if root == "" {
-				return nil, false, fmt.Errorf("%w: %w", ErrNotSitemap, err)
-			}
-			return locs, index, fmt.Errorf("%w: %w", ErrNotSitemap, err)
-		}
-		switch t := tok.(type) {
-		case xml.StartElement:
-			depth++
-			name := strings.ToLower(t.Name.Local)
-			switch {
-			case depth > sitemapMaxDepth:
-				return locs, index, fmt.Errorf("%w: elements nested over %d deep", ErrNotSitemap, sitemapMaxDepth)
-			case depth == 1:
-				if name != "urlset" && name != "sitemapindex" {
-					return nil, false, fmt.Errorf("%w: root element <%s>", ErrNotSitemap, t.Name.Local)
-				}
-				root, index = name, name == "sitemapindex"
-			case depth == 2:
-				entry = name
-			case depth == 3 && name == "loc" && (entry == "url" && !index || entry == "sitemap" && index):
-				var loc string
-				tr.n = 0
-				if err := d.DecodeElement(&loc, &t); errors.Is(err, errTokenTooLong) {
-					return locs, index, fmt.Errorf("%w: %w", ErrSitemapTruncated, err)
-				} else if err != nil {
-					return locs, index, fmt.Errorf("%w: %w", ErrNotSitemap, err)
-				}
-				depth--
-				if entries == lim.urls {
-					return locs, index, fmt.Errorf("%w: more than %d URLs", ErrSitemapTruncated, lim.urls)
-				}
-				entries++
-				loc = strings.TrimSpace(loc)
-				if _, dup := seen[loc]; dup {
-					continue // a file repeating a URL costs no more than listing it once
-				}
-				if kept += 2*int64(len(loc)) + 64; kept > lim.kept {
-					return locs, index, fmt.Errorf("%w: URLs over %d bytes", ErrSitemapTruncated, lim.kept)
-				}
-				seen[loc] = struct{}{}
-				locs = append(locs, loc)
-			}
-		case xml.EndElement:
-			depth--
-			if depth == 1 {
-				entry = ""
-			}
+		if err := p.token(tok); err != nil {
+			return err
 		}
 	}
-	if lr.N <= 0 {
-		return locs, index, fmt.Errorf("%w: more than %d bytes uncompressed", ErrSitemapTruncated, lim.size)
+	if p.lr.N <= 0 {
+		return fmt.Errorf("%w: more than %d bytes uncompressed", ErrSitemapTruncated, p.lim.size)
 	}
-	if root == "" {
-		return nil, false, fmt.Errorf("%w: no root element", ErrNotSitemap)
+	if p.root == "" {
+		return discarded{fmt.Errorf("%w: no root element", ErrNotSitemap)}
 	}
-	return locs, index, nil
+	return nil
+}
+
+// tokenErr is the error that ends the parse after a token was read with
+// err: the size limit, a token too long, or err.
+func (p *sitemapParser) tokenErr(err error) error {
+	switch {
+	case p.lr.N <= 0:
+		return fmt.Errorf("%w: more than %d bytes uncompressed", ErrSitemapTruncated, p.lim.size)
+	case errors.Is(err, errTokenTooLong):
+		return fmt.Errorf("%w: %w", ErrSitemapTruncated, err)
+	case err != nil && p.root == "":
+		return discarded{fmt.Errorf("%w: %w", ErrNotSitemap, err)}
+	case err != nil:
+		return fmt.Errorf("%w: %w", ErrNotSitemap, err)
+	}
+	return nil
+}
+
+// token takes in one token.
+func (p *sitemapParser) token(tok xml.Token) error {
+	switch t := tok.(type) {
+	case xml.StartElement:
+		return p.start(t)
+	case xml.EndElement:
+		p.depth--
+		if p.depth == 1 {
+			p.entry = ""
+		}
+	}
+	return nil
+}
+
+// start takes in an element's start: the root, an entry, or an entry's
+// <loc>.
+func (p *sitemapParser) start(t xml.StartElement) error {
+	p.depth++
+	name := strings.ToLower(t.Name.Local)
+	switch {
+	case p.depth > sitemapMaxDepth:
+		return fmt.Errorf("%w: elements nested over %d deep", ErrNotSitemap, sitemapMaxDepth)
+	case p.depth == 1:
+		if name != "urlset" && name != "sitemapindex" {
+			return discarded{fmt.Errorf("%w: root element <%s>", ErrNotSitemap, t.Name.Local)}
+		}
+		p.root, p.index = name, name == "sitemapindex"
+	case p.depth == 2:
+		p.entry = name
+	case p.depth == 3 && name == "loc" && (p.entry == "url" && !p.index || p.entry == "sitemap" && p.index):
+		return p.loc(t)
+	}
+	return nil
+}
+
+// loc reads an entry's <loc>, and keeps it unless it was read before.
+func (p *sitemapParser) loc(t xml.StartElement) error {
+	var loc string
+	p.tr.n = 0
+	if err := p.d.DecodeElement(&loc, &t); errors.Is(err, errTokenTooLong) {
+		return fmt.Errorf("%w: %w", ErrSitemapTruncated, err)
+	} else if err != nil {
+		return fmt.Errorf("%w: %w", ErrNotSitemap, err)
+	}
+	p.depth--
+	if p.entries == p.lim.urls {
+		return fmt.Errorf("%w: more than %d URLs", ErrSitemapTruncated, p.lim.urls)
+	}
+	p.entries++
+	loc = strings.TrimSpace(loc)
+	if _, dup := p.seen[loc]; dup {
+		return nil // a file repeating a URL costs no more than listing it once
+	}
+	if p.kept += 2*int64(len(loc)) + 64; p.kept > p.lim.kept {
+		return fmt.Errorf("%w: URLs over %d bytes", ErrSitemapTruncated, p.lim.kept)
+	}
+	p.seen[loc] = struct{}{}
+	p.locs = append(p.locs, loc)
+	return nil
 }
 
 // errTokenTooLong ends a sitemap with an XML token over sitemapMaxToken.

@@ -82,35 +82,15 @@ func (s Summary) String() string {
 // Empty explains, for a person, why a crawl wrote no item; it returns ""
 // when the crawl wrote items.
 func (s Summary) Empty() string {
-	switch {
-	case s.Items > 0:
+	if s.Items > 0 {
 		return ""
-	case s.Pages == 0 && s.Requests == 0 && s.RobotsForbidden == 0 && s.Errors == 0 && s.StartURLs > 0 && s.Filtered > 0:
-		return "already crawled: nothing to do (use --flush to start again)"
-	case s.Pages == 0 && s.Requests == 0 && s.RobotsForbidden == 0 && s.Errors == 0:
-		return "nothing to do: no start URL and an empty frontier"
-	case s.Pages == 0 && s.Errors == 0 && s.RobotsForbidden > 0:
-		if s.RobotsForbidden == 1 {
-			return "the start URL is disallowed by robots.txt"
-		}
-		return fmt.Sprintf("%d URLs disallowed by robots.txt", s.RobotsForbidden)
+	}
+	if why := s.idle(); why != "" {
+		return why
 	}
 	var parts []string
 	if len(s.Statuses) > 0 {
-		codes := make([]int, 0, len(s.Statuses))
-		for c := range s.Statuses {
-			codes = append(codes, c)
-		}
-		sort.Ints(codes)
-		if s.Pages == 1 && len(codes) == 1 {
-			parts = append(parts, fmt.Sprintf("the start URL answered %d %s", codes[0], http.StatusText(codes[0])))
-		} else {
-			desc := make([]string, len(codes))
-			for i, c := range codes {
-				desc[i] = fmt.Sprintf("%d %s ×%d", c, http.StatusText(c), s.Statuses[c])
-			}
-			parts = append(parts, "no page answered 2xx: "+strings.Join(desc, ", "))
-		}
+		parts = append(parts, s.statuses())
 	}
 	if s.RobotsForbidden > 0 {
 		parts = append(parts, fmt.Sprintf("%d disallowed by robots.txt", s.RobotsForbidden))
@@ -122,6 +102,44 @@ func (s Summary) Empty() string {
 		return "no page produced an item"
 	}
 	return strings.Join(parts, "; ")
+}
+
+// idle explains a crawl that fetched nothing and lost nothing: it had
+// nothing to do, or robots.txt disallowed all it had. It returns "" for
+// any other crawl.
+func (s Summary) idle() string {
+	if s.Pages != 0 || s.Errors != 0 {
+		return ""
+	}
+	switch {
+	case s.Requests == 0 && s.RobotsForbidden == 0 && s.StartURLs > 0 && s.Filtered > 0:
+		return "already crawled: nothing to do (use --flush to start again)"
+	case s.Requests == 0 && s.RobotsForbidden == 0:
+		return "nothing to do: no start URL and an empty frontier"
+	case s.RobotsForbidden == 1:
+		return "the start URL is disallowed by robots.txt"
+	case s.RobotsForbidden > 1:
+		return fmt.Sprintf("%d URLs disallowed by robots.txt", s.RobotsForbidden)
+	}
+	return ""
+}
+
+// statuses describes the statuses of a crawl whose pages answered none
+// with 2xx.
+func (s Summary) statuses() string {
+	codes := make([]int, 0, len(s.Statuses))
+	for c := range s.Statuses {
+		codes = append(codes, c)
+	}
+	sort.Ints(codes)
+	if s.Pages == 1 && len(codes) == 1 {
+		return fmt.Sprintf("the start URL answered %d %s", codes[0], http.StatusText(codes[0]))
+	}
+	desc := make([]string, len(codes))
+	for i, c := range codes {
+		desc[i] = fmt.Sprintf("%d %s ×%d", c, http.StatusText(c), s.Statuses[c])
+	}
+	return "no page answered 2xx: " + strings.Join(desc, ", ")
 }
 
 func plural(n int64, word string) string {
