@@ -22,17 +22,19 @@ import (
 //
 // ARGV[1] the worker's lease token, ARGV[2] lease TTL (ms), ARGV[3]
 // AutoThrottle's start delay (ms; 0 = off: the throttle key is not
-// read). For each host i (from 1), KEYS[3i-2] lease: the token of the
-// worker holding it; KEYS[3i-1] next: a key whose TTL is the time until
-// the host's next request may start; KEYS[3i] throttle: AutoThrottle's
-// adapted delay (ms). Returns three numbers per host: 1, the ms until
+// read), ARGV[4] the want key's TTL (ms). For each host i (from 1),
+// KEYS[4i-3] lease: the token of the worker holding it; KEYS[4i-2] next:
+// a key whose TTL is the time until the host's next request may start;
+// KEYS[4i-1] throttle: AutoThrottle's adapted delay (ms); KEYS[4i] want:
+// set when a worker found the host held by another (the holder yields it
+// at its next renewal). Returns three numbers per host: 1, the ms until
 // the next start, the adapted delay (0 = none) when the lease is taken;
 // 0, the ms the other worker's lease has left, 0 when it is not.
 var leaseScript = goredis.NewScript(`
-local me, ttl, start = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local me, ttl, start, wantttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local out = {}
-for i = 1, #KEYS / 3 do
-  local lease, next_, throttle = KEYS[3*i-2], KEYS[3*i-1], KEYS[3*i]
+for i = 1, #KEYS / 4 do
+  local lease, next_, throttle, want = KEYS[4*i-3], KEYS[4*i-2], KEYS[4*i-1], KEYS[4*i]
   local cur = redis.call('GET', lease)
   if cur == false or cur == me then
     redis.call('SET', lease, me, 'PX', ttl)
@@ -40,6 +42,7 @@ for i = 1, #KEYS / 3 do
     if start > 0 then thr = tonumber(redis.call('GET', throttle) or '0') end
     out[3*i-2], out[3*i-1], out[3*i] = 1, math.max(0, redis.call('PTTL', next_)), thr
   else
+    redis.call('SET', want, 1, 'PX', wantttl)
     out[3*i-2], out[3*i-1], out[3*i] = 0, math.max(1, redis.call('PTTL', lease)), 0
   end
 end
@@ -73,17 +76,21 @@ end
 return 0
 `)
 
-// renewScript extends the leases this worker still holds.
+// renewScript extends the leases this worker still holds, and says which
+// of them another worker wants.
 //
-// ARGV[1] the worker's lease token, ARGV[2] lease TTL (ms); KEYS the
-// lease keys. Returns per key 1 when extended, 0 when the lease is no
-// longer this worker's (it expired, and maybe another took it).
+// ARGV[1] the worker's lease token, ARGV[2] lease TTL (ms); per host i,
+// KEYS[2i-1] its lease key, KEYS[2i] its want key. Returns per host 1
+// when extended, 2 when extended and wanted by another worker (the want
+// key is removed), 0 when the lease is no longer this worker's (it
+// expired, and maybe another took it).
 var renewScript = goredis.NewScript(`
 local out = {}
-for i = 1, #KEYS do
-  if redis.call('GET', KEYS[i]) == ARGV[1] then
-    redis.call('PEXPIRE', KEYS[i], ARGV[2])
+for i = 1, #KEYS / 2 do
+  if redis.call('GET', KEYS[2*i-1]) == ARGV[1] then
+    redis.call('PEXPIRE', KEYS[2*i-1], ARGV[2])
     out[i] = 1
+    if redis.call('DEL', KEYS[2*i]) == 1 then out[i] = 2 end
   else
     out[i] = 0
   end
@@ -196,7 +203,12 @@ type LimiterConfig struct {
 // (a round trip per burst, not per host). A worker that finds a host held
 // by another asks again after Poll, doubling up to a second, or when the
 // other's lease runs out; the engine parks the host's pages meanwhile
-// (engine.HostLeaser), so its slots go to other hosts.
+// (engine.HostLeaser), so its slots go to other hosts. A refused ask
+// leaves a mark (the host's want key); the holder, which finds it when it
+// next renews its leases, gives the host back as soon as it has nothing
+// in progress there and leaves it alone for yieldPause, so that workers
+// that all hold deliveries of a busy host take turns (within SlotTTL/3
+// each), rather than one holding it while the others' deliveries wait.
 //
 // A keeper goroutine renews the leases held every SlotTTL/3, in one script
 // call per 128 hosts, and retries (every second) the releases that failed
@@ -242,6 +254,7 @@ type leaseHost struct {
 	backoffN  int         // refusals in a row, for the retry's doubling
 	retryT    *time.Timer // wakes the waiters at retry
 	ready     []func()    // engine.HostLeaser callers to call when worth trying again
+	yield     bool        // held, and wanted by another worker: start nothing, give it back once idle
 	changed   chan struct{}
 	waiters   int       // Acquire calls waiting on changed
 	active    int       // requests in progress here
@@ -274,6 +287,16 @@ const leaseLinger = 200 * time.Millisecond
 // maxRetry bounds the wait before asking again for a host another worker
 // holds.
 const maxRetry = time.Second
+
+// wantTTL is how long a worker's ask for a host held by another stays
+// known to the holder (it asks again within maxRetry while it wants the
+// host), and yieldPause how long a worker that gave a wanted host back
+// waits before it asks for it again, so that the worker wanting it
+// gets it.
+const (
+	wantTTL    = 3 * maxRetry
+	yieldPause = maxRetry + maxRetry/2
+)
 
 // NewHostLimiter returns a limiter shared by the workers of cfg.Crawl.
 // Close it when done.
@@ -366,10 +389,10 @@ func (l *HostLimiter) startMs() int64 {
 	return max(l.cfg.AutoThrottle.StartDelay.Milliseconds(), 1)
 }
 
-// keys returns host's keys: lease, next, throttle.
+// keys returns host's keys: lease, next, throttle, want.
 func (l *HostLimiter) keys(host string) []string {
 	k := redislayout.HostKeys(l.cfg.Crawl, host)
-	return []string{k.Lease, k.Next, k.Throttle}
+	return []string{k.Lease, k.Next, k.Throttle, k.Want}
 }
 
 // floor is host's minimum delay: Delay or its SetDelay. l.mu is held.
@@ -441,13 +464,13 @@ func (l *HostLimiter) Lease(host string, ready func()) bool {
 		return true // Acquire decides, alone
 	}
 	h := l.host(host)
-	if h.held && !h.releasing {
+	if h.held && !h.releasing && !h.yield {
 		h.used = time.Now()
 		l.idleAfter(h)
 		return true
 	}
 	h.ready = append(h.ready, ready)
-	if h.ask == nil && !time.Now().Before(h.retry) {
+	if !h.held && h.ask == nil && !time.Now().Before(h.retry) {
 		l.askLease(h)
 	}
 	return false
@@ -494,6 +517,7 @@ func (l *HostLimiter) Acquire(ctx context.Context, host string) (func(), error) 
 		var wait time.Duration = -1 // until changed
 		var ask *leaseAsk
 		switch {
+		case h.held && h.yield: // given back once idle: wait for it
 		case h.held && !h.releasing:
 			gate := h.next
 			if h.backoff.After(gate) {
@@ -570,7 +594,11 @@ func (l *HostLimiter) release(h *leaseHost) {
 	l.mu.Lock()
 	h.active--
 	h.used = time.Now()
-	l.idleAfter(h)
+	if h.yield {
+		l.yieldIfIdle(h)
+	} else {
+		l.idleAfter(h)
+	}
 	ready := h.wake()
 	l.mu.Unlock()
 	call(ready)
@@ -604,6 +632,21 @@ func (l *HostLimiter) idleAfter(h *leaseHost) {
 	h.idleT = t
 }
 
+// yieldIfIdle gives h's lease back at once if nothing is in progress
+// there: another worker wants it (see renewScript). l.mu is held.
+func (l *HostLimiter) yieldIfIdle(h *leaseHost) {
+	if h.active > 0 || h.releasing || l.closed {
+		return
+	}
+	if h.idleT != nil {
+		h.idleT.Stop()
+		h.idleT = nil
+	}
+	h.releasing = true
+	l.releases = append(l.releases, h)
+	l.send()
+}
+
 // releaseOf is h's release, taken from its state; h is no longer held
 // here. l.mu is held.
 func (l *HostLimiter) releaseOf(h *leaseHost) releaseCall {
@@ -617,6 +660,13 @@ func (l *HostLimiter) releaseOf(h *leaseHost) releaseCall {
 	}
 	if h.autoDirty {
 		r.throt = max(h.auto.Milliseconds(), 1)
+	}
+	if h.yield {
+		// Leave the host to the worker that wants it: it asks again
+		// within maxRetry.
+		h.yield = false
+		h.retry = time.Now().Add(yieldPause)
+		l.retryAt(h)
 	}
 	h.held, h.autoDirty = false, false
 	return r
@@ -683,7 +733,7 @@ func (l *HostLimiter) runRelease(ctx context.Context, group []releaseCall) error
 	args := make([]any, 0, 2+2*len(group))
 	args = append(args, l.token, throttleTTL.Milliseconds())
 	for _, r := range group {
-		keys = append(keys, r.h.keys...)
+		keys = append(keys, r.h.keys[:3]...)
 		args = append(args, r.next, r.throt)
 	}
 	return releaseScript.Run(ctx, l.cfg.Client, keys, args...).Err()
@@ -691,13 +741,13 @@ func (l *HostLimiter) runRelease(ctx context.Context, group []releaseCall) error
 
 // sendAsks asks for the leases of group and answers each ask.
 func (l *HostLimiter) sendAsks(group []*leaseHost) {
-	keys := make([]string, 0, 3*len(group))
+	keys := make([]string, 0, 4*len(group))
 	for _, h := range group {
 		keys = append(keys, h.keys...)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), scriptTimeout)
 	defer cancel()
-	out, err := leaseScript.Run(ctx, l.cfg.Client, keys, l.token, l.cfg.SlotTTL.Milliseconds(), l.startMs()).Int64Slice()
+	out, err := leaseScript.Run(ctx, l.cfg.Client, keys, l.token, l.cfg.SlotTTL.Milliseconds(), l.startMs(), wantTTL.Milliseconds()).Int64Slice()
 	if err == nil && len(out) != 3*len(group) {
 		err = fmt.Errorf("the lease script answered %d numbers for %d hosts", len(out), len(group))
 	}
@@ -827,9 +877,9 @@ func (l *HostLimiter) keeper() {
 
 // renew extends the leases of hosts; those found lost are no longer held.
 func (l *HostLimiter) renew(ctx context.Context, hosts []*leaseHost) {
-	keys := make([]string, len(hosts))
-	for i, h := range hosts {
-		keys[i] = h.keys[0]
+	keys := make([]string, 0, 2*len(hosts))
+	for _, h := range hosts {
+		keys = append(keys, h.keys[0], h.keys[3])
 	}
 	out, err := renewScript.Run(ctx, l.cfg.Client, keys, l.token, l.cfg.SlotTTL.Milliseconds()).Int64Slice()
 	if err != nil {
@@ -840,9 +890,16 @@ func (l *HostLimiter) renew(ctx context.Context, hosts []*leaseHost) {
 	lost := 0
 	l.mu.Lock()
 	for i, h := range hosts {
-		if i < len(out) && out[i] == 0 && h.held && !h.releasing {
+		if i >= len(out) || !h.held || h.releasing {
+			continue
+		}
+		switch out[i] {
+		case 0:
 			h.held = false
 			lost++
+		case 2:
+			h.yield = true
+			l.yieldIfIdle(h)
 		}
 	}
 	l.mu.Unlock()

@@ -432,6 +432,49 @@ func TestHostLimiterLeasedHostCostsNoRoundTrip(t *testing.T) {
 	release()
 }
 
+// TestHostLimiterWantedHostYields: a worker that keeps a host busy
+// gives it back when another worker asks for it, at its next renewal
+// (SlotTTL/3): the other does not wait until the first runs out of work.
+func TestHostLimiterWantedHostYields(t *testing.T) {
+	client := integration.RedisClient(t)
+	crawl := integration.Name(t)
+	const ttl = 900 * time.Millisecond // renewed every 300ms
+	cfg := redis.LimiterConfig{Client: client, Crawl: crawl, PerHost: 1, SlotTTL: ttl, Poll: 5 * time.Millisecond}
+	a, _ := redis.NewHostLimiter(cfg)
+	b, _ := redis.NewHostLimiter(cfg)
+	t.Cleanup(func() { a.Close(); b.Close() })
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	first, err := a.Acquire(ctx, "busy.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first()
+	busy, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { // a's pages of the host, one after the other
+		for busy.Err() == nil {
+			r, err := a.Acquire(busy, "busy.example")
+			if err != nil {
+				return
+			}
+			time.Sleep(10 * time.Millisecond) // the fetch
+			r()
+		}
+	})
+	defer wg.Wait()
+	defer stop()
+	wait, cancelWait := context.WithTimeout(ctx, 10*time.Second)
+	defer cancelWait()
+	start := time.Now()
+	r, err := b.Acquire(wait, "busy.example")
+	if err != nil {
+		t.Fatalf("the host stayed with the worker keeping it busy for %v: %v", time.Since(start).Round(time.Millisecond), err)
+	}
+	r()
+	t.Logf("b got the host %v after asking (renewals every %v)", time.Since(start).Round(time.Millisecond), ttl/3)
+}
+
 // TestHostLimiterHandOverKeepsDelay: a host handed from one worker to
 // another keeps its delay: the second worker's first request starts a
 // delay after the first worker's last, not when it took the lease

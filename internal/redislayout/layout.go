@@ -114,12 +114,13 @@ type Host struct {
 	Lease    string // {NAME}:host:HOST:lease: the token of the worker holding the host
 	Next     string // {NAME}:host:HOST:next: when the next request may start
 	Throttle string // {NAME}:host:HOST:throttle: AutoThrottle's delay
+	Want     string // {NAME}:host:HOST:want: another worker asked for the host
 }
 
 // HostKeys returns the keys of host's limits in crawl.
 func HostKeys(crawl, host string) Host {
 	base := Crawl(crawl, "host:"+host)
-	return Host{Lease: base + ":lease", Next: base + ":next", Throttle: base + ":throttle"}
+	return Host{Lease: base + ":lease", Next: base + ":next", Throttle: base + ":throttle", Want: base + ":want"}
 }
 
 // Robots returns the key of the robots.txt of site (scheme://host[:port])
@@ -187,6 +188,7 @@ var Keys = []Key{
 	{"host:*:lease", []string{"string"}, "broker/redis.HostLimiter", []string{"leaseScript", "releaseScript", "renewScript"}},
 	{"host:*:next", []string{"string"}, "broker/redis.HostLimiter", []string{"leaseScript", "releaseScript", "observeScript", "backoffScript"}},
 	{"host:*:throttle", []string{"string"}, "broker/redis.HostLimiter", []string{"leaseScript", "releaseScript", "observeScript"}},
+	{"host:*:want", []string{"string"}, "broker/redis.HostLimiter", []string{"leaseScript", "renewScript"}},
 	{"robots:*", []string{"string"}, "broker/redis.HostLimiter (engine.RobotsStore)", nil},
 	{"dupefilter:meta", []string{"hash"}, "dedup/redis (Set and Bloom)", nil},
 	{"dupefilter:bloom:*", []string{"string"}, "dedup/redis.Bloom", []string{"claimPublishScript (broker/redis.ClaimPublish)"}},

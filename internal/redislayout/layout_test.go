@@ -34,7 +34,7 @@ func TestMatch(t *testing.T) {
 		q.Dead: "requests:dead", q.Notify: "requests:notify", q.Seq: "requests:seq",
 		s.List: "start_urls", s.Dead: "start_urls:dead",
 		Items("c"): "items", Stats("c"): "stats", Meta("c"): "meta", Workers("c"): "workers",
-		h.Lease: "host:*:lease", h.Next: "host:*:next", h.Throttle: "host:*:throttle",
+		h.Lease: "host:*:lease", h.Next: "host:*:next", h.Throttle: "host:*:throttle", h.Want: "host:*:want",
 		Robots("c", "https://h.example:8443"): "robots:*",
 		f.Meta:                                "dupefilter:meta", f.Shard(0xab): "dupefilter:*", f.BloomPart(3): "dupefilter:bloom:*",
 	} {
