@@ -8,6 +8,7 @@ import (
 
 	natsbroker "github.com/trawlhq/trawl/broker/nats"
 	"github.com/trawlhq/trawl/broker/rabbitmq"
+	redisbroker "github.com/trawlhq/trawl/broker/redis"
 	"github.com/trawlhq/trawl/dedup/local"
 )
 
@@ -117,16 +118,27 @@ func (d *Deployment) openRabbitMQ(ctx context.Context) error {
 		d.log.Warn("--idle-timeout is shorter than RabbitMQ workers need to see each other's pages; the crawl may be found done too early",
 			"idle_timeout", idle, "min", rabbitmq.MinIdleTimeout)
 	}
+	// The filter first: its Redis keeps the crawl's settings, and a crawl
+	// that has them gets a broker of its partition count.
+	if err := d.sharedFilter(ctx); err != nil {
+		return err
+	}
+	parts := max(d.cfg.Partitions, 1)
+	if d.redis != nil {
+		if parts, err = d.storedPartitions(ctx, redisbroker.NewMeta(d.redis)); err != nil {
+			return err
+		}
+	}
 	rb, err := rabbitmq.New(ctx, rabbitmq.Config{
 		URL: urlOr(d.cfg.AMQPURL, defaultAMQPURL), ManagementURL: d.cfg.AMQPManagementURL, TLS: d.tlsClone(), Name: "trawl " + d.crawl.Name, Order: d.cfg.Order, Lease: d.lease(),
-		QueueType: qt, NonDurable: d.cfg.AMQPNonDurable, Recreate: d.cfg.AMQPRecreate, MaxDeliveries: MaxDeliveries(d.crawl), Logger: d.crawl.Logger,
+		QueueType: qt, NonDurable: d.cfg.AMQPNonDurable, Recreate: d.cfg.AMQPRecreate, MaxDeliveries: MaxDeliveries(d.crawl), Partitions: parts, Logger: d.crawl.Logger,
 	})
 	if err != nil {
 		return err
 	}
 	d.Broker, d.Shared = rb, true
 	d.closes = append(d.closes, rb.Close)
-	return d.sharedFilter(ctx)
+	return nil
 }
 
 // sharedFilter opens the duplicate filter of a deployment whose broker is

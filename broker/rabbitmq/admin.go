@@ -123,7 +123,7 @@ func (b *Broker) family(ctx context.Context, q string) ([]queueStats, error) {
 //
 // Delayed counts the messages of queue's delay queues: one whose TTL ran
 // out counts as delayed until the server moves it back to queue.
-func (b *Broker) Counts(ctx context.Context, queue string) (broker.Counts, error) {
+func (b *Broker) counts1(ctx context.Context, queue string) (broker.Counts, error) {
 	if err := b.check("counts", queue); err != nil {
 		return broker.Counts{}, err
 	}
@@ -271,7 +271,7 @@ func (b *Broker) checkManagement() {
 // drops the deliveries of queue this broker holds (their settlement fails
 // with broker.ErrLeaseLost). Deliveries held by other processes are out of
 // its reach: they come back when those settle them or go away.
-func (b *Broker) Purge(ctx context.Context, queue string) error {
+func (b *Broker) purge1(ctx context.Context, queue string) error {
 	if err := b.check("purge", queue); err != nil {
 		return err
 	}
@@ -314,7 +314,7 @@ func (b *Broker) Purge(ctx context.Context, queue string) error {
 // DeadLetters returns up to max dead letters of queue, oldest first. It
 // takes them from the dead-letter queue without acknowledging them and
 // gives them back, in their places.
-func (b *Broker) DeadLetters(ctx context.Context, queue string, max int) ([]broker.DeadLetter, error) {
+func (b *Broker) deadLetters1(ctx context.Context, queue string, max int) ([]broker.DeadLetter, error) {
 	if err := b.check("dead letters", queue); err != nil {
 		return nil, err
 	}
@@ -358,7 +358,7 @@ func (b *Broker) DeadLetters(ctx context.Context, queue string, max int) ([]brok
 // Requeue moves up to max dead letters of queue back to it, oldest first,
 // as new messages (attempt 1). Each is published, confirmed, and only
 // then removed from the dead-letter queue.
-func (b *Broker) Requeue(ctx context.Context, queue string, max int) (int, error) {
+func (b *Broker) requeue1(ctx context.Context, queue string, max int) (int, error) {
 	if err := b.check("requeue", queue); err != nil {
 		return 0, err
 	}

@@ -171,11 +171,11 @@ func (b *Broker) failed(ctx context.Context, s *session, err error) (retry bool,
 	}
 }
 
-// Publish adds msgs to queue and returns once the server has confirmed
+// publish1 is Publish on one queue: it adds msgs to queue and returns once the server has confirmed
 // every one of them. When the connection drops meanwhile, the messages
 // not yet confirmed are published again after reconnecting (some may then
 // be stored twice); when ctx ends first, some may have been stored.
-func (b *Broker) Publish(ctx context.Context, queue string, msgs ...broker.Message) error {
+func (b *Broker) publish1(ctx context.Context, queue string, msgs ...broker.Message) error {
 	if err := b.check("publish", queue); err != nil {
 		return err
 	}
@@ -214,11 +214,11 @@ func (b *Broker) Publish(ctx context.Context, queue string, msgs ...broker.Messa
 	return nil
 }
 
-// Receive asks the server for up to max messages of queue (at most
+// receive1 is Receive on one queue: it asks the server for up to max messages of queue (at most
 // Config.Prefetch) and returns what it delivers, waiting until there is at
 // least one. It consumes only while it runs, so messages it does not
 // return stay in the queue for other consumers.
-func (b *Broker) Receive(ctx context.Context, queue string, max int) ([]broker.Delivery, error) {
+func (b *Broker) receive1(ctx context.Context, queue string, max int) ([]broker.Delivery, error) {
 	if err := b.check("receive", queue); err != nil {
 		return nil, err
 	}

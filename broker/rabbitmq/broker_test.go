@@ -2,6 +2,7 @@ package rabbitmq_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -42,6 +43,7 @@ func newBroker(t testing.TB, cfg rabbitmq.Config) *rabbitmq.Broker {
 type queues struct {
 	mu    sync.Mutex
 	names map[string]bool
+	parts int // the partitions of each queue (0: 1)
 }
 
 func (qs *queues) add(q string) {
@@ -74,7 +76,15 @@ func (qs *queues) deleteAll(t testing.TB, url string) {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	for q := range qs.names {
-		for _, name := range []string{q, q + ":dead"} {
+		var names []string
+		for p := range max(qs.parts, 1) {
+			pq := q
+			if p > 0 {
+				pq = fmt.Sprintf("%s:p%d", q, p)
+			}
+			names = append(names, pq, pq+":dead")
+		}
+		for _, name := range names {
 			if _, err := ch.QueueDelete(name, false, false, false); err != nil {
 				t.Logf("delete queue %q: %v", name, err)
 				return
@@ -117,8 +127,16 @@ func TestConformanceAMQPCounts(t *testing.T) {
 	conformance(t, base, true)
 }
 
+// TestConformancePartitioned runs the suite on brokers whose queues have
+// three partitions: a consumer drains them all, counts add them up.
+func TestConformancePartitioned(t *testing.T) {
+	base := server(t)
+	base.Partitions = 3
+	conformance(t, base, false)
+}
+
 func conformance(t *testing.T, base rabbitmq.Config, restart bool) {
-	qs := &queues{}
+	qs := &queues{parts: base.Partitions}
 	t.Cleanup(func() { qs.deleteAll(t, base.URL) })
 	newFor := func(base rabbitmq.Config) func(t *testing.T, s brokertest.Setup) broker.Broker {
 		return func(t *testing.T, s brokertest.Setup) broker.Broker {

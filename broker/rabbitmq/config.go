@@ -116,6 +116,16 @@ type Config struct {
 	// MaxDeliveries is how many times a message is delivered before it
 	// goes to the dead-letter queue (0: DefaultMaxDeliveries).
 	MaxDeliveries int
+	// Partitions splits every queue Q into that many partitions, each an
+	// AMQP queue of its own (with its own dead letters and delays): Q for
+	// partition 0, Q+":p<N>" for partition N (see broker.Partitioned; 0:
+	// 1, today's single queues). A message goes to the partition of its
+	// Key; a consumer drains them all in turn. With Quorum queues, the
+	// queues of a broker with partitions are declared with
+	// x-queue-leader-locator=balanced, so that their leaders spread over
+	// a cluster's nodes. Every broker of a queue must have the same count
+	// (trawl stores it with the crawl).
+	Partitions int
 	// Recreate deletes a queue that exists with other arguments than this
 	// configuration declares (another x-max-priority, durability, dead
 	// letter settings) and declares it anew, losing its messages. Without
@@ -128,6 +138,9 @@ type Config struct {
 // Validate reports every problem of c at once.
 func (c Config) Validate() error {
 	var errs []error
+	if c.Partitions < 0 || c.Partitions > broker.MaxPartitions {
+		errs = append(errs, fmt.Errorf("bad Partitions %d: want 0 (default) to %d", c.Partitions, broker.MaxPartitions))
+	}
 	if c.URL == "" {
 		errs = append(errs, errors.New("URL is empty"))
 	} else {
@@ -180,6 +193,7 @@ func (c Config) Validate() error {
 
 // withDefaults returns c with its zero values replaced by the defaults.
 func (c Config) withDefaults() Config {
+	c.Partitions = max(c.Partitions, 1)
 	if c.MaxPriority == 0 {
 		c.MaxPriority = DefaultMaxPriority
 	}

@@ -48,10 +48,10 @@ type subscription struct {
 	buf []amqp.Delivery // read ahead, not yet returned by Next; guarded by consumer.mu
 }
 
-// Consume opens a consumer of queue that reads ahead at most prefetch
+// consume1 is Consume on one queue: it opens a consumer of queue that reads ahead at most prefetch
 // deliveries (its channel's basic.qos, which also counts the deliveries
 // returned by Next and not yet settled). It subscribes on the first Next.
-func (b *Broker) Consume(ctx context.Context, queue string, prefetch int) (broker.Consumer, error) {
+func (b *Broker) consume1(ctx context.Context, queue string, prefetch int) (broker.Consumer, error) {
 	if err := b.check("consume", queue); err != nil {
 		return nil, err
 	}
@@ -79,56 +79,69 @@ func (c *consumer) err(err error) error { return opErr("consume", c.queue, err) 
 func (c *consumer) Next(ctx context.Context) (broker.Delivery, error) {
 	failures := 0
 	for {
-		select {
-		case <-c.done:
-			return nil, c.err(broker.ErrClosed)
-		case <-c.b.done:
-			return nil, c.err(broker.ErrClosed)
-		default:
-		}
-		if err := ctx.Err(); err != nil {
-			return nil, c.err(err)
-		}
-		c.mu.Lock()
-		sub := c.sub
-		if sub != nil && (sub.s.broken() || sub.rc.ch.IsClosed()) {
-			// What it read ahead is void: the server gives it back.
-			c.b.readAhead(c.queue, -len(sub.buf))
-			sub.buf = nil
-		}
-		if sub != nil && len(sub.buf) > 0 {
-			d := c.take(ctx, sub)
-			c.mu.Unlock()
-			if d != nil {
-				return d, nil
-			}
-			continue
-		}
-		if sub != nil && isClosedChan(sub.gone) {
-			// Its channel closed, or the server cancelled the consumer
-			// (the queue was deleted): subscribe again.
-			c.sub = nil
-			c.mu.Unlock()
-			sub.rc.closeWhenSettled()
-			continue
-		}
-		c.mu.Unlock()
-		if sub == nil {
-			if err := c.subscribe(ctx); err != nil {
-				if !c.retry(ctx, &failures, err) {
-					return nil, c.err(err)
-				}
-			}
+		d, gone, err := c.poll(ctx, &failures)
+		switch {
+		case err != nil:
+			return nil, err
+		case d != nil:
+			return d, nil
+		case gone == nil:
 			continue
 		}
 		select {
 		case <-c.wake:
-		case <-sub.gone:
+		case <-gone:
 		case <-ctx.Done():
 		case <-c.done:
 		case <-c.b.done:
 		}
 	}
+}
+
+// poll is one step of Next: a delivery, or none and the channel that
+// closes when the subscription ends (the consumer's wake tells of new
+// deliveries), or none and no channel to try again at once.
+func (c *consumer) poll(ctx context.Context, failures *int) (broker.Delivery, <-chan struct{}, error) {
+	select {
+	case <-c.done:
+		return nil, nil, c.err(broker.ErrClosed)
+	case <-c.b.done:
+		return nil, nil, c.err(broker.ErrClosed)
+	default:
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, nil, c.err(err)
+	}
+	c.mu.Lock()
+	sub := c.sub
+	if sub != nil && (sub.s.broken() || sub.rc.ch.IsClosed()) {
+		// What it read ahead is void: the server gives it back.
+		c.b.readAhead(c.queue, -len(sub.buf))
+		sub.buf = nil
+	}
+	if sub != nil && len(sub.buf) > 0 {
+		d := c.take(ctx, sub)
+		c.mu.Unlock()
+		return d, nil, nil
+	}
+	if sub != nil && isClosedChan(sub.gone) {
+		// Its channel closed, or the server cancelled the consumer
+		// (the queue was deleted): subscribe again.
+		c.sub = nil
+		c.mu.Unlock()
+		sub.rc.closeWhenSettled()
+		return nil, nil, nil
+	}
+	c.mu.Unlock()
+	if sub == nil {
+		if err := c.subscribe(ctx); err != nil {
+			if !c.retry(ctx, failures, err) {
+				return nil, nil, c.err(err)
+			}
+		}
+		return nil, nil, nil
+	}
+	return nil, sub.gone, nil
 }
 
 // retry tells whether Next should try to subscribe again after err.

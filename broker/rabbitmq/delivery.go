@@ -25,7 +25,8 @@ type delivery struct {
 	s     *session
 	rc    *rchan
 	tag   uint64
-	queue string
+	queue string // the AMQP queue it came from
+	name  string // the queue its caller named, if not queue (a partitioned queue's)
 	w     wireMessage
 
 	// Guarded by b.mu.
@@ -39,7 +40,12 @@ func (d *delivery) Message() broker.Message {
 }
 
 // Queue names the queue the delivery came from.
-func (d *delivery) Queue() string { return d.queue }
+func (d *delivery) Queue() string {
+	if d.name != "" {
+		return d.name
+	}
+	return d.queue
+}
 
 // Attempt is 1 on the first delivery and one more on each redelivery.
 func (d *delivery) Attempt() int { return d.w.attempt }

@@ -540,6 +540,9 @@ func (c Config) typed(args amqp.Table) amqp.Table {
 		return args
 	}
 	args["x-queue-type"] = "quorum"
+	if c.Partitions > 1 {
+		args["x-queue-leader-locator"] = "balanced"
+	}
 	if _, ok := args["x-dead-letter-exchange"]; ok {
 		args["x-dead-letter-strategy"] = "at-least-once"
 		args["x-overflow"] = "reject-publish"
