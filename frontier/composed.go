@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -171,66 +172,103 @@ type waiting struct {
 // claimed elsewhere and not yet published when wait (their outcomes left
 // zero).
 func (c *Composed) expand(ctx context.Context, queue string, pages []Page, out [][]Outcome, wait bool) ([]waiting, error) {
-	// claim is a link to offer the filter: its page and index, and its
-	// resolved fingerprint and message.
-	type claim struct {
-		page, link int
-		fp         dedup.Fingerprint
-		msg        broker.Message
+	recheck, err := c.markPages(ctx, pages)
+	if err != nil {
+		return nil, err
+	}
+	ls, err := offered(pages, recheck, out)
+	if err != nil {
+		return nil, err
+	}
+	fresh, again, err := c.claim(ctx, ls, recheck)
+	if err != nil {
+		return nil, err
 	}
 	var (
-		marks   []dedup.Fingerprint       // the pages' expanded marks
+		msgs      []broker.Message
+		published []dedup.Fingerprint // of the claimed links published
+		waits     []waiting
+	)
+	for k, l := range ls {
+		switch {
+		case l.unfiltered:
+			out[l.page][l.link] = Published
+			msgs = append(msgs, l.msg)
+			continue
+		case fresh[k]:
+			out[l.page][l.link] = Published
+		case again != nil && again[k] && wait && pages[l.page].Start:
+			waits = append(waits, waiting{page: l.page, link: l.link, fp: l.fp, msg: l.msg})
+			continue
+		case again != nil && again[k]:
+			out[l.page][l.link] = Republished
+		default:
+			out[l.page][l.link] = Filtered
+			continue
+		}
+		published = append(published, l.fp)
+		msgs = append(msgs, l.msg)
+	}
+	return waits, c.publish(ctx, queue, msgs, published)
+}
+
+// markPages adds the dedup.ExpandedMark of each page with a link to
+// claim, and reports which pages are to be rechecked: those expanded
+// before (their mark was there) and start URLs. The marks go in a call
+// of their own: a filter's batch need not be all or nothing (a pipeline
+// of SADDs under Redis's maxmemory, or across Cluster nodes, can fail in
+// part), and a link claimed without its page's mark would never be
+// published again by a later expansion: lost.
+func (c *Composed) markPages(ctx context.Context, pages []Page) ([]bool, error) {
+	var (
+		marks   []dedup.Fingerprint
 		markOf  = make([]int, len(pages)) // index in marks; -1: none
 		recheck = make([]bool, len(pages))
 	)
 	for i, p := range pages {
 		markOf[i], recheck[i] = -1, p.Start
-		if p.Start {
-			continue
-		}
-		for _, l := range p.Links {
-			if !l.Unfiltered {
-				markOf[i] = len(marks)
-				marks = append(marks, dedup.ExpandedMark(p.Parent))
-				break
-			}
+		if !p.Start && slices.ContainsFunc(p.Links, func(l Link) bool { return !l.Unfiltered }) {
+			markOf[i] = len(marks)
+			marks = append(marks, dedup.ExpandedMark(p.Parent))
 		}
 	}
-	// The pages' marks go first, in a call of their own: a filter's
-	// batch need not be all or nothing (a pipeline of SADDs under
-	// Redis's maxmemory, or across Cluster nodes, can fail in part), and
-	// a link claimed without its page's mark would never be published
-	// again by a later expansion: lost.
-	if len(marks) > 0 {
-		first, err := c.filter.Add(ctx, marks...)
-		if err != nil {
-			return nil, fmt.Errorf("frontier: filter: %w", err)
-		}
-		for i, m := range markOf {
-			if m >= 0 {
-				recheck[i] = !first[m]
-			}
+	if len(marks) == 0 {
+		return recheck, nil
+	}
+	first, err := c.filter.Add(ctx, marks...)
+	if err != nil {
+		return nil, fmt.Errorf("frontier: filter: %w", err)
+	}
+	for i, m := range markOf {
+		if m >= 0 {
+			recheck[i] = !first[m]
 		}
 	}
-	var (
-		claims []claim
-		fps    []dedup.Fingerprint
-		msgs   []broker.Message
-	)
+	return recheck, nil
+}
+
+// offer is a link offered to the filter (or published past it), with its
+// page and index, and its resolved fingerprint and message.
+type offer struct {
+	page, link int
+	fp         dedup.Fingerprint
+	msg        broker.Message
+	unfiltered bool
+}
+
+// offered returns the pages' links to claim or publish, in their order. A
+// Known link is Filtered in out without a word to the filter, unless its
+// page is rechecked: it was offered before in a written expansion, and the
+// filter holds it.
+func offered(pages []Page, recheck []bool, out [][]Outcome) ([]offer, error) {
+	var ls []offer
 	for i, p := range pages {
 		for j, l := range p.Links {
-			switch {
-			case l.Unfiltered:
-				out[i][j] = Published
-				msgs = append(msgs, l.Message)
-				continue
-			case l.Known && !recheck[i]:
-				// Offered before in a written expansion: the filter holds
-				// it, and a page seen for the first time would find it
-				// filtered.
+			if l.Known && !recheck[i] {
 				out[i][j] = Filtered
 				continue
-			case l.Known:
+			}
+			if l.Known {
 				if p.Resolve == nil {
 					return nil, fmt.Errorf("frontier: a Known link on a page without Resolve")
 				}
@@ -239,63 +277,77 @@ func (c *Composed) expand(ctx context.Context, queue string, pages []Page, out [
 					return nil, err
 				}
 			}
-			claims = append(claims, claim{page: i, link: j, fp: l.Fingerprint, msg: l.Message})
-			fps = append(fps, l.Fingerprint)
+			ls = append(ls, offer{page: i, link: j, fp: l.Fingerprint, msg: l.Message, unfiltered: l.Unfiltered})
 		}
 	}
-	var fresh, again []bool // per claim: new to the filter; claimed before, but not published
-	if len(fps) > 0 {
-		var err error
-		if fresh, err = c.filter.Add(ctx, fps...); err != nil {
-			return nil, fmt.Errorf("frontier: filter: %w", err)
-		}
-		check := make([]bool, len(fps)) // the claim's page rechecks
-		rechecks := false
-		for k, cl := range claims {
-			if recheck[cl.page] {
-				check[k], rechecks = true, true
-			}
-		}
-		if rechecks {
-			if again, err = c.unpublished(ctx, fps, fresh, check); err != nil {
-				return nil, err
-			}
+	return ls, nil
+}
+
+// claim adds the filtered links of ls to the filter and reports, per link
+// of ls, whether it was new (fresh) and, for a rechecked page's link
+// claimed before, whether it is unpublished (again; nil when no page
+// rechecks).
+func (c *Composed) claim(ctx context.Context, ls []offer, recheck []bool) (fresh, again []bool, err error) {
+	fresh = make([]bool, len(ls))
+	var fps []dedup.Fingerprint
+	var at []int // index in ls of fps[k]
+	for k, l := range ls {
+		if !l.unfiltered {
+			fps = append(fps, l.fp)
+			at = append(at, k)
 		}
 	}
-	var published []dedup.Fingerprint // of the claimed links published
-	var waits []waiting
-	for k, cl := range claims {
-		switch {
-		case fresh[k]:
-			out[cl.page][cl.link] = Published
-		case again != nil && again[k] && wait && pages[cl.page].Start:
-			waits = append(waits, waiting(cl))
-			continue
-		case again != nil && again[k]:
-			out[cl.page][cl.link] = Republished
-		default:
-			out[cl.page][cl.link] = Filtered
-			continue
-		}
-		published = append(published, cl.fp)
-		msgs = append(msgs, cl.msg)
+	if len(fps) == 0 {
+		return fresh, nil, nil
 	}
+	added, err := c.filter.Add(ctx, fps...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("frontier: filter: %w", err)
+	}
+	check := make([]bool, len(fps)) // the claim's page rechecks
+	rechecks := false
+	for k, i := range at {
+		fresh[i] = added[k]
+		if recheck[ls[i].page] {
+			check[k], rechecks = true, true
+		}
+	}
+	if !rechecks {
+		return fresh, nil, nil
+	}
+	unpub, err := c.unpublished(ctx, fps, added, check)
+	if err != nil {
+		return nil, nil, err
+	}
+	again = make([]bool, len(ls))
+	for k, i := range at {
+		again[i] = unpub[k]
+	}
+	return fresh, again, nil
+}
+
+// publish publishes msgs, then adds the dedup.PublishedMark of the claimed
+// links among them. A mark that cannot be added is logged: it can cost a
+// duplicate fetch on a later expansion, never a page.
+func (c *Composed) publish(ctx context.Context, queue string, msgs []broker.Message, published []dedup.Fingerprint) error {
 	if len(msgs) == 0 {
-		return waits, nil
+		return nil
 	}
 	if err := c.broker.Publish(ctx, queue, msgs...); err != nil {
-		return nil, fmt.Errorf("frontier: publish: %w", err)
+		return fmt.Errorf("frontier: publish: %w", err)
 	}
-	if len(published) > 0 {
-		for i, fp := range published {
-			published[i] = dedup.PublishedMark(fp)
-		}
-		if _, err := c.filter.Add(ctx, published...); err != nil {
-			c.log.Warn("publication marks not recorded; a redelivery of these pages may fetch their links twice",
-				"links", len(published), "err", err)
-		}
+	if len(published) == 0 {
+		return nil
 	}
-	return waits, nil
+	marks := make([]dedup.Fingerprint, len(published))
+	for i, fp := range published {
+		marks[i] = dedup.PublishedMark(fp)
+	}
+	if _, err := c.filter.Add(ctx, marks...); err != nil {
+		c.log.Warn("publication marks not recorded; a redelivery of these pages may fetch their links twice",
+			"links", len(published), "err", err)
+	}
+	return nil
 }
 
 // unpublished reports, for each fingerprint the filter held already (not
