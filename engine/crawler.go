@@ -214,7 +214,7 @@ func (c *Crawler) Run(ctx context.Context) error {
 	keeperDone := make(chan struct{})
 	wg.Go(func() { c.leases.keep(work, c.cfg.Lease, keeperDone, c.log) })
 	if p := c.presence(); p != nil {
-		wg.Go(func() { c.announce(work, p, keeperDone) })
+		wg.Go(func() { p.run(work, keeperDone) })
 	}
 
 	c.settling = c.startSettlement(work, ctx)

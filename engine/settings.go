@@ -2,19 +2,15 @@ package engine
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
 	"net/url"
-	"os"
 	"regexp"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/trawlhq/trawl/broker"
 )
@@ -552,56 +548,6 @@ func (c *Crawler) metadata() broker.Metadata {
 	}
 	m, _ := c.frontier.Broker().(broker.Metadata)
 	return m
-}
-
-// presence is where the crawl's workers announce themselves, or nil.
-func (c *Crawler) presence() broker.Presence {
-	if p, ok := c.cfg.Metadata.(broker.Presence); ok {
-		return p
-	}
-	p, _ := c.frontier.Broker().(broker.Presence)
-	return p
-}
-
-// workerID names this worker in the crawl's presence: host, process,
-// and random bytes (a process may run several crawlers).
-func workerID() string {
-	host, _ := os.Hostname()
-	var r [4]byte
-	rand.Read(r[:])
-	return fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(r[:]))
-}
-
-// PresenceTTL is how long a worker's announcement lasts (see
-// broker.Presence); a running worker renews it every third of that. A
-// worker killed without a chance to withdraw it counts as live for at
-// most that long.
-const PresenceTTL = 15 * time.Second
-
-// announce keeps this worker announced in the crawl's presence until done
-// is closed, then withdraws it.
-func (c *Crawler) announce(ctx context.Context, p broker.Presence, done <-chan struct{}) {
-	id := workerID()
-	hb := c.newHeartbeat(id)
-	t := time.NewTicker(PresenceTTL / 3)
-	defer t.Stop()
-	for {
-		if err := p.Announce(ctx, c.cfg.Name, id, PresenceTTL); err != nil {
-			c.log.Warn("announcing this worker failed: trawl purge may not see it", "crawl", c.cfg.Name, "err", err)
-		}
-		c.beat(ctx, hb, false)
-		select {
-		case <-done:
-			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
-			c.beat(lctx, hb, true)
-			if err := p.Leave(lctx, c.cfg.Name, id); err != nil {
-				c.log.Warn("withdrawing this worker's announcement failed: it expires within "+PresenceTTL.String(), "crawl", c.cfg.Name, "err", err)
-			}
-			cancel()
-			return
-		case <-t.C:
-		}
-	}
 }
 
 // LiveWorkers counts the running workers of crawl that announced

@@ -1,0 +1,80 @@
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/trawlhq/trawl/broker"
+)
+
+// PresenceTTL is how long a worker's announcement lasts (see
+// broker.Presence); a running worker renews it every third of that. A
+// worker killed without a chance to withdraw it counts as live for at
+// most that long.
+const PresenceTTL = 15 * time.Second
+
+// presence keeps a worker announced in its crawl's presence while it
+// runs, renewing the announcement every third of PresenceTTL and writing
+// the worker's record (see WorkerStatus) each time, and withdraws the
+// announcement when the worker stops, its record marked stopped.
+type presence struct {
+	p     broker.Presence
+	crawl string
+	id    string
+	beat  func(ctx context.Context, stopped bool) // writes the worker's record
+	log   *slog.Logger
+}
+
+// presence returns this worker's presence in the crawl, or nil where the
+// crawl keeps none.
+func (c *Crawler) presence() *presence {
+	p, ok := c.cfg.Metadata.(broker.Presence)
+	if !ok {
+		if p, ok = c.frontier.Broker().(broker.Presence); !ok {
+			return nil
+		}
+	}
+	id := workerID()
+	hb := c.newHeartbeat(id)
+	return &presence{p: p, crawl: c.cfg.Name, id: id, log: c.log,
+		beat: func(ctx context.Context, stopped bool) { c.beat(ctx, hb, stopped) }}
+}
+
+// workerID names this worker in the crawl's presence: host, process,
+// and random bytes (a process may run several crawlers).
+func workerID() string {
+	host, _ := os.Hostname()
+	var r [4]byte
+	rand.Read(r[:])
+	return fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(r[:]))
+}
+
+// run keeps the worker announced until done is closed, then withdraws
+// it. A failure is logged: presence is for the commands that must not
+// spoil a running crawl (trawl purge) and for watching, not for crawling.
+func (p *presence) run(ctx context.Context, done <-chan struct{}) {
+	t := time.NewTicker(PresenceTTL / 3)
+	defer t.Stop()
+	for {
+		if err := p.p.Announce(ctx, p.crawl, p.id, PresenceTTL); err != nil {
+			p.log.Warn("announcing this worker failed: trawl purge may not see it", "crawl", p.crawl, "err", err)
+		}
+		p.beat(ctx, false)
+		select {
+		case <-done:
+			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+			p.beat(lctx, true)
+			if err := p.p.Leave(lctx, p.crawl, p.id); err != nil {
+				p.log.Warn("withdrawing this worker's announcement failed: it expires within "+PresenceTTL.String(), "crawl", p.crawl, "err", err)
+			}
+			cancel()
+			return
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,69 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// countingPresence records the calls a worker's presence makes.
+type countingPresence struct {
+	mu       sync.Mutex
+	calls    []string
+	announce error
+}
+
+func (p *countingPresence) add(s string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.calls = append(p.calls, s)
+}
+
+func (p *countingPresence) Announce(_ context.Context, crawl, id string, ttl time.Duration) error {
+	p.add("announce " + crawl + " " + id + " " + ttl.String())
+	return p.announce
+}
+
+func (p *countingPresence) Leave(_ context.Context, crawl, id string) error {
+	p.add("leave " + crawl + " " + id)
+	return nil
+}
+
+func (p *countingPresence) Live(context.Context, string) (int, error) { return 0, nil }
+
+// TestPresence: a running worker announces itself at once and every
+// third of PresenceTTL, writing its record each time; when it stops, it
+// writes its record as stopped and withdraws; a failed announcement is
+// logged and the worker goes on.
+func TestPresence(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cp := &countingPresence{announce: errors.New("down")}
+		var logs bytes.Buffer
+		var beats []bool
+		p := &presence{p: cp, crawl: "c", id: "w", log: slog.New(slog.NewTextHandler(&logs, nil)),
+			beat: func(_ context.Context, stopped bool) { cp.add("beat"); beats = append(beats, stopped) }}
+		done := make(chan struct{})
+		stopped := make(chan struct{})
+		go func() { defer close(stopped); p.run(context.Background(), done) }()
+		time.Sleep(PresenceTTL/3*2 + time.Millisecond)
+		close(done)
+		<-stopped
+		a := "announce c w " + PresenceTTL.String()
+		want := []string{a, "beat", a, "beat", a, "beat", "beat", "leave c w"}
+		if strings.Join(cp.calls, "|") != strings.Join(want, "|") {
+			t.Errorf("calls %q, want %q", cp.calls, want)
+		}
+		if len(beats) != 4 || beats[3] != true || beats[2] != false {
+			t.Errorf("records written stopped: %v, want the last only", beats)
+		}
+		if n := strings.Count(logs.String(), "announcing this worker failed"); n != 3 {
+			t.Errorf("%d failed announcements logged, want 3", n)
+		}
+	})
+}
