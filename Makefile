@@ -65,7 +65,7 @@ test-cluster: ## broker clusters in Docker (3 servers each): conformance, and cr
 	echo "env: $$env_line"; \
 	log=$$(mktemp /tmp/trawl-test-cluster.XXXXXX); \
 	env $$env_line TRAWL_TEST_CLUSTER=1 $(GO) test -race -count=1 -timeout 30m -run 'Cluster' -v $(CLUSTER_PKGS) >$$log 2>&1; rc=$$?; \
-	grep -E '^ *(--- |PASS|FAIL|ok|panic)|cluster_test.go' $$log; echo "full log: $$log"; exit $$rc
+	grep -E '^ *(--- |PASS|FAIL|ok|panic)|(cluster|partitions)_test.go' $$log; echo "full log: $$log"; exit $$rc
 
 unit: ## every test that needs no server or Docker (go test -race -short), quickly
 	$(GO) test -race -short $(PKGS)
