@@ -404,10 +404,15 @@ func (d *Deployment) Configure(cfg *engine.Config) {
 	}
 }
 
-// frontier returns the frontier over the deployment's broker and filter.
+// frontier returns the frontier over the deployment's broker and filter:
+// on Redis (both stores Redis) claim and publish in one script (see
+// redisFrontier).
 func (d *Deployment) frontier() frontier.Frontier {
 	if cf, ok := d.Filter.(frontier.CheckingFilter); ok && d.cfg.Broker == "memory" {
 		return frontier.NewMemory(d.Broker, cf)
+	}
+	if fr := d.redisFrontier(); fr != nil {
+		return fr
 	}
 	return frontier.Compose(d.Broker, d.Filter, engine.ComposeConfig(d.crawl))
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/trawlhq/trawl/dedup"
 	dedupredis "github.com/trawlhq/trawl/dedup/redis"
 	"github.com/trawlhq/trawl/engine"
+	"github.com/trawlhq/trawl/frontier/redisfrontier"
 	"github.com/trawlhq/trawl/internal/redislayout"
 )
 
@@ -305,4 +306,21 @@ func (d *Deployment) StartsHint(err error) error {
 		return fmt.Errorf("%w; without --start-urls-set, trawl reads a list", err)
 	}
 	return fmt.Errorf("%w; give every command of the crawl --start-urls-set to read a set", err)
+}
+
+// redisFrontier returns the Redis frontier when the broker and the filter
+// are Redis (--broker=redis with --dedup=set or bloom): the crawl's queue
+// and filter share its slot on one server, so one script claims a page's
+// links and publishes the new ones (frontier/redisfrontier), with no
+// marks. Else nil.
+func (d *Deployment) redisFrontier() *redisfrontier.Frontier {
+	b, ok := d.Broker.(*redisbroker.Broker)
+	if !ok {
+		return nil
+	}
+	f, ok := d.Filter.(dedupredis.Claimer)
+	if !ok {
+		return nil
+	}
+	return redisfrontier.New(b, f)
 }
