@@ -16,6 +16,7 @@ import (
 	"github.com/trawlhq/trawl/dedup"
 	dedupredis "github.com/trawlhq/trawl/dedup/redis"
 	"github.com/trawlhq/trawl/frontier"
+	"github.com/trawlhq/trawl/frontier/frontiertest"
 	"github.com/trawlhq/trawl/frontier/redisfrontier"
 	"github.com/trawlhq/trawl/internal/integration"
 )
@@ -26,8 +27,13 @@ func TestMain(m *testing.M) { integration.Main(m) }
 // filter or a Bloom one, and its requests queue.
 func open(t *testing.T, c goredis.UniversalClient, bloom bool) (*redisfrontier.Frontier, string) {
 	t.Helper()
+	return openCrawl(t, c, integration.Name(t), bloom)
+}
+
+// openCrawl is open for the crawl named crawl.
+func openCrawl(t *testing.T, c goredis.UniversalClient, crawl string, bloom bool) (*redisfrontier.Frontier, string) {
+	t.Helper()
 	ctx := t.Context()
-	crawl := integration.Name(t)
 	b, err := redisbroker.New(ctx, redisbroker.Config{Client: c, Lease: time.Minute})
 	if err != nil {
 		t.Fatalf("redis broker: %v", err)
@@ -162,5 +168,31 @@ func testExpand(t *testing.T, c goredis.UniversalClient, bloom bool) {
 	in, err := fr.Marked(ctx, fp("identity"), fp("l1"), fp("never"))
 	if err != nil || !slices.Equal(in, []bool{true, true, false}) {
 		t.Errorf("Marked = %v, %v; want [true true false]", in, err)
+	}
+}
+
+// TestConformance runs the frontier's suite on a single Redis server and
+// on a Redis Cluster, with either filter. The stores are not wrapped with
+// faults: one script claims and publishes, so there is no call between
+// the two for a worker to die at (the suite's kill tests are skipped).
+func TestConformance(t *testing.T) {
+	for _, srv := range []struct {
+		name   string
+		client func(*testing.T) goredis.UniversalClient
+	}{
+		{"single", func(t *testing.T) goredis.UniversalClient { return integration.RedisClient(t) }},
+		{"cluster", func(t *testing.T) goredis.UniversalClient { return integration.RedisClusterClient(t) }},
+	} {
+		t.Run(srv.name, func(t *testing.T) {
+			c := srv.client(t)
+			for _, bloom := range []bool{false, true} {
+				t.Run(map[bool]string{false: "set", true: "bloom"}[bloom], func(t *testing.T) {
+					frontiertest.Run(t, frontiertest.Harness{New: func(t *testing.T, crawl string, _ *frontiertest.Faults) frontier.Frontier {
+						fr, _ := openCrawl(t, c, crawl, bloom)
+						return fr
+					}})
+				})
+			}
+		})
 	}
 }
