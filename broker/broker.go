@@ -258,7 +258,8 @@ type DeadLetters interface {
 // is consumed by whoever reads it first. Values are at most a few KiB.
 // The memory, Redis and NATS brokers are one; RabbitMQ keeps no values,
 // so a RabbitMQ deployment keeps them in its Redis (redis.Meta), or not at
-// all.
+// all. The store that keeps a crawl's values also keeps its workers'
+// announcements (Presence).
 type Metadata interface {
 	// GetMeta returns the value of key in crawl, or an error wrapping
 	// ErrNotFound.
@@ -271,13 +272,12 @@ type Metadata interface {
 	CreateMeta(ctx context.Context, crawl, key string, value []byte) error
 	// PurgeMeta deletes every value of crawl.
 	PurgeMeta(ctx context.Context, crawl string) error
+	Presence
 }
 
-// Presence is implemented by brokers on which the workers of a crawl
-// announce themselves, so that a command that would spoil a running crawl
-// (trawl purge) can tell whether one runs. It is optional for the reason
-// Metadata is: the memory, Redis and NATS brokers are one, RabbitMQ is
-// not (redis.Meta serves a RabbitMQ deployment with a Redis).
+// Presence is where the workers of a crawl announce themselves, so that a
+// command that would spoil a running crawl (trawl purge) can tell whether
+// one runs. Every Metadata is one.
 type Presence interface {
 	// Announce says that worker id works on crawl, for ttl from now; a
 	// worker announces again well within ttl for as long as it runs.

@@ -424,12 +424,6 @@ func (d *Deployment) Crawler(cfg engine.Config) (*engine.Crawler, error) {
 	return engine.NewOn(d.Frontier, cfg)
 }
 
-// Presence is where the crawl's workers announce themselves, or nil.
-func (d *Deployment) Presence() broker.Presence {
-	p, _ := d.Metadata.(broker.Presence)
-	return p
-}
-
 // QueueName returns queue's name as the broker shows it: on Redis, its key
 // ("{books}:requests" for "books:requests").
 func (d *Deployment) QueueName(queue string) string {
@@ -455,8 +449,8 @@ func (d *Deployment) Close() error {
 // unless force.
 func (d *Deployment) Purge(ctx context.Context, force bool) error {
 	name := d.crawl.Name
-	if p := d.Presence(); p != nil {
-		n, err := engine.LiveWorkers(ctx, p, name)
+	if d.Metadata != nil {
+		n, err := engine.LiveWorkers(ctx, d.Metadata, name)
 		switch {
 		case err != nil && !force:
 			return fmt.Errorf("purge: %w (--force purges anyway)", err)

@@ -197,8 +197,8 @@ type Config struct {
 	// has with other values replace them (a warning each) instead of
 	// failing. Workers already running keep the settings they adopted.
 	OverrideSettings bool
-	// Metadata keeps the crawl's settings and its workers' presence
-	// (when it implements broker.Presence). nil = the broker, if it
+	// Metadata keeps the crawl's settings and its workers' presence.
+	// nil = the broker, if it
 	// implements broker.Metadata; a crawler with neither crawls by its own
 	// settings, with a warning.
 	Metadata broker.Metadata

@@ -33,11 +33,9 @@ type presence struct {
 // presence returns this worker's presence in the crawl, or nil where the
 // crawl keeps none.
 func (c *Crawler) presence() *presence {
-	p, ok := c.cfg.Metadata.(broker.Presence)
-	if !ok {
-		if p, ok = c.frontier.Broker().(broker.Presence); !ok {
-			return nil
-		}
+	p := c.metadata()
+	if p == nil {
+		return nil
 	}
 	id := workerID()
 	hb := c.newHeartbeat(id)

@@ -27,11 +27,11 @@
 // across a restart of the server.
 //
 // Counts, Purge, DeadLetters, Requeue and Extend are part of broker.Broker
-// and broker.Delivery and are checked on every backend. Promises of the
-// optional interfaces broker.Metadata and broker.Presence are checked when
-// the backend implements them; a subtest that needs one the backend lacks
-// says so with t.Skip; so are those of broker.BatchAcker (AckBatch acks
-// as Ack on each delivery would).
+// and broker.Delivery and are checked on every backend. The promises of
+// an optional interface, broker.Metadata (with its Presence) and
+// broker.BatchAcker (AckBatch acks as Ack on each delivery would), are
+// checked when the backend implements it; a subtest that needs one the
+// backend lacks says so with t.Skip.
 //
 // Every subtest uses fresh queue names, so backends may share one server
 // across subtests, and runs in parallel with the others. Waits are bounded:

@@ -61,11 +61,11 @@ func (s *suite) testMetadata(t *testing.T) {
 // per crawl, until it is withdrawn or expires.
 func (s *suite) testPresence(t *testing.T) {
 	bs := s.brokers(t, s.setup(), 2)
-	p0, ok := bs[0].(broker.Presence)
+	p0, ok := bs[0].(broker.Metadata)
 	if !ok {
-		t.Skip("broker does not implement broker.Presence")
+		t.Skip("broker does not implement broker.Metadata (nor its Presence)")
 	}
-	p1 := bs[1].(broker.Presence)
+	p1 := bs[1].(broker.Metadata)
 	ctx := t.Context()
 	crawl, other := strings.TrimSuffix(queue(t), ":q"), strings.TrimSuffix(queue(t, "other"), ":q")
 	live := func(p broker.Presence, crawl string) int {

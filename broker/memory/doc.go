@@ -40,8 +40,7 @@
 //   - Context: Receive returns ctx.Err() (wrapped) when ctx is already done
 //     or ends while waiting. The other operations never block and ignore ctx.
 //
-// Of the optional interfaces, *Broker implements broker.Metadata and
-// broker.Presence. It is no broker.BatchAcker: with no round trips to
+// Of the optional interfaces, *Broker implements broker.Metadata. It is no broker.BatchAcker: with no round trips to
 // save, acknowledging one by one costs as much.
 //
 // # Deviations

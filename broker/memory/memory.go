@@ -125,8 +125,8 @@ func (s *Store) queueFor(name string) *queue {
 	return q
 }
 
-// Broker is one handle on a Store; it implements broker.Broker,
-// broker.Metadata and broker.Presence.
+// Broker is one handle on a Store; it implements broker.Broker and
+// broker.Metadata.
 type Broker struct {
 	s      *Store
 	closed bool          // guarded by s.mu

@@ -9,10 +9,7 @@ import (
 	"github.com/trawlhq/trawl/broker"
 )
 
-var (
-	_ broker.Metadata = (*Broker)(nil)
-	_ broker.Presence = (*Broker)(nil)
-)
+var _ broker.Metadata = (*Broker)(nil)
 
 // GetMeta returns the value of key in crawl, kept by the store.
 func (b *Broker) GetMeta(_ context.Context, crawl, key string) ([]byte, error) {

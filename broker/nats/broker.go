@@ -25,7 +25,7 @@ import (
 const closeTimeout = 10 * time.Second
 
 // Broker is a JetStream-backed broker.Broker; it also implements
-// broker.BatchAcker, broker.Metadata and broker.Presence. A Broker
+// broker.BatchAcker and broker.Metadata. A Broker
 // stands for one worker: closing it closes its consumers and gives back
 // its own unsettled deliveries. It is safe for concurrent use.
 type Broker struct {

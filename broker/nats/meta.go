@@ -19,10 +19,7 @@ import (
 // as queue names are (see escape).
 const metaBucket = "trawl-meta"
 
-var (
-	_ broker.Metadata = (*Broker)(nil)
-	_ broker.Presence = (*Broker)(nil)
-)
+var _ broker.Metadata = (*Broker)(nil)
 
 // kv returns the metadata bucket, created on first use.
 func (b *Broker) kv(ctx context.Context) (jetstream.KeyValue, error) {

@@ -15,7 +15,7 @@ import (
 // Meta keeps a crawl's metadata in the Redis hash {NAME}:meta and its
 // workers' announcements in the sorted set {NAME}:workers (member: the
 // worker's id; score: when its announcement expires, in the server's
-// milliseconds). It implements broker.Metadata and broker.Presence; a
+// milliseconds). It implements broker.Metadata (with its Presence); a
 // Broker does too, through a Meta on its client. Deployments whose
 // broker is not Redis but that keep their filter in Redis (RabbitMQ)
 // use a Meta of their own.
@@ -25,9 +25,7 @@ type Meta struct {
 
 var (
 	_ broker.Metadata = Meta{}
-	_ broker.Presence = Meta{}
 	_ broker.Metadata = (*Broker)(nil)
-	_ broker.Presence = (*Broker)(nil)
 )
 
 // NewMeta returns the metadata and presence of crawls on client.
