@@ -292,6 +292,9 @@ func (c *Crawler) receive(ctx context.Context, sem chan struct{}, bench *workben
 		return err
 	}
 	defer func() {
+		if cons == nil {
+			return // closed for a pause, and not opened again
+		}
 		if err := cons.Close(); err != nil {
 			c.log.Warn("closing the frontier's consumer failed", "queue", queue, "err", err)
 		}
@@ -329,30 +332,8 @@ func (c *Crawler) receive(ctx context.Context, sem chan struct{}, bench *workben
 	hunger.Stop()
 	defer hunger.Stop()
 	for {
-		if c.guards.reached(c.cfg.MaxPages) {
-			c.log.Info("page limit reached", "pages", c.cfg.MaxPages)
-			return nil
-		}
-		if err := c.clocks.writes.check(c.cfg.FailureTimeout); err != nil {
-			c.log.Error("writes keep failing; stopping", "err", err)
-			return fmt.Errorf("%w: publishing links, checking the filter or writing items %w; "+
-				"no page was acknowledged or dead-lettered for it", ErrBackendFailing, err)
-		}
-		if !c.refusalPause(run) {
-			return c.ended(ctx, run)
-		}
-		if c.pause.isPaused() {
-			// The consumer's read-ahead goes back to the queue at once;
-			// what the workbench holds stays, its leases kept.
-			closed := false
-			if !c.pause.wait(run, func() { cons.Close(); closed = true }) {
-				return c.ended(ctx, run)
-			}
-			if closed {
-				if cons, err = c.consume(ctx, queue); err != nil {
-					return err
-				}
-			}
+		if stop, err := c.gate(ctx, run, &cons, queue); stop {
+			return err
 		}
 		select {
 		case sem <- struct{}{}:
@@ -372,6 +353,41 @@ func (c *Crawler) receive(ctx context.Context, sem chan struct{}, bench *workben
 		}
 		dispatch(it)
 	}
+}
+
+// gate holds the receiver before it takes a slot, and says whether it is
+// to stop, with what receive returns: at the page limit (nil), when the
+// writes keep failing, or when run ended while this worker backed off
+// after refusals or was paused. A pause closes the consumer *cons (its
+// read-ahead goes back to the queue at once; what the workbench holds
+// stays, its leases kept), and gate opens another on resume; *cons is
+// nil if that failed.
+func (c *Crawler) gate(ctx, run context.Context, cons *broker.Consumer, queue string) (stop bool, err error) {
+	if c.guards.reached(c.cfg.MaxPages) {
+		c.log.Info("page limit reached", "pages", c.cfg.MaxPages)
+		return true, nil
+	}
+	if err := c.clocks.writes.check(c.cfg.FailureTimeout); err != nil {
+		c.log.Error("writes keep failing; stopping", "err", err)
+		return true, fmt.Errorf("%w: publishing links, checking the filter or writing items %w; "+
+			"no page was acknowledged or dead-lettered for it", ErrBackendFailing, err)
+	}
+	if !c.refusalPause(run) {
+		return true, c.ended(ctx, run)
+	}
+	if !c.pause.isPaused() {
+		return false, nil
+	}
+	closed := false
+	if !c.pause.wait(run, func() { (*cons).Close(); closed = true }) {
+		return true, c.ended(ctx, run)
+	}
+	if closed {
+		if *cons, err = c.consume(ctx, queue); err != nil {
+			return true, err
+		}
+	}
+	return false, nil
 }
 
 // nextItem returns the delivery for the slot the receiver holds: the
