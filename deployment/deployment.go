@@ -160,11 +160,15 @@ type Deployment struct {
 	// nil (RabbitMQ without Redis keeps none).
 	Metadata broker.Metadata
 
-	cfg    Config
-	crawl  engine.Config
-	log    *slog.Logger
-	redis  goredis.UniversalClient   // the deployment's Redis, or nil
-	keys   func(queue string) string // a queue's name as its broker shows it, or nil
+	cfg   Config
+	crawl engine.Config
+	log   *slog.Logger
+	redis goredis.UniversalClient   // the deployment's Redis, or nil
+	keys  func(queue string) string // a queue's name as its broker shows it, or nil
+	// reopen opens another broker on the deployment's servers with n
+	// partitions (NATS and RabbitMQ), closed with the deployment; nil
+	// for brokers that do not split their queues.
+	reopen func(ctx context.Context, n int) (broker.Broker, error)
 	purges []func(context.Context) error
 	closes []func() error
 }

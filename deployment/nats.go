@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/trawlhq/trawl/broker"
 	natsbroker "github.com/trawlhq/trawl/broker/nats"
 	"github.com/trawlhq/trawl/broker/rabbitmq"
 	redisbroker "github.com/trawlhq/trawl/broker/redis"
@@ -105,6 +106,15 @@ func (d *Deployment) openNATS(ctx context.Context) error {
 	}
 	d.Broker, d.Shared = nb, true
 	d.closes = append(d.closes, nb.Close)
+	d.reopen = func(ctx context.Context, n int) (broker.Broker, error) {
+		c := cfg
+		c.Partitions = n
+		b, err := natsbroker.New(ctx, c)
+		if err == nil {
+			d.closes = append(d.closes, b.Close)
+		}
+		return b, err
+	}
 	return d.sharedFilter(ctx)
 }
 
@@ -129,15 +139,25 @@ func (d *Deployment) openRabbitMQ(ctx context.Context) error {
 			return err
 		}
 	}
-	rb, err := rabbitmq.New(ctx, rabbitmq.Config{
+	cfg := rabbitmq.Config{
 		URL: urlOr(d.cfg.AMQPURL, defaultAMQPURL), ManagementURL: d.cfg.AMQPManagementURL, TLS: d.tlsClone(), Name: "trawl " + d.crawl.Name, Order: d.cfg.Order, Lease: d.lease(),
 		QueueType: qt, NonDurable: d.cfg.AMQPNonDurable, Recreate: d.cfg.AMQPRecreate, MaxDeliveries: MaxDeliveries(d.crawl), Partitions: parts, Logger: d.crawl.Logger,
-	})
+	}
+	rb, err := rabbitmq.New(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	d.Broker, d.Shared = rb, true
 	d.closes = append(d.closes, rb.Close)
+	d.reopen = func(ctx context.Context, n int) (broker.Broker, error) {
+		c := cfg
+		c.Partitions = n
+		b, err := rabbitmq.New(ctx, c)
+		if err == nil {
+			d.closes = append(d.closes, b.Close)
+		}
+		return b, err
+	}
 	return nil
 }
 

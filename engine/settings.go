@@ -438,6 +438,28 @@ func JoinSettings(ctx context.Context, m broker.Metadata, crawl string, own Sett
 	return Settings{}, fmt.Errorf("crawl %q: settings keep changing under this worker", crawl)
 }
 
+// SetPartitions stores n as the partition count of crawl's settings in m
+// (trawl repartition, once it has moved the queued requests).
+func SetPartitions(ctx context.Context, m broker.Metadata, crawl string, n int) error {
+	raw, err := m.GetMeta(ctx, crawl, settingsKey)
+	if err != nil {
+		return fmt.Errorf("crawl %q: read settings: %w", crawl, err)
+	}
+	s, err := DecodeSettings(raw)
+	if err != nil {
+		return fmt.Errorf("crawl %q: %w", crawl, err)
+	}
+	s.Partitions = n
+	enc, err := s.Encode()
+	if err != nil {
+		return err
+	}
+	if err := m.SetMeta(ctx, crawl, settingsKey, enc); err != nil {
+		return fmt.Errorf("crawl %q: store settings: %w", crawl, err)
+	}
+	return nil
+}
+
 // PurgeSettings deletes the settings (and any other metadata) of crawl.
 func PurgeSettings(ctx context.Context, m broker.Metadata, crawl string) error {
 	if err := m.PurgeMeta(ctx, crawl); err != nil {

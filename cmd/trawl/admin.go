@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -363,4 +364,42 @@ func describe(queue string, l broker.DeadLetter) (what, reason string) {
 		s = s[:117] + "..."
 	}
 	return s, engine.Redact(reason)
+}
+
+func newRepartitionCmd(o *options) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "repartition --partitions N",
+		Short: "Move a stopped crawl's queued requests and dead letters into N partitions (NATS, RabbitMQ)",
+		Long: `Move a stopped crawl's queued requests and dead letters into N partitions
+(NATS, RabbitMQ), each to the partition of its host (or registrable domain,
+as the crawl's --partition-by), and store N as the crawl's partition count:
+workers started afterwards without --partitions adopt it. It refuses while
+workers of the crawl run. Nothing is lost if it is cut short: run it again
+with the same N to finish the move.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if f := cmd.Flags().Lookup("partitions"); f == nil || !f.Changed {
+				return usageError("repartition needs --partitions N")
+			}
+			b, err := o.open(cmd.Context(), "repartition")
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			m, err := b.Repartition(cmd.Context(), o.partitions)
+			if errors.Is(err, deployment.ErrConfig) {
+				return &exitError{code: 2, err: err}
+			}
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(o.stdout, "crawl %s: %d queued %s and %d dead %s moved from %d to %d partitions\n",
+				o.name, m.Ready, plural(int64(m.Ready), "request"), m.Dead, plural(int64(m.Dead), "letter"), m.From, m.To)
+			return nil
+		},
+	}
+	o.addBackendFlags(cmd.Flags())
+	o.addHiddenCrawlFlags(cmd.Flags())
+	cmd.Flags().Lookup("partitions").Hidden = false
+	return cmd
 }

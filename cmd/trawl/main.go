@@ -234,6 +234,7 @@ func newRoot(o *options) *cobra.Command {
 		newStatsCmd(o),
 		newDashboardCmd(o),
 		newPurgeCmd(o),
+		newRepartitionCmd(o),
 		newDeadLetterCmd(o),
 		newItemsCmd(o),
 		newTestsiteCmd(o),

@@ -1,0 +1,226 @@
+package deployment
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"time"
+
+	"github.com/trawlhq/trawl/broker"
+	"github.com/trawlhq/trawl/engine"
+)
+
+// repartitionBatch is how many messages one step of a repartition moves.
+const repartitionBatch = 256
+
+// Moved says what Repartition moved.
+type Moved struct {
+	From, To int // the partition counts
+	Ready    int // queued requests (delayed ones included)
+	Dead     int // dead letters
+}
+
+// Repartition moves the queued requests and dead letters of a stopped
+// crawl (no live worker) into m partitions, each to the partition of its
+// host under the crawl's PartitionBy, and stores m as the crawl's
+// partition count (trawl repartition). NATS and RabbitMQ only.
+//
+// It moves through two queues of one partition beside the crawl's,
+// NAME:requests~repartition and NAME:requests~repartition-dead: first
+// every request, then every dead letter (requeued, with its reason kept)
+// out of the old partitions; then, with the new count stored, every dead
+// letter into its new partition (published, taken and rejected with its
+// reason) and every request. Each message is published where it goes
+// before it is acknowledged where it was, so a repartition cut short (a
+// crash, ^C) loses nothing: run again with the same count, it finishes
+// the move (a message of the cut step may then be queued twice).
+// Requests keep their priority and their Request.Retries; their delivery
+// attempts start again.
+func (d *Deployment) Repartition(ctx context.Context, m int) (Moved, error) {
+	name := d.crawl.Name
+	if d.reopen == nil {
+		return Moved{}, configErr("repartition needs --broker=nats or --broker=rabbitmq (the other brokers do not split their queues)")
+	}
+	if m < 1 || m > broker.MaxPartitions {
+		return Moved{}, configErr("--partitions %d: want 1 to %d", m, broker.MaxPartitions)
+	}
+	if d.Metadata == nil {
+		return Moved{}, configErr("repartition needs the crawl's stored settings: with RabbitMQ, give --redis-url")
+	}
+	n, err := engine.LiveWorkers(ctx, d.Metadata, name)
+	if err != nil {
+		return Moved{}, err
+	}
+	if n > 0 {
+		return Moved{}, fmt.Errorf("repartition %s: %w: %d live (announced within the last %v); stop them first", name, ErrWorkersLive, n, engine.PresenceTTL)
+	}
+	s, err := engine.StoredSettings(ctx, d.Metadata, name)
+	if errors.Is(err, broker.ErrNotFound) {
+		return Moved{}, fmt.Errorf("repartition: %w %s (check --name)", ErrNoCrawl, name)
+	}
+	if err != nil {
+		return Moved{}, fmt.Errorf("crawl %q: read settings: %w", name, err)
+	}
+	out := Moved{From: s.Partitions, To: m}
+	q := engine.RequestsQueue(name)
+	tmp, tmpDead := q+"~repartition", q+"~repartition-dead"
+	one, err := d.reopen(ctx, 1)
+	if err != nil {
+		return out, err
+	}
+	keep := func(m broker.Message) (broker.Message, error) { return m, nil }
+
+	// Out of the old partitions: the requests, then the dead letters.
+	if _, err := d.drain(ctx, d.Broker, q, one, tmp, keep); err != nil {
+		return out, err
+	}
+	reasons := map[string][]string{}
+	for {
+		ls, err := d.Broker.DeadLetters(ctx, q, repartitionBatch)
+		if err != nil {
+			return out, err
+		}
+		for _, l := range ls {
+			reasons[string(l.Message.Body)] = append(reasons[string(l.Message.Body)], l.Reason)
+		}
+		n, err := d.Broker.Requeue(ctx, q, repartitionBatch)
+		if err != nil {
+			return out, err
+		}
+		if _, err := d.drain(ctx, d.Broker, q, one, tmpDead, func(msg broker.Message) (broker.Message, error) {
+			rs := reasons[string(msg.Body)]
+			reason := "dead letter (its reason was lost)"
+			if len(rs) > 0 {
+				reason, reasons[string(msg.Body)] = rs[0], rs[1:]
+			}
+			b, err := json.Marshal(deadRecord{Reason: reason, Body: msg.Body})
+			return broker.Message{Body: b, Priority: msg.Priority}, err
+		}); err != nil {
+			return out, err
+		}
+		if n < repartitionBatch {
+			break
+		}
+	}
+
+	// Into the new ones.
+	if err := engine.SetPartitions(ctx, d.Metadata, name, m); err != nil {
+		return out, err
+	}
+	nb, err := d.reopen(ctx, m)
+	if err != nil {
+		return out, err
+	}
+	key := func(body []byte) string {
+		var r engine.Request
+		if r.UnmarshalBinary(body) != nil {
+			return ""
+		}
+		u, err := url.Parse(r.URL)
+		if err != nil {
+			return ""
+		}
+		return broker.PartitionKey(u.Host, s.PartitionBy)
+	}
+	for {
+		ds, err := take(ctx, d.stderr(), one, tmpDead)
+		if err != nil || len(ds) == 0 {
+			if err != nil {
+				return out, err
+			}
+			break
+		}
+		for _, dd := range ds {
+			var rec deadRecord
+			if err := json.Unmarshal(dd.Message().Body, &rec); err != nil {
+				return out, fmt.Errorf("repartition: a dead letter in %s: %w", tmpDead, err)
+			}
+			if err := nb.Publish(ctx, q, broker.Message{Body: rec.Body, Priority: dd.Message().Priority, Key: key(rec.Body)}); err != nil {
+				return out, err
+			}
+			got, err := nb.Receive(ctx, q, 1)
+			if err != nil {
+				return out, err
+			}
+			if err := got[0].Reject(ctx, rec.Reason); err != nil {
+				return out, err
+			}
+			if err := dd.Ack(ctx); err != nil {
+				return out, err
+			}
+			out.Dead++
+		}
+	}
+	out.Ready, err = d.drain(ctx, one, tmp, nb, q, func(msg broker.Message) (broker.Message, error) {
+		msg.Key = key(msg.Body)
+		return msg, nil
+	})
+	return out, err
+}
+
+// deadRecord is a dead letter on its way between partitions.
+type deadRecord struct {
+	Reason string `json:"reason"`
+	Body   []byte `json:"body"`
+}
+
+// take receives up to a batch of queue's messages, or none once it holds
+// none (it waits for delayed and leased ones to come back, saying so).
+func take(ctx context.Context, w io.Writer, b broker.Broker, queue string) ([]broker.Delivery, error) {
+	for said := false; ; {
+		c, err := b.Counts(ctx, queue)
+		if err != nil {
+			return nil, err
+		}
+		if c.Ready+c.InFlight == 0 {
+			return nil, nil
+		}
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		ds, err := b.Receive(rctx, queue, repartitionBatch)
+		cancel()
+		if len(ds) > 0 {
+			return ds, nil
+		}
+		if err != nil && ctx.Err() != nil {
+			return nil, err
+		}
+		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			return nil, err
+		}
+		if !said {
+			said = true
+			fmt.Fprintf(w, "trawl: repartition: waiting for %s's %d delayed and %d leased messages to come back\n", queue, c.Delayed, c.InFlight)
+		}
+	}
+}
+
+// drain moves every message of queue sq of src to queue dq of dst, each
+// as conv makes it, publishing a batch before it acknowledges it, and
+// says how many it moved.
+func (d *Deployment) drain(ctx context.Context, src broker.Broker, sq string, dst broker.Broker, dq string, conv func(broker.Message) (broker.Message, error)) (int, error) {
+	moved := 0
+	for {
+		ds, err := take(ctx, d.stderr(), src, sq)
+		if err != nil || len(ds) == 0 {
+			return moved, err
+		}
+		msgs := make([]broker.Message, len(ds))
+		for i, dd := range ds {
+			if msgs[i], err = conv(dd.Message()); err != nil {
+				return moved, err
+			}
+		}
+		if err := dst.Publish(ctx, dq, msgs...); err != nil {
+			return moved, fmt.Errorf("repartition: publish to %s: %w", dq, err)
+		}
+		for _, dd := range ds {
+			if err := dd.Ack(ctx); err != nil {
+				return moved, fmt.Errorf("repartition: acknowledge in %s: %w", sq, err)
+			}
+		}
+		moved += len(ds)
+	}
+}

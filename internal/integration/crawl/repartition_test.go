@@ -1,0 +1,115 @@
+package crawl_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/trawlhq/trawl/broker"
+	"github.com/trawlhq/trawl/internal/integration"
+	"github.com/trawlhq/trawl/internal/testsite"
+)
+
+// TestRepartition (issue 24): a crawl on NATS with one partition, stopped
+// by --max-pages with over 5,000 requests queued, is repartitioned to 4
+// (trawl repartition --partitions 4): every queued request moves, each to
+// the partition of its host (four sites on four loopback addresses, one
+// per partition); a worker started without --partitions adopts the 4 and
+// finishes the crawl; every page is fetched once.
+func TestRepartition(t *testing.T) {
+	nats, redis := integration.NATS(t), integration.Redis(t)
+	hosts := []string{"127.0.0.3", "127.0.0.5", "127.0.0.2", "127.0.0.4"} // partitions 0 to 3 of 4
+	var sites []*testsite.Site
+	var urls []string
+	expected := 0
+	for i, host := range hosts {
+		if p := broker.PartitionOf(host, 4); p != i {
+			t.Fatalf("host %s is in partition %d of 4, want %d", host, p, i)
+		}
+		site := testsite.New(testsite.Config{Pages: 4000, Links: 40, Seed: int64(60 + i), NoTraps: true})
+		ctx, cancel := context.WithCancel(context.Background())
+		base, wait, err := site.Serve(ctx, host+":0")
+		if err != nil {
+			cancel()
+			t.Fatalf("serve a site on %s: %v", host, err)
+		}
+		t.Cleanup(func() { cancel(); _ = wait() })
+		sites = append(sites, site)
+		urls = append(urls, base+"/")
+		expected += site.Expected()
+	}
+	name := integration.Name(t)
+	args := func(more ...string) []string {
+		return flags([]string{"--broker=nats", "--nats-url", nats, "--redis-url", redis, "--name", name,
+			"--allow-private", "--idle-timeout=3s", "--concurrency=16", "--per-host=16"}, more...)
+	}
+	mustRun(t, append([]string{"seed"}, args(urls...)...)...)
+	first := start(t, append([]string{"worker"}, args("--max-pages=1000")...)...)
+	if code := first.wait(t, 3*time.Minute); code != 0 {
+		t.Fatalf("first worker exit %d:\n%s", code, first.stderr.String())
+	}
+	queued := func() (int64, []int64) {
+		code, out, errOut := runOut(t, append([]string{"stats", "--json"}, args()...)...)
+		if code != 0 {
+			t.Fatalf("stats exit %d: %s", code, errOut)
+		}
+		var m map[string]int64
+		if err := json.Unmarshal([]byte(out), &m); err != nil {
+			t.Fatal(err)
+		}
+		q := name + ":requests"
+		var parts []int64
+		for p := 0; ; p++ {
+			n, ok := m[fmt.Sprintf("%s/p%d/ready", q, p)]
+			if !ok {
+				break
+			}
+			parts = append(parts, n)
+		}
+		return m[q+"/ready"], parts
+	}
+	before, _ := queued()
+	t.Logf("queued after the first worker: %d", before)
+	if before < 5000 {
+		t.Fatalf("%d requests queued, want over 5,000 for the test", before)
+	}
+	code, out, errOut := runOut(t, append([]string{"repartition", "--partitions", "4"}, args()...)...)
+	if code != 0 {
+		t.Fatalf("repartition exit %d: %s", code, errOut)
+	}
+	t.Logf("repartition: %s", strings.TrimSpace(out))
+	if !strings.Contains(out, fmt.Sprintf("%d queued requests", before)) || !strings.Contains(out, "from 1 to 4 partitions") {
+		t.Errorf("repartition said %q, want %d queued requests moved from 1 to 4 partitions", out, before)
+	}
+	after, parts := queued()
+	t.Logf("queued after the repartition: %d, by partition %v", after, parts)
+	if after != before || len(parts) != 4 {
+		t.Fatalf("queued %d in %d partitions after the repartition, want %d in 4", after, len(parts), before)
+	}
+	for p, n := range parts {
+		if n == 0 {
+			t.Errorf("partition %d holds no request, want those of %s", p, hosts[p])
+		}
+	}
+	second := start(t, append([]string{"worker"}, args()...)...)
+	if code := second.wait(t, 5*time.Minute); code != 0 {
+		t.Fatalf("second worker exit %d:\n%s", code, second.stderr.String())
+	}
+	distinct, dups := union(t, first, second)
+	twice := 0
+	for _, s := range sites {
+		for path, k := range s.Served() {
+			if k > 1 {
+				twice++
+				t.Logf("%s fetched %d times", path, k)
+			}
+		}
+	}
+	t.Logf("pages expected %d, fetched %d, item duplicates %d, pages fetched more than once %d", expected, distinct, dups, twice)
+	if distinct != expected || dups != 0 || twice != 0 {
+		t.Errorf("pages: %d of %d fetched, %d items twice, %d fetched more than once; want every page once", distinct, expected, dups, twice)
+	}
+}
