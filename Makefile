@@ -58,7 +58,7 @@ test: vet ## vet, then every test with the race detector (unit, conformance, fuz
 # replicas, RabbitMQ with quorum queues): the conformance suites on them and
 # crawls with a server stopped mid-crawl. Heavy, so not part of make test,
 # where these tests skip, saying so (they need TRAWL_TEST_CLUSTER=1).
-CLUSTER_PKGS ?= ./broker/nats ./broker/redis ./broker/rabbitmq ./dedup/redis ./internal/integration/crawl
+CLUSTER_PKGS ?= ./broker/nats ./broker/redis ./broker/rabbitmq ./dedup/redis ./frontier/redisfrontier ./internal/integration/crawl
 test-cluster: ## broker clusters in Docker (3 servers each): conformance, and crawls with a server stopped (not in make test)
 	@env_line=""; \
 	if [ -z "$$TRAWL_REDIS_IMAGE" ] && [ -f "$(IMAGES)" ]; then env_line=$$(bash $(IMAGES)); fi; \

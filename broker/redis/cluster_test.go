@@ -12,3 +12,13 @@ import (
 func TestClusterReplicatedConformance(t *testing.T) {
 	brokertest.Run(t, suiteConfig(integration.StartRedisFailoverCluster(t).Client(t)))
 }
+
+// TestClusterReplicatedClaimPublish runs TestClaimPublish's cases on a
+// Redis Cluster of three primaries with a replica each (make
+// test-cluster).
+func TestClusterReplicatedClaimPublish(t *testing.T) {
+	c := integration.StartRedisFailoverCluster(t).Client(t)
+	for _, f := range filters {
+		t.Run(f.kind, func(t *testing.T) { testClaimPublish(t, c, f.new) })
+	}
+}
