@@ -1,0 +1,153 @@
+package deployment_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/trawlhq/trawl/broker"
+	"github.com/trawlhq/trawl/deployment"
+	"github.com/trawlhq/trawl/engine"
+	"github.com/trawlhq/trawl/internal/integration"
+)
+
+// TestRepartitionDeadLetters: Repartition from 1 to 4 partitions moves
+// every queued request and every dead letter, with its reason, to the
+// partition of its host, and stores the count: the deployment opened
+// afterwards without a count has 4. On NATS and on RabbitMQ, real servers.
+func TestRepartitionDeadLetters(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		cfg  func(t *testing.T) deployment.Config
+	}{
+		{"nats", func(t *testing.T) deployment.Config {
+			return deployment.Config{Broker: "nats", NATSURL: integration.NATS(t), Filter: "set", RedisURL: integration.Redis(t)}
+		}},
+		{"rabbitmq", func(t *testing.T) deployment.Config {
+			return deployment.Config{Broker: "rabbitmq", AMQPURL: integration.RabbitMQ(t), Filter: "set", RedisURL: integration.Redis(t)}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+			defer cancel()
+			cfg := c.cfg(t)
+			name := integration.Name(t)
+			open := func() *deployment.Deployment {
+				d, err := deployment.Open(ctx, cfg, engine.Config{Name: name})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { d.Close() })
+				return d
+			}
+			d := open()
+			if _, err := engine.JoinSettings(ctx, d.Metadata, name, engine.SettingsOf(engine.Config{}), engine.JoinConfig{}); err != nil {
+				t.Fatal(err)
+			}
+			q := engine.RequestsQueue(name)
+			const total, dead, hosts = 40, 8, 8
+			host := map[string]string{} // URL → host
+			var msgs []broker.Message
+			for i := range total {
+				r := engine.Request{URL: fmt.Sprintf("http://h%d.example/%d", i%hosts, i), Priority: i % 2}
+				host[r.URL] = fmt.Sprintf("h%d.example", i%hosts)
+				b, err := r.MarshalBinary()
+				if err != nil {
+					t.Fatal(err)
+				}
+				msgs = append(msgs, broker.Message{Body: b, Priority: r.Priority})
+			}
+			if err := d.Broker.Publish(ctx, q, msgs...); err != nil {
+				t.Fatal(err)
+			}
+			for buried := 0; buried < dead; {
+				ds, err := d.Broker.Receive(ctx, q, dead-buried)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, dd := range ds {
+					var r engine.Request
+					if err := r.UnmarshalBinary(dd.Message().Body); err != nil {
+						t.Fatal(err)
+					}
+					if err := dd.Reject(ctx, "gone "+r.URL); err != nil {
+						t.Fatal(err)
+					}
+					buried++
+				}
+			}
+			m, err := d.Repartition(ctx, 4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m != (deployment.Moved{From: 1, To: 4, Ready: total - dead, Dead: dead}) {
+				t.Errorf("Repartition moved %+v, want %d ready and %d dead from 1 to 4", m, total-dead, dead)
+			}
+			d.Close()
+
+			d4 := open()
+			p, ok := d4.Broker.(broker.Partitioned)
+			if !ok || p.Partitions() != 4 {
+				t.Fatalf("the deployment opened after the repartition is not of 4 partitions")
+			}
+			want := make([]broker.Counts, 4)
+			ds, err := receiveAll(ctx, d4.Broker, q, total-dead)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, dd := range ds {
+				var r engine.Request
+				if err := r.UnmarshalBinary(dd.Message().Body); err != nil {
+					t.Fatal(err)
+				}
+				want[broker.PartitionOf(host[r.URL], 4)].InFlight++
+			}
+			ls, err := d4.Broker.DeadLetters(ctx, q, 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ls) != dead {
+				t.Errorf("%d dead letters after the repartition, want %d", len(ls), dead)
+			}
+			for _, l := range ls {
+				var r engine.Request
+				if err := r.UnmarshalBinary(l.Message.Body); err != nil {
+					t.Fatal(err)
+				}
+				if l.Reason != "gone "+r.URL {
+					t.Errorf("dead letter %s has reason %q, want %q", r.URL, l.Reason, "gone "+r.URL)
+				}
+				want[broker.PartitionOf(host[r.URL], 4)].Dead++
+			}
+			got, err := d4.Broker.(broker.PartitionCounter).PartitionCounts(ctx, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range got {
+				got[i].Delayed = 0
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("partition counts %+v, want %+v (each request and dead letter in its host's partition)", got, want)
+			}
+			for _, dd := range ds {
+				if err := dd.Ack(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// receiveAll receives n deliveries of q.
+func receiveAll(ctx context.Context, b broker.Broker, q string, n int) ([]broker.Delivery, error) {
+	var out []broker.Delivery
+	for len(out) < n {
+		ds, err := b.Receive(ctx, q, n-len(out))
+		if err != nil {
+			return out, err
+		}
+		out = append(out, ds...)
+	}
+	return out, nil
+}
