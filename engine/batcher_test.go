@@ -1,0 +1,70 @@
+package engine
+
+import (
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// TestBatcher: a batch is flushed when full, or the interval after its
+// first value; the batcher holds at most max values, those being flushed
+// too (add waits); close flushes what is left, and add fails after it.
+func TestBatcher(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var flushed [][]int
+		var at []time.Duration
+		release := make(chan struct{})
+		began := time.Now()
+		b := newBatcher(3, 5*time.Millisecond, func(vs []int) {
+			mu.Lock()
+			flushed = append(flushed, slices.Clone(vs))
+			at = append(at, time.Since(began))
+			mu.Unlock()
+			if vs[0] == 10 {
+				<-release // a slow flush: the batcher stays full
+			}
+		})
+		for _, v := range []int{1, 2, 3, 4} {
+			b.add(v)
+		}
+		synctest.Wait()
+		mu.Lock()
+		if len(flushed) != 1 || !slices.Equal(flushed[0], []int{1, 2, 3}) || at[0] != 0 {
+			t.Fatalf("flushed %v at %v, want [1 2 3] at once (full)", flushed, at)
+		}
+		mu.Unlock()
+		time.Sleep(5 * time.Millisecond)
+		synctest.Wait()
+		mu.Lock()
+		if len(flushed) != 2 || !slices.Equal(flushed[1], []int{4}) || at[1] != 5*time.Millisecond {
+			t.Fatalf("flushed %v at %v, want [4] the interval after it was added", flushed, at)
+		}
+		mu.Unlock()
+
+		for _, v := range []int{10, 11, 12} {
+			b.add(v) // flushed at once, and held in the slow flush
+		}
+		added := make(chan struct{})
+		go func() { b.add(13); close(added) }()
+		synctest.Wait()
+		select {
+		case <-added:
+			t.Fatal("add did not wait while the batcher held max values being flushed")
+		default:
+		}
+		close(release)
+		<-added
+		b.close()
+		if b.add(14) {
+			t.Error("add after close succeeded")
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if last := flushed[len(flushed)-1]; !slices.Equal(last, []int{13}) {
+			t.Errorf("close flushed %v last, want [13]", last)
+		}
+	})
+}
