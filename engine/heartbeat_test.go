@@ -51,6 +51,15 @@ func TestWorkersRecordThemselves(t *testing.T) {
 	if len(ws) != 2 || ws[0].ID == ws[1].ID {
 		t.Fatalf("records = %+v, want one per worker", ws)
 	}
+	if pages := checkLeft(t, ws); pages != total || ws[0].Pages == 0 {
+		t.Errorf("records' pages %d (first %d), want the crawlers' %d, the first's > 0", pages, ws[0].Pages, total)
+	}
+}
+
+// checkLeft checks the records ws are of workers of this process that
+// left with nothing in flight, and returns their pages.
+func checkLeft(t *testing.T, ws []engine.WorkerStatus) int64 {
+	t.Helper()
 	var pages int64
 	for _, w := range ws {
 		if !w.Stopped || w.PID != os.Getpid() || w.Host == "" || w.Heartbeat.IsZero() || w.InFlight != 0 {
@@ -61,9 +70,7 @@ func TestWorkersRecordThemselves(t *testing.T) {
 		}
 		pages += w.Pages
 	}
-	if pages != total || ws[0].Pages == 0 {
-		t.Errorf("records' pages %d (first %d), want the crawlers' %d, the first's > 0", pages, ws[0].Pages, total)
-	}
+	return pages
 }
 
 // TestWorkerRecordsHosts: a worker's record carries its hosts, with the

@@ -68,17 +68,7 @@ func TestPauseResume(t *testing.T) {
 	if n >= site.Expected() {
 		t.Fatalf("the crawl fetched all %d pages before the pause", n)
 	}
-	hold := time.Now().Add(2*lease + time.Second)
-	for time.Now().Before(hold) {
-		if got := site.Summary().Requests; got != n {
-			t.Fatalf("paused, the crawl sent %d more requests", got-n)
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("a paused crawl ended: %v", err)
-		case <-time.After(100 * time.Millisecond): // the span measured, not a synchronization
-		}
-	}
+	staysStill(t, done, func() int { return site.Summary().Requests }, n, 2*lease+time.Second)
 	if err := engine.SetPaused(ctx, b, "trawl", false); err != nil {
 		t.Fatal(err)
 	}
@@ -87,6 +77,23 @@ func TestPauseResume(t *testing.T) {
 	}
 	if err := site.Verify(); err != nil {
 		t.Errorf("after resume the site says the crawl was wrong:\n%v", err)
+	}
+}
+
+// staysStill fails t if, within d, the crawl ends (done) or its requests
+// (count) grow past n.
+func staysStill(t *testing.T, done <-chan error, count func() int, n int, d time.Duration) {
+	t.Helper()
+	hold := time.Now().Add(d)
+	for time.Now().Before(hold) {
+		if got := count(); got != n {
+			t.Fatalf("paused, the crawl sent %d more requests", got-n)
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("a paused crawl ended: %v", err)
+		case <-time.After(100 * time.Millisecond): // the span measured, not a synchronization
+		}
 	}
 }
 

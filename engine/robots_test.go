@@ -142,51 +142,13 @@ func TestRobotsFetchedOnce(t *testing.T) {
 func TestRobotsStatuses(t *testing.T) {
 	f := trusting(t, FetchConfig{})
 	for _, status := range []int{404, 401, 403} {
-		rs := newRobotsServer(t, "User-agent: *\nDisallow: /\n", status)
-		r := newRobotsCache(f, "trawl", 0)
-		clock := time.Now()
-		r.now = func() time.Time { return clock }
-		allowed, delay, err := r.Allowed(context.Background(), mustURL(t, rs.url+"/page"))
-		if err != nil || !allowed || delay != 0 {
-			t.Errorf("status %d: allowed %v delay %v err %v, want allowed", status, allowed, delay, err)
-		}
-		clock = clock.Add(24*time.Hour - time.Second)
-		r.Allowed(context.Background(), mustURL(t, rs.url+"/page"))
-		if n := rs.hits.Load(); n != 1 {
-			t.Errorf("status %d: fetched %d times within the TTL", status, n)
-		}
-		clock = clock.Add(2 * time.Second)
-		r.Allowed(context.Background(), mustURL(t, rs.url+"/page"))
-		if n := rs.hits.Load(); n != 2 {
-			t.Errorf("status %d: fetched %d times after the TTL, want 2", status, n)
-		}
+		robotsMissing(t, f, status)
 	}
 
 	// RFC 9309: an unreachable robots.txt (5xx) disallows everything until
 	// it can be fetched, asked for again with a growing back-off.
 	for _, status := range []int{500, 503} {
-		rs := newRobotsServer(t, "", status)
-		r := newRobotsCache(f, "trawl", 0)
-		clock := time.Now()
-		r.now = func() time.Time { return clock }
-		for i, wait := range []time.Duration{robotsRetryMin, 2 * robotsRetryMin, 4 * robotsRetryMin} {
-			ok, _, err := r.Allowed(context.Background(), mustURL(t, rs.url+"/page"))
-			var ru *RobotsUnavailableError
-			if ok || !errors.As(err, &ru) || !errors.Is(err, ErrRobotsUnavailable) {
-				t.Fatalf("status %d, try %d: allowed %v err %v, want disallowed, unavailable", status, i, ok, err)
-			}
-			if got := ru.Until.Sub(clock); got != wait {
-				t.Errorf("status %d, try %d: asked again after %v, want %v", status, i, got, wait)
-			}
-			clock = clock.Add(wait - time.Millisecond)
-			if ok, _, _ := r.Allowed(context.Background(), mustURL(t, rs.url+"/page")); ok {
-				t.Errorf("status %d: allowed during the back-off", status)
-			}
-			if n := rs.hits.Load(); n != int32(i+1) {
-				t.Errorf("status %d: fetched %d times during back-off %d", status, n, i)
-			}
-			clock = clock.Add(time.Millisecond)
-		}
+		robotsUnreachable(t, f, status)
 	}
 
 	t.Run("recovery after a server error", func(t *testing.T) {
@@ -220,6 +182,59 @@ func TestRobotsStatuses(t *testing.T) {
 			t.Errorf("unreachable host: allowed %v err %v, want unavailable", ok, err)
 		}
 	})
+}
+
+// robotsMissing checks that a robots.txt answered with status (a 4xx)
+// allows everything, and is asked for again once its TTL passed.
+func robotsMissing(t *testing.T, f *httpFetcher, status int) {
+	t.Helper()
+	rs := newRobotsServer(t, "User-agent: *\nDisallow: /\n", status)
+	r := newRobotsCache(f, "trawl", 0)
+	clock := time.Now()
+	r.now = func() time.Time { return clock }
+	allowed, delay, err := r.Allowed(context.Background(), mustURL(t, rs.url+"/page"))
+	if err != nil || !allowed || delay != 0 {
+		t.Errorf("status %d: allowed %v delay %v err %v, want allowed", status, allowed, delay, err)
+	}
+	clock = clock.Add(24*time.Hour - time.Second)
+	r.Allowed(context.Background(), mustURL(t, rs.url+"/page"))
+	if n := rs.hits.Load(); n != 1 {
+		t.Errorf("status %d: fetched %d times within the TTL", status, n)
+	}
+	clock = clock.Add(2 * time.Second)
+	r.Allowed(context.Background(), mustURL(t, rs.url+"/page"))
+	if n := rs.hits.Load(); n != 2 {
+		t.Errorf("status %d: fetched %d times after the TTL, want 2", status, n)
+	}
+}
+
+// robotsUnreachable checks that a robots.txt answered with status (a
+// 5xx) disallows everything until it can be fetched, asked for again
+// with a growing back-off.
+func robotsUnreachable(t *testing.T, f *httpFetcher, status int) {
+	t.Helper()
+	rs := newRobotsServer(t, "", status)
+	r := newRobotsCache(f, "trawl", 0)
+	clock := time.Now()
+	r.now = func() time.Time { return clock }
+	for i, wait := range []time.Duration{robotsRetryMin, 2 * robotsRetryMin, 4 * robotsRetryMin} {
+		ok, _, err := r.Allowed(context.Background(), mustURL(t, rs.url+"/page"))
+		var ru *RobotsUnavailableError
+		if ok || !errors.As(err, &ru) || !errors.Is(err, ErrRobotsUnavailable) {
+			t.Fatalf("status %d, try %d: allowed %v err %v, want disallowed, unavailable", status, i, ok, err)
+		}
+		if got := ru.Until.Sub(clock); got != wait {
+			t.Errorf("status %d, try %d: asked again after %v, want %v", status, i, got, wait)
+		}
+		clock = clock.Add(wait - time.Millisecond)
+		if ok, _, _ := r.Allowed(context.Background(), mustURL(t, rs.url+"/page")); ok {
+			t.Errorf("status %d: allowed during the back-off", status)
+		}
+		if n := rs.hits.Load(); n != int32(i+1) {
+			t.Errorf("status %d: fetched %d times during back-off %d", status, n, i)
+		}
+		clock = clock.Add(time.Millisecond)
+	}
 }
 
 // TestRobotsLarge: a robots.txt over the fetcher's body cap is parsed on

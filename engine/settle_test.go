@@ -500,31 +500,11 @@ func TestBatchWithPoisonedPage(t *testing.T) {
 			t.Fatalf("run: %v", err)
 		}
 		ops := bc.log.all()
-		// The pages of the first refused publish: the parents of its links.
-		var batchMates []string
-		for _, op := range ops {
-			if list, ok := strings.CutPrefix(op, "refused "); ok {
-				for _, l := range strings.Split(list, ",") {
-					if p := path.Dir(l); p != poisoned && !slices.Contains(batchMates, p) {
-						batchMates = append(batchMates, p)
-					}
-				}
-				break
-			}
-		}
+		batchMates := refusedBatchMates(ops, poisoned)
 		if len(batchMates) == 0 {
 			t.Fatalf("the page at fault was written alone: the test tests nothing (%v)", ops)
 		}
-		var nacks, acks []string
-		for _, op := range ops {
-			kind, path, _ := strings.Cut(op, " ")
-			switch kind {
-			case "nack":
-				nacks = append(nacks, path)
-			case "ack":
-				acks = append(acks, path)
-			}
-		}
+		nacks, acks := settledAs(ops, "nack"), settledAs(ops, "ack")
 		if len(nacks) == 0 || slices.ContainsFunc(nacks, func(p string) bool { return p != poisoned }) {
 			t.Errorf("nacked %v, want %s alone (its batch-mates: %v)", nacks, poisoned, batchMates)
 		}
@@ -556,6 +536,35 @@ func TestBatchWithPoisonedPage(t *testing.T) {
 			t.Errorf("frontier after the crawl: %+v, want %s dead-lettered and nothing else", n, poisoned)
 		}
 	})
+}
+
+// refusedBatchMates returns the pages, other than poisoned, of the first
+// refused publish in ops: the parents of its links.
+func refusedBatchMates(ops []string, poisoned string) []string {
+	var mates []string
+	for _, op := range ops {
+		if list, ok := strings.CutPrefix(op, "refused "); ok {
+			for _, l := range strings.Split(list, ",") {
+				if p := path.Dir(l); p != poisoned && !slices.Contains(mates, p) {
+					mates = append(mates, p)
+				}
+			}
+			break
+		}
+	}
+	return mates
+}
+
+// settledAs returns the paths of the deliveries settled with kind ("ack",
+// "nack") in ops.
+func settledAs(ops []string, kind string) []string {
+	var paths []string
+	for _, op := range ops {
+		if k, p, _ := strings.Cut(op, " "); k == kind {
+			paths = append(paths, p)
+		}
+	}
+	return paths
 }
 
 // A batch whose write fails for the backend's fault (the sink refuses
