@@ -19,13 +19,14 @@ func TestMain(m *testing.M) { integration.Main(m) }
 // again through the suite's faults (cfg names no memory broker: that one
 // is frontier.Memory, see TestFrontierMemory).
 func frontierSuite(t *testing.T, cfg func(t *testing.T) deployment.Config) {
+	t.Parallel()
 	frontiertest.Run(t, frontiertest.Harness{Faulty: true, SamePageRaces: true,
 		New: func(t *testing.T, crawl string, faults *frontiertest.Faults) frontier.Frontier {
 			d := openFrontier(t, cfg(t), crawl)
 			if _, ok := d.Frontier.(*frontier.Composed); !ok {
 				t.Fatalf("deployment.Open made a %T, want a *frontier.Composed", d.Frontier)
 			}
-			return frontier.Compose(faults.Broker(d.Broker), faults.Filter(d.Filter), frontier.ComposeConfig{ClaimWait: 300 * time.Millisecond})
+			return frontier.Compose(faults.Broker(d.Broker), faults.Filter(d.Filter), frontier.ComposeConfig{ClaimWait: 2 * time.Second})
 		}})
 }
 

@@ -35,6 +35,6 @@ func TestMemory(t *testing.T) {
 func TestComposedOverMemory(t *testing.T) {
 	frontiertest.Run(t, frontiertest.Harness{Faulty: true, SamePageRaces: true, New: func(t *testing.T, _ string, faults *frontiertest.Faults) frontier.Frontier {
 		b, f := newStores(t)
-		return frontier.Compose(faults.Broker(b), faults.Filter(f), frontier.ComposeConfig{ClaimWait: 200 * time.Millisecond})
+		return frontier.Compose(faults.Broker(b), faults.Filter(f), frontier.ComposeConfig{ClaimWait: 2 * time.Second})
 	}})
 }

@@ -4,7 +4,7 @@
 //
 //	frontiertest.Run(t, frontiertest.Harness{New: func(t *testing.T, crawl string, f *frontiertest.Faults) frontier.Frontier {
 //		b, fl := … // a broker and a filter of their own for crawl
-//		return frontier.Compose(f.Broker(b), f.Filter(fl), frontier.ComposeConfig{ClaimWait: 200 * time.Millisecond})
+//		return frontier.Compose(f.Broker(b), f.Filter(fl), frontier.ComposeConfig{ClaimWait: 2 * time.Second})
 //	}})
 package frontiertest
 
@@ -33,8 +33,9 @@ type Harness struct {
 	// workers killed part-way need it (they are skipped otherwise). New
 	// registers the cleanup with t.Cleanup; it is called from parallel
 	// subtests. A composed
-	// frontier should wait for claimed start URLs briefly (ClaimWait of
-	// a few hundred milliseconds): the suite kills their claimers.
+	// frontier should wait for claimed start URLs a short while (a
+	// ClaimWait of 2s: the suite kills their claimers, and a live
+	// claimer on a loaded machine publishes within it).
 	New func(t *testing.T, crawl string, faults *Faults) frontier.Frontier
 	// Faulty says that New wraps the stores with faults.
 	Faulty bool
