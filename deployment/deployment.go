@@ -137,8 +137,9 @@ const MaxNATSReplicas = natsbroker.MaxReplicas
 type Deployment struct {
 	// Frontier is the crawl's frontier over Broker and Filter: the
 	// in-memory broker with its local filter claims and publishes under
-	// one lock (frontier.Memory); every other deployment composes its
-	// broker and filter (frontier.Compose).
+	// one lock (frontier.Memory), a Redis broker with a Redis filter in
+	// one script (frontier/redisfrontier); every other deployment
+	// composes its broker and filter (frontier.Compose).
 	Frontier frontier.Frontier
 	// Broker is the frontier's queues.
 	Broker broker.Broker
