@@ -48,19 +48,7 @@ func TestResumeWithoutConsumer(t *testing.T) {
 	if err := engine.SetPaused(ctx, mb, "trawl", true); err != nil {
 		t.Fatal(err)
 	}
-	for {
-		ws, err := engine.Workers(ctx, mb, "trawl")
-		if err == nil && len(ws) == 1 && ws[0].Paused {
-			break
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("the crawl ended (%v) before it was paused", err)
-		case <-ctx.Done():
-			t.Fatal("the worker never said it was paused")
-		case <-time.After(50 * time.Millisecond): // polling an observable condition
-		}
-	}
+	awaitParked(ctx, t, mb, done)
 	b.closed.Store(true)
 	if err := engine.SetPaused(ctx, mb, "trawl", false); err != nil {
 		t.Fatal(err)

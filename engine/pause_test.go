@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trawlhq/trawl/broker"
 	"github.com/trawlhq/trawl/broker/memory"
 	"github.com/trawlhq/trawl/dedup/local"
 	"github.com/trawlhq/trawl/engine"
@@ -126,14 +127,24 @@ func TestPauseWakesAnIdleWorker(t *testing.T) {
 	if err := engine.SetPaused(ctx, b, "trawl", true); err != nil {
 		t.Fatal(err)
 	}
+	awaitParked(ctx, t, b, nil)
+}
+
+// awaitParked waits until the crawl's one worker says, in its record in
+// m, that it is paused; it fails t if the crawl ends first (done; nil:
+// not watched) or ctx does.
+func awaitParked(ctx context.Context, t *testing.T, m broker.Metadata, done <-chan error) {
+	t.Helper()
 	for {
-		ws, err := engine.Workers(ctx, b, "trawl")
+		ws, err := engine.Workers(ctx, m, "trawl")
 		if err == nil && len(ws) == 1 && ws[0].Paused {
-			break
+			return
 		}
 		select {
+		case err := <-done:
+			t.Fatalf("the crawl ended (%v) before its worker said it was paused", err)
 		case <-ctx.Done():
-			t.Fatal("an idle worker never said it was paused")
+			t.Fatal("the worker never said it was paused")
 		case <-time.After(50 * time.Millisecond): // polling an observable condition
 		}
 	}
