@@ -149,15 +149,34 @@ func (b *Broker) ClaimPublish(ctx context.Context, queue string, f dedupredis.Cl
 		return nil, opErr("claim and publish", queue, fmt.Errorf("%w: filter %q is not of the queue's crawl (%s, not %s)",
 			broker.ErrInvalid, f.Key(), ftag, tag))
 	}
-	out := make([]bool, 0, len(links))
-	for len(links) > 0 {
-		part := links[:min(len(links), publishChunk)]
-		links = links[len(part):]
+	// A fingerprint again in links goes to the script once: the first
+	// claims it, the others would find it claimed.
+	first := make(map[dedup.Fingerprint]bool, len(links))
+	send := make([]int, 0, len(links)) // indexes in links
+	for i, l := range links {
+		if !l.Unfiltered {
+			if first[l.Fingerprint] {
+				continue
+			}
+			first[l.Fingerprint] = true
+		}
+		send = append(send, i)
+	}
+	out := make([]bool, len(links))
+	for len(send) > 0 {
+		idx := send[:min(len(send), publishChunk)]
+		send = send[len(idx):]
+		part := make([]Link, len(idx))
+		for j, i := range idx {
+			part[j] = links[i]
+		}
 		pub, err := b.claimPublish(ctx, &k, f, part)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, pub...)
+		for j, i := range idx {
+			out[i] = pub[j]
+		}
 	}
 	return out, nil
 }

@@ -305,11 +305,15 @@ func (c *consumer) loop() {
 		default:
 		}
 		c.mu.Lock()
-		n := c.prefetch - len(c.buf)
+		held := len(c.buf)
+		n := c.prefetch - held
 		renew := c.renewAt()
 		c.mu.Unlock()
 		due := !renew.IsZero() && !time.Now().Before(renew)
-		if n <= 0 && !due {
+		// The read-ahead is refilled once it is down to half (or empty):
+		// a steady taker costs one lease call per half a prefetch, not
+		// one per message taken.
+		if (n <= 0 || held > 0 && n < (c.prefetch+1)/2) && !due {
 			if !c.awaitRoom(renew) {
 				return
 			}
