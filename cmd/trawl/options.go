@@ -91,7 +91,7 @@ func (o *options) addBackendFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.amqpDurable, "amqp-durable", true, "RabbitMQ: durable queues and persistent messages")
 	fs.StringVar(&o.amqpQueueType, "amqp-queue-type", "classic", "RabbitMQ: type of the queues the crawl declares: classic, or quorum (replicated across a cluster's nodes; no priorities before RabbitMQ 4, so with --order fifo)")
 	fs.BoolVar(&o.startSet, "start-urls-set", false, "keep Redis start URLs in a set instead of a list")
-	fs.UintVar(&o.bloomCapacity, "bloom-capacity", 10_000_000, "expected number of fingerprints, about 3 per page (its URL, its published and expanded marks); sizes the Redis duplicate filters (the local one grows as needed)")
+	fs.UintVar(&o.bloomCapacity, "bloom-capacity", 10_000_000, "expected number of fingerprints: one per page with --broker=redis, about 3 per page elsewhere (its URL, its published and expanded marks); sizes the Redis duplicate filters (the local one grows as needed)")
 	fs.Float64Var(&o.bloomFPRate, "bloom-fp-rate", 0, "false-positive rate of Bloom filters (default: 0.001 in Redis; 1e-6 for the local filter, which grows with the crawl)")
 }
 
