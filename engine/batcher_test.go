@@ -1,8 +1,10 @@
 package engine
 
 import (
+	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -67,4 +69,40 @@ func TestBatcher(t *testing.T) {
 			t.Errorf("close flushed %v last, want [13]", last)
 		}
 	})
+}
+
+// TestSettlementOutsideRun: with no settlement (outside Run) nothing is
+// taken, and failed writes are held until the caller's context ends; a
+// running one takes writes and acks, and quits with Run; a stopped one
+// takes nothing.
+func TestSettlementOutsideRun(t *testing.T) {
+	var none *settlement
+	ctx := context.Background()
+	if none.write(pageWrite{}) || none.ack(toAck{}) {
+		t.Error("no settlement took a write or an ack")
+	}
+	if none.quitting(ctx) != ctx {
+		t.Error("no settlement: failed writes not held until the caller's context")
+	}
+	var wrote, acked atomic.Int32
+	quit, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s := &settlement{
+		quit:   quit,
+		writes: newBatcher(1, time.Millisecond, func(ps []pageWrite) { wrote.Add(int32(len(ps))) }),
+		acks:   newBatcher(1, time.Millisecond, func(as []toAck) { acked.Add(int32(len(as))) }),
+	}
+	if !s.write(pageWrite{}) || !s.ack(toAck{}) {
+		t.Error("a running settlement refused a write or an ack")
+	}
+	if s.quitting(ctx) != quit {
+		t.Error("a running settlement does not quit with Run")
+	}
+	s.stop()
+	if wrote.Load() != 1 || acked.Load() != 1 {
+		t.Errorf("stopped after %d writes and %d acks flushed, want 1 and 1", wrote.Load(), acked.Load())
+	}
+	if s.write(pageWrite{}) || s.ack(toAck{}) {
+		t.Error("a stopped settlement took a write or an ack")
+	}
 }

@@ -160,6 +160,23 @@ func (s *settlement) stop() {
 	s.acks.close()
 }
 
+// write hands p to the writer, and reports whether it took it: not
+// outside Run (s nil), nor once stopped.
+func (s *settlement) write(p pageWrite) bool { return s != nil && s.writes.add(p) }
+
+// ack hands a to the acker, and reports whether it took it: not outside
+// Run (s nil), nor once stopped.
+func (s *settlement) ack(a toAck) bool { return s != nil && s.acks.add(a) }
+
+// quitting is what ends the holding of failed writes: Run's own context
+// while Run runs, else ctx.
+func (s *settlement) quitting(ctx context.Context) context.Context {
+	if s == nil {
+		return ctx
+	}
+	return s.quit
+}
+
 // write is what a page hands to the writer: the links it yields (found
 // on parent's page) and its items, how its delivery is settled once they
 // are written (done: an ack, or nil, or the reject of a page
@@ -184,7 +201,7 @@ type pageWrite struct {
 // has failed). d stays held (in flight, its lease extended) until then.
 func (c *Crawler) submit(ctx context.Context, d broker.Delivery, w *write) {
 	c.hold(d)
-	if s := c.settling; s != nil && s.writes.add(pageWrite{d, w}) {
+	if c.settling.write(pageWrite{d, w}) {
 		return
 	}
 	c.writeAll(ctx, []pageWrite{{d, w}})
@@ -281,10 +298,7 @@ const (
 func (c *Crawler) holdFailed(ctx context.Context, ps []pageWrite, err error) {
 	c.log.Warn("writing links or items failed; holding the pages and writing them again",
 		"pages", len(ps), "failure_timeout", c.cfg.FailureTimeout, "err", err)
-	quit := ctx
-	if s := c.settling; s != nil {
-		quit = s.quit
-	}
+	quit := c.settling.quitting(ctx)
 	wait := holdRetryMin
 	for {
 		if c.clocks.writes.check(c.cfg.FailureTimeout) != nil || quit.Err() != nil {
@@ -403,7 +417,7 @@ type toAck struct {
 // ackHeld acknowledges d, held by submit, as ack does, and releases it
 // once acknowledged: its lease is extended until then.
 func (c *Crawler) ackHeld(ctx context.Context, d broker.Delivery, gen uint64) {
-	if s := c.settling; s != nil && s.acks.add(toAck{d: d, held: true, gen: gen}) {
+	if c.settling.ack(toAck{d: d, held: true, gen: gen}) {
 		return
 	}
 	c.ackAll(ctx, []broker.Delivery{d})
@@ -435,7 +449,7 @@ func (c *Crawler) ackAcks(ctx context.Context, as []toAck) {
 
 // ack acknowledges d: through the acker while Run runs, else at once.
 func (c *Crawler) ack(ctx context.Context, d broker.Delivery) {
-	if s := c.settling; s != nil && s.acks.add(toAck{d: d}) {
+	if c.settling.ack(toAck{d: d}) {
 		return
 	}
 	c.ackAll(ctx, []broker.Delivery{d})
