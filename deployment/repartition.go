@@ -106,7 +106,14 @@ func (d *Deployment) Repartition(ctx context.Context, m int) (Moved, error) {
 		}
 	}
 
-	// Into the new ones.
+	// Into the new ones. Those beyond the new count are empty now: drop
+	// them (RabbitMQ refuses a broker of fewer partitions than its queue
+	// has).
+	if dp, ok := d.Broker.(partitionDropper); ok && m < out.From {
+		if err := dp.DropPartitions(ctx, q, m, out.From); err != nil {
+			return out, err
+		}
+	}
 	if err := engine.SetPartitions(ctx, d.Metadata, name, m); err != nil {
 		return out, err
 	}
@@ -159,6 +166,12 @@ func (d *Deployment) Repartition(ctx context.Context, m int) (Moved, error) {
 		return msg, nil
 	})
 	return out, err
+}
+
+// partitionDropper is implemented by brokers that can delete the
+// partitions of a queue beyond a count.
+type partitionDropper interface {
+	DropPartitions(ctx context.Context, queue string, from, to int) error
 }
 
 // deadRecord is a dead letter on its way between partitions.

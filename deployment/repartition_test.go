@@ -135,6 +135,25 @@ func TestRepartitionDeadLetters(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+
+			// Down to 2: the partitions beyond are dropped, and the
+			// deployment opened afterwards uses the queue (RabbitMQ
+			// refuses a queue with partitions beyond its broker's).
+			m, err = d4.Repartition(ctx, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m != (deployment.Moved{From: 4, To: 2, Dead: dead}) {
+				t.Errorf("Repartition to 2 moved %+v, want the %d dead letters from 4 to 2", m, dead)
+			}
+			d4.Close()
+			d2 := open()
+			if err := d2.Broker.Publish(ctx, q, broker.Message{Body: msgs[0].Body, Key: "h0.example"}); err != nil {
+				t.Fatalf("publish after the repartition to 2: %v", err)
+			}
+			if n, err := d2.Broker.Counts(ctx, q); err != nil || n.Ready != 1 || n.Dead != dead {
+				t.Errorf("counts after the repartition to 2: %+v, %v; want 1 ready, %d dead", n, err, dead)
+			}
 		})
 	}
 }

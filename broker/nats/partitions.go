@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -108,6 +109,24 @@ func (b *Broker) stepDown(ctx context.Context, api, server string) error {
 	}
 	if resp.Error != nil {
 		return resp.Error
+	}
+	return nil
+}
+
+// DropPartitions deletes the streams of partitions from to to-1 of queue,
+// with whatever they hold (trawl repartition, once it has moved them to
+// fewer partitions).
+func (b *Broker) DropPartitions(ctx context.Context, queue string, from, to int) error {
+	for p := max(from, 1); p < to; p++ {
+		n := namesFor(queue, b.cfg.Bands, p)
+		for _, name := range []string{n.work, n.dead} {
+			if err := b.js.DeleteStream(ctx, name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+				return opErr("drop partitions", queue, err)
+			}
+		}
+		b.mu.Lock()
+		delete(b.queues, qkey{queue, p})
+		b.mu.Unlock()
 	}
 	return nil
 }

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"sync"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+
 	"github.com/trawlhq/trawl/broker"
 )
 
@@ -294,4 +296,28 @@ func (b *Broker) Requeue(ctx context.Context, queue string, max int) (int, error
 		}
 	}
 	return moved, nil
+}
+
+// DropPartitions deletes partitions from to to-1 of queue, and their dead
+// letters, with whatever they hold (trawl repartition, once it has moved
+// them to fewer partitions).
+func (b *Broker) DropPartitions(ctx context.Context, queue string, from, to int) error {
+	s, err := b.session(ctx)
+	if err != nil {
+		_, err = b.failed(ctx, nil, err)
+		return opErr("drop partitions", queue, err)
+	}
+	for p := max(from, 1); p < to; p++ {
+		for _, name := range []string{partName(queue, p), deadQueue(partName(queue, p))} {
+			err := s.side(func(ch *amqp.Channel) error {
+				_, err := ch.QueueDelete(name, false, false, false)
+				return err
+			})
+			if err != nil && !isNotFound(err) {
+				return opErr("drop partitions", queue, err)
+			}
+			s.forget(name)
+		}
+	}
+	return nil
 }

@@ -2,7 +2,9 @@ package rabbitmq_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -179,4 +181,29 @@ func TestClusterPartitions(t *testing.T) {
 		dups += k - 1
 	}
 	t.Logf("%d messages delivered, %d twice", len(seen), dups)
+}
+
+// TestFewerPartitionsRefused: a broker opened with fewer partitions than
+// its queue has in use refuses the queue (ErrQueueMismatch, naming the
+// partitions) rather than leave the others undrained; one opened with the
+// queue's count uses it.
+func TestFewerPartitionsRefused(t *testing.T) {
+	cfg := server(t)
+	cfg.Order = broker.FIFO
+	cfg.Partitions = 3
+	qs := &queues{parts: 3}
+	t.Cleanup(func() { qs.deleteAll(t, cfg.URL) })
+	b3 := newBroker(t, cfg)
+	q := integration.Name(t) + ":requests"
+	qs.add(q)
+	publish(t, b3, q, broker.Message{Body: []byte("x"), Key: keyIn(t, 2, 3)})
+	cfg.Partitions = 1
+	b1 := newBroker(t, cfg)
+	err := b1.Publish(t.Context(), q, broker.Message{Body: []byte("y")})
+	if !errors.Is(err, rabbitmq.ErrQueueMismatch) || !strings.Contains(err.Error(), "partitions") {
+		t.Errorf("a broker of 1 partition on a queue of 3: Publish error %v, want ErrQueueMismatch naming the partitions", err)
+	}
+	cfg.Partitions = 3
+	again := newBroker(t, cfg)
+	publish(t, again, q, broker.Message{Body: []byte("z"), Key: keyIn(t, 2, 3)})
 }

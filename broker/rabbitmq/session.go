@@ -508,11 +508,36 @@ func (s *session) ensure(q string) error {
 	if err := s.declare(deadQueue(q), b.cfg.typed(amqp.Table{})); err != nil {
 		return err
 	}
+	if err := s.checkPartitions(q); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	s.declared[q] = true
 	s.mu.Unlock()
 	s.b.scan(s, q) // for Counts, in the background
 	return nil
+}
+
+// checkPartitions returns an error wrapping ErrQueueMismatch if q has a
+// partition beyond this broker's count (Config.Partitions): a broker
+// opened with fewer partitions than its queue's would leave the others
+// undrained and count the queue done. The partitions of a queue are
+// declared in order (declareAll), and those a repartition leaves behind
+// are deleted (DropPartitions), so the first beyond the count tells.
+func (s *session) checkPartitions(q string) error {
+	name := partName(q, s.b.cfg.Partitions)
+	err := s.side(func(ch *amqp.Channel) error {
+		_, err := ch.QueueDeclarePassive(name, false, false, false, false, nil)
+		return err
+	})
+	switch {
+	case isNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("check the partitions of %q: %w", q, err)
+	}
+	return fmt.Errorf("%w: queue %q has more partitions than this broker's %d (%q exists): open the broker with the queue's partition count (trawl: --partitions, stored with the crawl in the deployment's Redis)",
+		ErrQueueMismatch, q, s.b.cfg.Partitions, name)
 }
 
 // ensureDelay declares the delay queue of q for delay d. Declaring it
