@@ -236,7 +236,8 @@ func TestCountsSeeOtherConsumers(t *testing.T) {
 
 // TestCountsAMQPDelayLeftBehind: over AMQP, a broker that starts after
 // the worker that nacked a message with a delay went away still counts
-// that message (it looks for the delay queues a queue can have).
+// that message, as delayed (it looks for the delay queues a queue can
+// have).
 func TestCountsAMQPDelayLeftBehind(t *testing.T) {
 	t.Parallel()
 	cfg := server(t)
@@ -252,7 +253,7 @@ func TestCountsAMQPDelayLeftBehind(t *testing.T) {
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
 	}
-	waitCounts(t, newBroker(t, cfg), q, broker.Counts{Ready: 1})
+	waitCounts(t, newBroker(t, cfg), q, broker.Counts{Ready: 1, Delayed: 1})
 }
 
 // TestCountsAMQPSilentWorker: over AMQP, a worker that stopped reporting
