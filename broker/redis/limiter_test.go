@@ -344,7 +344,9 @@ func TestHostLimiterAutoThrottleShared(t *testing.T) {
 	}
 
 	// Pacing across workers: a starts, then a fast response lowers the
-	// shared delay from 1s to 505ms; b's start waits for that, not 1s.
+	// shared delay from 1s to 505ms; a gives the host back (Close gives
+	// back the hosts it holds idle, at once rather than leaseLinger
+	// later), and b's start waits for that delay, not 1s.
 	release, err := a.Acquire(ctx, "paced.example")
 	if err != nil {
 		t.Fatal(err)
@@ -352,6 +354,7 @@ func TestHostLimiterAutoThrottleShared(t *testing.T) {
 	t0 := time.Now()
 	release()
 	a.Observe("paced.example", 10*time.Millisecond, 200)
+	a.Close()
 	release, err = b.Acquire(ctx, "paced.example")
 	if err != nil {
 		t.Fatal(err)
@@ -482,7 +485,7 @@ func TestHostLimiterWantedHostYields(t *testing.T) {
 func TestHostLimiterHandOverKeepsDelay(t *testing.T) {
 	client := integration.RedisClient(t)
 	crawl := integration.Name(t)
-	const delay = time.Second // well past leaseLinger (200ms) and the first retries
+	const delay = time.Second // past leaseLinger (200ms) and the retries that follow it
 	cfg := redis.LimiterConfig{Client: client, Crawl: crawl, PerHost: 1, Delay: delay, Poll: 5 * time.Millisecond}
 	a, _ := redis.NewHostLimiter(cfg)
 	b, _ := redis.NewHostLimiter(cfg)

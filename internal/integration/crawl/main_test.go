@@ -156,6 +156,25 @@ func (p *proc) waitItems(t *testing.T, n int, timeout time.Duration) {
 	t.Fatalf("%v wrote fewer than %d items in %v; stderr:\n%s", p.cmd.Args, n, timeout, p.stderr.String())
 }
 
+// waitItemsOf waits until procs together wrote n items, or fails after
+// timeout.
+func waitItemsOf(t *testing.T, n int, timeout time.Duration, procs ...*proc) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		total := 0
+		for _, p := range procs {
+			data, _ := os.ReadFile(p.out)
+			total += bytes.Count(data, []byte("\n"))
+		}
+		if total >= n {
+			return
+		}
+		time.Sleep(20 * time.Millisecond) // polling an observable condition
+	}
+	t.Fatalf("%d workers wrote fewer than %d items in %v", len(procs), n, timeout)
+}
+
 // union counts the distinct pages (canonical URLs) of the items of procs,
 // and the items of a page already seen.
 func union(t *testing.T, procs ...*proc) (distinct, dups int) {
