@@ -43,11 +43,10 @@ func commands(t *testing.T, c *goredis.Client, f func()) int {
 	return read() - before - 1 // the first INFO counts once it is done
 }
 
-// TestCommandsPerCall bounds the commands a lease and a claim-and-publish
-// cost the server, those their scripts run included (the bar of issue 23
-// counts them per page): a lease of a backlog runs 7 (it ran 12), a claim
-// and publish of n links on the set filter n+4, on the Bloom filter 5.
-func TestCommandsPerCall(t *testing.T) {
+// ownRedis returns a client of a Redis server of t's own: its counts are
+// t's alone.
+func ownRedis(t *testing.T) *goredis.Client {
+	t.Helper()
 	srv := integration.RedisContainer(t)
 	opt, err := goredis.ParseURL(srv.URL)
 	if err != nil {
@@ -55,6 +54,15 @@ func TestCommandsPerCall(t *testing.T) {
 	}
 	c := goredis.NewClient(opt)
 	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// TestCommandsPerCall bounds the commands a lease and a claim-and-publish
+// cost the server, those their scripts run included (the bar of issue 23
+// counts them per page): a lease of a backlog runs 7 (it ran 12), a claim
+// and publish of n links on the set filter n+4, on the Bloom filter 5.
+func TestCommandsPerCall(t *testing.T) {
+	c := ownRedis(t)
 	ctx := t.Context()
 	if n := commands(t, c, func() {}); n != 0 {
 		t.Fatalf("nothing done counts %d commands: the count is off", n)
@@ -111,13 +119,7 @@ func TestCommandsPerCall(t *testing.T) {
 // commands each, the acknowledgements' ZREM included (1.6 measured; 4.5
 // when it refilled after each message taken).
 func TestConsumerRefillsInBatches(t *testing.T) {
-	srv := integration.RedisContainer(t)
-	opt, err := goredis.ParseURL(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := goredis.NewClient(opt)
-	t.Cleanup(func() { _ = c.Close() })
+	c := ownRedis(t)
 	ctx := t.Context()
 	b := newBroker(t, c, redis.Config{Lease: time.Minute})
 	const q, n = "refill:requests", 200

@@ -23,6 +23,16 @@ import (
 
 func TestMain(m *testing.M) { integration.Main(m) }
 
+// servers are the Redis deployments the tests run on: a single server
+// and a Cluster.
+var servers = []struct {
+	name   string
+	client func(*testing.T) goredis.UniversalClient
+}{
+	{"single", func(t *testing.T) goredis.UniversalClient { return integration.RedisClient(t) }},
+	{"cluster", func(t *testing.T) goredis.UniversalClient { return integration.RedisClusterClient(t) }},
+}
+
 // open returns a Redis frontier of a crawl of its own on c, with a set
 // filter or a Bloom one, and its requests queue.
 func open(t *testing.T, c goredis.UniversalClient, bloom bool) (*redisfrontier.Frontier, string) {
@@ -109,13 +119,7 @@ func drain(t *testing.T, fr frontier.Frontier, q string) []string {
 // pages expanded again and workers at once; a Known link filtered without
 // being resolved; an unfiltered one published every time.
 func TestExpand(t *testing.T) {
-	for _, srv := range []struct {
-		name   string
-		client func(*testing.T) goredis.UniversalClient
-	}{
-		{"single", func(t *testing.T) goredis.UniversalClient { return integration.RedisClient(t) }},
-		{"cluster", func(t *testing.T) goredis.UniversalClient { return integration.RedisClusterClient(t) }},
-	} {
+	for _, srv := range servers {
 		t.Run(srv.name, func(t *testing.T) {
 			c := srv.client(t)
 			for _, bloom := range []bool{false, true} {
@@ -176,13 +180,7 @@ func testExpand(t *testing.T, c goredis.UniversalClient, bloom bool) {
 // faults: one script claims and publishes, so there is no call between
 // the two for a worker to die at (the suite's kill tests are skipped).
 func TestConformance(t *testing.T) {
-	for _, srv := range []struct {
-		name   string
-		client func(*testing.T) goredis.UniversalClient
-	}{
-		{"single", func(t *testing.T) goredis.UniversalClient { return integration.RedisClient(t) }},
-		{"cluster", func(t *testing.T) goredis.UniversalClient { return integration.RedisClusterClient(t) }},
-	} {
+	for _, srv := range servers {
 		t.Run(srv.name, func(t *testing.T) {
 			c := srv.client(t)
 			for _, bloom := range []bool{false, true} {
