@@ -73,6 +73,9 @@ func (b *Broker) declareAll(ctx context.Context, queue string) error {
 	}
 	for p := range b.cfg.Partitions {
 		if err := s.ensure(partName(queue, p)); err != nil {
+			if b.isClosed() { // Close closed the connection under it
+				err = broker.ErrClosed
+			}
 			return opErr("declare", queue, err)
 		}
 	}
