@@ -126,3 +126,15 @@ type PartitionCounter interface {
 	// partition order; they add up to Counter's.
 	PartitionCounts(ctx context.Context, queue string) ([]Counts, error)
 }
+
+// SumCounts adds up the counts of a queue's partitions.
+func SumCounts(parts []Counts) Counts {
+	var c Counts
+	for _, p := range parts {
+		c.Ready += p.Ready
+		c.Delayed += p.Delayed
+		c.InFlight += p.InFlight
+		c.Dead += p.Dead
+	}
+	return c
+}

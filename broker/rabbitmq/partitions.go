@@ -234,14 +234,7 @@ func (b *Broker) Counts(ctx context.Context, queue string) (broker.Counts, error
 		return b.counts1(ctx, queue)
 	}
 	parts, err := b.PartitionCounts(ctx, queue)
-	var c broker.Counts
-	for _, p := range parts {
-		c.Ready += p.Ready
-		c.Delayed += p.Delayed
-		c.InFlight += p.InFlight
-		c.Dead += p.Dead
-	}
-	return c, err
+	return broker.SumCounts(parts), err
 }
 
 // PartitionCounts counts each partition of queue.

@@ -25,6 +25,21 @@ import (
 // 0, 1 and 2 (broker.PartitionOf; checked by partitionedCrawl).
 var partitionHosts = []string{"127.0.0.2", "127.0.0.3", "127.0.0.4"}
 
+// serveOn serves a site made from cfg on host (a loopback address) until
+// t ends, and returns it with its URL.
+func serveOn(t *testing.T, host string, cfg testsite.Config) (*testsite.Site, string) {
+	t.Helper()
+	site := testsite.New(cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	base, wait, err := site.Serve(ctx, host+":0")
+	if err != nil {
+		cancel()
+		t.Fatalf("serve a site on %s: %v", host, err)
+	}
+	t.Cleanup(func() { cancel(); _ = wait() })
+	return site, base + "/"
+}
+
 // partitionedCrawl seeds a crawl of three sites of n pages each, one per
 // partition, runs two workers with --partitions 3, checks the leaders
 // (leaders returns the server or node leading each partition's queue),
@@ -43,16 +58,9 @@ func partitionedCrawl(t *testing.T, args func(string, ...string) []string,
 		if p := broker.PartitionOf(host, 3); p != i {
 			t.Fatalf("host %s is in partition %d, want %d", host, p, i)
 		}
-		site := testsite.New(testsite.Config{Pages: n, Links: 10, Seed: int64(40 + i), NoTraps: true, Latency: 2 * time.Millisecond})
-		ctx, cancel := context.WithCancel(context.Background())
-		base, wait, err := site.Serve(ctx, host+":0")
-		if err != nil {
-			cancel()
-			t.Fatalf("serve a site on %s: %v", host, err)
-		}
-		t.Cleanup(func() { cancel(); _ = wait() })
+		site, base := serveOn(t, host, testsite.Config{Pages: n, Links: 10, Seed: int64(40 + i), NoTraps: true, Latency: 2 * time.Millisecond})
 		sites = append(sites, site)
-		urls = append(urls, base+"/")
+		urls = append(urls, base)
 	}
 	expected := 0
 	for _, s := range sites {

@@ -1,7 +1,6 @@
 package crawl_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -29,16 +28,9 @@ func TestRepartition(t *testing.T) {
 		if p := broker.PartitionOf(host, 4); p != i {
 			t.Fatalf("host %s is in partition %d of 4, want %d", host, p, i)
 		}
-		site := testsite.New(testsite.Config{Pages: 4000, Links: 40, Seed: int64(60 + i), NoTraps: true})
-		ctx, cancel := context.WithCancel(context.Background())
-		base, wait, err := site.Serve(ctx, host+":0")
-		if err != nil {
-			cancel()
-			t.Fatalf("serve a site on %s: %v", host, err)
-		}
-		t.Cleanup(func() { cancel(); _ = wait() })
+		site, base := serveOn(t, host, testsite.Config{Pages: 4000, Links: 40, Seed: int64(60 + i), NoTraps: true})
 		sites = append(sites, site)
-		urls = append(urls, base+"/")
+		urls = append(urls, base)
 		expected += site.Expected()
 	}
 	name := integration.Name(t)
