@@ -479,8 +479,13 @@ func (c *common) idle(ctx context.Context, m mode, srv *server) *idleResult {
 }
 
 // isSignalExit tells whether err is the exit of a process stopped by
-// SIGTERM (trawl exits 130 after a signal, having given back its work).
+// SIGTERM through its command's context: trawl exits 0 after SIGTERM,
+// having given back its work, and Wait then returns the context's error
+// (exec.Cmd.Cancel); 130 is its exit after SIGINT.
 func isSignalExit(err error) bool {
+	if errors.Is(err, context.Canceled) {
+		return true
+	}
 	var ee *exec.ExitError
 	return errors.As(err, &ee) && (ee.ExitCode() == 130 || ee.ExitCode() == -1)
 }
