@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -390,19 +391,52 @@ func TestCallbacks(t *testing.T) {
 	}
 }
 
-// sliceStarts is a StartSource over a slice.
+// sliceStarts is a StartSource over a slice, taken at least once as
+// Redis's list is: a take reads the head, DropStarts drops it. It keeps
+// the payloads rejected.
 type sliceStarts struct {
-	mu sync.Mutex
-	ps [][]byte
+	mu       sync.Mutex
+	ps       [][]byte
+	rejected []string
+	drops    int
 }
 
 func (s *sliceStarts) TakeStarts(_ context.Context, max int) ([][]byte, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n := min(max, len(s.ps))
-	out := s.ps[:n:n]
-	s.ps = s.ps[n:]
-	return out, nil
+	return slices.Clone(s.ps[:min(max, len(s.ps))]), nil
+}
+
+// DropStarts drops the payloads of taken at the head, in order, skipping
+// those no longer there, but for those of keep, as Redis's script does.
+func (s *sliceStarts) DropStarts(_ context.Context, taken, keep [][]byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.drops++
+	left := map[string]int{}
+	for _, p := range keep {
+		left[string(p)]++
+	}
+	j := 0
+	var back [][]byte
+	for _, p := range taken {
+		if j < len(s.ps) && bytes.Equal(s.ps[j], p) {
+			j++
+			if left[string(p)] > 0 {
+				left[string(p)]--
+				back = append(back, p)
+			}
+		}
+	}
+	s.ps = append(back, s.ps[j:]...)
+	return nil
+}
+
+func (s *sliceStarts) RejectStart(_ context.Context, p []byte, _ string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rejected = append(s.rejected, string(p))
+	return nil
 }
 
 func (s *sliceStarts) AddStarts(_ context.Context, ps ...[]byte) error {

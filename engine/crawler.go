@@ -646,27 +646,18 @@ func (c *Crawler) takeStarts(ctx context.Context) (int, error) {
 }
 
 // takeExternalStarts takes start URLs from Config.Starts. A payload that is
-// not a start URL is counted, logged at Warn and, when the source is a
-// StartRejecter, kept there with the reason.
+// not a start URL is counted, logged at Warn and dead-lettered with the
+// reason. The batch is dropped from the source once its requests are in
+// the frontier; when they could not be moved there, only the rejected
+// payloads are, and the others stay, taken again at the feeder's next
+// tick.
 func (c *Crawler) takeExternalStarts(ctx context.Context) (int, error) {
-	var (
-		ps    [][]byte
-		batch StartBatch
-		err   error
-	)
-	if l, ok := c.cfg.Starts.(StartLeaser); ok {
-		batch, err = l.TakeLeased(ctx, c.cfg.StartBatch, c.startLease())
-		if batch != nil {
-			ps = batch.Payloads()
-		}
-	} else {
-		ps, err = c.cfg.Starts.TakeStarts(ctx, c.cfg.StartBatch)
-	}
-	if err != nil {
+	ps, err := c.cfg.Starts.TakeStarts(ctx, c.cfg.StartBatch)
+	if err != nil || len(ps) == 0 {
 		return 0, err
 	}
 	reqs := make([]*Request, 0, len(ps))
-	good := make([][]byte, 0, len(ps)) // the payloads of reqs, to put back
+	good := make([][]byte, 0, len(ps)) // the payloads of reqs, kept on failure
 	for _, p := range ps {
 		c.stats.Inc(StatStartURLs)
 		req, err := startRequest(p)
@@ -677,51 +668,26 @@ func (c *Crawler) takeExternalStarts(ctx context.Context) (int, error) {
 		good = append(good, p)
 		reqs = append(reqs, c.withSitemaps(req)...)
 	}
-	if err := c.enqueueStarts(ctx, reqs); err != nil {
+	err = c.enqueueStarts(ctx, reqs)
+	var keep [][]byte
+	if err != nil {
 		if !pageFault(err) {
 			c.clocks.writes.fail(err)
 		}
-		// Put them back, or they are lost. The writes that just failed
-		// may fail a push too (a Redis server out of memory): a source
-		// that can return what it gave is asked to.
-		put := c.cfg.Starts.AddStarts
-		if r, ok := c.cfg.Starts.(StartReturner); ok {
-			put = r.ReturnStarts
-		}
-		if batch != nil {
-			put = batch.Return
-		}
-		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
-		defer cancel()
-		if e := put(pctx, good...); e != nil {
-			if batch != nil {
-				c.log.Warn("start urls not put back: they come back when their lease is over", "count", len(good), "lease", c.startLease(), "err", e)
-			} else {
-				c.log.Error("start urls lost: taken, not moved into the frontier, and not put back", "count", len(good), "err", e)
-			}
-		}
-		return len(ps), err
+		keep = good
 	}
-	if batch != nil {
-		// In the frontier: confirm. A confirmation that fails leaves the
-		// batch to come back after its lease, to be rechecked and not
-		// published again.
-		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
-		defer cancel()
-		if e := batch.Done(pctx); e != nil {
-			c.log.Warn("start url batch not confirmed: it comes back when its lease is over, and is not published twice", "count", len(ps), "lease", c.startLease(), "err", e)
-		}
+	if len(keep) == len(ps) {
+		return len(ps), err // nothing to drop
 	}
-	return len(ps), nil
-}
-
-// startLease is how long a batch taken from a StartLeaser stays with this
-// worker: Config.Lease, 30s if unset.
-func (c *Crawler) startLease() time.Duration {
-	if c.cfg.Lease > 0 {
-		return c.cfg.Lease
+	// The drop only shrinks the source, so the writes that just failed
+	// (a Redis server out of memory) do not fail it too.
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	if e := c.cfg.Starts.DropStarts(pctx, ps, keep); e != nil {
+		c.log.Warn("start url batch not dropped from its source: it is taken again, and what is in the frontier is not published twice",
+			"count", len(ps), "err", e)
 	}
-	return defaultLease
+	return len(ps), err
 }
 
 // startRequest turns a start-URL payload into a request scoped to its host.

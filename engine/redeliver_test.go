@@ -288,40 +288,27 @@ func (f *oomFilter) Add(ctx context.Context, fps ...dedup.Fingerprint) ([]bool, 
 }
 
 // fullStarts is a start source on a Redis server out of memory: taking
-// works (a pop frees memory), adding is refused, and, with returner,
-// ReturnStarts puts back what was taken.
-type fullStarts struct {
-	sliceStarts
-	returned int
-}
+// and dropping work (they grow nothing), adding is refused.
+type fullStarts struct{ sliceStarts }
 
 func (s *fullStarts) AddStarts(context.Context, ...[]byte) error {
 	return errors.New("OOM command not allowed when used memory > 'maxmemory'")
 }
 
-type returningStarts struct{ *fullStarts }
-
-func (s returningStarts) ReturnStarts(ctx context.Context, ps ...[]byte) error {
-	s.mu.Lock()
-	s.returned += len(ps)
-	s.ps = append(ps[:len(ps):len(ps)], s.ps...)
-	s.mu.Unlock()
-	return nil
-}
-
 // TestStartURLsKeptWhenWritesFail: start URLs taken from a StartSource
-// whose move into the frontier fails (the filter refuses writes) go back
-// to the source through StartReturner, although the source refuses
-// AddStarts as the filter refuses writes; the crawl then fetches them.
-// Before, they were put back with AddStarts, refused: lost.
+// whose move into the frontier fails (the filter refuses writes) stay in
+// the source, although it refuses AddStarts as the filter refuses writes,
+// and the crawl then fetches them; a payload rejected is dead-lettered
+// once, and dropped at the first take even though that take's move
+// failed (kept, it would be rejected again at every take).
 func TestStartURLsKeptWhenWritesFail(t *testing.T) {
 	s := newLinkSite(t)
 	b, f := newMemoryBackends(t)
-	fs := &fullStarts{sliceStarts: sliceStarts{ps: [][]byte{[]byte(s.URL + "/"), []byte("not a url")}}}
+	fs := &fullStarts{sliceStarts{ps: [][]byte{[]byte(s.URL + "/"), []byte("not a url")}}}
 	of := &oomFilter{Filter: f, left: 2}
 	c, err := engine.New(b, of, engine.Config{
 		Concurrency: 4, IdleTimeout: 100 * time.Millisecond, IgnoreRobots: true,
-		TrustedHosts: []string{"127.0.0.1"}, Starts: returningStarts{fs},
+		TrustedHosts: []string{"127.0.0.1"}, Starts: fs,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -331,103 +318,10 @@ func TestStartURLsKeptWhenWritesFail(t *testing.T) {
 	if err := c.Run(ctx); err != nil {
 		t.Fatalf("run: %v", err)
 	}
-	if fs.returned != 2 {
-		t.Errorf("%d start URLs returned, want 2: the good one, once per refused Add", fs.returned)
+	if len(fs.rejected) != 1 || fs.rejected[0] != "not a url" || len(fs.ps) != 0 {
+		t.Errorf("rejected %q, left %q; want the bad payload rejected once, nothing left", fs.rejected, fs.ps)
 	}
 	if got, want := s.counts(), [4]int{1, 1, 1, 1}; got != want {
 		t.Fatalf("fetches of /, /a, /b, /c = %v, want %v: the start URL was lost", got, want)
-	}
-}
-
-// leasingStarts is a StartLeaser over a slice: it records the leases asked
-// for, the batches confirmed and returned, and counts the batches out as
-// pending.
-type leasingStarts struct {
-	sliceStarts
-	plainTakes, out, done, returned int
-	leases                          []time.Duration
-}
-
-func (s *leasingStarts) TakeStarts(ctx context.Context, max int) ([][]byte, error) {
-	s.mu.Lock()
-	s.plainTakes++
-	s.mu.Unlock()
-	return s.sliceStarts.TakeStarts(ctx, max)
-}
-
-func (s *leasingStarts) TakeLeased(ctx context.Context, max int, lease time.Duration) (engine.StartBatch, error) {
-	ps, _ := s.sliceStarts.TakeStarts(ctx, max)
-	if len(ps) == 0 {
-		return nil, nil
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.out++
-	s.leases = append(s.leases, lease)
-	return &sliceBatch{s: s, ps: ps}, nil
-}
-
-func (s *leasingStarts) PendingStarts(ctx context.Context) (int64, error) {
-	n, _ := s.sliceStarts.PendingStarts(ctx)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return n + int64(s.out), nil
-}
-
-type sliceBatch struct {
-	s  *leasingStarts
-	ps [][]byte
-}
-
-func (b *sliceBatch) Payloads() [][]byte { return b.ps }
-
-func (b *sliceBatch) Done(context.Context) error {
-	b.s.mu.Lock()
-	defer b.s.mu.Unlock()
-	b.s.out--
-	b.s.done++
-	return nil
-}
-
-func (b *sliceBatch) Return(_ context.Context, ps ...[]byte) error {
-	b.s.mu.Lock()
-	defer b.s.mu.Unlock()
-	b.s.out--
-	b.s.returned++
-	b.s.ps = append(ps[:len(ps):len(ps)], b.s.ps...)
-	return nil
-}
-
-// TestLeasedStartsConfirmed: a StartLeaser's batches are taken for
-// Config.Lease, returned (not added) when the move into the frontier fails,
-// and confirmed once it succeeds; its plain TakeStarts is never used.
-func TestLeasedStartsConfirmed(t *testing.T) {
-	s := newLinkSite(t)
-	b, f := newMemoryBackends(t)
-	ls := &leasingStarts{sliceStarts: sliceStarts{ps: [][]byte{[]byte(s.URL + "/"), []byte("not a url")}}}
-	of := &oomFilter{Filter: f, left: 2}
-	c, err := engine.New(b, of, engine.Config{
-		Concurrency: 4, IdleTimeout: 100 * time.Millisecond, IgnoreRobots: true, Lease: 7 * time.Second,
-		TrustedHosts: []string{"127.0.0.1"}, Starts: ls,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	if err := c.Run(ctx); err != nil {
-		t.Fatalf("run: %v", err)
-	}
-	if ls.plainTakes != 0 || ls.returned != 2 || ls.done != 1 || ls.out != 0 {
-		t.Errorf("%d plain takes, %d batches returned, %d confirmed, %d out; want 0, 2 (once per refused Add), 1, 0",
-			ls.plainTakes, ls.returned, ls.done, ls.out)
-	}
-	for _, l := range ls.leases {
-		if l != 7*time.Second {
-			t.Errorf("lease %v, want Config.Lease (7s)", l)
-		}
-	}
-	if got, want := s.counts(), [4]int{1, 1, 1, 1}; got != want {
-		t.Fatalf("fetches of /, /a, /b, /c = %v, want %v", got, want)
 	}
 }

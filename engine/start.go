@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/trawlhq/trawl/broker"
 	"github.com/trawlhq/trawl/dedup"
@@ -109,65 +108,36 @@ func seedBroker(ctx context.Context, b broker.Broker, name string, starts ...Sta
 var ErrStartsType = errors.New("engine: start urls of the wrong type")
 
 // StartSource keeps a crawl's start URLs outside the broker (see
-// Config.Starts): Redis keeps them in a plain list, as scrapy-redis does,
-// so that "redis-cli lpush NAME:start_urls URL" feeds a running crawl.
+// Config.Starts): Redis keeps them in a plain list (or set), as
+// scrapy-redis does, so that "redis-cli rpush '{NAME}:start_urls' URL"
+// feeds a running crawl. Taking is at least once and leases nothing: a
+// payload taken stays in the source until the engine drops it, once it is
+// in the frontier (claimed in the filter, so that taking it again
+// publishes nothing twice) or rejected. A worker killed with a batch
+// loses nothing and leaves nothing to wait for: the batch is where it was,
+// taken again at once by any worker. It is the one interface of a start
+// source; the engine asserts nothing else on it.
 type StartSource interface {
-	// TakeStarts removes and returns up to max payloads without blocking.
+	// TakeStarts returns up to max payloads without removing them and
+	// without blocking, those first in line first.
 	TakeStarts(ctx context.Context, max int) ([][]byte, error)
+	// DropStarts drops the payloads of one TakeStarts (taken, in its
+	// order) from the source, but for those of keep (a sub-multiset of
+	// taken that could not be moved into the frontier), which stay where
+	// they are taken next, in their order. A payload of taken already
+	// dropped (another worker took and dropped it first) is not dropped
+	// again. It must work on a store that refuses to grow (a Redis server
+	// out of memory): it only shrinks it.
+	DropStarts(ctx context.Context, taken, keep [][]byte) error
+	// RejectStart keeps a payload the engine rejects (not a start URL, too
+	// long) with the reason, where an operator can see and requeue it (the
+	// start URLs' dead letters); the engine drops it afterwards.
+	RejectStart(ctx context.Context, payload []byte, reason string) error
 	// AddStarts appends payloads.
 	AddStarts(ctx context.Context, payloads ...[]byte) error
-	// PendingStarts counts the payloads waiting.
+	// PendingStarts counts the payloads waiting, those taken and not yet
+	// dropped included, so that the crawl is not found done meanwhile.
 	PendingStarts(ctx context.Context) (int64, error)
-}
-
-// StartReturner is implemented by start sources that can put back
-// payloads taken by TakeStarts when they could not be moved into the
-// frontier, even where AddStarts would be refused: a Redis server out of
-// memory (maxmemory, noeviction) refuses every push, but returning what
-// was just taken grows nothing on balance. Without it the engine puts them
-// back with AddStarts; a start URL that cannot be put back is lost.
-type StartReturner interface {
-	// ReturnStarts puts back payloads taken by TakeStarts, where they are
-	// taken next.
-	ReturnStarts(ctx context.Context, payloads ...[]byte) error
-}
-
-// StartLeaser is implemented by start sources that take start URLs at
-// least once: a batch taken by TakeLeased stays recorded in the source
-// until it is confirmed (StartBatch.Done) once its requests are in the
-// frontier, or returned (StartBatch.Return) when they could not be moved
-// there. A batch neither confirmed nor returned when lease is over (its
-// worker died) goes back where it is taken next, and PendingStarts counts
-// it until then, so the crawl is not found done meanwhile. Taking a batch
-// again is safe: start URLs are rechecked against the publication marks
-// and only what was not published is. The engine prefers it to TakeStarts
-// and leases for Config.Lease.
-type StartLeaser interface {
-	// TakeLeased takes up to max payloads for lease without blocking; it
-	// returns a nil batch when none is waiting.
-	TakeLeased(ctx context.Context, max int, lease time.Duration) (StartBatch, error)
-}
-
-// StartBatch is a batch of start URLs taken by StartLeaser.TakeLeased.
-type StartBatch interface {
-	// Payloads are the payloads taken, in order.
-	Payloads() [][]byte
-	// Done confirms the batch: it is dropped from the source for good.
-	Done(ctx context.Context) error
-	// Return drops the lease and puts payloads (those of the batch that
-	// could not be moved into the frontier) back where they are taken
-	// next, in their order, even where AddStarts would be refused (see
-	// StartReturner).
-	Return(ctx context.Context, payloads ...[]byte) error
-}
-
-// StartRejecter is implemented by start sources that keep the payloads
-// the engine rejects (not a start URL, too long), with the reason, where an
-// operator can see them: Redis keeps them in the list
-// {NAME}:start_urls:dead. Without it, a rejected payload is counted
-// (StatStartURLsRejected) and logged at Warn, and nothing else remains.
-type StartRejecter interface {
-	RejectStart(ctx context.Context, payload []byte, reason string) error
 }
 
 // seedSource validates start URLs and adds them to src. Nothing is added
@@ -192,18 +162,14 @@ func seedSource(ctx context.Context, src StartSource, starts ...StartURL) error 
 }
 
 // rejectStart handles a payload of Config.Starts that is not a start URL:
-// it is counted and logged at Warn, and kept with the reason if the source
-// is a StartRejecter.
+// it is counted, logged at Warn and kept with the reason in the source's
+// dead letters (the caller drops it from the start URLs).
 func (c *Crawler) rejectStart(ctx context.Context, p []byte, err error) {
 	c.fail(ErrorBadURL, nil)
 	c.stats.Inc(StatStartURLsRejected)
-	kept := "dropped (this start source keeps no dead letters)"
-	if r, ok := c.cfg.Starts.(StartRejecter); ok {
-		if e := r.RejectStart(ctx, p, err.Error()); e != nil {
-			kept = "dropped: keeping it failed: " + e.Error()
-		} else {
-			kept = "dead-lettered"
-		}
+	kept := "dead-lettered"
+	if e := c.cfg.Starts.RejectStart(ctx, p, err.Error()); e != nil {
+		kept = "dropped: keeping it failed: " + e.Error()
 	}
 	c.log.Warn("start url rejected", "queue", StartQueue(c.cfg.Name), "bytes", len(p), "err", err, "outcome", kept)
 }

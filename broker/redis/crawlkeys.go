@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 	"unicode/utf8"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -23,23 +22,18 @@ import (
 // "{NAME}:part" (internal/redislayout), hash-tagged like the broker's and the
 // duplicate filter's keys, so that a crawl's keys share one Cluster slot.
 var (
-	_ engine.StartSource   = (*StartURLs)(nil)
-	_ engine.StartLeaser   = (*StartURLs)(nil)
-	_ engine.StartReturner = (*StartURLs)(nil)
-	_ engine.StartRejecter = (*StartURLs)(nil)
-	_ engine.StartBatch    = (*takenStarts)(nil)
-	_ broker.DeadLetters   = (*StartURLs)(nil)
-	_ engine.Sink          = (*Items)(nil)
-	_ engine.SharedStats   = (*Stats)(nil)
+	_ engine.StartSource = (*StartURLs)(nil)
+	_ broker.DeadLetters = (*StartURLs)(nil)
+	_ engine.Sink        = (*Items)(nil)
+	_ engine.SharedStats = (*Stats)(nil)
 )
 
 // StartURLs keeps a crawl's start URLs in a plain Redis list (or set) at
 // {NAME}:start_urls, as scrapy-redis does: "redis-cli rpush '{books}:start_urls'
 // https://example.com/" feeds a running crawl. It implements
-// engine.StartSource and engine.StartLeaser. Taking is at least once,
-// with no lease: a batch stays in the list until the engine has moved it
-// into the frontier, where it is claimed in the filter, and drops it then
-// (see TakeLeased). A worker killed in between (kill -9) loses nothing and
+// engine.StartSource. Taking is at least once, with no lease: a batch
+// stays in the list until the engine has moved it into the frontier, where
+// it is claimed in the filter, and drops it then (see TakeStarts). A worker killed in between (kill -9) loses nothing and
 // leaves nothing to wait for: the batch is where it was.
 //
 // Payloads the engine rejects (not a start URL, too long) are kept with the
@@ -75,8 +69,8 @@ func NewStartURLs(client goredis.UniversalClient, crawl string, set bool) *Start
 }
 
 // RejectStart keeps a rejected payload (its first KiB) with the reason in
-// {NAME}:start_urls:dead, which holds the latest 10,000. It implements
-// engine.StartRejecter.
+// {NAME}:start_urls:dead, which holds the latest 10,000 (the engine then
+// drops it from the start URLs).
 func (s *StartURLs) RejectStart(ctx context.Context, payload []byte, reason string) error {
 	kept := payload[:min(len(payload), maxRejectedPayload)]
 	rec, err := json.Marshal(rejectedStart{reason, string(kept), len(payload),
@@ -258,27 +252,6 @@ local function pushFront(key, mode, t, i, j)
 end
 `
 
-// TakeStarts takes up to max payloads for good: LPOP (or SPOP).
-func (s *StartURLs) TakeStarts(ctx context.Context, max int) ([][]byte, error) {
-	if max <= 0 {
-		return nil, nil
-	}
-	var vals []string
-	var err error
-	if s.set {
-		vals, err = s.client.SPopN(ctx, s.key, int64(max)).Result()
-	} else {
-		vals, err = s.client.LPopCount(ctx, s.key, max).Result()
-	}
-	if errors.Is(err, goredis.Nil) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, s.wrongType(ctx, fmt.Errorf("redis start urls: take from %q: %w", s.key, err))
-	}
-	return bytesOf(vals), nil
-}
-
 func bytesOf(vals []string) [][]byte {
 	out := make([][]byte, len(vals))
 	for i, v := range vals {
@@ -287,7 +260,7 @@ func bytesOf(vals []string) [][]byte {
 	return out
 }
 
-// TakeLeased takes up to max payloads at least once, without removing
+// TakeStarts takes up to max payloads at least once, without removing
 // them: it reads the first max of the list (LRANGE), or max random
 // members of the set (SRANDMEMBER), and the batch's Done drops them once
 // they are in the frontier. A worker killed before that leaves them where
@@ -296,9 +269,8 @@ func bytesOf(vals []string) [][]byte {
 // twice; the Redis frontier claims and publishes in one step, and the
 // composed one rechecks its marks. So nothing is leased and lease is
 // unused: there are no lease records. Several workers may take the same
-// start URLs at once; of those that claim one, one publishes it. It
-// implements engine.StartLeaser.
-func (s *StartURLs) TakeLeased(ctx context.Context, max int, _ time.Duration) (engine.StartBatch, error) {
+// start URLs at once; of those that claim one, one publishes it.
+func (s *StartURLs) TakeStarts(ctx context.Context, max int) ([][]byte, error) {
 	if max <= 0 {
 		return nil, nil
 	}
@@ -318,26 +290,19 @@ func (s *StartURLs) TakeLeased(ctx context.Context, max int, _ time.Duration) (e
 	if len(vals) == 0 {
 		return nil, nil
 	}
-	return &takenStarts{s: s, payloads: bytesOf(vals)}, nil
+	return bytesOf(vals), nil
 }
 
-// takenStarts is a batch taken by TakeLeased: still in the list (or set).
-type takenStarts struct {
-	s        *StartURLs
-	payloads [][]byte
-}
-
-func (b *takenStarts) Payloads() [][]byte { return b.payloads }
-
-// dropStartsScript drops a batch taken by TakeLeased from the start URLs,
+// dropStartsScript drops a batch taken by TakeStarts from the start URLs,
 // but for the payloads to keep. From a set, the members to drop (SREM).
 // From a list, the elements at its head that are the batch's payloads in
 // order, skipping those of the batch no longer there (another worker took
 // them and dropped them first), with one LTRIM, and then the payloads to
 // keep of those back at the front, in their order. An element it drops
 // that was pushed again meanwhile is a start URL the filter holds. The
-// first write shrinks memory, so a server out of memory runs it (see
-// returnStartsScript).
+// first write shrinks memory, so a server out of memory runs it: Redis
+// refuses a script under maxmemory only at its first write that may grow
+// memory, and only if nothing was written before.
 //
 // KEYS: start_urls
 // ARGV: "set" or "list", then per payload of the batch, in the order
@@ -391,65 +356,24 @@ func (s *StartURLs) drop(ctx context.Context, payloads [][]byte, keep func(i int
 	return nil
 }
 
-// Done drops the batch from the start URLs: it is in the frontier.
-func (b *takenStarts) Done(ctx context.Context) error {
-	return b.s.drop(ctx, b.payloads, func(int) bool { return false })
-}
-
-// Return leaves the batch's payloads given (those that could not be moved
-// into the frontier) where they are, in their order, and drops the others
-// (rejected, and kept in the dead letters), so that they are not rejected
-// again. Out of memory too.
-func (b *takenStarts) Return(ctx context.Context, payloads ...[]byte) error {
+// DropStarts drops the payloads of one TakeStarts from the start URLs,
+// but for those of keep (they could not be moved into the frontier), which
+// stay where they are, in their order; a payload another worker dropped
+// first is not dropped again. Out of memory too. It implements
+// engine.StartSource.
+func (s *StartURLs) DropStarts(ctx context.Context, taken, keep [][]byte) error {
 	left := map[string]int{}
-	for _, p := range payloads {
+	for _, p := range keep {
 		left[string(p)]++
 	}
-	keep := make([]bool, len(b.payloads))
-	for i, p := range b.payloads {
+	kept := make([]bool, len(taken))
+	for i, p := range taken {
 		if left[string(p)] > 0 {
 			left[string(p)]--
-			keep[i] = true
+			kept[i] = true
 		}
 	}
-	return b.s.drop(ctx, b.payloads, func(i int) bool { return keep[i] })
-}
-
-// returnStartsScript puts taken start URLs back at the front of the list
-// (or into the set).
-//
-// Redis refuses a script under maxmemory only at its first write that may
-// grow memory, and only if nothing was written before: PERSIST, a write
-// that never grows memory (the key has no expiry), comes first, so the
-// push is not refused. Returning what was just taken grows nothing on
-// balance, and refusing it would lose the start URLs for good.
-//
-// KEYS: start_urls
-// ARGV: "set" or "list", payloads in the order they were taken
-// Returns the number of payloads put back.
-var returnStartsScript = goredis.NewScript(luaPushFront + `
-redis.call('PERSIST', KEYS[1])
-if #ARGV > 1 then pushFront(KEYS[1], ARGV[1], ARGV, 2, #ARGV) end
-return #ARGV - 1
-`)
-
-// ReturnStarts puts back payloads taken by TakeStarts that could not be
-// moved into the frontier, at the front of the list, in their order. Unlike
-// AddStarts it is not refused by a server out of memory (maxmemory with
-// noeviction): see returnStartsScript. It implements engine.StartReturner.
-func (s *StartURLs) ReturnStarts(ctx context.Context, payloads ...[]byte) error {
-	if len(payloads) == 0 {
-		return nil
-	}
-	args := make([]any, 0, len(payloads)+1)
-	args = append(args, s.mode())
-	for _, p := range payloads {
-		args = append(args, p)
-	}
-	if err := returnStartsScript.Run(ctx, s.client, []string{s.key}, args...).Err(); err != nil {
-		return fmt.Errorf("redis start urls: return %d to %q: %w", len(payloads), s.key, err)
-	}
-	return nil
+	return s.drop(ctx, taken, func(i int) bool { return kept[i] })
 }
 
 // AddStarts appends payloads.

@@ -101,71 +101,12 @@ func TestRejectedStartsKept(t *testing.T) {
 	}
 }
 
-// TestReturnStartsOutOfMemory: on a server out of memory (maxmemory,
-// noeviction), AddStarts is refused but start URLs taken can be returned,
-// to the front of the list in their order (or into the set): a worker
-// that took them and cannot move them into the frontier loses none.
-func TestReturnStartsOutOfMemory(t *testing.T) {
-	client := integration.RedisClient(t)
-	ctx := t.Context()
-	for _, set := range []bool{false, true} {
-		name := integration.Name(t)
-		starts := redis.NewStartURLs(client, name, set)
-		t.Cleanup(func() { starts.Purge(context.Background()) })
-		if err := starts.AddStarts(ctx, []byte("a"), []byte("b"), []byte("c"), []byte("d")); err != nil {
-			t.Fatal(err)
-		}
-		taken, err := starts.TakeStarts(ctx, 3)
-		if err != nil || len(taken) != 3 {
-			t.Fatalf("take: %q, %v", taken, err)
-		}
-		lift := func() {
-			if err := client.ConfigSet(context.Background(), "maxmemory", "0").Err(); err != nil {
-				t.Errorf("lift maxmemory: %v", err)
-			}
-		}
-		t.Cleanup(lift)
-		for _, kv := range [][2]string{{"maxmemory-policy", "noeviction"}, {"maxmemory", "1"}} {
-			if err := client.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := starts.AddStarts(ctx, []byte("e")); err == nil || !strings.Contains(err.Error(), "OOM") {
-			lift()
-			t.Fatalf("set %v: AddStarts out of memory: %v, want an OOM error (the test tests nothing)", set, err)
-		}
-		err = starts.ReturnStarts(ctx, taken...)
-		lift()
-		if err != nil {
-			t.Fatalf("set %v: ReturnStarts out of memory: %v", set, err)
-		}
-		all, err := starts.TakeStarts(ctx, 10)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := make([]string, len(all))
-		for i, p := range all {
-			got[i] = string(p)
-		}
-		if !set {
-			if want := []string{string(taken[0]), string(taken[1]), string(taken[2]), "d"}; strings.Join(got, " ") != strings.Join(want, " ") {
-				t.Errorf("list after return: %q, want %q", got, want)
-			}
-			continue
-		}
-		slices.Sort(got)
-		if strings.Join(got, " ") != "a b c d" {
-			t.Errorf("set after return: %q, want a b c d", got)
-		}
-	}
-}
-
-// TestTakenStartsStay: a batch taken with TakeLeased stays in the start
-// URLs until it is done: a worker that dies with it (never done) leaves it
+// TestTakenStartsStay: a batch taken with TakeStarts stays in the start
+// URLs until it is dropped: a worker that dies with it (never dropped) leaves it
 // for the next take of any worker, at once, at the front of the list and
-// in its order; a batch done never comes back; done twice, or after
-// another worker's batch of the same start URLs was done, it drops
-// nothing more. PendingStarts counts what is not done.
+// in its order; a batch dropped never comes back; dropped twice, or after
+// another worker's batch of the same start URLs was dropped, it drops
+// nothing more. PendingStarts counts what is not dropped.
 func TestTakenStartsStay(t *testing.T) { takenStartsStay(t, integration.RedisClient(t)) }
 
 // TestTakenStartsStayCluster: the same on a Redis Cluster.
@@ -199,35 +140,35 @@ func takenStartsStay(t *testing.T, client goredis.UniversalClient) {
 		if err := starts.AddStarts(ctx, []byte("a"), []byte("b"), []byte("c"), []byte("d"), []byte("e")); err != nil {
 			t.Fatal(err)
 		}
-		dead, err := starts.TakeLeased(ctx, 2, time.Hour)
-		if err != nil || dead == nil || len(dead.Payloads()) != 2 {
+		dead, err := starts.TakeStarts(ctx, 2)
+		if err != nil || len(dead) != 2 {
 			t.Fatalf("set %v: take: %v, %v", set, dead, err)
 		}
 		pending(set, starts, 5, "with a batch taken")
 		// The next worker takes at once what the dead one had.
-		next, err := starts.TakeLeased(ctx, 3, time.Hour)
-		if err != nil || next == nil || len(next.Payloads()) != 3 {
+		next, err := starts.TakeStarts(ctx, 3)
+		if err != nil || len(next) != 3 {
 			t.Fatalf("set %v: take: %v, %v", set, next, err)
 		}
-		if !set && str(next.Payloads(), false) != "a b c" {
-			t.Errorf("list: the next take got %q, want a b c: the dead worker's batch first, in order", str(next.Payloads(), false))
+		if !set && str(next, false) != "a b c" {
+			t.Errorf("list: the next take got %q, want a b c: the dead worker's batch first, in order", str(next, false))
 		}
-		if err := next.Done(ctx); err != nil {
+		if err := starts.DropStarts(ctx, next, nil); err != nil {
 			t.Fatal(err)
 		}
-		pending(set, starts, 2, "after a batch of 3 was done")
-		// The dead worker's batch done late (it was not dead, only slow):
+		pending(set, starts, 2, "after a batch of 3 was dropped")
+		// The dead worker's batch dropped late (it was not dead, only slow):
 		// what the other batch dropped is not dropped again.
-		if err := dead.Done(ctx); err != nil {
+		if err := starts.DropStarts(ctx, dead, nil); err != nil {
 			t.Fatal(err)
 		}
 		// What is left: what neither batch took (in a list, the dead
 		// one's were the next one's).
-		done := slices.Concat(next.Payloads(), dead.Payloads())
+		done := slices.Concat(next, dead)
 		left := slices.DeleteFunc([]string{"a", "b", "c", "d", "e"}, func(s string) bool {
 			return slices.ContainsFunc(done, func(p []byte) bool { return string(p) == s })
 		})
-		pending(set, starts, int64(len(left)), "after a batch already dropped was done again")
+		pending(set, starts, int64(len(left)), "after a batch already dropped was dropped again")
 		all, err := starts.TakeStarts(ctx, 10)
 		if err != nil {
 			t.Fatal(err)
@@ -238,11 +179,11 @@ func takenStartsStay(t *testing.T, client goredis.UniversalClient) {
 	}
 }
 
-// TestTakenStartsReturn: a taken batch returned with the payloads that
-// could not be moved into the frontier keeps them at the front of the
+// TestTakenStartsKept: a taken batch dropped but for the payloads that
+// could not be moved into the frontier keeps those at the front of the
 // list, in order, and drops the others (rejected), even on a server out of
 // memory.
-func TestTakenStartsReturn(t *testing.T) {
+func TestTakenStartsKept(t *testing.T) {
 	client := integration.RedisClient(t)
 	ctx := t.Context()
 	name := integration.Name(t)
@@ -251,8 +192,8 @@ func TestTakenStartsReturn(t *testing.T) {
 	if err := starts.AddStarts(ctx, []byte("a"), []byte("b"), []byte("c"), []byte("d")); err != nil {
 		t.Fatal(err)
 	}
-	b, err := starts.TakeLeased(ctx, 3, time.Hour)
-	if err != nil || b == nil {
+	b, err := starts.TakeStarts(ctx, 3)
+	if err != nil || len(b) != 3 {
 		t.Fatalf("take: %v, %v", b, err)
 	}
 	lift := func() {
@@ -270,17 +211,17 @@ func TestTakenStartsReturn(t *testing.T) {
 		lift()
 		t.Fatalf("AddStarts out of memory: %v, want an OOM error (the test tests nothing)", err)
 	}
-	err = b.Return(ctx, []byte("c"), []byte("b"))
+	err = starts.DropStarts(ctx, b, [][]byte{[]byte("c"), []byte("b")})
 	lift()
 	if err != nil {
-		t.Fatalf("Return out of memory: %v", err)
+		t.Fatalf("DropStarts out of memory: %v", err)
 	}
 	all, err := starts.TakeStarts(ctx, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := string(slices.Concat(all...)); got != "bcd" {
-		t.Errorf("after the return: %q, want b c d in order (a dropped)", all)
+		t.Errorf("after the drop: %q, want b c d in order (a dropped)", all)
 	}
 }
 
@@ -351,9 +292,8 @@ func TestStartsWrongType(t *testing.T) {
 	t.Cleanup(func() { client.Del(context.Background(), key) })
 	s := redis.NewStartURLs(client, name, false)
 	_, take := s.TakeStarts(ctx, 1)
-	_, taken := s.TakeLeased(ctx, 1, time.Minute)
 	_, pending := s.PendingStarts(ctx)
-	for what, err := range map[string]error{"Check": s.Check(ctx), "AddStarts": s.AddStarts(ctx, []byte("http://y/")), "TakeStarts": take, "TakeLeased": taken, "PendingStarts": pending} {
+	for what, err := range map[string]error{"Check": s.Check(ctx), "AddStarts": s.AddStarts(ctx, []byte("http://y/")), "TakeStarts": take, "PendingStarts": pending} {
 		if !errors.Is(err, redis.ErrStartsType) || !errors.Is(err, engine.ErrStartsType) || !strings.Contains(err.Error(), key+" is a set") {
 			t.Errorf("%s: %v, want ErrStartsType (and engine's) naming %s as a set", what, err, key)
 		}
