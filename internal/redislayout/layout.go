@@ -82,6 +82,113 @@ func QueueKeys(name string) Queue {
 	}
 }
 
+// A crawl of several partitions (trawl --partitions N, N > 1) keeps each
+// partition's queue keys and filter shards under a hash tag of its own,
+// so that the partitions spread over a Cluster's primaries; its other keys
+// stay under {NAME}, the crawl's home slot. Partition P of N is tagged
+// "NAME#P.S": S, its salt, is the least number that puts the tag's slot in
+// the P-th N-th of the 16,384 slots, so that the partitions are spread
+// evenly over the slots, and so over the primaries of a Cluster whose
+// slots are split in equal ranges (as redis-cli --cluster create splits
+// them). Partition 3 of 12 of "books" is tagged "books#3.43":
+//
+//	{books#3.43}:requests        its ready messages (and :inflight …)
+//	{books#3.43}:dupefilter:1f   its set filter's shard 1f
+//
+// With one partition (N <= 1) a crawl's keys are those of a crawl without
+// partitions: its tag is NAME.
+
+// slots is the number of Redis Cluster hash slots.
+const slots = 16384
+
+// PartitionTag returns the hash tag (without braces) of partition p of n
+// of crawl: crawl itself when n <= 1.
+func PartitionTag(crawl string, p, n int) string {
+	if n <= 1 {
+		return crawl
+	}
+	prefix := crawl + "#" + strconv.Itoa(p) + "."
+	for salt := 0; ; salt++ {
+		tag := prefix + strconv.Itoa(salt)
+		if int(Slot(tag))*n/slots == p {
+			return tag
+		}
+	}
+}
+
+// Slot returns the Redis Cluster hash slot of key: CRC-16 (XMODEM) of its
+// hash tag (of key itself without one) modulo 16,384.
+func Slot(key string) uint16 {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	var crc uint16
+	for k := 0; k < len(key); k++ {
+		crc ^= uint16(key[k]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc % slots
+}
+
+// split splits a queue or filter name "CRAWL:PART" at its last ':'; a
+// name without one is its own crawl, with no part.
+func split(name string) (crawl, part string) {
+	i := strings.LastIndexByte(name, ':')
+	if i < 0 {
+		return name, ""
+	}
+	return name[:i], name[i+1:]
+}
+
+// partitionOf is Of for partition p of n: the name's crawl part becomes
+// partition p's tag.
+func partitionOf(name string, p, n int) string {
+	crawl, part := split(name)
+	return Crawl(PartitionTag(crawl, p, n), part)
+}
+
+// PartitionQueueKeys returns the keys of partition p of n of broker queue
+// name: QueueKeys(name) when n <= 1.
+func PartitionQueueKeys(name string, p, n int) Queue {
+	q := QueueKeys(name)
+	if n <= 1 {
+		return q
+	}
+	base := partitionOf(name, p, n)
+	return Queue{
+		Name: name, Ready: base, Inflight: base + ":inflight", Delayed: base + ":delayed",
+		Dead: base + ":dead", Notify: base + ":notify", Seq: base + ":seq",
+	}
+}
+
+// PartitionFilterKeys returns the keys of partition p of n of the
+// duplicate filter named key: FilterKeys(key) when n <= 1. A partition's
+// filter has shards (or Bloom parts) of its own, and no layout key: the
+// filter's layout is the one in FilterKeys(key).Meta.
+func PartitionFilterKeys(key string, p, n int) Filter {
+	if n <= 1 {
+		return FilterKeys(key)
+	}
+	base := partitionOf(key, p, n)
+	return Filter{Base: base, Meta: FilterKeys(key).Meta}
+}
+
+// PartitionPattern returns the SCAN pattern of the keys of crawl's
+// partitions, "{crawl#*}:*", escaped as Pattern's. Not every key it finds
+// is the crawl's: Match tells.
+func PartitionPattern(crawl string) string {
+	home := Pattern(crawl) // "{crawl}:*"
+	return home[:len(home)-len("}:*")] + "#*}:*"
+}
+
 // Starts holds the keys of a crawl's start URLs.
 type Starts struct {
 	List string // {NAME}:start_urls: the list (or set) fed by trawl seed and rpush
@@ -159,6 +266,10 @@ type Key struct {
 	// Part is the key after "{NAME}:", with * for what varies (a host,
 	// a shard number).
 	Part string
+	// Partitioned keys are split by a crawl of several partitions
+	// (--partitions N > 1): each partition has its own, under its own
+	// hash tag (see PartitionTag), "{NAME#P.S}:" + Part.
+	Partitioned bool
 	// Types are the Redis types the key may have (TYPE's answer); one
 	// key has one of them for its whole life. Where there are two, a
 	// setting of the crawl chooses: --order for a queue's ready messages,
@@ -173,40 +284,47 @@ type Key struct {
 // Keys lists every key a crawl NAME may create, each "{NAME}:" + Part:
 // its layout. The first that matches a key is its entry (Match).
 var Keys = []Key{
-	{"requests", []string{"zset", "list"}, "broker/redis.Broker (queue NAME:requests)", []string{"receiveScript", "nackScript", "rejectScript", "extendScript", "countScript", "requeueScript", "claimPublishScript"}},
-	{"requests:inflight", []string{"zset"}, "broker/redis.Broker", []string{"receiveScript", "nackScript", "rejectScript", "extendScript", "countScript"}},
-	{"requests:delayed", []string{"zset"}, "broker/redis.Broker", []string{"receiveScript", "nackScript", "countScript"}},
-	{"requests:dead", []string{"list"}, "broker/redis.Broker", []string{"receiveScript", "nackScript", "rejectScript", "countScript", "requeueScript"}},
-	{"requests:notify", []string{"list"}, "broker/redis.Broker", []string{"receiveScript", "nackScript", "requeueScript", "claimPublishScript"}},
-	{"requests:seq", []string{"string"}, "broker/redis.Broker", []string{"requeueScript", "claimPublishScript"}},
-	{"start_urls", []string{"list", "set"}, "broker/redis.StartURLs", []string{"dropStartsScript", "returnStartsScript", "requeueStartsScript"}},
-	{"start_urls:dead", []string{"list"}, "broker/redis.StartURLs", []string{"requeueStartsScript"}},
-	{"items", []string{"list"}, "broker/redis.Items", nil},
-	{"stats", []string{"hash"}, "broker/redis.Stats", nil},
-	{"meta", []string{"hash"}, "broker/redis.Meta", nil},
-	{"workers", []string{"zset"}, "broker/redis.Meta (presence)", []string{"announceScript", "liveScript"}},
-	{"host:*:lease", []string{"string"}, "broker/redis.HostLimiter", []string{"leaseScript", "releaseScript", "renewScript"}},
-	{"host:*:next", []string{"string"}, "broker/redis.HostLimiter", []string{"leaseScript", "releaseScript", "observeScript", "backoffScript"}},
-	{"host:*:throttle", []string{"string"}, "broker/redis.HostLimiter", []string{"leaseScript", "releaseScript", "observeScript"}},
-	{"host:*:want", []string{"string"}, "broker/redis.HostLimiter", []string{"leaseScript", "renewScript"}},
-	{"robots:*", []string{"string"}, "broker/redis.HostLimiter (engine.RobotsStore)", nil},
-	{"dupefilter:meta", []string{"hash"}, "dedup/redis (Set and Bloom)", nil},
-	{"dupefilter:bloom:*", []string{"string"}, "dedup/redis.Bloom", []string{"claimPublishScript (broker/redis.ClaimPublish)"}},
-	{"dupefilter:*", []string{"set"}, "dedup/redis.Set (one shard, a hex number)", []string{"claimPublishScript (broker/redis.ClaimPublish)"}},
+	{"requests", true, []string{"zset", "list"}, "broker/redis.Broker (queue NAME:requests)", []string{"receiveScript", "nackScript", "rejectScript", "extendScript", "countScript", "requeueScript", "claimPublishScript"}},
+	{"requests:inflight", true, []string{"zset"}, "broker/redis.Broker", []string{"receiveScript", "nackScript", "rejectScript", "extendScript", "countScript"}},
+	{"requests:delayed", true, []string{"zset"}, "broker/redis.Broker", []string{"receiveScript", "nackScript", "countScript"}},
+	{"requests:dead", true, []string{"list"}, "broker/redis.Broker", []string{"receiveScript", "nackScript", "rejectScript", "countScript", "requeueScript"}},
+	{"requests:notify", true, []string{"list"}, "broker/redis.Broker", []string{"receiveScript", "nackScript", "requeueScript", "claimPublishScript"}},
+	{"requests:seq", true, []string{"string"}, "broker/redis.Broker", []string{"requeueScript", "claimPublishScript"}},
+	{"start_urls", false, []string{"list", "set"}, "broker/redis.StartURLs", []string{"dropStartsScript", "returnStartsScript", "requeueStartsScript"}},
+	{"start_urls:dead", false, []string{"list"}, "broker/redis.StartURLs", []string{"requeueStartsScript"}},
+	{"items", false, []string{"list"}, "broker/redis.Items", nil},
+	{"stats", false, []string{"hash"}, "broker/redis.Stats", nil},
+	{"meta", false, []string{"hash"}, "broker/redis.Meta", nil},
+	{"workers", false, []string{"zset"}, "broker/redis.Meta (presence)", []string{"announceScript", "liveScript"}},
+	{"host:*:lease", false, []string{"string"}, "broker/redis.HostLimiter", []string{"leaseScript", "releaseScript", "renewScript"}},
+	{"host:*:next", false, []string{"string"}, "broker/redis.HostLimiter", []string{"leaseScript", "releaseScript", "observeScript", "backoffScript"}},
+	{"host:*:throttle", false, []string{"string"}, "broker/redis.HostLimiter", []string{"leaseScript", "releaseScript", "observeScript"}},
+	{"host:*:want", false, []string{"string"}, "broker/redis.HostLimiter", []string{"leaseScript", "renewScript"}},
+	{"robots:*", false, []string{"string"}, "broker/redis.HostLimiter (engine.RobotsStore)", nil},
+	{"dupefilter:meta", false, []string{"hash"}, "dedup/redis (Set and Bloom)", nil},
+	{"dupefilter:bloom:*", true, []string{"string"}, "dedup/redis.Bloom", []string{"claimPublishScript (broker/redis.ClaimPublish)"}},
+	{"dupefilter:*", true, []string{"set"}, "dedup/redis.Set (one shard, a hex number)", []string{"claimPublishScript (broker/redis.ClaimPublish)"}},
 }
 
 // Match returns the entry of Keys that key, a key of crawl, belongs to;
 // false if key is not part of crawl's layout.
 func Match(crawl, key string) (Key, bool) {
 	part, ok := strings.CutPrefix(key, Crawl(crawl, ""))
+	inPartition := false
 	if !ok {
-		return Key{}, false
+		part, inPartition = partitionPart(crawl, key)
+		if !inPartition {
+			return Key{}, false
+		}
 	}
 	part, ok = strings.CutPrefix(part, ":")
 	if !ok {
 		return Key{}, false
 	}
 	for _, k := range Keys {
+		if inPartition && !k.Partitioned {
+			continue
+		}
 		if ok, _ := path.Match(k.Part, part); !ok {
 			continue
 		}
@@ -216,6 +334,36 @@ func Match(crawl, key string) (Key, bool) {
 		return k, true
 	}
 	return Key{}, false
+}
+
+// partitionPart returns what follows the hash tag of key when that is
+// the tag of one of crawl's partitions, "{crawl#P.S}".
+func partitionPart(crawl, key string) (string, bool) {
+	rest, ok := strings.CutPrefix(key, "{"+crawl+"#")
+	if !ok {
+		return "", false
+	}
+	end := strings.IndexByte(rest, '}')
+	if end < 0 {
+		return "", false
+	}
+	p, salt, ok := strings.Cut(rest[:end], ".")
+	if !ok || !isDecimal(p) || !isDecimal(salt) {
+		return "", false
+	}
+	return rest[end+1:], true
+}
+
+func isDecimal(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 func isHex(s string) bool {

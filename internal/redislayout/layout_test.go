@@ -52,3 +52,57 @@ func TestMatch(t *testing.T) {
 		}
 	}
 }
+
+// TestPartitions checks the partitions' tags: one partition keeps the
+// crawl's names, the slots are Redis's (CLUSTER KEYSLOT), and the tags of
+// N partitions fall one in each N-th of the slots, so that a Cluster of
+// three primaries with equal slot ranges serves four of twelve each.
+func TestPartitions(t *testing.T) {
+	for key, want := range map[string]uint16{"foo": 12182, "123456789": 12739, "a{foo}b": 12182} {
+		if got := Slot(key); got != want {
+			t.Errorf("Slot(%q) = %d, want %d", key, got, want)
+		}
+	}
+	if q := PartitionQueueKeys("books:requests", 0, 1); q != QueueKeys("books:requests") {
+		t.Errorf("one partition: %+v, want today's keys", q)
+	}
+	if f := PartitionFilterKeys(FilterName("books"), 0, 1); f != FilterKeys(FilterName("books")) {
+		t.Errorf("one partition's filter: %+v, want today's keys", f)
+	}
+	for _, tc := range []struct{ got, want string }{
+		{PartitionTag("books", 3, 12), "books#3.43"},
+		{PartitionQueueKeys("books:requests", 3, 12).Dead, "{books#3.43}:requests:dead"},
+		{PartitionFilterKeys(FilterName("books"), 3, 12).Shard(31), "{books#3.43}:dupefilter:1f"},
+		{PartitionFilterKeys(FilterName("books"), 3, 12).Meta, "{books}:dupefilter:meta"},
+		{PartitionPattern(`a*b`), `{a\*b#*}:*`},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("got %q, want %q", tc.got, tc.want)
+		}
+	}
+	for _, n := range []int{2, 3, 8, 12, 256} {
+		masters := map[int]int{}
+		for p := range n {
+			slot := int(Slot(PartitionTag("c", p, n)))
+			if slot*n/16384 != p {
+				t.Errorf("partition %d of %d: slot %d, not in its %d-th of the slots", p, n, slot, p)
+			}
+			masters[slot*3/16384]++
+		}
+		if n == 12 && (masters[0] != 4 || masters[1] != 4 || masters[2] != 4) {
+			t.Errorf("12 partitions over 3 equal slot ranges: %v, want 4 each", masters)
+		}
+	}
+	q, f := PartitionQueueKeys("c:requests", 5, 8), PartitionFilterKeys(FilterName("c"), 5, 8)
+	for key, part := range map[string]string{q.Ready: "requests", q.Inflight: "requests:inflight", q.Seq: "requests:seq",
+		f.Shard(0xab): "dupefilter:*", f.BloomPart(1): "dupefilter:bloom:*"} {
+		if k, ok := Match("c", key); !ok || k.Part != part || !k.Partitioned {
+			t.Errorf("Match(%q) = %+v, %v; want %q", key, k, ok, part)
+		}
+	}
+	for _, key := range []string{"{c#5.1}:items", "{c#5.1}:dupefilter:meta", "{c#5}:requests", "{c#x.1}:requests", "{c#5.1x}:requests", "{cc#5.1}:requests"} {
+		if k, ok := Match("c", key); ok {
+			t.Errorf("Match(%q) = %q; want no entry", key, k.Part)
+		}
+	}
+}
