@@ -5,10 +5,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trawlhq/trawl/broker"
 	"github.com/trawlhq/trawl/deployment"
 	"github.com/trawlhq/trawl/engine"
 	"github.com/trawlhq/trawl/frontier"
 	"github.com/trawlhq/trawl/frontier/frontiertest"
+	"github.com/trawlhq/trawl/frontier/redisfrontier"
 	"github.com/trawlhq/trawl/internal/integration"
 )
 
@@ -79,4 +81,20 @@ func TestFrontierRabbitMQRedis(t *testing.T) {
 	frontierSuite(t, func(t *testing.T) deployment.Config {
 		return deployment.Config{Broker: "rabbitmq", AMQPURL: integration.RabbitMQ(t), Filter: "bloom", RedisURL: integration.Redis(t)}
 	})
+}
+
+// Redis with --partitions 3: deployment.Open makes the Redis frontier on
+// a broker of three partitions, and the suite holds on it.
+func TestFrontierRedisPartitioned(t *testing.T) {
+	frontiertest.Run(t, frontiertest.Harness{
+		New: func(t *testing.T, crawl string, _ *frontiertest.Faults) frontier.Frontier {
+			d := openFrontier(t, deployment.Config{Broker: "redis", RedisURL: integration.Redis(t), Filter: "set", Partitions: 3}, crawl)
+			if _, ok := d.Frontier.(*redisfrontier.Frontier); !ok {
+				t.Fatalf("deployment.Open made a %T, want a *redisfrontier.Frontier", d.Frontier)
+			}
+			if p, ok := d.Broker.(broker.Partitioned); !ok || p.Partitions() != 3 {
+				t.Fatalf("deployment.Open made a broker of %v partitions, want 3", p)
+			}
+			return d.Frontier
+		}})
 }

@@ -118,14 +118,28 @@ func (d *Deployment) openRedis(ctx context.Context) error {
 		return err
 	}
 	d.closes = append(d.closes, client.Close)
-	rb, err := redisbroker.New(ctx, redisbroker.Config{Client: client, Order: d.cfg.Order, Lease: d.lease(), MaxDeliveries: MaxDeliveries(d.crawl), Logger: d.crawl.Logger})
+	// A crawl that has settings gets a broker of its partition count.
+	parts, err := d.storedPartitions(ctx, redisbroker.NewMeta(client))
+	if err != nil {
+		return err
+	}
+	rb, err := redisbroker.New(ctx, redisbroker.Config{Client: client, Order: d.cfg.Order, Lease: d.lease(), MaxDeliveries: MaxDeliveries(d.crawl), Partitions: parts, Logger: d.crawl.Logger})
 	if err != nil {
 		return err
 	}
 	d.Broker, d.Shared = rb, true
 	d.keys = redislayout.Of
 	d.closes = append(d.closes, rb.Close)
-	return d.redisExtras(ctx, client, true)
+	if err := d.redisExtras(ctx, client, true); err != nil {
+		return err
+	}
+	// The partitions' filters (their claims) go with the crawl's.
+	if f, ok := d.Filter.(dedupredis.Claimer); ok && parts > 1 {
+		for p := range parts {
+			d.purges = append(d.purges, f.Partition(p, parts).Purge)
+		}
+	}
+	return nil
 }
 
 // redisExtras opens what a deployment keeps in Redis besides the broker:

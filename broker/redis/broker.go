@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -21,10 +22,12 @@ import (
 
 // Interfaces a Broker and its deliveries implement.
 var (
-	_ broker.Broker       = (*Broker)(nil)
-	_ broker.BatchAcker   = (*Broker)(nil)
-	_ broker.Incarnations = (*Broker)(nil)
-	_ broker.Delivery     = (*delivery)(nil)
+	_ broker.Broker           = (*Broker)(nil)
+	_ broker.BatchAcker       = (*Broker)(nil)
+	_ broker.Incarnations     = (*Broker)(nil)
+	_ broker.Partitioned      = (*Broker)(nil)
+	_ broker.PartitionCounter = (*Broker)(nil)
+	_ broker.Delivery         = (*delivery)(nil)
 )
 
 // publishChunk bounds the messages of one ZADD or LPUSH.
@@ -43,11 +46,13 @@ type Broker struct {
 	mode   string
 	run    *redisrun.Watch // the server's incarnation
 	warned sync.Once       // the first Consume looked at the server's persistence
+	turn   atomic.Uint64   // Receive's first partition, in turn
 
 	mu        sync.Mutex
 	closed    bool
 	out       map[*delivery]struct{} // unsettled deliveries, given back by Close
 	waiting   map[string]int         // notify key -> blocking waits on it
+	parts     map[string][]*keys     // queue -> its partitions' keys (queueKeys)
 	consumers map[*consumer]struct{} // open consumers, closed by Close
 	done      chan struct{}          // closed by Close
 	waits     sync.WaitGroup         // blocking waits in flight; Close waits for them
@@ -70,12 +75,27 @@ func New(ctx context.Context, cfg Config) (*Broker, error) {
 		mode:      cfg.mode(),
 		out:       map[*delivery]struct{}{},
 		waiting:   map[string]int{},
+		parts:     map[string][]*keys{},
 		consumers: map[*consumer]struct{}{},
 		done:      make(chan struct{}),
 		run:       redisrun.NewWatch(cfg.Client),
 	}
-	b.log.Info("broker ready", "order", cfg.Order.String(), "lease", cfg.Lease, "max_deliveries", cfg.MaxDeliveries)
+	b.log.Info("broker ready", "order", cfg.Order.String(), "lease", cfg.Lease, "max_deliveries", cfg.MaxDeliveries, "partitions", cfg.Partitions)
 	return b, nil
+}
+
+// Partitions is the number of partitions of every queue (Config.Partitions).
+func (b *Broker) Partitions() int { return b.cfg.Partitions }
+
+// byPartition splits n items by the partition of key(i), keeping their
+// order in each: the indexes of the items of each partition.
+func (b *Broker) byPartition(n int, key func(i int) string) [][]int {
+	out := make([][]int, b.cfg.Partitions)
+	for i := range n {
+		p := broker.PartitionOf(key(i), b.cfg.Partitions)
+		out[p] = append(out[p], i)
+	}
+	return out
 }
 
 // Incarnation returns the server's run_id, which changes when it restarts
@@ -134,7 +154,28 @@ func (b *Broker) Publish(ctx context.Context, queue string, msgs ...broker.Messa
 	if err := b.check("publish", queue); err != nil {
 		return err
 	}
-	k := keysFor(queue)
+	ks := b.queueKeys(queue)
+	if len(ks) == 1 {
+		return b.publish(ctx, ks[0], msgs)
+	}
+	for p, idx := range b.byPartition(len(msgs), func(i int) string { return msgs[i].Key }) {
+		if len(idx) == 0 {
+			continue
+		}
+		part := make([]broker.Message, len(idx))
+		for j, i := range idx {
+			part[j] = msgs[i]
+		}
+		if err := b.publish(ctx, ks[p], part); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// publish adds msgs to the partition of a queue whose keys are k.
+func (b *Broker) publish(ctx context.Context, k *keys, msgs []broker.Message) error {
+	queue := k.queue
 	for len(msgs) > 0 {
 		part := msgs[:min(len(msgs), publishChunk)]
 		msgs = msgs[len(part):]
@@ -192,12 +233,12 @@ func (b *Broker) Receive(ctx context.Context, queue string, max int) ([]broker.D
 	if max < 1 {
 		return nil, opErr("receive", queue, fmt.Errorf("%w: max %d < 1", broker.ErrInvalid, max))
 	}
-	k := keysFor(queue)
+	ks := b.queueKeys(queue)
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil, opErr("receive", queue, err)
 		}
-		ds, next, err := b.lease(ctx, b.client, &k, max)
+		ds, next, err := b.leaseAll(ctx, ks, max)
 		if err != nil {
 			return nil, err
 		}
@@ -216,10 +257,43 @@ func (b *Broker) Receive(ctx context.Context, queue string, max int) ([]broker.D
 		if dl, ok := ctx.Deadline(); ok {
 			wait = min(wait, time.Until(dl)+time.Millisecond)
 		}
-		if err := b.wait(ctx, &k, wait); err != nil {
+		if err := b.wait(ctx, ks, wait); err != nil {
 			return nil, opErr("receive", queue, err)
 		}
 	}
+}
+
+// leaseAll runs the receive script on every partition ks, in turn from
+// the one after the partition the previous leaseAll began with, each given
+// an even share of what is left of max (a partition that has less leaves
+// the rest to the next ones): no partition waits for another's backlog.
+// next is the earliest of the partitions' (-1: none).
+func (b *Broker) leaseAll(ctx context.Context, ks []*keys, max int) ([]*delivery, time.Duration, error) {
+	if len(ks) == 1 {
+		return b.lease(ctx, b.client, ks[0], max)
+	}
+	start := int(b.turn.Add(1) % uint64(len(ks)))
+	var got []*delivery
+	next := time.Duration(-1)
+	for i := range ks {
+		left := max - len(got)
+		if left <= 0 {
+			break
+		}
+		share := (left + len(ks) - i - 1) / (len(ks) - i)
+		ds, n, err := b.lease(ctx, b.client, ks[(start+i)%len(ks)], share)
+		got = append(got, ds...)
+		if err != nil {
+			if len(got) > 0 {
+				break // delivered; the failing partition is tried again next time
+			}
+			return nil, 0, err
+		}
+		if n >= 0 && (next < 0 || n < next) {
+			next = n
+		}
+	}
+	return got, next, nil
 }
 
 // lease runs the receive script once. next is how long until the earliest
@@ -287,32 +361,57 @@ func (b *Broker) lease(ctx context.Context, on goredis.Scripter, k *keys, n int)
 	return ds, next, nil
 }
 
-// wait blocks until a token arrives on k's notify list, d passes, ctx ends
-// or b closes. The blocking command runs in a goroutine owned by b, which
-// ends within d; a token it takes after wait returned only costs some
+// wait blocks until a token arrives on the notify list of one of the
+// partitions ks, d passes, ctx ends or b closes. The blocking commands
+// (one BLPOP of every list on a single server; one per partition on a
+// Cluster, whose slots they are in) run in goroutines owned by b, which
+// end within d; a token one takes after wait returned only costs some
 // other waiter a wake-up (which then comes after its own timeout).
-func (b *Broker) wait(ctx context.Context, k *keys, d time.Duration) error {
+func (b *Broker) wait(ctx context.Context, ks []*keys, d time.Duration) error {
+	var groups [][]string
+	if _, cluster := b.client.(*goredis.ClusterClient); cluster {
+		for _, k := range ks {
+			groups = append(groups, []string{k.notify})
+		}
+	} else {
+		all := make([]string, len(ks))
+		for i, k := range ks {
+			all[i] = k.notify
+		}
+		groups = [][]string{all}
+	}
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
 		return broker.ErrClosed
 	}
-	b.waiting[k.notify]++
-	b.waits.Add(1)
+	for _, k := range ks {
+		b.waiting[k.notify]++
+	}
+	b.waits.Add(len(groups))
 	b.mu.Unlock()
 
 	secs := strconv.FormatFloat(max(d, time.Millisecond).Seconds(), 'f', 3, 64)
-	done := make(chan error, 1)
-	go func() {
-		defer b.waits.Done()
-		err := b.client.Do(context.WithoutCancel(ctx), "blpop", k.notify, secs).Err()
-		b.mu.Lock()
-		if b.waiting[k.notify]--; b.waiting[k.notify] == 0 {
-			delete(b.waiting, k.notify)
-		}
-		b.mu.Unlock()
-		done <- err
-	}()
+	done := make(chan error, len(groups))
+	for _, g := range groups {
+		go func() {
+			defer b.waits.Done()
+			args := make([]any, 0, len(g)+2)
+			args = append(args, "blpop")
+			for _, key := range g {
+				args = append(args, key)
+			}
+			err := b.client.Do(context.WithoutCancel(ctx), append(args, secs)...).Err()
+			b.mu.Lock()
+			for _, key := range g {
+				if b.waiting[key]--; b.waiting[key] == 0 {
+					delete(b.waiting, key)
+				}
+			}
+			b.mu.Unlock()
+			done <- err
+		}()
+	}
 	select {
 	case err := <-done:
 		var ne net.Error
@@ -386,9 +485,9 @@ func (b *Broker) Close() error {
 // says whether they count as delivered (the next delivery has the next
 // Attempt); read-ahead a consumer never returned does not.
 func (b *Broker) giveBack(ctx context.Context, ds []*delivery, delivered bool) error {
-	byQueue := map[string][]*delivery{}
+	byQueue := map[*keys][]*delivery{}
 	for _, d := range ds {
-		byQueue[d.k.queue] = append(byQueue[d.k.queue], d)
+		byQueue[d.k] = append(byQueue[d.k], d)
 	}
 	var errs []error
 	for _, group := range byQueue {
@@ -431,13 +530,13 @@ func (b *Broker) track(d *delivery) {
 }
 
 // AckBatch acknowledges deliveries received from b, one round trip per
-// queue. It implements broker.BatchAcker, through which the engine settles
+// queue (and partition). It implements broker.BatchAcker, through which the engine settles
 // its pages. Each delivery is settled as by its Ack; the errors of those that
 // could not be (broker.ErrSettled, broker.ErrLeaseLost, broker.ErrClosed,
 // broker.ErrInvalid for a delivery of another broker) are joined.
 func (b *Broker) AckBatch(ctx context.Context, ds ...broker.Delivery) error {
 	var errs []error
-	byQueue := map[string][]*delivery{}
+	byQueue := map[*keys][]*delivery{}
 	for _, bd := range ds {
 		d, ok := bd.(*delivery)
 		if !ok || d.b != b {
@@ -448,7 +547,7 @@ func (b *Broker) AckBatch(ctx context.Context, ds ...broker.Delivery) error {
 			errs = append(errs, err)
 			continue
 		}
-		byQueue[d.k.queue] = append(byQueue[d.k.queue], d)
+		byQueue[d.k] = append(byQueue[d.k], d)
 	}
 	for _, all := range byQueue {
 		for group := range slices.Chunk(all, ackChunk) {
@@ -461,7 +560,7 @@ func (b *Broker) AckBatch(ctx context.Context, ds ...broker.Delivery) error {
 // ackChunk bounds the deliveries of one ack pipeline.
 const ackChunk = 1000
 
-// ackGroup acknowledges deliveries of one queue, begun with begin.
+// ackGroup acknowledges deliveries of one queue partition, begun with begin.
 func (b *Broker) ackGroup(ctx context.Context, group []*delivery) []error {
 	var errs []error
 	k := group[0].k
@@ -523,18 +622,39 @@ func (b *Broker) ackGroup(ctx context.Context, group []*delivery) []error {
 // key, also counted as Delayed); leases that ran out but were not yet
 // given back count as in flight.
 func (b *Broker) Counts(ctx context.Context, queue string) (broker.Counts, error) {
-	if err := b.check("count", queue); err != nil {
+	parts, err := b.PartitionCounts(ctx, queue)
+	if err != nil {
 		return broker.Counts{}, err
 	}
-	k := keysFor(queue)
-	res, err := countScript.Run(ctx, b.client, []string{k.ready, k.inflight, k.delayed, k.dead}, b.mode).Int64Slice()
-	if err == nil && len(res) != 4 {
-		err = fmt.Errorf("unexpected script reply of %d values", len(res))
+	var c broker.Counts
+	for _, n := range parts {
+		c.Ready += n.Ready
+		c.InFlight += n.InFlight
+		c.Dead += n.Dead
+		c.Delayed += n.Delayed
 	}
-	if err != nil {
-		return broker.Counts{}, opErr("count", queue, err)
+	return c, nil
+}
+
+// PartitionCounts counts each partition of queue as Counts does, in
+// partition order (one with a single partition).
+func (b *Broker) PartitionCounts(ctx context.Context, queue string) ([]broker.Counts, error) {
+	if err := b.check("count", queue); err != nil {
+		return nil, err
 	}
-	return broker.Counts{Ready: res[0], InFlight: res[1], Dead: res[2], Delayed: res[3]}, nil
+	ks := b.queueKeys(queue)
+	out := make([]broker.Counts, len(ks))
+	for i, k := range ks {
+		res, err := countScript.Run(ctx, b.client, []string{k.ready, k.inflight, k.delayed, k.dead}, b.mode).Int64Slice()
+		if err == nil && len(res) != 4 {
+			err = fmt.Errorf("unexpected script reply of %d values", len(res))
+		}
+		if err != nil {
+			return nil, opErr("count", queue, err)
+		}
+		out[i] = broker.Counts{Ready: res[0], InFlight: res[1], Dead: res[2], Delayed: res[3]}
+	}
+	return out, nil
 }
 
 // Purge deletes queue's messages: ready, delayed, in flight and dead.
@@ -543,15 +663,18 @@ func (b *Broker) Purge(ctx context.Context, queue string) error {
 	if err := b.check("purge", queue); err != nil {
 		return err
 	}
-	k := keysFor(queue)
-	// seq stays, so that ids are never reused.
-	if err := b.client.Del(ctx, k.ready, k.inflight, k.delayed, k.dead, k.notify).Err(); err != nil {
-		return opErr("purge", queue, err)
+	for _, k := range b.queueKeys(queue) {
+		// seq stays, so that ids are never reused.
+		if err := b.client.Del(ctx, k.ready, k.inflight, k.delayed, k.dead, k.notify).Err(); err != nil {
+			return opErr("purge", queue, err)
+		}
 	}
 	return nil
 }
 
-// DeadLetters returns up to max of queue's dead letters, oldest first.
+// DeadLetters returns up to max of queue's dead letters, oldest first (of
+// a queue with partitions: those of the first partition, then of the next
+// ones).
 func (b *Broker) DeadLetters(ctx context.Context, queue string, max int) ([]broker.DeadLetter, error) {
 	if err := b.check("read dead letters of", queue); err != nil {
 		return nil, err
@@ -559,14 +682,18 @@ func (b *Broker) DeadLetters(ctx context.Context, queue string, max int) ([]brok
 	if max < 1 {
 		return nil, opErr("read dead letters of", queue, fmt.Errorf("%w: max %d < 1", broker.ErrInvalid, max))
 	}
-	k := keysFor(queue)
-	es, err := b.client.LRange(ctx, k.dead, 0, int64(max)-1).Result()
-	if err != nil {
-		return nil, opErr("read dead letters of", queue, err)
-	}
-	out := make([]broker.DeadLetter, 0, len(es))
-	for _, e := range es {
-		out = append(out, parseDeadLetter(e))
+	var out []broker.DeadLetter
+	for _, k := range b.queueKeys(queue) {
+		if len(out) >= max {
+			break
+		}
+		es, err := b.client.LRange(ctx, k.dead, 0, int64(max-len(out))-1).Result()
+		if err != nil {
+			return nil, opErr("read dead letters of", queue, err)
+		}
+		for _, e := range es {
+			out = append(out, parseDeadLetter(e))
+		}
 	}
 	return out, nil
 }
@@ -591,7 +718,7 @@ func parseDeadLetter(e string) broker.DeadLetter {
 }
 
 // Requeue moves up to max of queue's oldest dead letters back to it, as
-// new messages.
+// new messages (each to the partition it died in).
 func (b *Broker) Requeue(ctx context.Context, queue string, max int) (int, error) {
 	if err := b.check("requeue dead letters of", queue); err != nil {
 		return 0, err
@@ -599,12 +726,18 @@ func (b *Broker) Requeue(ctx context.Context, queue string, max int) (int, error
 	if max < 1 {
 		return 0, opErr("requeue dead letters of", queue, fmt.Errorf("%w: max %d < 1", broker.ErrInvalid, max))
 	}
-	k := keysFor(queue)
-	n, err := requeueScript.Run(ctx, b.client, []string{k.dead, k.ready, k.seq, k.notify}, b.mode, max).Int()
-	if err != nil {
-		return 0, opErr("requeue dead letters of", queue, err)
+	total := 0
+	for _, k := range b.queueKeys(queue) {
+		if total >= max {
+			break
+		}
+		n, err := requeueScript.Run(ctx, b.client, []string{k.dead, k.ready, k.seq, k.notify}, b.mode, max-total).Int()
+		total += n
+		if err != nil {
+			return total, opErr("requeue dead letters of", queue, err)
+		}
 	}
-	return n, nil
+	return total, nil
 }
 
 // delivery is a broker.Delivery of a Broker.

@@ -20,6 +20,12 @@ import (
 func TestMain(m *testing.M) { integration.Main(m) }
 
 func suiteConfig(client goredis.UniversalClient) brokertest.Config {
+	return partitionedSuite(client, 0)
+}
+
+// partitionedSuite is suiteConfig for brokers whose queues have n
+// partitions (0: one).
+func partitionedSuite(client goredis.UniversalClient, n int) brokertest.Config {
 	return brokertest.Config{
 		// Redis leases work down to milliseconds, but a lease shorter than
 		// a second lets a loaded machine's scheduling hiccups (two shared
@@ -31,6 +37,7 @@ func suiteConfig(client goredis.UniversalClient) brokertest.Config {
 				Order:         s.Order,
 				Lease:         s.Lease,
 				MaxDeliveries: s.MaxDeliveries,
+				Partitions:    n,
 			})
 			if err != nil {
 				t.Fatalf("redis.New: %v", err)
@@ -70,6 +77,14 @@ func TestConformance(t *testing.T) {
 
 func TestConformanceCluster(t *testing.T) {
 	brokertest.Run(t, suiteConfig(integration.RedisClusterClient(t)))
+}
+
+// TestConformancePartitioned runs the suite on brokers whose queues have
+// three partitions, on a single server and on a Cluster (where they sit
+// on three primaries): consumers drain them all, counts add them up.
+func TestConformancePartitioned(t *testing.T) {
+	t.Run("single", func(t *testing.T) { brokertest.Run(t, partitionedSuite(integration.RedisClient(t), 3)) })
+	t.Run("cluster", func(t *testing.T) { brokertest.Run(t, partitionedSuite(integration.RedisClusterClient(t), 3)) })
 }
 
 func newBroker(t testing.TB, c goredis.UniversalClient, cfg redis.Config) *redis.Broker {

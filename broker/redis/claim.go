@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -140,12 +141,18 @@ type Link struct {
 // queue NAME:requests, the filter NAME:dupefilter); else ClaimPublish
 // fails with broker.ErrInvalid. More than 1,000 links are sent in parts,
 // each atomic.
+//
+// With partitions (Config.Partitions > 1) the links are split by the
+// partition of their message's Key, and each partition's are claimed in
+// its filter (f.Partition) and published to its queue by a script of
+// their own, atomic in that partition; the scripts of one call are
+// pipelined. An error may leave some partitions' links published: a call
+// sent again then says they were claimed before.
 func (b *Broker) ClaimPublish(ctx context.Context, queue string, f dedupredis.Claimer, links []Link) ([]bool, error) {
 	if err := b.check("claim and publish", queue); err != nil {
 		return nil, err
 	}
-	k := keysFor(queue)
-	if tag, ftag := hashTag(k.ready), hashTag(redislayout.FilterKeys(f.Key()).Base); tag != ftag {
+	if tag, ftag := hashTag(keysFor(queue).ready), hashTag(redislayout.FilterKeys(f.Key()).Base); tag != ftag {
 		return nil, opErr("claim and publish", queue, fmt.Errorf("%w: filter %q is not of the queue's crawl (%s, not %s)",
 			broker.ErrInvalid, f.Key(), ftag, tag))
 	}
@@ -162,27 +169,89 @@ func (b *Broker) ClaimPublish(ctx context.Context, queue string, f dedupredis.Cl
 		}
 		send = append(send, i)
 	}
+	ks := b.queueKeys(queue)
+	n := len(ks)
+	var calls []*claimCall
+	for p, at := range b.byPartition(len(send), func(j int) string { return links[send[j]].Message.Key }) {
+		idx := make([]int, len(at))
+		for j, a := range at {
+			idx[j] = send[a]
+		}
+		for chunk := range slices.Chunk(idx, publishChunk) {
+			c, err := b.claimCall(ks[p], f.Partition(p, n), links, chunk)
+			if err != nil {
+				return nil, err
+			}
+			calls = append(calls, c)
+		}
+	}
+	if err := b.runClaims(ctx, queue, calls); err != nil {
+		return nil, err
+	}
 	out := make([]bool, len(links))
-	for len(send) > 0 {
-		idx := send[:min(len(send), publishChunk)]
-		send = send[len(idx):]
-		part := make([]Link, len(idx))
-		for j, i := range idx {
-			part[j] = links[i]
-		}
-		pub, err := b.claimPublish(ctx, &k, f, part)
-		if err != nil {
-			return nil, err
-		}
-		for j, i := range idx {
-			out[i] = pub[j]
+	for _, c := range calls {
+		for j, i := range c.idx {
+			out[i] = c.res[j] == 1
 		}
 	}
 	return out, nil
 }
 
-// claimPublish runs claimPublishScript for at most publishChunk links.
-func (b *Broker) claimPublish(ctx context.Context, k *keys, f dedupredis.Claimer, links []Link) ([]bool, error) {
+// claimCall is one run of claimPublishScript: on keys with args, for the
+// links idx; res is its reply.
+type claimCall struct {
+	k    *keys
+	idx  []int
+	keys []string
+	args []any
+	res  []int64
+}
+
+// runClaims runs calls, pipelined when there are several (each script is
+// atomic on its own: a pipeline is no transaction).
+func (b *Broker) runClaims(ctx context.Context, queue string, calls []*claimCall) error {
+	check := func(c *claimCall, res []int64, err error) error {
+		if err == nil && len(res) != len(c.idx) {
+			err = fmt.Errorf("unexpected script reply of %d values for %d links", len(res), len(c.idx))
+		}
+		if err != nil {
+			return opErr("claim and publish", queue, err)
+		}
+		c.res = res
+		return nil
+	}
+	if len(calls) == 1 {
+		c := calls[0]
+		res, err := claimPublishScript.Run(ctx, b.client, c.keys, c.args...).Int64Slice()
+		return check(c, res, err)
+	}
+	cmds := make([]*goredis.Cmd, len(calls))
+	_, _ = b.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		for i, c := range calls {
+			cmds[i] = claimPublishScript.EvalSha(ctx, p, c.keys, c.args...)
+		}
+		return nil
+	})
+	for i, c := range calls {
+		res, err := cmds[i].Int64Slice()
+		if goredis.HasErrorPrefix(err, "NOSCRIPT") {
+			// Not loaded on that server yet: Run loads it.
+			res, err = claimPublishScript.Run(ctx, b.client, c.keys, c.args...).Int64Slice()
+		}
+		if err := check(c, res, err); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// claimCall prepares claimPublishScript for the links idx (at most
+// publishChunk) of one partition, whose queue keys are k and filter f.
+func (b *Broker) claimCall(k *keys, f dedupredis.Claimer, all []Link, idx []int) (*claimCall, error) {
+	links := make([]Link, len(idx))
+	for j, i := range idx {
+		links[j] = all[i]
+	}
 	fps := make([]dedup.Fingerprint, 0, len(links))
 	for _, l := range links {
 		if !l.Unfiltered {
@@ -216,18 +285,7 @@ func (b *Broker) claimPublish(ctx context.Context, k *keys, f dedupredis.Claimer
 		}
 		args = append(args, l.Message.Priority, record(l.Message))
 	}
-	res, err := claimPublishScript.Run(ctx, b.client, keys, args...).Int64Slice()
-	if err == nil && len(res) != len(links) {
-		err = fmt.Errorf("unexpected script reply of %d values for %d links", len(res), len(links))
-	}
-	if err != nil {
-		return nil, opErr("claim and publish", k.queue, err)
-	}
-	out := make([]bool, len(links))
-	for i, r := range res {
-		out[i] = r == 1
-	}
-	return out, nil
+	return &claimCall{k: k, idx: idx, keys: keys, args: args}, nil
 }
 
 // record encodes m as a member's record: priority ":" body.

@@ -53,6 +53,14 @@ type Config struct {
 	// of BlockTimeout and Lease (see Consume), with the read timeout its
 	// wait needs.
 	BlockTimeout time.Duration
+	// Partitions splits every queue into that many partitions (0: 1, at
+	// most broker.MaxPartitions), each with its keys under a hash tag of
+	// its own (internal/redislayout.PartitionQueueKeys), so that a
+	// crawl's queue spreads over the primaries of a Cluster. A message
+	// goes to the partition of its Key (broker.PartitionOf). With one
+	// partition the keys are those of a broker without partitions. All
+	// brokers using a queue must agree on it.
+	Partitions int
 	// Logger receives lifecycle and warning logs (default: discarded).
 	Logger *slog.Logger
 }
@@ -77,6 +85,9 @@ func (c Config) Validate() error {
 	if c.BlockTimeout < 0 || (c.BlockTimeout > 0 && c.BlockTimeout < time.Millisecond) {
 		errs = append(errs, fmt.Errorf("BlockTimeout %v: want 0 (default) or at least 1ms", c.BlockTimeout))
 	}
+	if c.Partitions < 0 || c.Partitions > broker.MaxPartitions {
+		errs = append(errs, fmt.Errorf("Partitions %d: want 0 (one) to %d", c.Partitions, broker.MaxPartitions))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("%w: redis broker config: %w", broker.ErrInvalid, err)
 	}
@@ -97,6 +108,7 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	c.Partitions = max(c.Partitions, 1)
 	return c
 }
 

@@ -41,21 +41,32 @@ const (
 // none, waits for its wake-up token with BLPOP, all on a connection of its
 // own. Close unblocks that wait at once (CLIENT UNBLOCK from another
 // connection): no blocking command outlives the consumer.
+//
+// A queue with partitions has one such loop per partition, each on a
+// connection of its own (to the partition's primary on a Cluster),
+// sharing one read-ahead of prefetch: a loop leases at most its even share
+// of it (prefetch/partitions, at least one) and what is left of it, and
+// Next hands out the partitions' deliveries in turn, so that no partition
+// waits for another's backlog.
 type consumer struct {
 	b        *Broker
-	k        keys
+	queue    string
+	ks       []*keys // the partitions
 	prefetch int
+	share    int // the most one partition holds in buf
 
-	mu      sync.Mutex
-	buf     []*delivery // read ahead: leased, not yet returned by Next
-	err     error       // the loop's last error, not yet returned by Next
-	closed  bool
-	unblock func() // unblocks the loop's BLPOP while it runs one; nil otherwise
+	mu       sync.Mutex
+	buf      []*delivery // read ahead: leased, not yet returned by Next
+	reserved int         // read-ahead the loops are leasing
+	last     int         // the partition of the delivery Next returned last
+	err      error       // a loop's last error, not yet returned by Next
+	closed   bool
+	unblock  map[*keys]func() // unblocks a loop's BLPOP while it runs one
+	room     chan struct{}    // closed (and replaced) when Next takes from buf
 
 	more   chan struct{} // (cap 1) buf or err changed
-	room   chan struct{} // (cap 1) Next took from buf
 	done   chan struct{} // closed by Close
-	exited chan struct{} // closed when the loop has returned
+	exited chan struct{} // closed when every loop has returned
 }
 
 // Consume opens a consumer of queue that reads ahead up to prefetch
@@ -78,12 +89,17 @@ func (b *Broker) Consume(ctx context.Context, queue string, prefetch int) (broke
 	// A worker starting says once whether the crawl would survive a
 	// restart of the server (commands that only look do not).
 	b.warned.Do(func() { redisrun.WarnNoPersistence(ctx, b.client, b.log) })
+	ks := b.queueKeys(queue)
 	c := &consumer{
 		b:        b,
-		k:        keysFor(queue),
+		queue:    queue,
+		ks:       ks,
 		prefetch: prefetch,
+		share:    max(1, (prefetch+len(ks)-1)/len(ks)),
+		last:     -1,
+		unblock:  map[*keys]func(){},
 		more:     make(chan struct{}, 1),
-		room:     make(chan struct{}, 1),
+		room:     make(chan struct{}),
 		done:     make(chan struct{}),
 		exited:   make(chan struct{}),
 	}
@@ -94,7 +110,11 @@ func (b *Broker) Consume(ctx context.Context, queue string, prefetch int) (broke
 	}
 	b.consumers[c] = struct{}{}
 	b.mu.Unlock()
-	go c.loop()
+	var loops sync.WaitGroup
+	for _, k := range ks {
+		loops.Go(func() { c.loop(k) })
+	}
+	go func() { loops.Wait(); close(c.exited) }()
 	return c, nil
 }
 
@@ -113,19 +133,17 @@ func signal(ch chan struct{}) {
 func (c *consumer) Next(ctx context.Context) (broker.Delivery, error) {
 	for {
 		if err := ctx.Err(); err != nil {
-			return nil, opErr("consume", c.k.queue, err)
+			return nil, opErr("consume", c.queue, err)
 		}
 		c.mu.Lock()
 		if c.closed {
 			c.mu.Unlock()
-			return nil, opErr("consume", c.k.queue, broker.ErrClosed)
+			return nil, opErr("consume", c.queue, broker.ErrClosed)
 		}
 		if len(c.buf) > 0 {
-			d := c.buf[0]
-			c.buf[0] = nil
-			c.buf = c.buf[1:]
+			d := c.pick()
+			c.roomChanged()
 			c.mu.Unlock()
-			signal(c.room)
 			if c.fresh(ctx, d) {
 				return d, nil
 			}
@@ -141,10 +159,29 @@ func (c *consumer) Next(ctx context.Context) (broker.Delivery, error) {
 		case <-c.more:
 		case <-c.done:
 		case <-c.b.done:
-			return nil, opErr("consume", c.k.queue, broker.ErrClosed)
+			return nil, opErr("consume", c.queue, broker.ErrClosed)
 		case <-ctx.Done():
 		}
 	}
+}
+
+// pick removes and returns the delivery Next returns next: the oldest of
+// the partition that comes first after the last one served. buf is not
+// empty; c.mu is held.
+func (c *consumer) pick() *delivery {
+	at := 0
+	if n := len(c.ks); n > 1 {
+		best := n
+		for i, d := range c.buf {
+			if dist := (d.k.part - c.last - 1 + 2*n) % n; dist < best {
+				at, best = i, dist
+			}
+		}
+	}
+	d := c.buf[at]
+	c.buf = slices.Delete(c.buf, at, at+1)
+	c.last = d.k.part
+	return d
 }
 
 // fresh makes sure d has at least three quarters of a lease left, and
@@ -165,7 +202,7 @@ func (c *consumer) fresh(ctx context.Context, d *delivery) bool {
 		return false
 	}
 	if err != nil {
-		c.b.log.Warn("extending a delivery read ahead failed", "queue", c.k.queue, "err", err)
+		c.b.log.Warn("extending a delivery read ahead failed", "queue", c.queue, "err", err)
 	}
 	return true
 }
@@ -185,13 +222,16 @@ func (c *consumer) Close() error {
 	c.mu.Unlock()
 
 	// An unblock can reach the server just before the BLPOP it is meant
-	// for: repeat it until the loop has returned.
+	// for: repeat it until the loops have returned.
 	for {
 		c.mu.Lock()
-		unblock := c.unblock
+		var unblock []func()
+		for _, u := range c.unblock {
+			unblock = append(unblock, u)
+		}
 		c.mu.Unlock()
-		if unblock != nil {
-			unblock()
+		for _, u := range unblock {
+			u()
 		}
 		select {
 		case <-c.exited:
@@ -221,7 +261,7 @@ func (c *consumer) Close() error {
 	defer cancel()
 	if err := c.b.giveBack(ctx, back, false); err != nil {
 		// They come back when their leases run out.
-		return fmt.Errorf("redis broker: close consumer of %q: %w", c.k.queue, err)
+		return fmt.Errorf("redis broker: close consumer of %q: %w", c.queue, err)
 	}
 	return nil
 }
@@ -232,7 +272,7 @@ func (c *consumer) report(err error) {
 	c.err = err
 	c.mu.Unlock()
 	signal(c.more)
-	c.b.log.Warn("consumer: redis command failed; retrying", "queue", c.k.queue, "err", err)
+	c.b.log.Warn("consumer: redis command failed; retrying", "queue", c.queue, "err", err)
 }
 
 // sleep waits d or until Close; false on Close.
@@ -255,13 +295,13 @@ type conn struct {
 	id   int64
 }
 
-func (c *consumer) dial(ctx context.Context) (*conn, error) {
+func (c *consumer) dial(ctx context.Context, k *keys) (*conn, error) {
 	var node *goredis.Client
 	switch cl := c.b.client.(type) {
 	case *goredis.Client:
 		node = cl
 	case *goredis.ClusterClient:
-		n, err := cl.MasterForKey(ctx, c.k.notify)
+		n, err := cl.MasterForKey(ctx, k.notify)
 		if err != nil {
 			return nil, err
 		}
@@ -276,11 +316,10 @@ func (c *consumer) dial(ctx context.Context) (*conn, error) {
 	return &conn{node: node, cn: cn, id: id}, nil
 }
 
-// loop leases messages while there is room in the read-ahead, renews the
-// leases of what waits there, and waits on the queue's token when it has
-// nothing to lease, until Close.
-func (c *consumer) loop() {
-	defer close(c.exited)
+// loop leases messages of the partition k while there is room in the
+// read-ahead, renews the leases of its deliveries waiting there, and waits
+// on the partition's token when it has nothing to lease, until Close.
+func (c *consumer) loop(k *keys) {
 	ctx := context.Background()
 	var cn *conn
 	drop := func() {
@@ -293,7 +332,7 @@ func (c *consumer) loop() {
 	backoff := consumerBackoffMin
 	fail := func(err error) bool {
 		drop()
-		c.report(opErr("consume", c.k.queue, err))
+		c.report(opErr("consume", c.queue, err))
 		ok := c.sleep(backoff)
 		backoff = min(2*backoff, consumerBackoffMax)
 		return ok
@@ -305,23 +344,25 @@ func (c *consumer) loop() {
 		default:
 		}
 		c.mu.Lock()
-		held := len(c.buf)
-		n := c.prefetch - held
-		renew := c.renewAt()
-		c.mu.Unlock()
+		renew := c.renewAt(k)
 		due := !renew.IsZero() && !time.Now().Before(renew)
-		// The read-ahead is refilled once it is down to half (or empty):
-		// a steady taker costs one lease call per half a prefetch, not
-		// one per message taken.
-		if (n <= 0 || held > 0 && n < (c.prefetch+1)/2) && !due {
-			if !c.awaitRoom(renew) {
+		n := 0
+		if !due {
+			n = c.roomFor(k)
+			c.reserved += n
+		}
+		room := c.room
+		c.mu.Unlock()
+		if n <= 0 && !due {
+			if !c.awaitRoom(room, renew) {
 				return
 			}
 			continue
 		}
 		if cn == nil {
 			var err error
-			if cn, err = c.dial(ctx); err != nil {
+			if cn, err = c.dial(ctx, k); err != nil {
+				c.unreserve(n)
 				if !fail(err) {
 					return
 				}
@@ -329,14 +370,21 @@ func (c *consumer) loop() {
 			}
 		}
 		if due {
-			if err := c.renew(ctx, cn); err != nil {
+			if err := c.renew(ctx, cn, k); err != nil {
 				if !fail(err) {
 					return
 				}
 			}
 			continue
 		}
-		ds, next, err := c.b.lease(ctx, cn.cn, &c.k, n)
+		ds, next, err := c.b.lease(ctx, cn.cn, k, n)
+		c.mu.Lock()
+		c.reserved -= n
+		c.buf = append(c.buf, ds...)
+		if len(ds) < n {
+			c.roomChanged() // what it reserved and did not take is free again
+		}
+		c.mu.Unlock()
 		if err != nil {
 			if errors.Is(err, broker.ErrClosed) {
 				return
@@ -348,9 +396,6 @@ func (c *consumer) loop() {
 		}
 		backoff = consumerBackoffMin
 		if len(ds) > 0 {
-			c.mu.Lock()
-			c.buf = append(c.buf, ds...)
-			c.mu.Unlock()
 			signal(c.more)
 			continue
 		}
@@ -361,10 +406,44 @@ func (c *consumer) loop() {
 		if !renew.IsZero() {
 			wait = min(wait, time.Until(renew))
 		}
-		if !c.block(ctx, cn, wait) {
+		if !c.block(ctx, cn, k, wait) {
 			drop()
 		}
 	}
+}
+
+// roomFor is how many deliveries the loop of partition k may lease now:
+// what is left of the read-ahead, and of the partition's share of it. A
+// partition's read-ahead is refilled once it is down to half its share
+// (or empty): a steady taker costs one lease call per half a share, not
+// one per message taken. c.mu is held.
+func (c *consumer) roomFor(k *keys) int {
+	mine := 0
+	for _, d := range c.buf {
+		if d.k == k {
+			mine++
+		}
+	}
+	n := min(c.prefetch-len(c.buf)-c.reserved, c.share-mine)
+	if n <= 0 || mine > 0 && n < (c.share+1)/2 {
+		return 0
+	}
+	return n
+}
+
+// unreserve gives back read-ahead reserved by a loop that leased nothing.
+func (c *consumer) unreserve(n int) {
+	c.mu.Lock()
+	c.reserved -= n
+	c.roomChanged()
+	c.mu.Unlock()
+}
+
+// roomChanged wakes the loops waiting for room in the read-ahead, to
+// look again. c.mu is held.
+func (c *consumer) roomChanged() {
+	close(c.room)
+	c.room = make(chan struct{})
 }
 
 // idleWait is the longest a consumer waits on its queue's token: the
@@ -378,12 +457,15 @@ func (c *consumer) idleWait() time.Duration {
 	return max(c.b.cfg.BlockTimeout, c.b.cfg.Lease)
 }
 
-// renewAt is when the read-ahead's leases are next renewed: lease/renewAfter
-// after the oldest was leased or renewed; zero while it is empty. c.mu is
-// held.
-func (c *consumer) renewAt() time.Time {
+// renewAt is when the read-ahead's leases of partition k are next
+// renewed: lease/renewAfter after the oldest was leased or renewed; zero
+// while it holds none. c.mu is held.
+func (c *consumer) renewAt(k *keys) time.Time {
 	var at time.Time
 	for _, d := range c.buf {
+		if d.k != k {
+			continue
+		}
 		d.mu.Lock()
 		t := d.deadline.Add(-c.b.cfg.Lease + c.b.cfg.Lease/renewAfter)
 		d.mu.Unlock()
@@ -394,9 +476,9 @@ func (c *consumer) renewAt() time.Time {
 	return at
 }
 
-// awaitRoom waits until Next takes from the read-ahead, or renew comes
-// (never if zero); false on Close.
-func (c *consumer) awaitRoom(renew time.Time) bool {
+// awaitRoom waits until Next takes from the read-ahead (room is closed),
+// or renew comes (never if zero); false on Close.
+func (c *consumer) awaitRoom(room chan struct{}, renew time.Time) bool {
 	var due <-chan time.Time
 	if !renew.IsZero() {
 		t := time.NewTimer(time.Until(renew))
@@ -404,7 +486,7 @@ func (c *consumer) awaitRoom(renew time.Time) bool {
 		due = t.C
 	}
 	select {
-	case <-c.room:
+	case <-room:
 	case <-due:
 	case <-c.done:
 		return false
@@ -412,40 +494,46 @@ func (c *consumer) awaitRoom(renew time.Time) bool {
 	return true
 }
 
-// renew extends the leases of every delivery in the read-ahead to a whole
-// lease, in one script call on cn; those whose leases were lost (renewed
-// too late: another consumer took them back) leave the read-ahead.
-func (c *consumer) renew(ctx context.Context, cn *conn) error {
+// renew extends the leases of every delivery of partition k in the
+// read-ahead to a whole lease, in one script call on cn; those whose
+// leases were lost (renewed too late: another consumer took them back)
+// leave the read-ahead.
+func (c *consumer) renew(ctx context.Context, cn *conn, k *keys) error {
 	c.mu.Lock()
-	ds := slices.Clone(c.buf)
+	var ds []*delivery
+	for _, d := range c.buf {
+		if d.k == k {
+			ds = append(ds, d)
+		}
+	}
 	c.mu.Unlock()
 	if len(ds) == 0 {
 		return nil
 	}
-	held, err := c.b.extend(ctx, cn.cn, &c.k, ds, c.b.cfg.Lease)
+	held, err := c.b.extend(ctx, cn.cn, k, ds, c.b.cfg.Lease)
 	if err != nil {
 		return err
 	}
 	if lost := len(ds) - held; lost > 0 {
 		c.mu.Lock()
 		c.buf = slices.DeleteFunc(c.buf, (*delivery).isLost)
+		c.roomChanged()
 		c.mu.Unlock()
-		signal(c.room)
-		c.b.log.Warn("read-ahead leases ran out before they were renewed; messages handed on", "queue", c.k.queue, "count", lost)
+		c.b.log.Warn("read-ahead leases ran out before they were renewed; messages handed on", "queue", c.queue, "count", lost)
 	}
 	return nil
 }
 
-// block waits on the queue's token for up to wait, on cn; false if cn is
-// no longer usable.
-func (c *consumer) block(ctx context.Context, cn *conn, wait time.Duration) bool {
+// block waits on the token of partition k for up to wait, on cn; false if
+// cn is no longer usable.
+func (c *consumer) block(ctx context.Context, cn *conn, k *keys, wait time.Duration) bool {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		return true
 	}
 	node, id := cn.node, cn.id
-	c.unblock = func() {
+	c.unblock[k] = func() {
 		uctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		_ = node.ClientUnblock(uctx, id).Err()
@@ -456,13 +544,13 @@ func (c *consumer) block(ctx context.Context, cn *conn, wait time.Duration) bool
 		// BLPop reads its reply with the block's own timeout (plus a
 		// margin), whatever the client's ReadTimeout; it counts whole
 		// seconds, so the loop may look a little early.
-		err = cn.cn.BLPop(ctx, wait.Truncate(time.Second), c.k.notify).Err()
+		err = cn.cn.BLPop(ctx, wait.Truncate(time.Second), k.notify).Err()
 	} else {
 		secs := strconv.FormatFloat(max(wait, time.Millisecond).Seconds(), 'f', 3, 64)
-		err = cn.cn.Do(ctx, "blpop", c.k.notify, secs).Err()
+		err = cn.cn.Do(ctx, "blpop", k.notify, secs).Err()
 	}
 	c.mu.Lock()
-	c.unblock = nil
+	delete(c.unblock, k)
 	c.mu.Unlock()
 	var ne net.Error
 	switch {
@@ -473,6 +561,6 @@ func (c *consumer) block(ctx context.Context, cn *conn, wait time.Duration) bool
 		// still come, so the connection is not reused.
 		return false
 	}
-	c.report(opErr("consume", c.k.queue, err))
+	c.report(opErr("consume", c.queue, err))
 	return false
 }

@@ -574,38 +574,15 @@ func (s *Stats) Purge(ctx context.Context) error {
 // deleted: a key tagged {NAME} that is not the crawl's stays. It returns
 // how many keys it deleted.
 func PurgeCrawl(ctx context.Context, client goredis.UniversalClient, name string) (int, error) {
-	pattern := redislayout.Pattern(name)
 	var mu sync.Mutex
 	n := 0
 	del := func(ctx context.Context, c goredis.UniversalClient) error {
-		iter := c.Scan(ctx, 0, pattern, 1000).Iterator()
-		var batch []string
-		flush := func() error {
-			if len(batch) == 0 {
-				return nil
-			}
-			d, err := c.Del(ctx, batch...).Result()
-			mu.Lock()
-			n += int(d)
-			mu.Unlock()
-			batch = batch[:0]
-			return err
-		}
-		for iter.Next(ctx) {
-			if _, ok := redislayout.Match(name, iter.Val()); !ok {
-				continue
-			}
-			batch = append(batch, iter.Val())
-			if len(batch) == 500 {
-				if err := flush(); err != nil {
-					return err
-				}
+		for _, pattern := range []string{redislayout.Pattern(name), redislayout.PartitionPattern(name)} {
+			if err := delMatching(ctx, c, name, pattern, &mu, &n); err != nil {
+				return err
 			}
 		}
-		if err := iter.Err(); err != nil {
-			return err
-		}
-		return flush()
+		return nil
 	}
 	var err error
 	if cc, ok := client.(*goredis.ClusterClient); ok {
@@ -614,7 +591,50 @@ func PurgeCrawl(ctx context.Context, client goredis.UniversalClient, name string
 		err = del(ctx, client)
 	}
 	if err != nil {
-		return n, fmt.Errorf("redis: purge %s: %w", pattern, err)
+		return n, fmt.Errorf("redis: purge %s: %w", redislayout.Pattern(name), err)
 	}
 	return n, nil
+}
+
+// delMatching deletes the keys of crawl name's layout that pattern finds
+// on c, adding their count to *n; one DEL per slot (the partitions' keys
+// are in several).
+func delMatching(ctx context.Context, c goredis.UniversalClient, name, pattern string, mu *sync.Mutex, n *int) error {
+	iter := c.Scan(ctx, 0, pattern, 1000).Iterator()
+	var batch []string
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		bySlot := map[uint16][]string{}
+		for _, k := range batch {
+			bySlot[redislayout.Slot(k)] = append(bySlot[redislayout.Slot(k)], k)
+		}
+		batch = batch[:0]
+		for _, keys := range bySlot {
+			d, err := c.Del(ctx, keys...).Result()
+			mu.Lock()
+			*n += int(d)
+			mu.Unlock()
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for iter.Next(ctx) {
+		if _, ok := redislayout.Match(name, iter.Val()); !ok {
+			continue
+		}
+		batch = append(batch, iter.Val())
+		if len(batch) == 500 {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	if err := iter.Err(); err != nil {
+		return err
+	}
+	return flush()
 }

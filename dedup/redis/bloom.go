@@ -80,7 +80,7 @@ type Bloom struct {
 	partBits uint64
 	m        uint64
 	k        int
-	closed   atomic.Bool
+	closed   *atomic.Bool // shared with its partitions (Partition)
 }
 
 var (
@@ -122,7 +122,7 @@ func NewBloom(ctx context.Context, cfg BloomConfig) (*Bloom, error) {
 	}
 	nparts := (m + maxPartBits - 1) / maxPartBits
 	partBits := (m/nparts + 7) &^ 7
-	f := &Bloom{client: cfg.Client, key: cfg.Key, partBits: partBits, m: m, k: k}
+	f := &Bloom{client: cfg.Client, key: cfg.Key, partBits: partBits, m: m, k: k, closed: new(atomic.Bool)}
 	for i := range nparts {
 		f.parts = append(f.parts, b.BloomPart(i))
 	}

@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/trawlhq/trawl/dedup"
+	"github.com/trawlhq/trawl/internal/redislayout"
 )
 
 // ClaimKind says how a script claims a fingerprint (see Claims).
@@ -46,6 +47,12 @@ type Claimer interface {
 	Claims(fps ...dedup.Fingerprint) (Claims, error)
 	// Key is the filter's key as configured (NAME:dupefilter).
 	Key() string
+	// Partition returns the filter of partition p of n of the crawl
+	// (internal/redislayout.PartitionFilterKeys): the same layout, with
+	// shards (or Bloom parts) of its own under the partition's hash tag.
+	// It shares the filter's client and is closed with it; its layout key
+	// is the filter's. With n <= 1 it is the filter itself.
+	Partition(p, n int) Claimer
 }
 
 var (
@@ -79,6 +86,14 @@ func (s *Set) Claims(fps ...dedup.Fingerprint) (Claims, error) {
 // Key is the filter's key as configured.
 func (s *Set) Key() string { return s.key }
 
+// Partition returns the Set of partition p of n (see Claimer).
+func (s *Set) Partition(p, n int) Claimer {
+	if n <= 1 {
+		return s
+	}
+	return &Set{client: s.client, key: s.key, keys: redislayout.PartitionFilterKeys(s.key, p, n), bits: s.bits, closed: s.closed}
+}
+
 // Claims returns, per fingerprint, its k bits: the bitmap part (Keys are
 // the filter's parts, in order) and the offset in it, as Add sets them.
 func (f *Bloom) Claims(fps ...dedup.Fingerprint) (Claims, error) {
@@ -101,3 +116,17 @@ func (f *Bloom) Claims(fps ...dedup.Fingerprint) (Claims, error) {
 
 // Key is the filter's key as configured.
 func (f *Bloom) Key() string { return f.key }
+
+// Partition returns the Bloom filter of partition p of n (see Claimer):
+// bitmaps of the filter's size each, which grow as bits are set.
+func (f *Bloom) Partition(p, n int) Claimer {
+	if n <= 1 {
+		return f
+	}
+	keys := redislayout.PartitionFilterKeys(f.key, p, n)
+	parts := make([]string, len(f.parts))
+	for i := range parts {
+		parts[i] = keys.BloomPart(uint64(i))
+	}
+	return &Bloom{client: f.client, key: f.key, parts: parts, partBits: f.partBits, m: f.m, k: f.k, closed: f.closed}
+}

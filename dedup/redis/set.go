@@ -56,8 +56,8 @@ type Set struct {
 	client goredis.UniversalClient
 	key    string // as configured, for messages
 	keys   redislayout.Filter
-	bits   int // shard bits
-	closed atomic.Bool
+	bits   int          // shard bits
+	closed *atomic.Bool // shared with its partitions (Partition)
 }
 
 var (
@@ -112,7 +112,7 @@ func NewSet(ctx context.Context, cfg SetConfig) (*Set, error) {
 		log.Warn("shards will outgrow the server's set-max-intset-entries and cost several times more memory",
 			"per_shard", int(per), "set_max_intset_entries", maxEntries)
 	}
-	return &Set{client: cfg.Client, key: cfg.Key, keys: b, bits: shard}, nil
+	return &Set{client: cfg.Client, key: cfg.Key, keys: b, bits: shard, closed: new(atomic.Bool)}, nil
 }
 
 // shardBits returns the number of shard bits that puts at most 3/4 of

@@ -3,6 +3,7 @@ package redisfrontier_test
 import (
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -37,14 +38,15 @@ var servers = []struct {
 // filter or a Bloom one, and its requests queue.
 func open(t *testing.T, c goredis.UniversalClient, bloom bool) (*redisfrontier.Frontier, string) {
 	t.Helper()
-	return openCrawl(t, c, integration.Name(t), bloom)
+	return openCrawl(t, c, integration.Name(t), bloom, 1)
 }
 
-// openCrawl is open for the crawl named crawl.
-func openCrawl(t *testing.T, c goredis.UniversalClient, crawl string, bloom bool) (*redisfrontier.Frontier, string) {
+// openCrawl is open for the crawl named crawl, its queue split into
+// partitions.
+func openCrawl(t *testing.T, c goredis.UniversalClient, crawl string, bloom bool, partitions int) (*redisfrontier.Frontier, string) {
 	t.Helper()
 	ctx := t.Context()
-	b, err := redisbroker.New(ctx, redisbroker.Config{Client: c, Lease: time.Minute})
+	b, err := redisbroker.New(ctx, redisbroker.Config{Client: c, Lease: time.Minute, Partitions: partitions})
 	if err != nil {
 		t.Fatalf("redis broker: %v", err)
 	}
@@ -183,13 +185,15 @@ func TestConformance(t *testing.T) {
 	for _, srv := range servers {
 		t.Run(srv.name, func(t *testing.T) {
 			c := srv.client(t)
-			for _, bloom := range []bool{false, true} {
-				t.Run(map[bool]string{false: "set", true: "bloom"}[bloom], func(t *testing.T) {
-					frontiertest.Run(t, frontiertest.Harness{New: func(t *testing.T, crawl string, _ *frontiertest.Faults) frontier.Frontier {
-						fr, _ := openCrawl(t, c, crawl, bloom)
-						return fr
-					}})
-				})
+			for _, parts := range []int{1, 3} {
+				for _, bloom := range []bool{false, true} {
+					t.Run(fmt.Sprintf("%s/partitions=%d", map[bool]string{false: "set", true: "bloom"}[bloom], parts), func(t *testing.T) {
+						frontiertest.Run(t, frontiertest.Harness{New: func(t *testing.T, crawl string, _ *frontiertest.Faults) frontier.Frontier {
+							fr, _ := openCrawl(t, c, crawl, bloom, parts)
+							return fr
+						}})
+					})
+				}
 			}
 		})
 	}

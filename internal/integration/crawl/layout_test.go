@@ -274,8 +274,9 @@ func (w *keyWatch) record(event, key string) {
 }
 
 // sync returns once every event sent before now by the node of each
-// crawl's slot has been recorded: it writes a mark in each crawl's slot
-// and waits for it to come back (the events of one node come in order).
+// crawl's slot (and of each of its partitions' slots, tags) has been
+// recorded: it writes a mark in each slot and waits for it to come back
+// (the events of one node come in order).
 func (w *keyWatch) sync(t *testing.T, client goredis.UniversalClient, crawls []string, i int) {
 	var want []string
 	for _, c := range crawls {
@@ -308,7 +309,12 @@ func checkLayout(t *testing.T, nodes []goredis.UniversalClient, client goredis.U
 	w := watchKeys(t, nodes)
 	_, url := serveSite(t, testsite.Config{Pages: 30, Links: 3, Seed: 25, Latency: time.Millisecond}) // with flaky pages: retries
 	suffix := integration.Name(t)
-	a, b, c := "a-"+suffix, "b-"+suffix, "c-"+suffix
+	a, b, c, d := "a-"+suffix, "b-"+suffix, "c-"+suffix, "d-"+suffix
+	const dParts = 3 // crawl d's
+	tags := []string{a, b, c, d}
+	for p := range dParts {
+		tags = append(tags, redislayout.PartitionTag(d, p, dParts))
+	}
 	dir := t.TempDir()
 	steps := []struct {
 		args []string
@@ -348,6 +354,11 @@ func checkLayout(t *testing.T, nodes []goredis.UniversalClient, client goredis.U
 		// c: LIFO, items to stdout, --flush; left in place.
 		{args: append([]string{"crawl"}, args(c, url, "--order", "lifo", "--out", "-")...)},
 		{args: append([]string{"crawl"}, args(c, url, "--order", "lifo", "--out", "-", "--flush")...)},
+		// d: three partitions, the set filter and then the Bloom filter.
+		{args: append([]string{"crawl"}, args(d, url, "--partitions", "3")...)},
+		{args: append([]string{"stats"}, args(d)...)},
+		{args: append([]string{"purge"}, args(d)...)},
+		{args: append([]string{"crawl"}, args(d, url, "--partitions", "3", "--dedup", "bloom")...)},
 	}
 	for i, s := range steps {
 		if s.by != nil {
@@ -360,7 +371,7 @@ func checkLayout(t *testing.T, nodes []goredis.UniversalClient, client goredis.U
 				t.Errorf("step %d, trawl %s: exit %d, want %d:\n%s", i, strings.Join(s.args, " "), code, s.code, stderr)
 			}
 		}
-		w.sync(t, client, []string{a, b, c}, i)
+		w.sync(t, client, tags, i)
 	}
 
 	w.mu.Lock()
@@ -371,14 +382,14 @@ func checkLayout(t *testing.T, nodes []goredis.UniversalClient, client goredis.U
 	parts := map[string]bool{}
 	for key, types := range w.types {
 		var crawl string
-		for _, n := range []string{a, b, c} {
-			if strings.HasPrefix(key, "{"+n+"}:") {
+		for _, n := range []string{a, b, c, d} {
+			if strings.HasPrefix(key, "{"+n+"}:") || strings.HasPrefix(key, "{"+n+"#") {
 				crawl = n
 			}
 		}
 		entry, ok := redislayout.Match(crawl, key)
 		if crawl == "" || !ok {
-			t.Errorf("%s (written %v) is not in the layout of crawl %s", key, w.events[key], cmp.Or(crawl, "a, b or c"))
+			t.Errorf("%s (written %v) is not in the layout of crawl %s", key, w.events[key], cmp.Or(crawl, "a, b, c or d"))
 			continue
 		}
 		parts[entry.Part] = true

@@ -1,0 +1,278 @@
+package redis_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/trawlhq/trawl/broker"
+	"github.com/trawlhq/trawl/broker/redis"
+	"github.com/trawlhq/trawl/dedup"
+	dedupredis "github.com/trawlhq/trawl/dedup/redis"
+	"github.com/trawlhq/trawl/internal/integration"
+	"github.com/trawlhq/trawl/internal/redislayout"
+)
+
+// keyIn returns a key of partition p among n.
+func keyIn(t *testing.T, p, n int) string {
+	t.Helper()
+	for i := range 10_000 {
+		if k := fmt.Sprintf("host%d.example", i); broker.PartitionOf(k, n) == p {
+			return k
+		}
+	}
+	t.Fatalf("no key of partition %d", p)
+	return ""
+}
+
+// TestPartitionsSpread: messages go to the keys of their key's partition,
+// each under the partition's hash tag (none under the crawl's own),
+// PartitionCounts counts each and Counts adds them up, and one consumer
+// delivers every message once; on a Cluster the partitions' keys are
+// served by every primary.
+func TestPartitionsSpread(t *testing.T) {
+	for _, srv := range []struct {
+		name   string
+		client func(*testing.T) goredis.UniversalClient
+	}{
+		{"single", func(t *testing.T) goredis.UniversalClient { return integration.RedisClient(t) }},
+		{"cluster", func(t *testing.T) goredis.UniversalClient { return integration.RedisClusterClient(t) }},
+	} {
+		t.Run(srv.name, func(t *testing.T) {
+			c := srv.client(t)
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			const parts, hosts, each = 6, 40, 10
+			b := newBroker(t, c, redis.Config{Partitions: parts, Lease: time.Minute})
+			if b.Partitions() != parts {
+				t.Fatalf("Partitions() = %d", b.Partitions())
+			}
+			q := integration.Name(t) + ":requests"
+			want := make([]int64, parts)
+			var msgs []broker.Message
+			for h := range hosts {
+				key := fmt.Sprintf("h%d.example", h)
+				for i := range each {
+					msgs = append(msgs, broker.Message{Body: fmt.Appendf(nil, "%s/%d", key, i), Key: key})
+				}
+				want[broker.PartitionOf(key, parts)] += each
+			}
+			if err := b.Publish(ctx, q, msgs...); err != nil {
+				t.Fatal(err)
+			}
+			got, err := b.PartitionCounts(ctx, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			primaries := map[string]bool{}
+			for p := range parts {
+				if got[p].Ready != want[p] {
+					t.Errorf("partition %d holds %d ready, want %d (all: %+v)", p, got[p].Ready, want[p], got)
+				}
+				k := redislayout.PartitionQueueKeys(q, p, parts).Ready
+				if n := c.ZCard(ctx, k).Val(); n != want[p] {
+					t.Errorf("%s holds %d, want %d", k, n, want[p])
+				}
+				if cc, ok := c.(*goredis.ClusterClient); ok {
+					node, err := cc.MasterForKey(ctx, k)
+					if err != nil {
+						t.Fatal(err)
+					}
+					primaries[node.Options().Addr] = true
+				}
+			}
+			if n := c.Exists(ctx, redislayout.QueueKeys(q).Ready).Val(); n != 0 {
+				t.Errorf("the crawl's own %s exists: a partitioned queue writes none of its keys", redislayout.QueueKeys(q).Ready)
+			}
+			if _, ok := c.(*goredis.ClusterClient); ok && len(primaries) != 3 {
+				t.Errorf("the %d partitions are served by %d primaries, want all 3", parts, len(primaries))
+			}
+			if n, err := b.Counts(ctx, q); err != nil || n.Ready != int64(len(msgs)) {
+				t.Errorf("Counts = %+v, %v; want %d ready", n, err, len(msgs))
+			}
+			cons, err := b.Consume(ctx, q, 8)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cons.Close()
+			seen := map[string]bool{}
+			for len(seen) < len(msgs)/2 {
+				d, err := cons.Next(ctx)
+				if err != nil {
+					t.Fatalf("after %d of %d: %v", len(seen), len(msgs), err)
+				}
+				body := string(d.Message().Body)
+				if seen[body] {
+					t.Fatalf("%s delivered twice", body)
+				}
+				seen[body] = true
+				if err := d.Ack(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Receive takes the rest, from every partition, with what the
+			// consumer read ahead and gave back.
+			if err := cons.Close(); err != nil {
+				t.Fatal(err)
+			}
+			for len(seen) < len(msgs) {
+				ds, err := b.Receive(ctx, q, 50)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, d := range ds {
+					body := string(d.Message().Body)
+					if seen[body] {
+						t.Fatalf("%s delivered twice", body)
+					}
+					seen[body] = true
+				}
+				if err := b.AckBatch(ctx, slices.Collect(func(yield func(broker.Delivery) bool) {
+					for _, d := range ds {
+						if !yield(d) {
+							return
+						}
+					}
+				})...); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if n, err := b.Counts(ctx, q); err != nil || n != (broker.Counts{}) {
+				t.Errorf("counts after the drain: %+v, %v", n, err)
+			}
+		})
+	}
+}
+
+// TestPartitionsFair: a consumer takes from every partition, each within
+// its share of the read-ahead, and hands them out in turn, so that a few
+// messages of one host come out among the first ones even behind a
+// backlog of another host's in another partition (one read-ahead filled
+// from the backlog first would hand them out after all 200).
+func TestPartitionsFair(t *testing.T) {
+	c := integration.RedisClient(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	b := newBroker(t, c, redis.Config{Partitions: 3, Lease: time.Minute})
+	q := integration.Name(t) + ":requests"
+	busy, quiet := keyIn(t, 0, 3), keyIn(t, 2, 3)
+	var backlog []broker.Message
+	for i := range 200 {
+		backlog = append(backlog, broker.Message{Body: fmt.Appendf(nil, "busy/%d", i), Key: busy})
+	}
+	if err := b.Publish(ctx, q, backlog...); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := b.Consume(ctx, q, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	// The consumer's read-ahead holds the busy host's messages; the quiet
+	// one's come after.
+	d, err := cons.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Ack(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if err := b.Publish(ctx, q, broker.Message{Body: fmt.Appendf(nil, "quiet/%d", i), Key: quiet}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	quietSeen := 0
+	for i := range 16 {
+		d, err := cons.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(d.Message().Body[:5]) == "quiet" {
+			quietSeen++
+		}
+		if err := d.Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if quietSeen == 5 {
+			t.Logf("the 5 quiet messages came among the first %d after them", i+1)
+			return
+		}
+	}
+	t.Fatalf("%d of the quiet partition's 5 messages among the 16 deliveries after them, want all 5", quietSeen)
+}
+
+// TestClaimPublishPartitions: ClaimPublish claims each link in its
+// partition's filter shard and publishes it to its partition's queue, both
+// under the partition's tag; the same links again publish nothing, and
+// the filter's own shards (the crawl's home slot) are not written.
+func TestClaimPublishPartitions(t *testing.T) {
+	for _, srv := range []struct {
+		name   string
+		client func(*testing.T) goredis.UniversalClient
+	}{
+		{"single", func(t *testing.T) goredis.UniversalClient { return integration.RedisClient(t) }},
+		{"cluster", func(t *testing.T) goredis.UniversalClient { return integration.RedisClusterClient(t) }},
+	} {
+		t.Run(srv.name, func(t *testing.T) {
+			c := srv.client(t)
+			ctx := t.Context()
+			const parts = 4
+			b := newBroker(t, c, redis.Config{Partitions: parts, Lease: time.Minute})
+			name := integration.Name(t)
+			q := name + ":requests"
+			f, err := dedupredis.NewSet(ctx, dedupredis.SetConfig{Client: c, Key: redislayout.FilterName(name), Capacity: 100})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var links []redis.Link
+			want := make([]int64, parts)
+			for h := range 12 {
+				key := fmt.Sprintf("h%d.example", h)
+				for i := range 3 {
+					body := fmt.Sprintf("%s/%d", key, i)
+					var fp dedup.Fingerprint
+					sum := sha256.Sum256([]byte(body))
+					copy(fp[:], sum[:])
+					links = append(links, redis.Link{Fingerprint: fp, Message: broker.Message{Body: []byte(body), Key: key}})
+				}
+				want[broker.PartitionOf(key, parts)] += 3
+			}
+			pub, err := b.ClaimPublish(ctx, q, f, links)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if slices.Contains(pub, false) {
+				t.Fatalf("first ClaimPublish: %v, want all published", pub)
+			}
+			got, err := b.PartitionCounts(ctx, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for p := range parts {
+				if got[p].Ready != want[p] {
+					t.Errorf("partition %d holds %d, want %d", p, got[p].Ready, want[p])
+				}
+				shard := redislayout.PartitionFilterKeys(redislayout.FilterName(name), p, parts).Shard(0)
+				if n := c.SCard(ctx, shard).Val(); n != want[p] {
+					t.Errorf("%s holds %d claims, want %d", shard, n, want[p])
+				}
+			}
+			if home := redislayout.FilterKeys(redislayout.FilterName(name)).Shard(0); c.Exists(ctx, home).Val() != 0 {
+				t.Errorf("the crawl's own filter shard %s was written", home)
+			}
+			pub, err = b.ClaimPublish(ctx, q, f, links)
+			if err != nil || slices.Contains(pub, true) {
+				t.Fatalf("second ClaimPublish: %v, %v; want nothing published", pub, err)
+			}
+			if n, err := b.Counts(ctx, q); err != nil || n.Ready != int64(len(links)) {
+				t.Errorf("Counts = %+v, %v; want %d", n, err, len(links))
+			}
+		})
+	}
+}
