@@ -11,6 +11,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/trawlhq/trawl/broker"
 	redisbroker "github.com/trawlhq/trawl/broker/redis"
 	"github.com/trawlhq/trawl/dedup"
 	dedupredis "github.com/trawlhq/trawl/dedup/redis"
@@ -52,7 +53,10 @@ func (d *Deployment) redisClient(ctx context.Context) (goredis.UniversalClient, 
 		addr string
 	)
 	redisURL := urlOr(d.cfg.RedisURL, defaultRedisURL)
-	pool := cmp.Or(d.crawl.Concurrency, 16) + 8
+	// A consumer holds a connection per partition of its queue (see
+	// broker/redis.Consume): room for the most a crawl may have, which
+	// costs nothing unused (the pool is a cap).
+	pool := cmp.Or(d.crawl.Concurrency, 16) + 8 + broker.MaxPartitions
 	if strings.Contains(redisURL, "addr=") {
 		// redis://host1:port?addr=host2:port&addr=host3:port: a Cluster.
 		opt, err := goredis.ParseClusterURL(redisURL)

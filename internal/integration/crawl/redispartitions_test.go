@@ -1,0 +1,227 @@
+package crawl_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/trawlhq/trawl/broker"
+	"github.com/trawlhq/trawl/internal/integration"
+	"github.com/trawlhq/trawl/internal/testsite"
+)
+
+// spreadPages is the size of the crawl of TestRedisClusterPartitionsSpread.
+const spreadPages = 10_000
+
+// hostsPerPartition returns, for n partitions, the first loopback address
+// from 127.0.0.2 up of each partition (broker.PartitionOf): one host per
+// partition.
+func hostsPerPartition(t *testing.T, n int) []string {
+	t.Helper()
+	hosts := make([]string, n)
+	found := 0
+	for i := 2; i < 255 && found < n; i++ {
+		h := fmt.Sprintf("127.0.0.%d", i)
+		if p := broker.PartitionOf(h, n); hosts[p] == "" {
+			hosts[p] = h
+			found++
+		}
+	}
+	if found < n {
+		t.Fatalf("127.0.0.2-254 cover %d of %d partitions", found, n)
+	}
+	return hosts
+}
+
+// spreadSites serves a site of spreadPages/len(hosts) pages on each host
+// and returns them with their root URLs.
+func spreadSites(t *testing.T, hosts []string) ([]*testsite.Site, []string) {
+	t.Helper()
+	var sites []*testsite.Site
+	var urls []string
+	for i, host := range hosts {
+		site := testsite.New(testsite.Config{Pages: spreadPages/len(hosts) - 1, Links: 10, Seed: int64(60 + i), NoTraps: true})
+		ctx, cancel := context.WithCancel(context.Background())
+		base, wait, err := site.Serve(ctx, host+":0")
+		if err != nil {
+			cancel()
+			t.Fatalf("serve a site on %s (is 127.0.0.0/8 routed to lo?): %v", host, err)
+		}
+		t.Cleanup(func() { cancel(); _ = wait() })
+		sites = append(sites, site)
+		urls = append(urls, base+"/")
+	}
+	return sites, urls
+}
+
+// serverLoad is what a Redis server did over a crawl: the data commands
+// it ran (INFO commandstats, those run by scripts included; the cluster's
+// and the test's own bookkeeping aside) and its CPU (INFO cpu, user and
+// system).
+type serverLoad struct {
+	commands int64
+	cpu      time.Duration
+}
+
+// bookkeeping are commands a crawl does not send for its pages: the
+// cluster clients' slot reloads, the test's INFO and CONFIG, pings.
+var bookkeeping = map[string]bool{"cluster": true, "info": true, "config": true, "ping": true, "client": true, "hello": true, "command": true, "readonly": true}
+
+// resetLoad zeroes the counters of c (CONFIG RESETSTAT) and returns its
+// CPU so far.
+func resetLoad(ctx context.Context, t *testing.T, c *goredis.Client) time.Duration {
+	t.Helper()
+	if err := c.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return readLoad(ctx, t, c).cpu
+}
+
+// readLoad reads c's commands since its last CONFIG RESETSTAT and its CPU
+// since it started.
+func readLoad(ctx context.Context, t *testing.T, c *goredis.Client) serverLoad {
+	t.Helper()
+	info, err := c.Info(ctx, "commandstats", "cpu").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var l serverLoad
+	var cpu float64
+	for line := range strings.SplitSeq(info, "\r\n") {
+		if name, rest, ok := strings.Cut(line, ":"); ok {
+			switch {
+			case strings.HasPrefix(name, "cmdstat_"):
+				cmd := strings.TrimPrefix(name, "cmdstat_")
+				if i := strings.IndexByte(cmd, '|'); i >= 0 {
+					cmd = cmd[:i]
+				}
+				calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
+				if n, err := strconv.ParseInt(calls, 10, 64); err == nil && !bookkeeping[cmd] {
+					l.commands += n
+				}
+			case name == "used_cpu_sys" || name == "used_cpu_user":
+				v, _ := strconv.ParseFloat(rest, 64)
+				cpu += v
+			}
+		}
+	}
+	l.cpu = time.Duration(cpu * float64(time.Second))
+	return l
+}
+
+// spreadCrawl crawls urls with one trawl crawl process (args), checks
+// that every page of sites is fetched once, and returns the load of each
+// of servers over it.
+func spreadCrawl(t *testing.T, servers []*goredis.Client, sites []*testsite.Site, urls []string, args []string) ([]serverLoad, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cpu0 := make([]time.Duration, len(servers))
+	for i, s := range servers {
+		cpu0[i] = resetLoad(ctx, t, s)
+	}
+	began := time.Now()
+	w := start(t, append(append([]string{"crawl"}, args...), urls...)...)
+	if code := w.wait(t, 8*time.Minute); code != 0 {
+		t.Fatalf("crawl exit %d:\n%s", code, w.stderr.String())
+	}
+	loads := make([]serverLoad, len(servers))
+	for i, s := range servers {
+		loads[i] = readLoad(ctx, t, s)
+		loads[i].cpu -= cpu0[i]
+	}
+	expected := 0
+	for _, s := range sites {
+		expected += s.Expected()
+		if err := s.Verify(); err != nil {
+			msg := err.Error()
+			t.Errorf("a site is not crawled exactly once (missed: %v, twice: %v): %.500s",
+				errors.Is(err, testsite.ErrMissed), errors.Is(err, testsite.ErrDuplicate), msg)
+		}
+	}
+	distinct, dups := union(t, w)
+	t.Logf("%d pages expected, %d items (%d duplicates), in %v", expected, distinct, dups, time.Since(began).Round(100*time.Millisecond))
+	if distinct != expected || dups != 0 {
+		t.Errorf("%d distinct items, %d duplicates; want %d and 0", distinct, dups, expected)
+	}
+	return loads, expected
+}
+
+// TestRedisClusterPartitionsSpread (issue 24; make test-cluster): a crawl
+// of 12 sites, one on each of 12 loopback addresses whose hosts fall in
+// the 12 partitions, 10,000 pages in all, with --partitions 12 on a Redis
+// Cluster of three primaries: every page is fetched once, and each
+// primary runs a third of the crawl's commands, within 20%. The primaries'
+// CPU per page, added up, is logged beside that of a single server
+// crawling the same sites with one partition, and with eight
+// (BENCHMARKS.md): figures, not asserted (CPU on a shared machine).
+func TestRedisClusterPartitionsSpread(t *testing.T) {
+	const parts = 12
+	c := integration.StartRedisFailoverCluster(t)
+	hosts := hostsPerPartition(t, parts)
+	t.Logf("one host per partition: %v", hosts)
+	var naive []string
+	for i := 2; i <= 13; i++ {
+		naive = append(naive, strconv.Itoa(broker.PartitionOf(fmt.Sprintf("127.0.0.%d", i), parts)))
+	}
+	t.Logf("(127.0.0.2-13 fall in partitions %s)", strings.Join(naive, " "))
+	sites, urls := spreadSites(t, hosts)
+	var primaries []*goredis.Client
+	for _, a := range c.Addrs[:3] {
+		p := goredis.NewClient(&goredis.Options{Addr: a})
+		t.Cleanup(func() { p.Close() })
+		primaries = append(primaries, p)
+	}
+	common := []string{"--allow-private", "--idle-timeout=3s", "--concurrency=32", "--per-host=8"}
+	loads, pages := spreadCrawl(t, primaries, sites, urls,
+		flags(append([]string{"--broker=redis", "--redis-url", c.URL(), "--name", integration.Name(t), "--partitions", strconv.Itoa(parts)}, common...)))
+	var total int64
+	var cpu time.Duration
+	for _, l := range loads {
+		total += l.commands
+		cpu += l.cpu
+	}
+	for i, l := range loads {
+		share := float64(l.commands) / float64(total)
+		t.Logf("primary %d (%s): %d commands, %.3f of them; CPU %v", i, c.Addrs[i], l.commands, share, l.cpu.Round(time.Millisecond))
+		if share < 0.8/3 || share > 1.2/3 {
+			t.Errorf("primary %d ran %.3f of the crawl's commands, want a third within 20%% (%.3f to %.3f)", i, share, 0.8/3, 1.2/3)
+		}
+	}
+	clusterPerK := cpu.Seconds() / float64(pages) * 1000
+	t.Logf("cluster, --partitions %d: %.2f commands a page; Redis CPU %.4f s per 1,000 pages, the three primaries added up", parts, float64(total)/float64(pages), clusterPerK)
+
+	// The same sites again, on one server with one partition.
+	for _, s := range sites {
+		s.Reset()
+	}
+	srv := integration.RedisContainer(t)
+	opt, err := goredis.ParseURL(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	single := goredis.NewClient(opt)
+	t.Cleanup(func() { single.Close() })
+	loads, pages = spreadCrawl(t, []*goredis.Client{single}, sites, urls,
+		flags(append([]string{"--broker=redis", "--redis-url", srv.URL, "--name", integration.Name(t) + "-single"}, common...)))
+	singlePerK := loads[0].cpu.Seconds() / float64(pages) * 1000
+	t.Logf("single server, --partitions 1: %.2f commands a page; Redis CPU %.4f s per 1,000 pages; cluster/single %.2f (issue 24's bar: at most 1.2)",
+		float64(loads[0].commands)/float64(pages), singlePerK, clusterPerK/singlePerK)
+
+	// And on the single server with 8 partitions (issue 24's bar: within
+	// 5% of one partition's CPU).
+	for _, s := range sites {
+		s.Reset()
+	}
+	loads, pages = spreadCrawl(t, []*goredis.Client{single}, sites, urls,
+		flags(append([]string{"--broker=redis", "--redis-url", srv.URL, "--name", integration.Name(t) + "-single8", "--partitions", "8"}, common...)))
+	eightPerK := loads[0].cpu.Seconds() / float64(pages) * 1000
+	t.Logf("single server, --partitions 8: %.2f commands a page; Redis CPU %.4f s per 1,000 pages; 8/1 %.2f (issue 24's bar: at most 1.05)",
+		float64(loads[0].commands)/float64(pages), eightPerK, eightPerK/singlePerK)
+}
