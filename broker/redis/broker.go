@@ -623,17 +623,7 @@ func (b *Broker) ackGroup(ctx context.Context, group []*delivery) []error {
 // given back count as in flight.
 func (b *Broker) Counts(ctx context.Context, queue string) (broker.Counts, error) {
 	parts, err := b.PartitionCounts(ctx, queue)
-	if err != nil {
-		return broker.Counts{}, err
-	}
-	var c broker.Counts
-	for _, n := range parts {
-		c.Ready += n.Ready
-		c.InFlight += n.InFlight
-		c.Dead += n.Dead
-		c.Delayed += n.Delayed
-	}
-	return c, nil
+	return broker.SumCounts(parts), err
 }
 
 // PartitionCounts counts each partition of queue as Counts does, in

@@ -82,9 +82,27 @@ func TestConformanceCluster(t *testing.T) {
 // TestConformancePartitioned runs the suite on brokers whose queues have
 // three partitions, on a single server and on a Cluster (where they sit
 // on three primaries): consumers drain them all, counts add them up.
+//
+// A consumer holds a connection per partition: the clients' pools have
+// room for the suite's consumers (the deployment's does, see
+// deployment.redisClient).
 func TestConformancePartitioned(t *testing.T) {
-	t.Run("single", func(t *testing.T) { brokertest.Run(t, partitionedSuite(integration.RedisClient(t), 3)) })
-	t.Run("cluster", func(t *testing.T) { brokertest.Run(t, partitionedSuite(integration.RedisClusterClient(t), 3)) })
+	const pool = 200
+	t.Run("single", func(t *testing.T) {
+		opt, err := goredis.ParseURL(integration.Redis(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		opt.PoolSize = pool
+		c := goredis.NewClient(opt)
+		t.Cleanup(func() { _ = c.Close() })
+		brokertest.Run(t, partitionedSuite(c, 3))
+	})
+	t.Run("cluster", func(t *testing.T) {
+		c := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: integration.RedisCluster(t), PoolSize: pool})
+		t.Cleanup(func() { _ = c.Close() })
+		brokertest.Run(t, partitionedSuite(c, 3))
+	})
 }
 
 func newBroker(t testing.TB, c goredis.UniversalClient, cfg redis.Config) *redis.Broker {

@@ -46,16 +46,9 @@ func spreadSites(t *testing.T, hosts []string) ([]*testsite.Site, []string) {
 	var sites []*testsite.Site
 	var urls []string
 	for i, host := range hosts {
-		site := testsite.New(testsite.Config{Pages: spreadPages/len(hosts) - 1, Links: 10, Seed: int64(60 + i), NoTraps: true})
-		ctx, cancel := context.WithCancel(context.Background())
-		base, wait, err := site.Serve(ctx, host+":0")
-		if err != nil {
-			cancel()
-			t.Fatalf("serve a site on %s (is 127.0.0.0/8 routed to lo?): %v", host, err)
-		}
-		t.Cleanup(func() { cancel(); _ = wait() })
+		site, url := serveOn(t, host, testsite.Config{Pages: spreadPages/len(hosts) - 1, Links: 10, Seed: int64(60 + i), NoTraps: true})
 		sites = append(sites, site)
-		urls = append(urls, base+"/")
+		urls = append(urls, url)
 	}
 	return sites, urls
 }
