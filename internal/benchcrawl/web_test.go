@@ -104,3 +104,24 @@ func TestHostQueues(t *testing.T) {
 		}
 	}
 }
+
+// TestLocalFilter: the modes whose filter is a local Bloom filter (no
+// server, or --dedup=local) are the ones the bench gives its low
+// false-positive rate; a Redis filter is left at its own.
+func TestLocalFilter(t *testing.T) {
+	for _, c := range []struct {
+		m     webMode
+		flags []string
+		want  bool
+	}{
+		{webModes[0], []string{"--broker=memory"}, true},
+		{webModes[1], nil, true},
+		{webModes[2], []string{"--broker=redis", "--redis-url", "redis://x"}, false},
+		{webModes[3], []string{"--broker=nats", "--nats-url", "nats://x", "--dedup=local"}, true},
+		{webModes[6], []string{"--broker=nats", "--nats-url", "nats://x", "--dedup=set", "--redis-url", "redis://x"}, false},
+	} {
+		if got := localFilter(c.m, c.flags); got != c.want {
+			t.Errorf("%s %v: local filter %v, want %v", c.m.name, c.flags, got, c.want)
+		}
+	}
+}
