@@ -45,20 +45,22 @@ const (
 // A queue with partitions has one such loop per partition, each on a
 // connection of its own (to the partition's primary on a Cluster),
 // sharing one read-ahead of prefetch: a loop leases at most its even share
-// of it (prefetch/partitions, at least one) and what is left of it, and
-// Next hands out the partitions' deliveries in turn, so that no partition
-// waits for another's backlog.
+// of it and what is left of it, and Next hands out the partitions'
+// deliveries in turn, so that no partition waits for another's backlog.
+// The share is among the partitions that have messages (a loop whose
+// lease found none stands aside until it leases again): a crawl whose
+// hosts sit in one partition leases in the batches of an unsplit queue.
 type consumer struct {
 	b        *Broker
 	queue    string
 	ks       []*keys // the partitions
 	prefetch int
-	share    int // the most one partition holds in buf
 
 	mu       sync.Mutex
 	buf      []*delivery // read ahead: leased, not yet returned by Next
 	reserved int         // read-ahead the loops are leasing
 	last     int         // the partition of the delivery Next returned last
+	active   []bool      // by partition: its last lease found messages
 	err      error       // a loop's last error, not yet returned by Next
 	closed   bool
 	unblock  map[*keys]func() // unblocks a loop's BLPOP while it runs one
@@ -95,8 +97,8 @@ func (b *Broker) Consume(ctx context.Context, queue string, prefetch int) (broke
 		queue:    queue,
 		ks:       ks,
 		prefetch: prefetch,
-		share:    max(1, (prefetch+len(ks)-1)/len(ks)),
 		last:     -1,
+		active:   make([]bool, len(ks)),
 		unblock:  map[*keys]func(){},
 		more:     make(chan struct{}, 1),
 		room:     make(chan struct{}),
@@ -381,6 +383,9 @@ func (c *consumer) loop(k *keys) {
 		c.mu.Lock()
 		c.reserved -= n
 		c.buf = append(c.buf, ds...)
+		if err == nil {
+			c.active[k.part] = len(ds) > 0
+		}
 		if len(ds) < n {
 			c.roomChanged() // what it reserved and did not take is free again
 		}
@@ -424,8 +429,15 @@ func (c *consumer) roomFor(k *keys) int {
 			mine++
 		}
 	}
-	n := min(c.prefetch-len(c.buf)-c.reserved, c.share-mine)
-	if n <= 0 || mine > 0 && n < (c.share+1)/2 {
+	active := 0
+	for p, a := range c.active {
+		if a || p == k.part {
+			active++
+		}
+	}
+	share := max(1, (c.prefetch+active-1)/active)
+	n := min(c.prefetch-len(c.buf)-c.reserved, share-mine)
+	if n <= 0 || mine > 0 && n < (share+1)/2 {
 		return 0
 	}
 	return n

@@ -1,9 +1,12 @@
 package crawl_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -60,6 +63,17 @@ func spreadSites(t *testing.T, hosts []string) ([]*testsite.Site, []string) {
 type serverLoad struct {
 	commands int64
 	cpu      time.Duration
+	calls    map[string]int64 // by command
+}
+
+// top names the commands that ran most, with their calls per page.
+func (l serverLoad) top(pages int) string {
+	names := slices.SortedFunc(maps.Keys(l.calls), func(a, b string) int { return cmp.Compare(l.calls[b], l.calls[a]) })
+	var out []string
+	for _, n := range names[:min(len(names), 8)] {
+		out = append(out, fmt.Sprintf("%s %.2f", n, float64(l.calls[n])/float64(pages)))
+	}
+	return strings.Join(out, ", ")
 }
 
 // bookkeeping are commands a crawl does not send for its pages: the
@@ -84,7 +98,7 @@ func readLoad(ctx context.Context, t *testing.T, c *goredis.Client) serverLoad {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var l serverLoad
+	l := serverLoad{calls: map[string]int64{}}
 	var cpu float64
 	for line := range strings.SplitSeq(info, "\r\n") {
 		if name, rest, ok := strings.Cut(line, ":"); ok {
@@ -97,6 +111,7 @@ func readLoad(ctx context.Context, t *testing.T, c *goredis.Client) serverLoad {
 				calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
 				if n, err := strconv.ParseInt(calls, 10, 64); err == nil && !bookkeeping[cmd] {
 					l.commands += n
+					l.calls[cmd] += n
 				}
 			case name == "used_cpu_sys" || name == "used_cpu_user":
 				v, _ := strconv.ParseFloat(rest, 64)
@@ -140,6 +155,9 @@ func spreadCrawl(t *testing.T, servers []*goredis.Client, sites []*testsite.Site
 	}
 	distinct, dups := union(t, w)
 	t.Logf("%d pages expected, %d items (%d duplicates), in %v", expected, distinct, dups, time.Since(began).Round(100*time.Millisecond))
+	for i, l := range loads {
+		t.Logf("server %d, calls a page: %s", i, l.top(expected))
+	}
 	if distinct != expected || dups != 0 {
 		t.Errorf("%d distinct items, %d duplicates; want %d and 0", distinct, dups, expected)
 	}
@@ -215,6 +233,21 @@ func TestRedisClusterPartitionsSpread(t *testing.T) {
 	loads, pages = spreadCrawl(t, []*goredis.Client{single}, sites, urls,
 		flags(append([]string{"--broker=redis", "--redis-url", srv.URL, "--name", integration.Name(t) + "-single8", "--partitions", "8"}, common...)))
 	eightPerK := loads[0].cpu.Seconds() / float64(pages) * 1000
-	t.Logf("single server, --partitions 8: %.2f commands a page; Redis CPU %.4f s per 1,000 pages; 8/1 %.2f (issue 24's bar: at most 1.05)",
+	t.Logf("single server, --partitions 8: %.2f commands a page; Redis CPU %.4f s per 1,000 pages; 8/1 %.2f",
 		float64(loads[0].commands)/float64(pages), eightPerK, eightPerK/singlePerK)
+
+	// make bench-crawl's model: one site (one host), --concurrency and
+	// --per-host 32, on the single server: 8 partitions against 1 (issue
+	// 24's bar: within 5%).
+	site, url := serveOn(t, "127.0.0.1", testsite.Config{Pages: spreadPages, Links: 10, Seed: 72, NoTraps: true})
+	bench := []string{"--allow-private", "--idle-timeout=3s", "--concurrency=32", "--per-host=32", "--broker=redis", "--redis-url", srv.URL}
+	var perK [2]float64
+	for i, n := range []int{1, 8} {
+		site.Reset()
+		loads, pages = spreadCrawl(t, []*goredis.Client{single}, []*testsite.Site{site}, []string{url},
+			flags(append([]string{"--name", fmt.Sprintf("%s-one-%d", integration.Name(t), n), "--partitions", strconv.Itoa(n)}, bench...)))
+		perK[i] = loads[0].cpu.Seconds() / float64(pages) * 1000
+		t.Logf("one site, single server, --partitions %d: %.2f commands a page; Redis CPU %.4f s per 1,000 pages", n, float64(loads[0].commands)/float64(pages), perK[i])
+	}
+	t.Logf("one site: 8/1 %.2f (issue 24's bar: at most 1.05)", perK[1]/perK[0])
 }
