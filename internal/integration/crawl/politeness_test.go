@@ -21,6 +21,20 @@ import (
 // robots.txt is fetched once: the workers share it through Redis.
 func TestRedisPolitenessAcrossWorkers(t *testing.T) {
 	t.Parallel()
+	politenessAcrossWorkers(t)
+}
+
+// TestRedisPolitenessAcrossPartitions (issue 24): the same with
+// --partitions 4: the host limits are the crawl's, whatever partition a
+// host's queue sits in.
+func TestRedisPolitenessAcrossPartitions(t *testing.T) {
+	t.Parallel()
+	politenessAcrossWorkers(t, "--partitions=4")
+}
+
+// politenessAcrossWorkers is TestRedisPolitenessAcrossWorkers with more
+// flags.
+func politenessAcrossWorkers(t *testing.T, more ...string) {
 	const pages = 60
 	var (
 		mu           sync.Mutex
@@ -53,7 +67,7 @@ func TestRedisPolitenessAcrossWorkers(t *testing.T) {
 	}))
 	defer srv.Close()
 	name := integration.Name(t)
-	args := redisArgs(t, name, "--per-host=2", "--delay=50ms")
+	args := redisArgs(t, name, append([]string{"--per-host=2", "--delay=50ms"}, more...)...)
 	mustRun(t, append([]string{"seed"}, append(args, srv.URL+"/p/0")...)...)
 	var ws []*proc
 	for range 3 {
@@ -66,6 +80,13 @@ func TestRedisPolitenessAcrossWorkers(t *testing.T) {
 	}
 	if d, _ := union(t, ws...); d != pages {
 		t.Errorf("%d pages crawled, want %d", d, pages)
+	}
+	if slices.Contains(more, "--partitions=4") {
+		// trawl stats shows the crawl's four partitions.
+		code, out, stderr := runOut(t, append([]string{"stats"}, args...)...)
+		if code != 0 || !strings.Contains(out, ":requests/p3/ready") {
+			t.Errorf("trawl stats: exit %d, no partition 3 in its output:\n%s%s", code, out, stderr)
+		}
 	}
 	mu.Lock()
 	defer mu.Unlock()
