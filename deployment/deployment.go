@@ -148,8 +148,10 @@ type Deployment struct {
 	// Shared is whether other processes can join the crawl (every broker
 	// but the in-memory one).
 	Shared bool
-	// Starts holds the start URLs outside the broker (Redis), or nil.
-	Starts engine.StartSource
+	// Starts holds the start URLs outside the broker (Redis), or nil. It
+	// is the concrete store, not an engine.StartSource, because the
+	// deployment counts it and reads its dead letters too.
+	Starts *redisbroker.StartURLs
 	// Items is the deployment's item list (Redis: {NAME}:items), or nil.
 	Items engine.Sink
 	// Stats are the counters the crawl's workers share, or nil.
@@ -303,11 +305,7 @@ func (d *Deployment) countQueues(ctx context.Context, what func(broker.Counts) i
 	for _, q := range []string{engine.RequestsQueue(name), engine.StartQueue(name)} {
 		var c broker.Counter = d.Broker
 		if q == engine.StartQueue(name) && d.Starts != nil {
-			sc, ok := d.Starts.(broker.Counter)
-			if !ok {
-				return 0, false
-			}
-			c = sc
+			c = d.Starts
 		}
 		counts, err := c.Counts(ctx, q)
 		if err != nil {
@@ -395,7 +393,7 @@ func (d *Deployment) stderr() io.Writer {
 // unset: the start URLs, the shared per-host limits and counters, and the
 // crawl's stored settings.
 func (d *Deployment) Configure(cfg *engine.Config) {
-	if cfg.Starts == nil {
+	if cfg.Starts == nil && d.Starts != nil { // a nil *StartURLs is no source
 		cfg.Starts = d.Starts
 	}
 	if cfg.Limiter == nil {
@@ -507,8 +505,8 @@ func (d *Deployment) PurgeAll(ctx context.Context, force bool) error {
 // outside the broker (Redis) keep their own, so that a requeue puts them
 // back where they came from, as they came in; else the broker.
 func (d *Deployment) DeadLetters(queue string) broker.DeadLetters {
-	if sd, ok := d.Starts.(broker.DeadLetters); ok && queue == engine.StartQueue(d.crawl.Name) {
-		return sd
+	if d.Starts != nil && queue == engine.StartQueue(d.crawl.Name) {
+		return d.Starts
 	}
 	return d.Broker
 }

@@ -305,11 +305,10 @@ func (d *Deployment) ItemQueue() engine.Sink {
 // than StartURLsSet says (a scrapy-redis user's SADD without it): a
 // worker would find no start URL in it, for good.
 func (d *Deployment) CheckStarts(ctx context.Context) error {
-	s, ok := d.Starts.(*redisbroker.StartURLs)
-	if !ok {
+	if d.Starts == nil {
 		return nil
 	}
-	return d.StartsHint(s.Check(ctx))
+	return d.StartsHint(d.Starts.Check(ctx))
 }
 
 // StartsHint adds to an error of the start URLs' key type (from Seed, say)

@@ -95,7 +95,7 @@ func drain(t *testing.T, fr frontier.Frontier, q string) []string {
 	t.Helper()
 	var got []string
 	for {
-		n, err := fr.Broker().(broker.Counter).Counts(t.Context(), q)
+		n, err := fr.Broker().Counts(t.Context(), q)
 		if err != nil {
 			t.Fatal(err)
 		}
