@@ -227,18 +227,29 @@ func (c *Crawler) marked(ctx context.Context, fp dedup.Fingerprint, unknown bool
 // started together see that state for a moment.
 const markWait = 5 * time.Second
 
+// markWaitSays is how long awaitMark waits before it says why.
+const markWaitSays = 2 * time.Second
+
 // awaitMark reports whether the crawl's mark appears in m within
 // markWait: the filter's records were added by a worker that is marking
-// the crawl, not left by a crawl whose metadata was lost.
+// the crawl, not left by a crawl whose metadata was lost. A wait past
+// markWaitSays is logged once.
 func (c *Crawler) awaitMark(ctx context.Context, m broker.Metadata) bool {
 	ctx, cancel := context.WithTimeout(ctx, markWait)
 	defer cancel()
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
+	say := time.NewTimer(markWaitSays)
+	defer say.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return false
+		case <-say.C:
+			c.log.Warn("the duplicate filter holds a crawl that began, but the broker has no mark of it yet; "+
+				"waiting for the worker marking it to store the mark, else the crawl's state was lost",
+				"crawl", c.cfg.Name, "wait", markWait)
+			continue
 		case <-t.C:
 		}
 		if _, err := m.GetMeta(ctx, c.cfg.Name, markKey); err == nil {

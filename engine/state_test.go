@@ -2,12 +2,18 @@ package engine
 
 import (
 	"context"
+	"errors"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/trawlhq/trawl/broker/memory"
 	"github.com/trawlhq/trawl/dedup"
 	"github.com/trawlhq/trawl/frontier"
+	"github.com/trawlhq/trawl/internal/syncbuf"
 )
 
 // markingFrontier holds a worker between adding the crawl's mark to the
@@ -69,4 +75,43 @@ func TestWorkersMarkingTogether(t *testing.T) {
 	if first.state.id == "" || first.state.id != second.state.id {
 		t.Fatalf("crawl ids %q and %q, want one", first.state.id, second.state.id)
 	}
+}
+
+// TestAwaitMarkSaysWhy: a worker that finds the filter's record of a begun
+// crawl but no mark in the broker waits for the mark (markWait) and, past
+// markWaitSays, says on its log what it waits for; then, the mark still
+// missing, it takes the crawl's state for lost.
+func TestAwaitMarkSaysWhy(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mb, lf := newBackends(t, memory.Config{})
+		fr := frontier.Compose(mb, lf, frontier.ComposeConfig{})
+		named, _ := filterMarks("waits", "")
+		if err := fr.Mark(t.Context(), named); err != nil {
+			t.Fatal(err)
+		}
+		var logs syncbuf.Buffer
+		c, err := NewOn(fr, Config{Name: "waits", Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- c.markCrawl(t.Context(), true) }()
+		const why = "waiting for the worker marking it"
+		time.Sleep(markWaitSays - time.Millisecond)
+		synctest.Wait()
+		if strings.Contains(logs.String(), why) {
+			t.Fatalf("said why before %v:\n%s", markWaitSays, logs.String())
+		}
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		if n := strings.Count(logs.String(), why); n != 1 {
+			t.Fatalf("at %v the log says why %d times, want once:\n%s", markWaitSays, n, logs.String())
+		}
+		if err := <-done; !errors.Is(err, ErrStateLost) {
+			t.Fatalf("markCrawl = %v, want ErrStateLost", err)
+		}
+		if n := strings.Count(logs.String(), why); n != 1 {
+			t.Errorf("the log says why %d times, want once:\n%s", n, logs.String())
+		}
+	})
 }
