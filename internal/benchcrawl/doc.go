@@ -4,7 +4,7 @@
 //
 //	go run ./internal/benchcrawl [-trawl bin/trawl] [-pages 10000] [-concurrency 32] [-latency 0]
 //	go run ./internal/benchcrawl soak [-trawl bin/trawl] [-pages 100000]
-//	go run ./internal/benchcrawl web [-trawl bin/trawl] [-hosts 1000] [-pages 20000] [-modes memory,redis]
+//	go run ./internal/benchcrawl web [-trawl bin/trawl] [-hosts 1000] [-pages 20000] [-modes memory,redis] [-repeat 2] [-rss-hosts 0]
 //
 // # bench (the default)
 //
@@ -59,18 +59,32 @@
 // pages are 20–80 KB of HTML with 30–150 links, 5% to other hosts.
 //
 // For each mode (one worker on memory, the embedded default, redis, nats,
-// rabbitmq; 4 workers on redis and on nats with a Redis filter): a bare
-// loop of GETs over the same URLs (the webfetch command: every URL known
-// in advance, -concurrency times the workers in all, -per-host per host,
-// the same timeout), then the crawl, every host's home page a start URL.
+// rabbitmq; 4 workers on redis and on nats with a Redis filter), -repeat
+// crawls (2), every host's home page a start URL, each between two runs
+// of a bare loop of GETs over the same URLs (the webfetch command: every
+// URL known in advance, -concurrency times the workers in all, -per-host
+// per host, the same timeout): loop, crawl, loop, crawl, loop, the loop
+// after one mode the loop before the next. The machine's load moves the
+// loop's pages/s twofold between runs of the bench, so each crawl is
+// compared with the mean of its two neighbouring loops, and a mode's row
+// is its median crawl, with the smallest and largest ratio. The site is
+// the same in every run (its latencies are drawn from a fixed seed); the
+// load average is logged at each step and printed per crawl.
+//
 // It reports pages/s against the loop (over the window from the first
 // request to the end of the last, the hanging pages' requests aside: where
-// their timeout and retry fall is not scheduling), worker CPU per page against the
-// loop's, the broker server's CPU per page, broker requests per page
-// (Redis: INFO commandstats, commands run by scripts included), the
-// worker's RSS, and URLs fetched twice; then one --broker=memory crawl
-// at -rss-hosts hosts (10,000) for the worker's RSS per host. Each figure
-// is printed beside issue 26's bar with PASS or MISS.
+// their timeout and retry fall is not scheduling), the site's requests in
+// flight (the mean over the window: what the scheduler kept busy, for the
+// crawl and its loops; the log adds them by tenth of the window, and the
+// largest host's and the last hosts' in flight over their span, against
+// the least time the largest host takes at -per-host), worker CPU per
+// page against the loops', the broker server's CPU per page, broker
+// requests per page (Redis: INFO commandstats, commands run by scripts
+// included), the worker's RSS, and URLs fetched twice; then one
+// --broker=memory crawl at -rss-hosts hosts (10,000) for the worker's
+// RSS per host. Each figure is printed beside issue 26's bar with PASS or
+// MISS. -trace DIR writes every request of each run to DIR, for a look at
+// a host's requests over time.
 //
 // # soak
 //

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -55,41 +56,122 @@ type webFlags struct {
 	timeout     time.Duration
 	crawlLimit  time.Duration
 	bloomFP     float64 // --bloom-fp-rate of the crawls whose filter is a local Bloom filter
+	repeat      int     // crawls per mode, each followed by a loop
+	trace       string  // a directory for each run's requests, or ""
+	traces      int
 	dir         string
 }
 
-// webRun is one crawl of a mode and the fetch limit measured before it.
+// loopRun is one run of the fetch limit.
+type loopRun struct {
+	w     window
+	cpu   time.Duration // the loop process's, over its life
+	twice int           // URLs it fetched twice (its retries of timeouts)
+	use   siteUse
+	load  string // /proc/loadavg when it started
+}
+
+func (l *loopRun) perPage() time.Duration { return l.cpu / time.Duration(max(1, l.w.Requests)) }
+
+// webRun is one crawl of a mode and the runs of the fetch limit just
+// before and just after it: the machine's load moves the loop's pages/s
+// by 2× between runs of the bench (518 to 1,237), so a crawl is compared
+// with its neighbours only, and the two say how much the machine moved.
 type webRun struct {
-	mode       webMode
-	hosts      int
-	loop       window
-	loopCPU    time.Duration // the loop process's, over its life
-	crawl      window
-	workerCPU  time.Duration // the workers' over their lives
-	brokerCPU  time.Duration // the broker server's over the crawl's window; -1 without one
-	commands   int64         // Redis commands (in scripts too), NATS messages or RabbitMQ socket reads; -1 unknown
-	unit       string
-	rss        int64 // the first worker's largest RSS seen
-	loopTwice  int   // URLs the loop fetched twice (its retries of timeouts)
-	tally      tally
-	summary    string
-	err        error
-	loadBefore string
+	mode          webMode
+	hosts         int
+	before, after *loopRun // nil: not run (the memory check has none)
+	crawl         window
+	use           siteUse
+	workerCPU     time.Duration // the workers' over their lives
+	brokerCPU     time.Duration // the broker server's over the crawl's window; -1 without one
+	commands      int64         // Redis commands (in scripts too), NATS messages or RabbitMQ socket reads; -1 unknown
+	unit          string
+	rss           int64 // the first worker's largest RSS seen
+	tally         tally
+	summary       string
+	err           error
+	load          string // /proc/loadavg when the crawl started
+}
+
+// loops are the runs of the fetch limit beside r's crawl.
+func (r *webRun) loops() []*loopRun {
+	var ls []*loopRun
+	for _, l := range []*loopRun{r.before, r.after} {
+		if l != nil && l.w.Rate() > 0 {
+			ls = append(ls, l)
+		}
+	}
+	return ls
+}
+
+// loopRate is the mean pages/s of the loops beside r's crawl.
+func (r *webRun) loopRate() float64 {
+	ls := r.loops()
+	sum := 0.0
+	for _, l := range ls {
+		sum += l.w.Rate()
+	}
+	return sum / float64(max(1, len(ls)))
 }
 
 func (r *webRun) ratio() float64 {
-	if r.loop.Rate() == 0 {
+	if r.loopRate() == 0 {
 		return 0
 	}
-	return r.crawl.Rate() / r.loop.Rate()
+	return r.crawl.Rate() / r.loopRate()
 }
 
 func (r *webRun) cpuPerPage() time.Duration {
 	return r.workerCPU / time.Duration(max(1, r.crawl.Requests))
 }
 
+// loopPerPage is the mean CPU per page of the loops beside r's crawl.
 func (r *webRun) loopPerPage() time.Duration {
-	return r.loopCPU / time.Duration(max(1, r.loop.Requests))
+	ls := r.loops()
+	var sum time.Duration
+	for _, l := range ls {
+		sum += l.perPage()
+	}
+	return sum / time.Duration(max(1, len(ls)))
+}
+
+// loopInFlight is the loops' mean requests in flight.
+func (r *webRun) loopInFlight() float64 {
+	ls := r.loops()
+	sum := 0.0
+	for _, l := range ls {
+		sum += l.use.inFlight
+	}
+	return sum / float64(max(1, len(ls)))
+}
+
+// webResult is a mode's crawls.
+type webResult struct {
+	mode webMode
+	runs []*webRun
+}
+
+// ok is the crawls that succeeded, by their ratio to the loop.
+func (m *webResult) ok() []*webRun {
+	var rs []*webRun
+	for _, r := range m.runs {
+		if r.err == nil && r.crawl.Requests > 0 && r.loopRate() > 0 {
+			rs = append(rs, r)
+		}
+	}
+	slices.SortFunc(rs, func(a, b *webRun) int { return cmp.Compare(a.ratio(), b.ratio()) })
+	return rs
+}
+
+// median is the crawl whose ratio to the loop is the median (the lower
+// of the middle two for an even count), or nil if none succeeded.
+func (m *webResult) median() *webRun {
+	rs := m.ok()
+	if len(rs) == 0 {
+		return nil
+	}
+	return rs[(len(rs)-1)/2]
 }
 
 func webMain(ctx context.Context, args []string) error {
@@ -108,9 +190,14 @@ func webMain(ctx context.Context, args []string) error {
 	fs.DurationVar(&f.timeout, "fetch-timeout", 10*time.Second, "the crawls' --timeout and the loop's")
 	fs.DurationVar(&f.crawlLimit, "crawl-limit", 10*time.Minute, "give up on one crawl after this long")
 	fs.Float64Var(&f.bloomFP, "bloom-fp-rate", 1e-12, "--bloom-fp-rate of the crawls with a local filter (0: trawl's default, 1e-6): the check that every page was requested is of the engine, and at 1e-6 a Bloom filter's false positive leaves a page of ~21,000 unrequested in about 1 crawl of 270")
+	fs.IntVar(&f.repeat, "repeat", 2, "crawls per mode, each followed by a loop; the table gives the median ratio to the loop and the smallest and largest")
+	fs.StringVar(&f.trace, "trace", "", "write each run's requests to this directory (run-N.tsv: host, page, start and end in s from the window's start, timed)")
 	only := fs.String("modes", "", "comma-separated modes (memory, default, redis, nats, rabbitmq, redis4, nats4; default all)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if f.repeat < 1 {
+		return fmt.Errorf("-repeat %d: want at least 1", f.repeat)
 	}
 	f.cfg.hang, f.cfg.seed = 2*f.timeout, 1
 	selected := webModes
@@ -138,15 +225,33 @@ func webMain(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	logf("web site: %d hosts, %d URLs (pages and robots.txt), largest host %d pages", f.cfg.hosts, site.expected(), site.size[0])
-	var runs []*webRun
+	site.tracing = f.trace != ""
+	logf("web site: %d hosts, %d URLs (pages and robots.txt), largest host %d pages: at --per-host %d it alone takes %.1fs at least",
+		f.cfg.hosts, site.expected(), site.size[0], f.perHost, f.topBound(site).Seconds())
+	var results []*webResult
+	var prev *loopRun // the last loop, at prevWorkers workers' concurrency
+	prevWorkers := 0
 	for _, m := range selected {
 		if ctx.Err() != nil {
 			break
 		}
-		r := f.runMode(ctx, site, m)
-		runs = append(runs, r)
-		keep = keep || r.err != nil
+		res := &webResult{mode: m}
+		results = append(results, res)
+		if prev == nil || prevWorkers != m.workers {
+			if prev, err = f.loop(ctx, site, m.workers); err != nil {
+				res.runs = append(res.runs, &webRun{mode: m, err: err})
+				keep, prev = true, nil
+				continue
+			}
+			prevWorkers = m.workers
+		}
+		prev = f.runMode(ctx, site, res, prev)
+		for _, r := range res.runs {
+			keep = keep || r.err != nil
+		}
+		if prev == nil {
+			prevWorkers = 0
+		}
 	}
 	site.close()
 	var big *webRun
@@ -158,92 +263,134 @@ func webMain(ctx context.Context, args []string) error {
 			return err
 		}
 		logf("memory check: %d hosts, %d URLs", cfg.hosts, bsite.expected())
-		big = f.runMode(ctx, bsite, webModes[0])
-		big.hosts = cfg.hosts
+		big = &webRun{mode: webModes[0], hosts: cfg.hosts, brokerCPU: -1, commands: -1, load: loadavg()}
+		big.err = f.crawl(ctx, bsite, webModes[0], nil, webModes[0].flags, big)
 		bsite.close()
 		keep = keep || big.err != nil
 	}
-	fmt.Printf("make bench-web, %s to %s, %s; load average %s before, %s after; %d hosts (half HTTPS), %d pages and robots.txt files, Zipf sizes up to %d pages, latency median %v (1%% %v, %.2f%% of pages hang once past --timeout %v); --concurrency %d --per-host %d per worker%s; one crawl per mode, each after the loop\n\n",
+	fmt.Printf("make bench-web, %s to %s, %s; load average %s before, %s after; %d hosts (half HTTPS), %d pages and robots.txt files, Zipf sizes up to %d pages (the largest host alone takes %.1fs at least), latency median %v (1%% %v, %.2f%% of pages hang once past --timeout %v); --concurrency %d --per-host %d per worker%s; %d crawl(s) per mode, each between two loops\n\n",
 		started.Format("2006-01-02 15:04"), time.Now().UTC().Format("15:04 UTC"), c.version(ctx), load, loadavg(),
-		f.cfg.hosts, site.expected(), site.size[0], f.cfg.median, f.cfg.slow, 100*f.cfg.timeouts, f.timeout, f.concurrency, f.perHost, f.bloomNote())
-	printWeb(os.Stdout, runs, big)
+		f.cfg.hosts, site.expected(), site.size[0], f.topBound(site).Seconds(), f.cfg.median, f.cfg.slow, 100*f.cfg.timeouts, f.timeout, f.concurrency, f.perHost, f.bloomNote(), f.repeat)
+	printWeb(os.Stdout, results, big)
 	return ctx.Err()
 }
 
-// runMode starts the mode's servers, measures the loop, then crawls.
-func (f *webFlags) runMode(ctx context.Context, site *webSite, m webMode) *webRun {
-	r := &webRun{mode: m, hosts: f.cfg.hosts, brokerCPU: -1, commands: -1, loadBefore: loadavg()}
-	logf("%s: start (load %s)", m.name, r.loadBefore)
+// topBound is the least time the site's largest host takes at --per-host.
+func (f *webFlags) topBound(site *webSite) time.Duration { return site.topBound(f.perHost) }
+
+// runMode starts the mode's servers and crawls -repeat times, each
+// crawl after the loop before (prev) and followed by one; it returns
+// the last loop, nil if it failed.
+func (f *webFlags) runMode(ctx context.Context, site *webSite, res *webResult, prev *loopRun) *loopRun {
+	m := res.mode
+	fail := func(err error) *loopRun {
+		res.runs = append(res.runs, &webRun{mode: m, hosts: f.cfg.hosts, before: prev, err: err})
+		return prev
+	}
 	var flags []string
 	var srv *server
 	if m.server != "" {
 		var err error
 		if srv, err = startServer(ctx, m.server); err != nil {
-			r.err = err
-			return r
+			return fail(err)
 		}
 		defer srv.close()
 		flags = append(flags, srv.flags...)
-		r.unit = srv.countUnit
 	}
 	if m.filter {
 		red, err := startServer(ctx, "redis")
 		if err != nil {
-			r.err = err
-			return r
+			return fail(err)
 		}
 		defer red.close()
 		flags = slices.DeleteFunc(flags, func(s string) bool { return s == "--dedup=local" })
 		flags = append(flags, "--dedup=set", red.flags[1], red.flags[2])
 	}
-	dir := filepath.Join(f.dir, fmt.Sprintf("%s-%d", m.key, f.cfg.hosts))
+	for i := range f.repeat {
+		if ctx.Err() != nil {
+			break
+		}
+		r := &webRun{mode: m, hosts: f.cfg.hosts, before: prev, brokerCPU: -1, commands: -1, load: loadavg()}
+		if srv != nil {
+			r.unit = srv.countUnit
+		}
+		res.runs = append(res.runs, r)
+		logf("%s: crawl %d of %d (load %s)", m.name, i+1, f.repeat, r.load)
+		r.err = f.crawl(ctx, site, m, srv, append(slices.Clone(m.flags), flags...), r)
+		if r.err != nil {
+			logf("%s: %v", m.name, r.err)
+		} else {
+			logf("%s: %.0f pages/s; %.0f µs worker CPU per page; trawl says %s", m.name, r.crawl.Rate(), micros(r.cpuPerPage()), r.summary)
+			logf("%s: the site: %v", m.name, r.use)
+		}
+		next, err := f.loop(ctx, site, m.workers)
+		if err != nil {
+			r.err = errors.Join(r.err, err)
+			return nil
+		}
+		r.after, prev = next, next
+		if r.err == nil {
+			logf("%s: %.2f of the loops before and after (%.0f and %.0f pages/s)", m.name, r.ratio(), r.before.w.Rate(), r.after.w.Rate())
+		}
+	}
+	return prev
+}
+
+// saveTrace writes the site's requests of the run to -trace, if given.
+func (f *webFlags) saveTrace(site *webSite, name string) {
+	if f.trace == "" {
+		return
+	}
+	f.traces++
+	path := filepath.Join(f.trace, fmt.Sprintf("run-%d-%s.tsv", f.traces, name))
+	if err := site.writeTrace(path); err != nil {
+		logf("-trace: %v", err)
+	}
+}
+
+// runDir is the directory of what a run at workers workers' concurrency
+// keeps: the site's CA, the loop's URL list, the workers' logs.
+func (f *webFlags) runDir(site *webSite, name string) (dir, ca string, err error) {
+	dir = filepath.Join(f.dir, fmt.Sprintf("%s-%d", name, site.cfg.hosts))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		r.err = err
-		return r
+		return "", "", err
 	}
-	ca := filepath.Join(dir, "ca.pem")
-	if err := site.writeCA(ca); err != nil {
-		r.err = err
-		return r
-	}
-	if r.err = f.loop(ctx, site, dir, ca, m.workers, r); r.err != nil {
-		return r
-	}
-	logf("%s: the loop: %.0f pages/s, %.0f µs CPU per page", m.name, r.loop.Rate(), micros(r.loopPerPage()))
-	r.err = f.crawl(ctx, site, dir, ca, m, srv, append(slices.Clone(m.flags), flags...), r)
-	if r.err == nil {
-		logf("%s: %.0f pages/s, %.2f of the loop; %.0f µs worker CPU per page; trawl says %s", m.name, r.crawl.Rate(), r.ratio(), micros(r.cpuPerPage()), r.summary)
-	} else {
-		logf("%s: %v", m.name, r.err)
-	}
-	return r
+	ca = filepath.Join(dir, "ca.pem")
+	return dir, ca, site.writeCA(ca)
 }
 
 // loop runs the fetch limit at the workers' concurrency in all.
-func (f *webFlags) loop(ctx context.Context, site *webSite, dir, ca string, workers int, r *webRun) error {
+func (f *webFlags) loop(ctx context.Context, site *webSite, workers int) (*loopRun, error) {
+	dir, ca, err := f.runDir(site, fmt.Sprintf("loop%d", workers))
+	if err != nil {
+		return nil, err
+	}
 	list := filepath.Join(dir, "urls.txt")
 	if err := os.WriteFile(list, []byte(strings.Join(site.urls(), "\n")+"\n"), 0o644); err != nil {
-		return err
+		return nil, err
 	}
 	self, err := os.Executable()
 	if err != nil {
-		return err
+		return nil, err
 	}
+	l := &loopRun{load: loadavg()}
 	site.reset()
 	cmd := exec.CommandContext(ctx, self, "webfetch", "-urls", list, "-ca", ca,
 		"-concurrency", fmt.Sprint(f.concurrency*workers), "-per-host", fmt.Sprint(f.perHost), "-timeout", f.timeout.String())
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("the loop: %w", err)
+		return nil, fmt.Errorf("the loop: %w", err)
 	}
-	r.loop = site.window()
-	r.loopCPU = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	l.w, l.use = site.window(), site.use()
+	f.saveTrace(site, fmt.Sprintf("loop%d", workers))
+	l.cpu = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 	t := site.tally()
 	if t.missing > 0 {
-		return fmt.Errorf("the loop: %w", t.check())
+		return nil, fmt.Errorf("the loop: %w", t.check())
 	}
-	r.loopTwice = t.twice
-	return nil
+	l.twice = t.twice
+	logf("the loop at %d: %.0f pages/s, %.0f µs CPU per page (load %s); the site: %v", f.concurrency*workers, l.w.Rate(), micros(l.perPage()), l.load, l.use)
+	return l, nil
 }
 
 // bloomNote is the header's word on the local filters' false-positive rate.
@@ -264,9 +411,13 @@ func localFilter(m webMode, flags []string) bool {
 // crawl runs one crawl of m: `trawl crawl` with every host's home page as
 // a start URL and, for more workers, `trawl worker` processes started
 // once the site has answered its first request.
-func (f *webFlags) crawl(ctx context.Context, site *webSite, dir, ca string, m webMode, srv *server, flags []string, r *webRun) error {
+func (f *webFlags) crawl(ctx context.Context, site *webSite, m webMode, srv *server, flags []string, r *webRun) error {
 	ctx, cancel := context.WithTimeout(ctx, f.crawlLimit)
 	defer cancel()
+	dir, ca, err := f.runDir(site, m.key)
+	if err != nil {
+		return err
+	}
 	idle := 3 * time.Second
 	if m.server == "rabbitmq" {
 		idle = max(idle, rabbitmq.MinIdleTimeout)
@@ -349,7 +500,8 @@ func (f *webFlags) crawl(ctx context.Context, site *webSite, dir, ca string, m w
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	r.crawl = site.window()
+	r.crawl, r.use = site.window(), site.use()
+	f.saveTrace(site, m.key)
 	r.tally = site.tally()
 	if broker != nil {
 		var err error
@@ -412,25 +564,33 @@ func watchRSS(pid int) (peak func() int64) {
 	}
 }
 
-// printWeb prints the runs as a Markdown table beside issue 26's bars.
-func printWeb(w io.Writer, runs []*webRun, big *webRun) {
-	fmt.Fprintln(w, "| mode | loop pages/s | crawl pages/s | crawl / loop | bar | | worker CPU µs/page | loop CPU µs/page | ratio | bar | | broker server CPU µs/page | broker requests/page | bar | | worker RSS MiB | fetched twice | |")
-	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | --- | ---: | ---: | --- |")
+// printWeb prints the results as a Markdown table beside issue 26's bars.
+func printWeb(w io.Writer, results []*webResult, big *webRun) {
+	fmt.Fprintln(w, "| mode | loop pages/s, before–after | crawl pages/s | crawl / loop | min–max | bar | | in flight, crawl / loop | load | | worker CPU µs/page | loop CPU µs/page | ratio | bar | | broker server CPU µs/page | broker requests/page | bar | | worker RSS MiB | fetched twice | |")
+	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | --- | ---: | ---: | --- |")
 	var notes []string
-	for _, r := range runs {
-		if r.err != nil {
-			notes = append(notes, fmt.Sprintf("%s: %v", r.mode.name, r.err))
+	for _, res := range results {
+		twice := 0
+		for _, r := range res.runs {
+			if r.err != nil {
+				notes = append(notes, fmt.Sprintf("%s: %v", r.mode.name, r.err))
+			}
+			if r.tally.robots > 0 {
+				notes = append(notes, fmt.Sprintf("%s: %d robots.txt files fetched more than once (the workers share them through Redis; a worker that finds none stored fetches it)", r.mode.name, r.tally.robots))
+			}
+			for _, l := range r.loops() {
+				if l.twice > 0 {
+					notes = append(notes, fmt.Sprintf("%s: a loop beside it fetched %d URLs twice (retries after its timeout)", r.mode.name, l.twice))
+				}
+			}
+			twice = max(twice, r.tally.twice)
 		}
-		if r.tally.robots > 0 {
-			notes = append(notes, fmt.Sprintf("%s: %d robots.txt files fetched more than once (the workers share them through Redis; a worker that finds none stored fetches it)", r.mode.name, r.tally.robots))
-		}
-		if r.loopTwice > 0 {
-			notes = append(notes, fmt.Sprintf("%s: the loop before it fetched %d URLs twice (retries after its timeout)", r.mode.name, r.loopTwice))
-		}
-		if r.crawl.Requests == 0 {
-			fmt.Fprintf(w, "| %s | | failed | | ≥ %.2f | MISS | | | | ≤ %.1f | | | | | | | | |\n", r.mode.name, r.mode.bar, webCPUBar)
+		r := res.median()
+		if r == nil {
+			fmt.Fprintf(w, "| %s | | failed | | | ≥ %.2f | MISS | | | | | | | ≤ %.1f | | | | | | | | |\n", res.mode.name, res.mode.bar, webCPUBar)
 			continue
 		}
+		ok := res.ok()
 		cpuRatio := float64(r.cpuPerPage()) / float64(r.loopPerPage())
 		brokerCPU, per, cbar, cverdict := "—", "—", "", ""
 		if r.brokerCPU >= 0 {
@@ -443,31 +603,52 @@ func printWeb(w io.Writer, runs []*webRun, big *webRun) {
 				cverdict = pass(float64(r.commands)/float64(r.crawl.Requests) <= webCommandsBar)
 			}
 		}
-		fmt.Fprintf(w, "| %s | %.0f | %.0f | **%.2f** | ≥ %.2f | %s | %.0f | %.0f | **%.2f** | ≤ %.1f | %s | %s | %s | %s | %s | %.0f | %d | %s |\n",
-			r.mode.name, r.loop.Rate(), r.crawl.Rate(), r.ratio(), r.mode.bar, pass(r.ratio() >= r.mode.bar),
+		fmt.Fprintf(w, "| %s | %s | %.0f | **%.2f** | %.2f–%.2f (%d) | ≥ %.2f | %s | %.0f / %.0f | %s | | %.0f | %.0f | **%.2f** | ≤ %.1f | %s | %s | %s | %s | %s | %.0f | %d | %s |\n",
+			r.mode.name, loopRates(r), r.crawl.Rate(), r.ratio(), ok[0].ratio(), ok[len(ok)-1].ratio(), len(ok), r.mode.bar, pass(r.ratio() >= r.mode.bar),
+			r.use.inFlight, r.loopInFlight(), load1(r.load),
 			micros(r.cpuPerPage()), micros(r.loopPerPage()), cpuRatio, webCPUBar, pass(cpuRatio <= webCPUBar),
-			brokerCPU, per, cbar, cverdict, float64(r.rss)/(1<<20), r.tally.twice, pass(r.tally.twice == 0))
+			brokerCPU, per, cbar, cverdict, float64(r.rss)/(1<<20), twice, pass(twice == 0))
 	}
 	if big != nil {
-		i := slices.IndexFunc(runs, func(r *webRun) bool { return r.mode.key == "memory" && r.err == nil })
+		i := slices.IndexFunc(results, func(r *webResult) bool { return r.mode.key == "memory" && r.median() != nil })
 		switch {
 		case big.err != nil:
 			notes = append(notes, fmt.Sprintf("memory check at %d hosts: %v", big.hosts, big.err))
 		case i < 0:
 			notes = append(notes, "memory check: no --broker=memory crawl at the first host count to compare with (-modes memory)")
 		default:
-			small := runs[i]
+			small := results[i].median()
 			per := float64(big.rss-small.rss) / float64(big.hosts-small.hosts)
 			fmt.Fprintf(w, "\nWorker RSS, --broker=memory: %.0f MiB at %d hosts, %.0f MiB at %d hosts (%d pages each): **%.0f bytes per host**, bar ≤ %d: %s (at %d hosts: %.0f pages/s, fetched twice %d)\n",
 				float64(small.rss)/(1<<20), small.hosts, float64(big.rss)/(1<<20), big.hosts, small.crawl.Requests,
 				per, webRSSBar, pass(per <= webRSSBar), big.hosts, big.crawl.Rate(), big.tally.twice)
 		}
 	}
-	fmt.Fprintln(w, "\nPages/s: requests the site served (pages and robots.txt) from the first request to the end of the last, the requests of the pages that hang aside (where their timeout and retry fall is not scheduling); each crawl against the loop run just before it "+
-		"(the loop: the same URLs, all known in advance, the same concurrency in all and per host, the same timeout). CPU: user + system over each process's life, TLS included. "+
+	fmt.Fprintln(w, "\nPages/s: requests the site served (pages and robots.txt) from the first request to the end of the last, the requests of the pages that hang aside (where their timeout and retry fall is not scheduling). "+
+		"Each crawl is compared with the mean of the loops run just before and just after it (the loop: the same URLs, all known in advance, the same concurrency in all and per host, the same timeout); "+
+		"the row is the crawl with the median ratio (the lower of the middle two), min–max the ratios of the mode's crawls (how many). "+
+		"In flight: the site's requests in flight, the mean over the window, of that crawl and of its loops. Load: the 1-minute load average when that crawl started, on 2 cores. "+
+		"CPU: user + system over each process's life, TLS included. "+
 		"Broker requests: Redis commands from INFO commandstats (those that scripts call included), NATS messages from clients (/connz in_msgs), RabbitMQ socket reads. "+
-		"Fetched twice: pages requested more than once, beyond the one retry of a page that hung past the timeout (robots.txt files in the notes). Worker RSS: the first worker's largest.")
+		"Fetched twice: pages requested more than once in any of the mode's crawls, beyond the one retry of a page that hung past the timeout (robots.txt files in the notes). Worker RSS: the first worker's largest.")
 	for _, n := range notes {
 		fmt.Fprintf(w, "\n%s\n", n)
 	}
+}
+
+// loopRates is the pages/s of the loops beside r's crawl, before–after.
+func loopRates(r *webRun) string {
+	var s []string
+	for _, l := range []*loopRun{r.before, r.after} {
+		if l != nil {
+			s = append(s, fmt.Sprintf("%.0f", l.w.Rate()))
+		}
+	}
+	return strings.Join(s, "–")
+}
+
+// load1 is the 1-minute figure of a /proc/loadavg reading.
+func load1(load string) string {
+	f, _, _ := strings.Cut(load, " ")
+	return f
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // TestZipfSizes: sizes fall with rank, each between 1 and the largest
@@ -123,5 +124,38 @@ func TestLocalFilter(t *testing.T) {
 		if got := localFilter(c.m, c.flags); got != c.want {
 			t.Errorf("%s %v: local filter %v, want %v", c.m.name, c.flags, got, c.want)
 		}
+	}
+}
+
+// TestWebRunRatio: a crawl is compared with the mean of the loops just
+// before and after it, and a mode's row is its median crawl, failed
+// crawls aside.
+func TestWebRunRatio(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	win := func(pages int) window { return window{First: t0, Last: t0.Add(time.Second), Requests: pages} }
+	loop := func(pages int) *loopRun { return &loopRun{w: win(pages), cpu: time.Duration(pages) * time.Millisecond} }
+	r := &webRun{before: loop(800), after: loop(1200), crawl: win(900)}
+	if got := r.ratio(); got != 0.9 {
+		t.Errorf("ratio %v, want 900 / mean(800, 1200) = 0.9", got)
+	}
+	if got := r.loopPerPage(); got != time.Millisecond {
+		t.Errorf("loop CPU per page %v, want 1ms", got)
+	}
+	alone := &webRun{before: loop(1000), crawl: win(900)}
+	if got := alone.ratio(); got != 0.9 {
+		t.Errorf("one loop: ratio %v, want 0.9", got)
+	}
+	res := &webResult{runs: []*webRun{
+		{before: loop(1000), after: loop(1000), crawl: win(700)},
+		{before: loop(1000), after: loop(1000), crawl: win(990), err: errWebIncomplete},
+		{before: loop(1000), after: loop(1000), crawl: win(950)},
+		{before: loop(1000), after: loop(1000), crawl: win(800)},
+		{before: loop(1000), after: loop(1000), crawl: win(1100)},
+	}}
+	if got := res.median().ratio(); got != 0.8 {
+		t.Errorf("median %v of 0.7, 0.8, 0.95, 1.1 (and a failed 0.99), want the lower middle 0.8", got)
+	}
+	if ok := res.ok(); len(ok) != 4 || ok[0].ratio() != 0.7 || ok[3].ratio() != 1.1 {
+		t.Errorf("the crawls that succeeded, by ratio: %d, want 4 from 0.7 to 1.1", len(ok))
 	}
 }

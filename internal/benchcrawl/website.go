@@ -8,11 +8,9 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/binary"
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"io"
 	"log"
 	"math"
@@ -22,6 +20,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -66,6 +65,15 @@ type webSite struct {
 	mu          sync.Mutex
 	first, last time.Time
 	n           int
+	busy        time.Duration // the timed requests' time in the site, summed: busy / window = mean requests in flight
+	perHost     []hostUse     // each host's
+
+	trace   []traced // every request since the last reset, when tracing
+	tracing bool
+
+	inFlight atomic.Int64 // requests in the site now
+	samples  []flightSample
+	stopS    chan struct{}
 
 	lns     []net.Listener
 	srv     *http.Server
@@ -109,10 +117,12 @@ func serveWeb(cfg webConfig) (*webSite, error) {
 	}
 	s := &webSite{cfg: cfg, size: zipfSizes(cfg.hosts, cfg.pages, cfg.maxHost), hosts: map[netip.Addr]int{}}
 	s.count = make([][]atomic.Int32, cfg.hosts)
+	s.perHost = make([]hostUse, cfg.hosts)
 	for h := range s.count {
 		s.count[h] = make([]atomic.Int32, s.size[h]+1)
 	}
 	s.filler = fillerText(80 << 10)
+	s.stopS = make(chan struct{})
 	if err := s.makeCA(); err != nil {
 		return nil, err
 	}
@@ -134,6 +144,7 @@ func serveWeb(cfg webConfig) (*webSite, error) {
 		s.base = append(s.base, scheme+"://"+ln.Addr().String())
 		s.serving.Go(func() { _ = s.srv.Serve(ln) }) // ends with close
 	}
+	s.serving.Go(s.sample) // ends with close
 	return s, nil
 }
 
@@ -143,7 +154,67 @@ func (s *webSite) close() {
 	for _, ln := range s.lns {
 		_ = ln.Close()
 	}
+	close(s.stopS)
 	s.serving.Wait()
+}
+
+// traced is a request the site served, for -trace.
+type traced struct {
+	host, page int
+	start, end time.Time
+	timed      bool
+}
+
+// writeTrace writes the requests since the last reset to path, one a
+// line: host, page (the host's size for robots.txt), start and end in
+// seconds from the window's start, 1 if timed.
+func (s *webSite) writeTrace(path string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var b strings.Builder
+	for _, t := range s.trace {
+		timed := 0
+		if t.timed {
+			timed = 1
+		}
+		fmt.Fprintf(&b, "%d\t%d\t%.4f\t%.4f\t%d\n", t.host, t.page, t.start.Sub(s.first).Seconds(), t.end.Sub(s.first).Seconds(), timed)
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// hostUse is one host's share of a run: its requests' time in the site
+// and the span from its first request to the end of its last.
+type hostUse struct {
+	busy        time.Duration
+	first, last time.Time
+}
+
+// flightSample is the site's requests in flight at a time.
+type flightSample struct {
+	at time.Time
+	n  int64
+}
+
+// sampleEvery is how often the site samples its requests in flight.
+const sampleEvery = 50 * time.Millisecond
+
+// sample records the requests in flight every sampleEvery while any are,
+// until close.
+func (s *webSite) sample() {
+	t := time.NewTicker(sampleEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stopS:
+			return
+		case now := <-t.C:
+			if n := s.inFlight.Load(); n > 0 {
+				s.mu.Lock()
+				s.samples = append(s.samples, flightSample{now, n})
+				s.mu.Unlock()
+			}
+		}
+	}
 }
 
 // makeCA makes the CA and the TLS configuration, whose certificate for
@@ -261,19 +332,23 @@ func (s *webSite) expected() int {
 	return n
 }
 
-var seedHash = maphash.MakeSeed()
-
-// rng is a generator drawn from the site's seed and the values given.
+// rng is a generator drawn from the site's seed and the values given:
+// the same in every process, so that every run of the bench serves the
+// same site with the same delays.
 func (s *webSite) rng(vals ...uint64) *mrand.Rand {
-	var b [8]byte
-	var h maphash.Hash
-	h.SetSeed(seedHash)
-	for _, v := range append(vals, s.cfg.seed) {
-		binary.LittleEndian.PutUint64(b[:], v)
-		h.Write(b[:])
+	x := splitmix(s.cfg.seed)
+	for _, v := range vals {
+		x = splitmix(x ^ v)
 	}
-	x := h.Sum64()
 	return mrand.New(mrand.NewPCG(x, x^0x9e3779b97f4a7c15))
+}
+
+// splitmix is SplitMix64's mix of x.
+func splitmix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
 }
 
 // hangs tells whether the first request for page p of host h hangs.
@@ -305,6 +380,8 @@ func (s *webSite) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
+	s.inFlight.Add(1)
+	defer s.inFlight.Add(-1)
 	attempt := int(s.count[h][p].Add(1)) - 1
 	// A hanging page's requests are counted but do not time the run:
 	// when the timeout's retry comes depends on where the page falls in
@@ -316,7 +393,7 @@ func (s *webSite) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case <-t.C:
 	case <-r.Context().Done():
 		t.Stop()
-		s.note(start, timed)
+		s.note(h, p, start, timed)
 		return
 	}
 	var body []byte
@@ -329,22 +406,40 @@ func (s *webSite) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	_, _ = w.Write(body)
-	s.note(start, timed)
+	s.note(h, p, start, timed)
 }
 
-// note records a request that started at start and ends now; timed: its
-// times bound the run's window.
-func (s *webSite) note(start time.Time, timed bool) {
+// note records a request to host h that started at start and ends now;
+// timed: its times bound the run's window.
+func (s *webSite) note(h, p int, start time.Time, timed bool) {
 	end := time.Now()
 	s.mu.Lock()
-	if timed && (s.first.IsZero() || start.Before(s.first)) {
+	defer s.mu.Unlock()
+	s.n++
+	if s.tracing {
+		s.trace = append(s.trace, traced{h, p, start, end, timed})
+	}
+	if !timed {
+		return
+	}
+	if s.first.IsZero() || start.Before(s.first) {
 		s.first = start
 	}
-	if timed && end.After(s.last) {
-		s.last = end
+	s.last = latest(s.last, end)
+	s.busy += end.Sub(start)
+	u := &s.perHost[h]
+	if u.first.IsZero() || start.Before(u.first) {
+		u.first = start
 	}
-	s.n++
-	s.mu.Unlock()
+	u.last = latest(u.last, end)
+	u.busy += end.Sub(start)
+}
+
+func latest(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // route finds the host and page of r.
@@ -417,6 +512,22 @@ func (s *webSite) page(h, p int) []byte {
 	return append(b, "</p></body></html>\n"...)
 }
 
+// topBound is the least time the largest host (host 0) takes at perHost
+// requests at once: its requests' latencies, summed, over perHost (a
+// hanging page's retry counted, not its hang). A window this long is
+// the site's, whatever the client's scheduling.
+func (s *webSite) topBound(perHost int) time.Duration {
+	var sum time.Duration
+	for p := range s.size[0] + 1 {
+		a := 0
+		if p < s.size[0] && s.hangs(0, p) {
+			a = 1
+		}
+		sum += s.latency(0, p, a)
+	}
+	return sum / time.Duration(max(1, perHost))
+}
+
 // reset forgets the counts and the timing, for the next run.
 func (s *webSite) reset() {
 	for h := range s.count {
@@ -427,6 +538,8 @@ func (s *webSite) reset() {
 	s.other.Store(0)
 	s.mu.Lock()
 	s.first, s.last, s.n = time.Time{}, time.Time{}, 0
+	s.busy, s.samples, s.trace = 0, nil, nil
+	clear(s.perHost)
 	s.mu.Unlock()
 }
 
@@ -435,6 +548,84 @@ func (s *webSite) window() window {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return window{First: s.first, Last: s.last, Requests: s.n}
+}
+
+// use is how busy the site was since the last reset, over the window.
+func (s *webSite) use() siteUse {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	u := siteUse{first: s.first, window: s.last.Sub(s.first)}
+	u.top = hostSpan{host: 0, pages: s.size[0], use: s.perHost[0]}
+	for h, x := range s.perHost {
+		if x.last.IsZero() {
+			continue
+		}
+		u.last = append(u.last, hostSpan{host: h, pages: s.size[h], use: x})
+		slices.SortFunc(u.last, func(a, b hostSpan) int { return b.use.last.Compare(a.use.last) })
+		u.last = u.last[:min(len(u.last), 3)]
+	}
+	if u.window > 0 {
+		u.inFlight = float64(s.busy) / float64(u.window)
+		for i := range u.tenths {
+			from := s.first.Add(u.window * time.Duration(i) / 10)
+			to := s.first.Add(u.window * time.Duration(i+1) / 10)
+			var sum, n int64
+			for _, x := range s.samples {
+				if !x.at.Before(from) && x.at.Before(to) {
+					sum += x.n
+					n++
+				}
+			}
+			if n > 0 {
+				u.tenths[i] = float64(sum) / float64(n)
+			}
+		}
+	}
+	return u
+}
+
+// siteUse is how busy the site was over a run's window: what a
+// scheduler kept in flight, which pages/s alone hides.
+type siteUse struct {
+	first    time.Time
+	window   time.Duration
+	inFlight float64     // requests in flight, the window's mean
+	tenths   [10]float64 // requests in flight (sampled every sampleEvery), mean over each tenth of the window
+	top      hostSpan    // the largest host's
+	last     []hostSpan  // the hosts whose last request ended last, last first
+}
+
+// hostSpan is a host's share of a run.
+type hostSpan struct {
+	host, pages int
+	use         hostUse
+}
+
+// say says where h fell in u's window and how busy it was over its span.
+func (u siteUse) say(h hostSpan) string {
+	span := h.use.last.Sub(h.use.first)
+	if span <= 0 || u.window <= 0 {
+		return fmt.Sprintf("host %d (%d pages): -", h.host, h.pages)
+	}
+	at := func(t time.Time) float64 { return 100 * t.Sub(u.first).Seconds() / u.window.Seconds() }
+	return fmt.Sprintf("host %d (%d pages): %.2f in flight from %.0f%% to %.0f%% of the window", h.host, h.pages, float64(h.use.busy)/float64(span), at(h.use.first), at(h.use.last))
+}
+
+// String says it in a line, for the log.
+func (u siteUse) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%.0f requests in flight on average over %.1fs; by tenth of the window:", u.inFlight, u.window.Seconds())
+	for _, t := range u.tenths {
+		fmt.Fprintf(&b, " %.0f", t)
+	}
+	fmt.Fprintf(&b, "; the largest, %s; ending last:", u.say(u.top))
+	for i, h := range u.last {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, " %s", u.say(h))
+	}
+	return b.String()
 }
 
 // tally is what the site's counts say of a run.
