@@ -2,7 +2,6 @@ package engine
 
 import (
 	"cmp"
-	"container/heap"
 	"context"
 	"errors"
 	"slices"
@@ -58,7 +57,7 @@ const (
 type hostTally struct {
 	mu    sync.Mutex
 	byKey map[string]*hostCount
-	heap  hostHeap // min-heap by estimated fetches
+	heap  indexHeap[*hostCount] // min-heap by estimated fetches
 }
 
 // hostCount is one host's entry.
@@ -72,25 +71,8 @@ type hostCount struct {
 // estimate is the entry's fetches, counting those it may have missed.
 func (c *hostCount) estimate() int64 { return c.fetches + c.untallied }
 
-type hostHeap []*hostCount
-
-func (h hostHeap) Len() int           { return len(h) }
-func (h hostHeap) Less(i, j int) bool { return h[i].estimate() < h[j].estimate() }
-func (h hostHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].index, h[j].index = i, j
-}
-func (h *hostHeap) Push(x any) {
-	c := x.(*hostCount)
-	c.index = len(*h)
-	*h = append(*h, c)
-}
-func (h *hostHeap) Pop() any {
-	old := *h
-	c := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return c
-}
+func (c *hostCount) before(o *hostCount) bool { return c.estimate() < o.estimate() }
+func (c *hostCount) setHeapIndex(i int)       { c.index = i }
 
 // fetched counts one fetch of host: a page when it got a response (status
 // is its status code), an error when it got none (status 0) or a status
@@ -108,7 +90,7 @@ func (t *hostTally) fetched(host string, status int) {
 		}
 		c = &hostCount{host: host}
 		t.byKey[host] = c
-		heap.Push(&t.heap, c)
+		t.heap.push(c)
 	default:
 		c = t.heap[0] // the fewest fetches: its place goes to host
 		delete(t.byKey, c.host)
@@ -122,7 +104,7 @@ func (t *hostTally) fetched(host string, status int) {
 	if status == 0 || status >= 400 {
 		c.errors++
 	}
-	heap.Fix(&t.heap, c.index)
+	t.heap.fix(c.index)
 }
 
 // top returns the n hosts with the most pages (then errors), their delays

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"container/heap"
 	"context"
 	"net/url"
 	"strings"
@@ -42,8 +41,8 @@ type workbench struct {
 
 	mu    sync.Mutex
 	hosts map[string]*benchHost
-	ready benchHeap // hosts with work held back and a free slot, by their first delivery's arrival
-	held  int       // deliveries held back
+	ready indexHeap[*benchHost] // hosts with work held back and a free slot, by their first delivery's arrival
+	held  int                   // deliveries held back
 	seq   uint64
 	// wake, while the receiver waits for the frontier, ends that wait:
 	// done calls it when a held-back delivery's host gets room.
@@ -108,7 +107,7 @@ func (w *workbench) add(it *benchItem) {
 // w.mu must be held.
 func (w *workbench) readyIf(h *benchHost) {
 	if h.index < 0 && !h.parked && len(h.queue) > 0 && (h.active < w.perHost || h.key == "") {
-		heap.Push(&w.ready, h)
+		w.ready.push(h)
 	}
 }
 
@@ -123,7 +122,7 @@ func (w *workbench) take() *benchItem {
 		if w.gate.Lease(h.key, func() { w.unpark(h) }) {
 			break
 		}
-		heap.Remove(&w.ready, 0)
+		w.ready.remove(0)
 		h.parked = true
 	}
 	if len(w.ready) == 0 {
@@ -136,9 +135,9 @@ func (w *workbench) take() *benchItem {
 	h.active++
 	w.held--
 	if len(h.queue) > 0 && (h.active < w.perHost || h.key == "") {
-		heap.Fix(&w.ready, 0)
+		w.ready.fix(0)
 	} else {
-		heap.Remove(&w.ready, 0)
+		w.ready.remove(0)
 	}
 	return it
 }
@@ -206,7 +205,7 @@ func (w *workbench) drain() []*benchItem {
 			delete(w.hosts, k)
 		}
 	}
-	w.ready = w.ready[:0]
+	w.ready.reset()
 	for _, h := range w.hosts {
 		h.index = -1
 		h.parked = false
@@ -215,26 +214,7 @@ func (w *workbench) drain() []*benchItem {
 	return its
 }
 
-// benchHeap orders ready hosts by the arrival of their first held-back
+// before orders ready hosts by the arrival of their first held-back
 // delivery: the frontier's order, as far as the caps allow.
-type benchHeap []*benchHost
-
-func (b benchHeap) Len() int           { return len(b) }
-func (b benchHeap) Less(i, j int) bool { return b[i].queue[0].seq < b[j].queue[0].seq }
-func (b benchHeap) Swap(i, j int) {
-	b[i], b[j] = b[j], b[i]
-	b[i].index, b[j].index = i, j
-}
-func (b *benchHeap) Push(x any) {
-	h := x.(*benchHost)
-	h.index = len(*b)
-	*b = append(*b, h)
-}
-func (b *benchHeap) Pop() any {
-	old := *b
-	h := old[len(old)-1]
-	old[len(old)-1] = nil
-	h.index = -1
-	*b = old[:len(old)-1]
-	return h
-}
+func (h *benchHost) before(o *benchHost) bool { return h.queue[0].seq < o.queue[0].seq }
+func (h *benchHost) setHeapIndex(i int)       { h.index = i }
