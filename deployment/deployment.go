@@ -22,6 +22,7 @@ import (
 	redisbroker "github.com/trawlhq/trawl/broker/redis"
 	"github.com/trawlhq/trawl/dedup"
 	"github.com/trawlhq/trawl/dedup/local"
+	dedupredis "github.com/trawlhq/trawl/dedup/redis"
 	"github.com/trawlhq/trawl/engine"
 	"github.com/trawlhq/trawl/frontier"
 )
@@ -169,9 +170,12 @@ type Deployment struct {
 	redis goredis.UniversalClient   // the deployment's Redis, or nil
 	keys  func(queue string) string // a queue's name as its broker shows it, or nil
 	// reopen opens another broker on the deployment's servers with n
-	// partitions (NATS and RabbitMQ), closed with the deployment; nil
+	// partitions (Redis, NATS and RabbitMQ), closed with the deployment; nil
 	// for brokers that do not split their queues.
 	reopen func(ctx context.Context, n int) (broker.Broker, error)
+	// claims is the Redis broker's filter, partitioned with its queue
+	// (each partition's claims under its tag), or nil.
+	claims dedupredis.Claimer
 	purges []func(context.Context) error
 	closes []func() error
 }

@@ -127,20 +127,35 @@ func (d *Deployment) openRedis(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	rb, err := redisbroker.New(ctx, redisbroker.Config{Client: client, Order: d.cfg.Order, Lease: d.lease(), MaxDeliveries: MaxDeliveries(d.crawl), Partitions: parts, Logger: d.crawl.Logger})
+	cfg := redisbroker.Config{Client: client, Order: d.cfg.Order, Lease: d.lease(), MaxDeliveries: MaxDeliveries(d.crawl), Partitions: parts, Logger: d.crawl.Logger}
+	rb, err := redisbroker.New(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	d.Broker, d.Shared = rb, true
 	d.keys = redislayout.Of
 	d.closes = append(d.closes, rb.Close)
+	d.reopen = func(ctx context.Context, n int) (broker.Broker, error) {
+		c := cfg
+		c.Partitions = n
+		b, err := redisbroker.New(ctx, c)
+		if err == nil {
+			d.closes = append(d.closes, b.Close)
+		}
+		return b, err
+	}
 	if err := d.redisExtras(ctx, client, true); err != nil {
 		return err
 	}
-	// The partitions' filters (their claims) go with the crawl's.
-	if f, ok := d.Filter.(dedupredis.Claimer); ok && parts > 1 {
-		for p := range parts {
-			d.purges = append(d.purges, f.Partition(p, parts).Purge)
+	if f, ok := d.Filter.(dedupredis.Claimer); ok {
+		// The filter's claims are partitioned with the queue
+		// (redisfrontier), and a repartition copies them.
+		d.claims = f
+		// The partitions' filters (their claims) go with the crawl's.
+		if parts > 1 {
+			for p := range parts {
+				d.purges = append(d.purges, f.Partition(p, parts).Purge)
+			}
 		}
 	}
 	return nil

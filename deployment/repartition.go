@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/trawlhq/trawl/broker"
+	dedupredis "github.com/trawlhq/trawl/dedup/redis"
 	"github.com/trawlhq/trawl/engine"
 )
 
@@ -26,7 +27,17 @@ type Moved struct {
 // Repartition moves the queued requests and dead letters of a stopped
 // crawl (no live worker) into m partitions, each to the partition of its
 // host under the crawl's PartitionBy, and stores m as the crawl's
-// partition count (trawl repartition). NATS and RabbitMQ only.
+// partition count (trawl repartition). Redis, NATS and RabbitMQ.
+//
+// The Redis broker's filter is partitioned with its queue, and its claims
+// cannot be moved by host (see dedup/redis.CopyClaims): before the count
+// is stored, every new partition gets the claims of every old one, so
+// that nothing claimed is fetched again; once the requests are in their
+// new partitions, the old partitions' claims are deleted (but for the
+// filter's own keys, partition 0 of one, which hold the crawl's marks
+// too). A repartition
+// cut short after the count was stored leaves them (memory, not
+// correctness): trawl purge deletes them with the crawl.
 //
 // It moves through two queues of one partition beside the crawl's,
 // NAME:requests~repartition and NAME:requests~repartition-dead: first
@@ -42,7 +53,7 @@ type Moved struct {
 func (d *Deployment) Repartition(ctx context.Context, m int) (Moved, error) {
 	name := d.crawl.Name
 	if d.reopen == nil {
-		return Moved{}, configErr("repartition needs --broker=nats or --broker=rabbitmq (the other brokers do not split their queues)")
+		return Moved{}, configErr("repartition needs --broker=redis, nats or rabbitmq (the other brokers do not split their queues)")
 	}
 	if m < 1 || m > broker.MaxPartitions {
 		return Moved{}, configErr("--partitions %d: want 1 to %d", m, broker.MaxPartitions)
@@ -114,6 +125,11 @@ func (d *Deployment) Repartition(ctx context.Context, m int) (Moved, error) {
 			return out, err
 		}
 	}
+	if d.claims != nil {
+		if err := dedupredis.CopyClaims(ctx, d.claims, out.From, m); err != nil {
+			return out, fmt.Errorf("repartition: %w", err)
+		}
+	}
 	if err := engine.SetPartitions(ctx, d.Metadata, name, m); err != nil {
 		return out, err
 	}
@@ -165,7 +181,13 @@ func (d *Deployment) Repartition(ctx context.Context, m int) (Moved, error) {
 		msg.Key = key(msg.Body)
 		return msg, nil
 	})
-	return out, err
+	if err != nil || d.claims == nil {
+		return out, err
+	}
+	if err := dedupredis.DropPartitions(ctx, d.claims, out.From, m); err != nil {
+		return out, fmt.Errorf("repartition: %w", err)
+	}
+	return out, nil
 }
 
 // partitionDropper is implemented by brokers that can delete the

@@ -2,20 +2,27 @@ package deployment_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/trawlhq/trawl/broker"
+	"github.com/trawlhq/trawl/dedup"
+	dedupredis "github.com/trawlhq/trawl/dedup/redis"
 	"github.com/trawlhq/trawl/deployment"
 	"github.com/trawlhq/trawl/engine"
 	"github.com/trawlhq/trawl/internal/integration"
+	"github.com/trawlhq/trawl/internal/redislayout"
 )
 
 // TestRepartitionDeadLetters: Repartition from 1 to 4 partitions moves
 // every queued request and every dead letter, with its reason, to the
 // partition of its host, and stores the count: the deployment opened
-// afterwards without a count has 4. On NATS and on RabbitMQ, real servers.
+// afterwards without a count has 4. On NATS, RabbitMQ and Redis, real
+// servers. On Redis, whose filter is partitioned with the queue, every new
+// partition holds every claim made before (set and Bloom), and the old
+// partitions' claims are gone.
 func TestRepartitionDeadLetters(t *testing.T) {
 	for _, c := range []struct {
 		name string
@@ -26,6 +33,12 @@ func TestRepartitionDeadLetters(t *testing.T) {
 		}},
 		{"rabbitmq", func(t *testing.T) deployment.Config {
 			return deployment.Config{Broker: "rabbitmq", AMQPURL: integration.RabbitMQ(t), Filter: "set", RedisURL: integration.Redis(t)}
+		}},
+		{"redis", func(t *testing.T) deployment.Config {
+			return deployment.Config{Broker: "redis", Filter: "set", RedisURL: integration.Redis(t)}
+		}},
+		{"redis-bloom", func(t *testing.T) deployment.Config {
+			return deployment.Config{Broker: "redis", Filter: "bloom", FilterCapacity: 100_000, RedisURL: integration.Redis(t)}
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -77,6 +90,20 @@ func TestRepartitionDeadLetters(t *testing.T) {
 					buried++
 				}
 			}
+			// Claims made with one partition (Redis: in the filter's own
+			// keys).
+			fps := make([]dedup.Fingerprint, 50)
+			for i := range fps {
+				sum := sha256.Sum256(fmt.Appendf(nil, "claimed %d", i))
+				copy(fps[i][:], sum[:])
+			}
+			claims, partitioned := d.Filter.(dedupredis.Claimer)
+			partitioned = partitioned && cfg.Broker == "redis"
+			if partitioned {
+				if _, err := claims.Add(ctx, fps...); err != nil {
+					t.Fatal(err)
+				}
+			}
 			m, err := d.Repartition(ctx, 4)
 			if err != nil {
 				t.Fatal(err)
@@ -90,6 +117,12 @@ func TestRepartitionDeadLetters(t *testing.T) {
 			p, ok := d4.Broker.(broker.Partitioned)
 			if !ok || p.Partitions() != 4 {
 				t.Fatalf("the deployment opened after the repartition is not of 4 partitions")
+			}
+			if partitioned {
+				f := d4.Filter.(dedupredis.Claimer)
+				checkClaims(ctx, t, f, 4, fps, true)
+				// The filter's own keys stay (the crawl's marks).
+				checkClaims(ctx, t, f, 1, fps, true)
 			}
 			want := make([]broker.Counts, 4)
 			ds, err := receiveAll(ctx, d4.Broker, q, total-dead)
@@ -148,6 +181,16 @@ func TestRepartitionDeadLetters(t *testing.T) {
 			}
 			d4.Close()
 			d2 := open()
+			if partitioned {
+				f := d2.Filter.(dedupredis.Claimer)
+				checkClaims(ctx, t, f, 2, fps, true)
+				for p := range 4 {
+					base := redislayout.PartitionFilterKeys(f.Key(), p, 4).Base
+					if base != redislayout.PartitionFilterKeys(f.Key(), 0, 2).Base && base != redislayout.PartitionFilterKeys(f.Key(), 1, 2).Base {
+						checkPartition(ctx, t, f, p, 4, fps, false)
+					}
+				}
+			}
 			if err := d2.Broker.Publish(ctx, q, broker.Message{Body: msgs[0].Body, Key: "h0.example"}); err != nil {
 				t.Fatalf("publish after the repartition to 2: %v", err)
 			}
@@ -155,6 +198,34 @@ func TestRepartitionDeadLetters(t *testing.T) {
 				t.Errorf("counts after the repartition to 2: %+v, %v; want 1 ready, %d dead", n, err, dead)
 			}
 		})
+	}
+}
+
+// checkClaims checks that each of the n partitions of f holds every one
+// of fps (in), or none (!in).
+func checkClaims(ctx context.Context, t *testing.T, f dedupredis.Claimer, n int, fps []dedup.Fingerprint, in bool) {
+	t.Helper()
+	for p := range n {
+		checkPartition(ctx, t, f, p, n, fps, in)
+	}
+}
+
+// checkPartition checks that partition p of n of f holds every one of
+// fps (in), or none (!in).
+func checkPartition(ctx context.Context, t *testing.T, f dedupredis.Claimer, p, n int, fps []dedup.Fingerprint, in bool) {
+	t.Helper()
+	got, err := f.Partition(p, n).(dedup.Checker).Contains(ctx, fps...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := 0
+	for _, ok := range got {
+		if ok {
+			held++
+		}
+	}
+	if in && held != len(fps) || !in && held != 0 {
+		t.Errorf("partition %d of %d of the filter holds %d of the %d claims made before the repartition, want %v", p, n, held, len(fps), map[bool]string{true: "all", false: "none"}[in])
 	}
 }
 

@@ -369,13 +369,18 @@ func describe(queue string, l broker.DeadLetter) (what, reason string) {
 func newRepartitionCmd(o *options) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "repartition --partitions N",
-		Short: "Move a stopped crawl's queued requests and dead letters into N partitions (NATS, RabbitMQ)",
+		Short: "Move a stopped crawl's queued requests and dead letters into N partitions (Redis, NATS, RabbitMQ)",
 		Long: `Move a stopped crawl's queued requests and dead letters into N partitions
-(NATS, RabbitMQ), each to the partition of its host (or registrable domain,
-as the crawl's --partition-by), and store N as the crawl's partition count:
-workers started afterwards without --partitions adopt it. It refuses while
-workers of the crawl run. Nothing is lost if it is cut short: run it again
-with the same N to finish the move.`,
+(Redis, NATS, RabbitMQ), each to the partition of its host (or registrable
+domain, as the crawl's --partition-by), and store N as the crawl's partition
+count: workers started afterwards without --partitions adopt it. It refuses
+while workers of the crawl run. Nothing is lost if it is cut short: run it
+again with the same N to finish the move.
+
+With --broker=redis the duplicate filter is partitioned too, and its entries
+(fingerprints, not URLs) cannot be moved by host: every new partition gets a
+copy of every old partition's, so that no page is fetched twice, at the cost
+of N times the filter's memory. Give the crawl's --dedup (and Bloom sizes).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if f := cmd.Flags().Lookup("partitions"); f == nil || !f.Changed {

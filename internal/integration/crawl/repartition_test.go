@@ -9,17 +9,32 @@ import (
 
 	"github.com/trawlhq/trawl/broker"
 	"github.com/trawlhq/trawl/internal/integration"
+	"github.com/trawlhq/trawl/internal/redislayout"
 	"github.com/trawlhq/trawl/internal/testsite"
 )
 
-// TestRepartition (issue 24): a crawl on NATS with one partition, stopped
-// by --max-pages with over 5,000 requests queued, is repartitioned to 4
+// TestRepartition (issue 24): a crawl with one partition, stopped by
+// --max-pages with over 5,000 requests queued, is repartitioned to 4
 // (trawl repartition --partitions 4): every queued request moves, each to
 // the partition of its host (four sites on four loopback addresses, one
 // per partition); a worker started without --partitions adopts the 4 and
-// finishes the crawl; every page is fetched once.
+// finishes the crawl; every page is fetched once. On NATS (with a Redis
+// filter, not partitioned) and on Redis, whose filter is partitioned with
+// the queue and whose claims every new partition gets a copy of (a page
+// fetched before the repartition and linked again after it is not fetched
+// twice).
 func TestRepartition(t *testing.T) {
-	nats, redis := integration.NATS(t), integration.Redis(t)
+	for _, backend := range []string{"nats", "redis"} {
+		t.Run(backend, func(t *testing.T) { testRepartition(t, backend) })
+	}
+}
+
+func testRepartition(t *testing.T, backend string) {
+	redis := integration.Redis(t)
+	brokerArgs := []string{"--broker=redis", "--redis-url", redis}
+	if backend == "nats" {
+		brokerArgs = []string{"--broker=nats", "--nats-url", integration.NATS(t), "--redis-url", redis}
+	}
 	hosts := []string{"127.0.0.3", "127.0.0.5", "127.0.0.2", "127.0.0.4"} // partitions 0 to 3 of 4
 	var sites []*testsite.Site
 	var urls []string
@@ -35,8 +50,8 @@ func TestRepartition(t *testing.T) {
 	}
 	name := integration.Name(t)
 	args := func(more ...string) []string {
-		return flags([]string{"--broker=nats", "--nats-url", nats, "--redis-url", redis, "--name", name,
-			"--allow-private", "--idle-timeout=3s", "--concurrency=16", "--per-host=16"}, more...)
+		return flags(append(brokerArgs, "--name", name,
+			"--allow-private", "--idle-timeout=3s", "--concurrency=16", "--per-host=16"), more...)
 	}
 	mustRun(t, append([]string{"seed"}, args(urls...)...)...)
 	first := start(t, append([]string{"worker"}, args("--max-pages=1000")...)...)
@@ -53,6 +68,9 @@ func TestRepartition(t *testing.T) {
 			t.Fatal(err)
 		}
 		q := name + ":requests"
+		if backend == "redis" {
+			q = redislayout.Of(q) // as trawl stats names it: {NAME}:requests
+		}
 		var parts []int64
 		for p := 0; ; p++ {
 			n, ok := m[fmt.Sprintf("%s/p%d/ready", q, p)]
