@@ -25,6 +25,8 @@ type mode struct {
 	server string   // the server it needs, or ""
 	bar    float64  // pages/s as a share of the fetch limit, at least
 	idle   time.Duration
+	key    string // the name -modes knows it by, if not its server's
+	noIdle bool   // its idle cost is its server's mode's (not measured again)
 }
 
 // modes are the five of issue 10, in its order.
@@ -34,7 +36,14 @@ var modes = []mode{
 	{name: "--broker=redis", server: "redis", bar: 0.5},
 	{name: "--broker=nats", server: "nats", bar: 0.4},
 	{name: "--broker=rabbitmq (stock)", server: "rabbitmq", bar: 0.35},
+	// Issue 24: one Redis, eight partitions, one site (one host, so one
+	// partition with work): its CPU model within 5% of --broker=redis's.
+	{name: "--broker=redis --partitions 8", flags: []string{"--partitions=8"}, server: "redis", bar: 0.5, key: "redis8", noIdle: true},
 }
+
+// partitionsBar is issue 24's bar: the CPU model of --partitions 8 on one
+// Redis is at least this share of --broker=redis's.
+const partitionsBar = 0.95
 
 // Idle bars (issue 10).
 const (
@@ -109,7 +118,7 @@ func benchMain(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	c.flags(fs, 10000)
 	idleFor := fs.Duration("idle", 10*time.Second, "how long the idle cost is measured, per server")
-	only := fs.String("modes", "", "comma-separated modes to run (memory, default, redis, nats, rabbitmq; default all)")
+	only := fs.String("modes", "", "comma-separated modes to run (memory, default, redis, nats, rabbitmq, redis8; default all)")
 	runs := fs.Int("runs", 3, "crawls per mode; the table shows their median")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -171,6 +180,8 @@ func benchMain(ctx context.Context, args []string) error {
 // key is the name -modes knows a mode by.
 func key(m mode) string {
 	switch {
+	case m.key != "":
+		return m.key
 	case m.server != "":
 		return m.server
 	case len(m.flags) == 0:
@@ -221,7 +232,7 @@ func (c *common) runMode(ctx context.Context, s *site, m mode, runs int) *result
 			m.name, i+1, runs, one.perPage(one.windowCPU.site), one.perPage(one.windowCPU.worker), one.perPage(one.windowCPU.broker),
 			micros(one.fetchSite), micros(one.fetchCPU-one.fetchSite))
 	}
-	if srv != nil {
+	if srv != nil && !m.noIdle {
 		r.idle = c.idle(ctx, m, srv)
 		if r.idle.err == nil {
 			logf("%s: idle %.1f %s/s, %d connections", m.name, r.idle.count, r.idle.unit, r.idle.conns)
@@ -589,7 +600,9 @@ func printTable(w io.Writer, results []*result, pages int) {
 	fmt.Fprintln(w, "| mode | fetch limit pages/s | crawl pages/s | crawl / fetch (min–max) | bar | | CPU model | broker CPU s per 1,000 pages | worker CPU s per 1,000 pages | idle requests/s | idle connections | idle bar |")
 	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |")
 	var notes []string
+	byKey := map[string][]*run{} // -modes may name a mode twice, to interleave
 	for _, r := range results {
+		byKey[key(r.mode)] = append(byKey[key(r.mode)], r.runs...)
 		if r.err != nil {
 			notes = append(notes, fmt.Sprintf("%s: %v", r.mode.name, r.err))
 		}
@@ -636,6 +649,12 @@ func printTable(w io.Writer, results []*result, pages int) {
 		"CPU model: the fetch limit's CPU per page (the site's and the loop's) over the crawl's (the site's, the worker's and the broker server's), "+
 		"what the ratio would be on an idle machine if all were CPU-bound; load from elsewhere moves it far less than the wall-clock ratio. "+
 		"CPU figures are over the crawl's window. Idle bar: ≤ %.0f requests/s and ≤ %d connections.\n", pages, idleRateBar, idleConnsBar)
+	one, _, _ := median(byKey["redis"], (*run).cpuRatio)
+	eight, _, _ := median(byKey["redis8"], (*run).cpuRatio)
+	if one > 0 && eight > 0 {
+		fmt.Fprintf(w, "\n--partitions 8 on one Redis: CPU model %.3f against --broker=redis's %.3f (medians of %d and %d crawls), %.3f of it (issue 24's bar: at least %.2f): %s\n",
+			eight, one, len(byKey["redis8"]), len(byKey["redis"]), eight/one, partitionsBar, pass(eight/one >= partitionsBar))
+	}
 	for _, n := range notes {
 		fmt.Fprintf(w, "\n%s\n", n)
 	}
