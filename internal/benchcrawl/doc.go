@@ -60,7 +60,8 @@
 //
 // For each mode (one worker on memory, the embedded default, redis, nats,
 // rabbitmq; 4 workers on redis and on nats with a Redis filter), -repeat
-// crawls (2), every host's home page a start URL, each between two runs
+// crawls (2), each on fresh broker servers, every host's home page a
+// start URL, each between two runs
 // of a bare loop of GETs over the same URLs (the webfetch command: every
 // URL known in advance, -concurrency times the workers in all, -per-host
 // per host, the same timeout): loop, crawl, loop, crawl, loop, the loop

@@ -216,7 +216,7 @@ func webMain(ctx context.Context, args []string) error {
 		return err
 	}
 	f.trawl, f.dir = c.trawl, c.dir
-	keep := false
+	keep := f.trace != "" // the workers' items and logs beside the trace
 	defer func() { c.cleanup(keep) }()
 
 	started := time.Now().UTC()
@@ -278,45 +278,20 @@ func webMain(ctx context.Context, args []string) error {
 // topBound is the least time the site's largest host takes at --per-host.
 func (f *webFlags) topBound(site *webSite) time.Duration { return site.topBound(f.perHost) }
 
-// runMode starts the mode's servers and crawls -repeat times, each
-// crawl after the loop before (prev) and followed by one; it returns
-// the last loop, nil if it failed.
+// runMode crawls -repeat times, each crawl on fresh servers (a crawl's
+// state in a server, its stored robots.txt files among it, would serve
+// the next), after the loop before (prev) and followed by one; it
+// returns the last loop, nil if it failed.
 func (f *webFlags) runMode(ctx context.Context, site *webSite, res *webResult, prev *loopRun) *loopRun {
 	m := res.mode
-	fail := func(err error) *loopRun {
-		res.runs = append(res.runs, &webRun{mode: m, hosts: f.cfg.hosts, before: prev, err: err})
-		return prev
-	}
-	var flags []string
-	var srv *server
-	if m.server != "" {
-		var err error
-		if srv, err = startServer(ctx, m.server); err != nil {
-			return fail(err)
-		}
-		defer srv.close()
-		flags = append(flags, srv.flags...)
-	}
-	if m.filter {
-		red, err := startServer(ctx, "redis")
-		if err != nil {
-			return fail(err)
-		}
-		defer red.close()
-		flags = slices.DeleteFunc(flags, func(s string) bool { return s == "--dedup=local" })
-		flags = append(flags, "--dedup=set", red.flags[1], red.flags[2])
-	}
 	for i := range f.repeat {
 		if ctx.Err() != nil {
 			break
 		}
 		r := &webRun{mode: m, hosts: f.cfg.hosts, before: prev, brokerCPU: -1, commands: -1, load: loadavg()}
-		if srv != nil {
-			r.unit = srv.countUnit
-		}
 		res.runs = append(res.runs, r)
 		logf("%s: crawl %d of %d (load %s)", m.name, i+1, f.repeat, r.load)
-		r.err = f.crawl(ctx, site, m, srv, append(slices.Clone(m.flags), flags...), r)
+		r.err = f.serveAndCrawl(ctx, site, m, r)
 		if r.err != nil {
 			logf("%s: %v", m.name, r.err)
 		} else {
@@ -334,6 +309,31 @@ func (f *webFlags) runMode(ctx context.Context, site *webSite, res *webResult, p
 		}
 	}
 	return prev
+}
+
+// serveAndCrawl starts the servers of m, crawls, and stops them.
+func (f *webFlags) serveAndCrawl(ctx context.Context, site *webSite, m webMode, r *webRun) error {
+	var flags []string
+	var srv *server
+	if m.server != "" {
+		var err error
+		if srv, err = startServer(ctx, m.server); err != nil {
+			return err
+		}
+		defer srv.close()
+		flags = append(flags, srv.flags...)
+		r.unit = srv.countUnit
+	}
+	if m.filter {
+		red, err := startServer(ctx, "redis")
+		if err != nil {
+			return err
+		}
+		defer red.close()
+		flags = slices.DeleteFunc(flags, func(s string) bool { return s == "--dedup=local" })
+		flags = append(flags, "--dedup=set", red.flags[1], red.flags[2])
+	}
+	return f.crawl(ctx, site, m, srv, append(slices.Clone(m.flags), flags...), r)
 }
 
 // saveTrace writes the site's requests of the run to -trace, if given.
