@@ -30,6 +30,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 
@@ -54,7 +55,36 @@ func main() {
 	// go-redis logs connection failures through a global logger; the
 	// command reports them itself, in one line.
 	goredis.SetLogger(quietRedis{})
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	stop := startCPUProfile(os.Getenv("TRAWL_CPUPROFILE"), os.Stderr)
+	code := run(os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// startCPUProfile writes a CPU profile of the whole process to path until
+// stop is called, for profiling a worker where it runs (make bench-web's
+// -cpu-profile). An empty path profiles nothing; a profile that cannot
+// start says why in one line and the command runs without it.
+func startCPUProfile(path string, stderr io.Writer) (stop func()) {
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err == nil {
+		if err = pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "trawl: TRAWL_CPUPROFILE: %v\n", err)
+		return func() {}
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			fmt.Fprintf(stderr, "trawl: TRAWL_CPUPROFILE: %v\n", err)
+		}
+	}
 }
 
 // quietRedis discards go-redis's internal log.

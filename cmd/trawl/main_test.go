@@ -293,3 +293,21 @@ func TestResumeDefault(t *testing.T) {
 		t.Errorf("%d items over both runs (%d in the first), want %d", n, half, site.Expected())
 	}
 }
+
+// TestCPUProfile: TRAWL_CPUPROFILE's profile is written when the command
+// ends (a gzipped pprof file); one that cannot be created says why in one
+// line and profiles nothing; no path profiles nothing.
+func TestCPUProfile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cpu.pprof")
+	var stderr strings.Builder
+	startCPUProfile(path, &stderr)()
+	b, err := os.ReadFile(path)
+	if err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Errorf("profile: %d bytes, %v; want a gzipped pprof file", len(b), err)
+	}
+	startCPUProfile(filepath.Join(path, "no", "such"), &stderr)()
+	if got := stderr.String(); strings.Count(got, "\n") != 1 || !strings.Contains(got, "TRAWL_CPUPROFILE") {
+		t.Errorf("stderr %q, want one line naming TRAWL_CPUPROFILE", got)
+	}
+	startCPUProfile("", &stderr)()
+}

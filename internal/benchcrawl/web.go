@@ -60,6 +60,8 @@ type webFlags struct {
 	trace       string  // a directory for each run's requests, or ""
 	traces      int
 	dir         string
+	cpuProfile  string // a directory for the trawl processes' CPU profiles (TRAWL_CPUPROFILE), or ""
+	profiled    int    // crawls profiled so far
 }
 
 // loopRun is one run of the fetch limit.
@@ -192,6 +194,7 @@ func webMain(ctx context.Context, args []string) error {
 	fs.Float64Var(&f.bloomFP, "bloom-fp-rate", 1e-12, "--bloom-fp-rate of the crawls with a local filter (0: trawl's default, 1e-6): the check that every page was requested is of the engine, and at 1e-6 a Bloom filter's false positive leaves a page of ~21,000 unrequested in about 1 crawl of 270")
 	fs.IntVar(&f.repeat, "repeat", 2, "crawls per mode, each followed by a loop; the table gives the median ratio to the loop and the smallest and largest")
 	fs.StringVar(&f.trace, "trace", "", "write each run's requests to this directory (run-N.tsv: host, page, start and end in s from the window's start, timed)")
+	fs.StringVar(&f.cpuProfile, "cpu-profile", "", "write a CPU profile of each trawl process to this directory (MODE-N-wI.pprof: crawl N, worker I; go tool pprof bin/trawl FILE)")
 	only := fs.String("modes", "", "comma-separated modes (memory, default, redis, nats, rabbitmq, redis4, nats4; default all)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -200,6 +203,15 @@ func webMain(ctx context.Context, args []string) error {
 		return fmt.Errorf("-repeat %d: want at least 1", f.repeat)
 	}
 	f.cfg.hang, f.cfg.seed = 2*f.timeout, 1
+	if f.cpuProfile != "" {
+		var err error
+		if f.cpuProfile, err = filepath.Abs(f.cpuProfile); err != nil {
+			return err
+		}
+		if err := os.MkdirAll(f.cpuProfile, 0o755); err != nil {
+			return err
+		}
+	}
 	selected := webModes
 	if *only != "" {
 		selected = nil
@@ -462,6 +474,9 @@ func (f *webFlags) crawl(ctx context.Context, site *webSite, m webMode, srv *ser
 		args = append(args, "--data-dir", wdir, "--out", filepath.Join(wdir, "items.jsonl"))
 		cmd := exec.CommandContext(ctx, f.trawl, args...)
 		cmd.Dir, cmd.Env, cmd.Stderr = wdir, env, lf
+		if f.cpuProfile != "" {
+			cmd.Env = append(slices.Clone(env), "TRAWL_CPUPROFILE="+filepath.Join(f.cpuProfile, fmt.Sprintf("%s-%d-w%d.pprof", m.key, f.profiled, i)))
+		}
 		cmd.WaitDelay = 30 * time.Second
 		if err := cmd.Start(); err != nil {
 			return err
@@ -469,6 +484,7 @@ func (f *webFlags) crawl(ctx context.Context, site *webSite, m webMode, srv *ser
 		cmds, logs = append(cmds, cmd), append(logs, lf.Name())
 		return nil
 	}
+	f.profiled++
 	crawlArgs := append(append([]string{"crawl", "--flush"}, common...), site.starts()...)
 	if err := start(0, crawlArgs...); err != nil {
 		return err
