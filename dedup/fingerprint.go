@@ -4,12 +4,12 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"hash"
 	"net/http"
 	"net/textproto"
 	"net/url"
 	"slices"
 	"strings"
+	"unicode/utf8"
 )
 
 // fingerprintDomain starts every hashed record. It names the layout below;
@@ -52,11 +52,14 @@ func (f Fingerprinter) Fingerprint(method string, u *url.URL, body []byte, h htt
 		}
 	}
 
-	d := sha256.New()
-	d.Write([]byte(fingerprintDomain))
-	writeField(d, []byte(strings.ToUpper(method)))
-	writeField(d, []byte(us))
-	writeField(d, body)
+	// The record is built in one buffer (on the stack for the common
+	// short URL) and hashed once: a hash.Hash written field by field
+	// costs an allocation per field, as its Write's argument escapes.
+	var buf [512]byte
+	rec := append(buf[:0], fingerprintDomain...)
+	rec = appendUpperField(rec, method)
+	rec = appendField(rec, us)
+	rec = appendField(rec, body)
 	if len(f.Headers) > 0 {
 		names := make([]string, len(f.Headers))
 		for i, n := range f.Headers {
@@ -64,19 +67,19 @@ func (f Fingerprinter) Fingerprint(method string, u *url.URL, body []byte, h htt
 		}
 		slices.Sort(names)
 		names = slices.Compact(names)
-		writeLen(d, len(names))
+		rec = appendLen(rec, len(names))
 		for _, n := range names {
-			writeField(d, []byte(n))
+			rec = appendField(rec, n)
 			vs := h[n]
-			writeLen(d, len(vs))
+			rec = appendLen(rec, len(vs))
 			for _, v := range vs {
-				writeField(d, []byte(v))
+				rec = appendField(rec, v)
 			}
 		}
 	}
-	var sum [sha256.Size]byte
+	sum := sha256.Sum256(rec)
 	var fp Fingerprint
-	copy(fp[:], d.Sum(sum[:0]))
+	copy(fp[:], sum[:])
 	return fp
 }
 
@@ -85,15 +88,31 @@ func (fp Fingerprint) String() string {
 	return hex.EncodeToString(fp[:])
 }
 
-// writeLen writes n as a big-endian 64-bit integer.
-func writeLen(d hash.Hash, n int) {
-	var b [8]byte
-	binary.BigEndian.PutUint64(b[:], uint64(n))
-	d.Write(b[:])
+// appendLen appends n as a big-endian 64-bit integer.
+func appendLen(b []byte, n int) []byte {
+	return binary.BigEndian.AppendUint64(b, uint64(n))
 }
 
-// writeField writes p preceded by its length.
-func writeField(d hash.Hash, p []byte) {
-	writeLen(d, len(p))
-	d.Write(p)
+// appendField appends p preceded by its length.
+func appendField[T string | []byte](b []byte, p T) []byte {
+	return append(appendLen(b, len(p)), p...)
+}
+
+// appendUpperField is appendField of strings.ToUpper(s), without building
+// it when s is ASCII (a method is).
+func appendUpperField(b []byte, s string) []byte {
+	for i := range len(s) {
+		if s[i] >= utf8.RuneSelf {
+			return appendField(b, strings.ToUpper(s))
+		}
+	}
+	b = appendLen(b, len(s))
+	for i := range len(s) {
+		c := s[i]
+		if 'a' <= c && c <= 'z' {
+			c -= 'a' - 'A'
+		}
+		b = append(b, c)
+	}
+	return b
 }

@@ -1447,9 +1447,12 @@ func (c *Crawler) defaultCallback(_ context.Context, resp *Response) (Result, er
 			referrer = p.URL
 		}
 		p.Title, p.Links = title, len(links)
-		res.Requests = make([]*Request, 0, len(links))
+		// One allocation for the page's requests, not one per link.
+		slab := make([]Request, len(links))
+		res.Requests = make([]*Request, len(links))
 		for i, l := range links {
-			res.Requests = append(res.Requests, &Request{URL: urls[i], Depth: resp.Request.Depth + 1, Referrer: referrer, parsed: l})
+			slab[i] = Request{URL: urls[i], Depth: resp.Request.Depth + 1, Referrer: referrer, parsed: l}
+			res.Requests[i] = &slab[i]
 		}
 		if len(c.kit.extract) > 0 {
 			p.Fields = extractFields(c.kit.extract, resp.URL, resp.Body)
