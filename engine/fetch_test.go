@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -578,5 +579,34 @@ func TestFetchHeaderTooLarge(t *testing.T) {
 	}
 	if n := after.TotalAlloc - before.TotalAlloc; n > 1<<20 {
 		t.Errorf("a fetch with a 64 KiB header cap allocated %d bytes for a 2 MiB header", n)
+	}
+}
+
+// TestFetchResumesTLS: a second connection to an HTTPS host resumes the
+// first's TLS session: no certificate to parse and verify again.
+func TestFetchResumesTLS(t *testing.T) {
+	var resumed []bool
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		resumed = append(resumed, r.TLS.DidResume) // one request at a time
+	}))
+	defer srv.Close()
+	f := newHTTPFetcher(FetchConfig{})
+	defer f.Close()
+	f.Trust("127.0.0.1")
+	cfg := &tls.Config{}
+	if f.transport.TLSClientConfig != nil {
+		cfg = f.transport.TLSClientConfig.Clone() // the same session cache
+	}
+	cfg.RootCAs = x509.NewCertPool()
+	cfg.RootCAs.AddCert(srv.Certificate())
+	f.transport.TLSClientConfig = cfg
+	for range 3 {
+		if _, err := f.Fetch(context.Background(), &Request{URL: srv.URL}); err != nil {
+			t.Fatal(err)
+		}
+		f.transport.CloseIdleConnections() // the next fetch dials again
+	}
+	if want := []bool{false, true, true}; !slices.Equal(resumed, want) {
+		t.Errorf("sessions resumed on three connections: %v, want %v", resumed, want)
 	}
 }
