@@ -144,6 +144,14 @@ end
 return 0
 `)
 
+// pxAtLeast is the PX, in ms, of a key whose PTTL another worker reads
+// as a wait that must not end before d has passed: d rounded up, and one
+// more, since PTTL counts whole ms of the server's clock and can read up
+// to 1 ms short of what is left.
+func pxAtLeast(d time.Duration) int64 {
+	return int64((d+time.Millisecond-1)/time.Millisecond) + 1
+}
+
 // maxGroup bounds the hosts of one script call.
 const maxGroup = 128
 
@@ -662,7 +670,7 @@ func (l *HostLimiter) releaseOf(h *leaseHost) releaseCall {
 		gate = h.backoff
 	}
 	if left := time.Until(gate); left > 0 {
-		r.next = max(left.Milliseconds(), 1)
+		r.next = pxAtLeast(left)
 	}
 	if h.autoDirty {
 		r.throt = max(h.auto.Milliseconds(), 1)
@@ -918,10 +926,11 @@ func (l *HostLimiter) renew(ctx context.Context, hosts []*leaseHost) {
 // Backoff holds every worker's requests to host until t: at once here,
 // and for the others through Redis.
 func (l *HostLimiter) Backoff(host string, until time.Time) {
-	ms := time.Until(until).Milliseconds()
-	if ms <= 0 {
+	left := time.Until(until)
+	if left <= 0 {
 		return
 	}
+	ms := pxAtLeast(left)
 	l.mu.Lock()
 	if h := l.hosts[host]; h != nil && until.After(h.backoff) {
 		h.backoff = until
