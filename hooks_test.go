@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/trawlhq/trawl"
+	"github.com/trawlhq/trawl/internal/testsite/sitetest"
 )
 
 // linkSite serves pages whose bodies link to the given paths; other paths
@@ -119,12 +119,7 @@ func (f failure) String() string { return fmt.Sprintf("{%d %v}", f.status, f.err
 // connection (its robots.txt first, as robots.txt is obeyed by default)
 // once after the retries; a page that answers 200 is not reported.
 func TestOnError(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := "http://" + l.Addr().String() + "/"
-	l.Close() // nothing listens there: connections are refused
+	closed := "http://" + sitetest.RefusedAddr(t) + "/"
 
 	var mu sync.Mutex
 	broken := 0

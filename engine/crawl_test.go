@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -159,12 +158,7 @@ func TestGuardRefusesUntrustedLoopback(t *testing.T) {
 // (connection refused), Run's ErrNoPages wraps that error, so errors.Is
 // finds the cause.
 func TestNoPagesWrapsRetriedError(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close() // nothing listens there now: connection refused
+	addr := sitetest.RefusedAddr(t)
 	b, f := newBackends(t)
 	c, err := engine.New(b, f, engine.Config{
 		IdleTimeout: 100 * time.Millisecond, IgnoreRobots: true, RetryBackoff: time.Millisecond,
