@@ -74,6 +74,8 @@ type Crawler struct {
 	state stateWatch // the crawl's mark (see state.go)
 
 	member membership // this worker's joining of the crawl (see joinCrawl)
+
+	waits hostWaits // says why pages wait long for their hosts' slots
 }
 
 // New returns a crawler over b and f, composed into a frontier (see
@@ -128,6 +130,7 @@ func newCrawler(fr frontier.Frontier, cc *compiled) (*Crawler, error) {
 	if c.limiter == nil {
 		c.limiter = newPoliteness(politenessConfig{PerHost: cc.PerHost, Delay: cc.Delay, AutoThrottle: cc.AutoThrottle})
 	}
+	c.waits = hostWaits{limiter: c.limiter, perHost: cc.PerHost, log: c.log}
 	return c, nil
 }
 
@@ -842,7 +845,7 @@ func (c *Crawler) checkRobots(ctx, work context.Context, v *visit) action {
 // MaxPages, and settles a fetch that failed.
 func (c *Crawler) fetchPage(ctx, work context.Context, v *visit) action {
 	req, u := v.req, v.u
-	release, err := c.limiter.Acquire(ctx, u.Host)
+	release, err := c.waits.acquire(ctx, u.Host)
 	if err != nil {
 		return giveBack()
 	}
