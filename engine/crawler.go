@@ -229,10 +229,10 @@ func (c *Crawler) Run(ctx context.Context) error {
 	for range c.cfg.Concurrency {
 		wg.Go(func() {
 			for it := range pages {
-				c.handle(ctx, work, it.d, it.req)
+				c.handle(ctx, work, it.d, it.req, func() { bench.done(it) })
 				c.leases.done(it.d)
 				c.stats.AddInFlight(-1)
-				bench.done(it.host)
+				bench.done(it)
 				<-sem
 			}
 		})
@@ -712,7 +712,9 @@ func startRequest(p []byte) (*Request, error) {
 
 // handle processes one delivery and settles it. ctx is Run's context (its
 // end means: start nothing new); work stays alive until the page is done.
-func (c *Crawler) handle(ctx, work context.Context, d broker.Delivery, req *Request) {
+// fetchEnded is called once the page's fetch ended, if it was fetched
+// (see visit).
+func (c *Crawler) handle(ctx, work context.Context, d broker.Delivery, req *Request, fetchEnded func()) {
 	c.stats.Inc(StatDequeued)
 	if req == nil {
 		req = new(Request)
@@ -726,7 +728,7 @@ func (c *Crawler) handle(ctx, work context.Context, d broker.Delivery, req *Requ
 		return
 	}
 	prior := earlier(req, d)
-	switch a := c.process(ctx, work, req, prior).(type) {
+	switch a := c.process(ctx, work, req, prior, fetchEnded).(type) {
 	case giveBackAction:
 		c.republish(work, d, req, prior)
 	case writeAction:
@@ -748,8 +750,8 @@ func earlier(req *Request, d broker.Delivery) int {
 // how the delivery is to be settled. prior is the number of earlier
 // deliveries (see earlier). Each step returns the page's action when it
 // settles the page, nil when the page goes on to the next.
-func (c *Crawler) process(ctx, work context.Context, req *Request, prior int) action {
-	v := &visit{req: req, prior: prior, asked: time.Now()} // asked: before the address guard is asked (see refuse)
+func (c *Crawler) process(ctx, work context.Context, req *Request, prior int, fetchEnded func()) action {
+	v := &visit{req: req, prior: prior, asked: time.Now(), fetchEnded: fetchEnded} // asked: before the address guard is asked (see refuse)
 	if a := c.route(ctx, v); a != nil {
 		return a
 	}
@@ -777,6 +779,9 @@ type visit struct {
 	recyclable bool
 	fetched    *Request // the copy of req fetched (see beforeFetch)
 	resp       *Response
+	// fetchEnded is called once the fetch ended and the host's slot was
+	// given back: the workbench gives the host's next page room then.
+	fetchEnded func()
 }
 
 // route checks v's URL and looks up its callback: before the fetch, so
@@ -862,6 +867,7 @@ func (c *Crawler) fetchPage(ctx, work context.Context, v *visit) action {
 	v.resp, err = c.fetchRequest(work, v.fetched)
 	c.stats.ObserveFetch(time.Since(began))
 	release()
+	v.fetchEnded()
 	c.tallyHost(u.Host, v.resp, err)
 	switch {
 	case errors.Is(err, ErrLocalRefusal):

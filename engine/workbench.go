@@ -55,11 +55,12 @@ type benchItem struct {
 	req  *Request // nil: the payload does not decode (handle dead-letters it)
 	host string   // lower-cased host:port; "" for a request with no host
 	seq  uint64
+	done bool // its host's slot given back (see workbench.done)
 }
 
 type benchHost struct {
 	key    string
-	active int          // pages in progress
+	active int          // pages taken whose fetch has not ended (see done)
 	queue  []*benchItem // held back, first come first served
 	index  int          // in ready; -1 when not
 	parked bool         // held by another worker (see HostLeaser): not ready
@@ -142,15 +143,25 @@ func (w *workbench) take() *benchItem {
 	return it
 }
 
-// done ends a page of host that take handed out, and wakes the receiver
-// if a delivery held back for host may now start.
-func (w *workbench) done(host string) {
+// done gives back the host slot of it, which take handed out, and wakes
+// the receiver if a delivery held back for its host may now start. The
+// page goroutine calls it once the fetch ended (the host limiter's slot
+// given back), not once the page is done: the host's next fetch need not
+// wait for this page's links and item (at --per-host 2, bench-web's
+// largest hosts had about one request in flight, not two, while a loaded
+// worker scanned and published their pages), and again when the page is
+// done, for a page that never fetched; the second call does nothing.
+func (w *workbench) done(it *benchItem) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	h := w.hosts[host]
+	if it.done {
+		return
+	}
+	it.done = true
+	h := w.hosts[it.host]
 	h.active--
 	if h.active == 0 && len(h.queue) == 0 {
-		delete(w.hosts, host)
+		delete(w.hosts, it.host)
 		return
 	}
 	w.readyIf(h)

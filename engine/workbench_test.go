@@ -78,6 +78,58 @@ func TestWorkbenchSkipsCappedHosts(t *testing.T) {
 	})
 }
 
+// TestWorkbenchFreesHostAtFetchEnd crawls four pages of one host at
+// --per-host 1, each fetch taking a second and each page's callback a
+// second after it: the host's next fetch starts as the previous fetch
+// ends, while the previous page is still in its callback. A workbench
+// that held the host's slot until the page was done would space the
+// fetches two seconds apart: the host idle half the time, as bench-web's
+// largest hosts were while a loaded worker scanned their pages.
+func TestWorkbenchFreesHostAtFetchEnd(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const latency = time.Second
+		ls := &latencySites{latency: map[string]time.Duration{"one.test": latency}, pages: map[string]int{}, arrivals: map[string][]time.Time{}}
+		pn := newPipeNet()
+		srv := &http.Server{Handler: ls}
+		go srv.Serve(pn)
+		defer srv.Close()
+
+		b, f := newBackends(t, memory.Config{})
+		scan := func(context.Context, *Response) (Result, error) {
+			time.Sleep(latency) // the page's scan, links and item
+			return Result{}, nil
+		}
+		c, err := New(b, f, Config{Concurrency: 4, PerHost: 1, IdleTimeout: 300 * time.Millisecond, IgnoreRobots: true,
+			Callbacks: map[string]Callback{"": scan}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.kit.fetcher.transport.DialContext = pn.dial
+		defer c.kit.fetcher.transport.CloseIdleConnections()
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		var starts []StartURL
+		for i := range 4 {
+			starts = append(starts, StartURL{URL: fmt.Sprintf("http://one.test/p%d", i)})
+		}
+		if err := c.Seed(ctx, starts...); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Run(ctx); err != nil {
+			t.Fatalf("run: %v", err)
+		}
+		gaps := ls.gaps("one.test")
+		if len(gaps) != 3 {
+			t.Fatalf("one.test got %d requests, want 4", len(gaps)+1)
+		}
+		for i, g := range gaps {
+			if g != latency {
+				t.Errorf("request %d came %v after the previous, want %v: the previous fetch's end (--per-host 1), not its page's", i+1, g, latency)
+			}
+		}
+	})
+}
+
 // TestWorkbenchOrder checks the workbench's own promises: a host at its
 // cap is skipped, deliveries start in arrival order within a host and
 // across hosts that have room, done gives a held-back delivery room and
@@ -110,16 +162,20 @@ func TestWorkbenchOrder(t *testing.T) {
 	if !w.waitWith(func() { woken = true }) {
 		t.Fatal("waitWith: a delivery is ready, want none")
 	}
-	w.done("b")
+	w.done(its[3])
 	if woken {
 		t.Error("done(b) woke the receiver, though nothing waits for b")
 	}
 	if _, ok := w.hosts["b"]; ok {
 		t.Error("b's entry stays after its last page")
 	}
-	w.done("a")
+	w.done(its[0])
 	if !woken {
 		t.Error("done(a) did not wake the receiver, though a's third delivery got room")
+	}
+	w.done(its[0]) // the page ends after its fetch did: nothing more
+	if got := w.hosts["a"].active; got != 1 {
+		t.Errorf("a has %d in progress after its first page's done twice, want 1 (its second)", got)
 	}
 	w.waitWith(nil)
 	if it := w.take(); it != its[2] {
