@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"mime"
 	"net/http"
 	"net/url"
 	"strings"
@@ -27,10 +26,10 @@ func isHTML(contentType string, body []byte) bool {
 	if ct == "" {
 		ct = http.DetectContentType(body)
 	}
-	mt, _, err := mime.ParseMediaType(ct)
-	if err != nil {
-		mt, _, _ = strings.Cut(ct, ";")
-		mt = strings.ToLower(strings.TrimSpace(mt))
-	}
+	// The media type as mime.ParseMediaType finds it (what precedes the
+	// parameters, trimmed, in lower case), without parsing the parameters
+	// into a map on every page.
+	mt, _, _ := strings.Cut(ct, ";")
+	mt = strings.ToLower(strings.TrimSpace(mt))
 	return mt == "text/html" || mt == "application/xhtml+xml"
 }

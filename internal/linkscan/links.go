@@ -130,6 +130,9 @@ func resolve(base *url.URL, href string) *url.URL {
 // cleanTitle collapses whitespace (as strings.Fields sees it) and caps the
 // length at a rune boundary. It looks at no more of t than it needs.
 func cleanTitle(t string) string {
+	if clean(t) {
+		return t
+	}
 	const enough = maxTitle + utf8.UTFMax + 1
 	var b []byte
 	for len(b) < enough {
@@ -164,6 +167,30 @@ func cleanTitle(t string) string {
 		b = b[:i]
 	}
 	return string(b)
+}
+
+// clean reports whether cleanTitle would return t as it is: ASCII of at
+// most maxTitle bytes, words separated by single spaces, no space at
+// either end (most titles).
+func clean(t string) bool {
+	if len(t) > maxTitle {
+		return false
+	}
+	space := true // before the first word
+	for i := range len(t) {
+		switch c := t[i]; {
+		case c >= utf8.RuneSelf, '\t' <= c && c <= '\r':
+			return false
+		case c == ' ':
+			if space {
+				return false
+			}
+			space = true
+		default:
+			space = false
+		}
+	}
+	return !space || t == ""
 }
 
 // isUnicodeSpace returns the length of the rune at t[i] if it is white space

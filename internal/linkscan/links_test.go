@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"golang.org/x/net/html"
 
@@ -532,5 +533,28 @@ func BenchmarkExtractLinksSitePage(b *testing.B) {
 				b.ReportMetric(float64(processCPU()-cpu)/float64(b.N), "cpu-ns/op")
 			}
 		})
+	}
+}
+
+// TestCleanTitle: cleanTitle collapses white space as strings.Fields does
+// and caps the length at a rune boundary, whether the title is clean
+// already (returned as it is) or not.
+func TestCleanTitle(t *testing.T) {
+	long := strings.Repeat("ab ", maxTitle)
+	for _, title := range []string{
+		"", " ", "a", "Host 3 page 12", " a", "a ", "a  b", "a\tb", "a\nb", "a\u00a0b", "é", "a\u2003b",
+		long[:maxTitle], long[:maxTitle+1], long, strings.Repeat("é", maxTitle),
+	} {
+		want := strings.Join(strings.Fields(title), " ")
+		if len(want) > maxTitle {
+			i := maxTitle
+			for !utf8.RuneStart(want[i]) {
+				i--
+			}
+			want = want[:i]
+		}
+		if got := cleanTitle(title); got != want {
+			t.Errorf("cleanTitle(%q) = %q, want %q", title, got, want)
+		}
 	}
 }
