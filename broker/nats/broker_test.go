@@ -96,14 +96,8 @@ func TestConformanceEmbedded(t *testing.T) {
 func TestConformancePartitioned(t *testing.T) {
 	conn := embeddedConn(embedded(t, ""))
 	cfg := suiteConfig(conn)
-	// Two partitions take every path of a partitioned queue (routing by
-	// key, taking in turn, counts added up). Each is a stream per priority
-	// band: with three, the suite's parallel subtests under -race beside
-	// other packages ran past its 5 s bounds (create consumer, Receive
-	// after its context) in CI runs at load 8-10; TestClusterPartitions
-	// and TestPartitionsFair use three.
 	cfg.New = func(t *testing.T, s brokertest.Setup) broker.Broker {
-		return newBroker(t, conn(t), nats.Config{Order: s.Order, Lease: s.Lease, MaxDeliveries: s.MaxDeliveries, Partitions: 2})
+		return newBroker(t, conn(t), nats.Config{Order: s.Order, Lease: s.Lease, MaxDeliveries: s.MaxDeliveries, Partitions: 3})
 	}
 	brokertest.Run(t, cfg)
 }

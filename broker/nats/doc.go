@@ -88,12 +88,18 @@
 // counted from when its request was sent, and one that comes after its
 // lease ran out is not handed out (the server gives it to another). If
 // there is nothing, it waits with a pull request that
-// the server holds on every band and the delay consumer (nats.go's
-// Messages, one message each): a Publish, Nack, Requeue, expiring delay or
-// lease wakes it at once, with no polling. It then drains those
-// subscriptions (the server forgets the open requests when their inbox
-// loses its subscriber, and what it sent before is still read) and tops
-// the result up to max. What is beyond max (one message came per band)
+// the server holds on every band and the delay consumer of every
+// partition (one message each): a Publish, Nack, Requeue, expiring delay
+// or lease wakes it at once, with no polling. The requests share one
+// subscription, on a wildcard inbox with a reply subject per request, and
+// are published without waiting for an answer, so that starting and
+// stopping a wait costs one subscription and one drain however many bands
+// and partitions the queue has (nats.go's Messages would be a
+// subscription, a reader and heartbeat timers per band and partition,
+// each drained in turn: 18 for three partitions of five bands). It then
+// drains the subscription (the server forgets the open requests when
+// their inbox loses its subscriber, and what it sent before is still
+// read) and tops the result up to max. What is beyond max (one message came per band)
 // goes back with a nak the server confirms before the next pull, so that
 // it keeps its place in its band: JetStream delivers a consumer's nakked
 // messages before its others. A cancelled Receive gives back what its
@@ -104,9 +110,10 @@
 // deliveries, sorted by band) with "no wait" fetches once half of it has
 // been taken by Next; when the queue is empty and the read-ahead used up,
 // it waits as Receive does (what comes beyond prefetch goes back with a
-// nak, in place), with requests that nats.go renews as they
-// expire (every 30s) and the server's heartbeats in between, which also
-// carry it across a reconnection or a server restart. An idle consumer
+// nak, in place), with requests renewed as they expire (every 30s) or
+// bring their batch; a reconnection, a consumer's new leader, or a request
+// left unanswered past its expiry (a restarted server forgets them) sends
+// them all again on a new subscription. An idle consumer
 // therefore sends the server one pull request per band and per 30s
 // (twelve per 30s for a crawl's two queues with five bands), on the
 // connection it was given. Errors while the server is away are retried

@@ -314,154 +314,251 @@ func heldBelow(q *queue, held map[string]uint64, band int) bool {
 	return false
 }
 
-// coreMsg is m, pulled by nats.go, as the core message it came as.
-func coreMsg(m jetstream.Msg) *natsgo.Msg {
-	return &natsgo.Msg{Subject: m.Subject(), Reply: m.Reply(), Header: m.Headers(), Data: m.Data()}
-}
-
-// arrival is a message, or an error, from one of wait's pulls.
-type arrival struct {
+// waitPull is one of wait's pull requests: on consumer cons of q, for up
+// to n messages at a time.
+type waitPull struct {
 	q    *queue
 	cons int
-	m    jetstream.Msg
-	err  error
+	n    int
+	left int       // messages still to come on the request sent last
+	sent time.Time // when the request was sent last
 }
 
-// wait keeps a waiting pull request open on every band of every partition qs (for batch
-// messages each; nats.go renews them as they expire) and on the delay
-// consumer, and returns as soon as a band message comes: a Publish, Nack,
-// Requeue, expiring delay or lease wakes it at once, with no polling.
-// Delayed messages are handled as they come. Once a band message has
-// come, it stops the requests and returns it with every message they
-// brought meanwhile (possibly more than batch: the caller gives back what
-// it does not want). When ctx ends or the broker closes first, it gives
-// back (uncounted) what came and returns the reason.
+// arrival is what wait's subscription brought: a message, or the error
+// that ended its reading.
+type arrival struct {
+	m   *natsgo.Msg
+	err error
+}
+
+// wait keeps a waiting pull request open on every band of every partition
+// qs (for batch messages each) and on their delay consumers, and returns
+// as soon as a band message comes: a Publish, Nack, Requeue, expiring
+// delay or lease wakes it at once, with no polling. Delayed messages are
+// handled as they come. Once a band message has come, it stops the
+// requests and returns it with every message they brought meanwhile
+// (possibly more than batch: the caller gives back what it does not
+// want). When ctx ends or the broker closes first, it gives back
+// (uncounted) what came and returns the reason. With an error it returns
+// the partition whose request failed.
 //
-// Stopping drains the requests' subscriptions: the server forgets a pull
-// request as soon as its inbox has no subscriber, and every message it
-// sent before that is still read. (Abandoning a request instead would let
-// it take a message for nobody, back only after its lease.) With an
-// error it returns the partition whose request failed.
+// The requests share one subscription, on a wildcard inbox, each with a
+// reply subject of its own: they are published without waiting for an
+// answer, and stopping them is one drain, so that what a wait costs the
+// client (a subscription, its reader, the round trips of starting and
+// stopping) does not grow with bands × partitions. (nats.go's Messages
+// would be a subscription, a reader and heartbeat timers per band and
+// per partition, each drained on its own.) A request is sent again when
+// it expires (every waitExpiry) or has brought its batch; one left
+// unanswered past its expiry by Timeout (a restarted server forgets
+// waiting requests), a reconnection or a consumer's change of leader
+// starts the requests anew on a new subscription (see waitRound).
+//
+// Stopping drains the subscription: the server forgets a pull request as
+// soon as its inbox has no subscriber, and every message it sent before
+// that is still read. (Abandoning a request instead would let it take a
+// message for nobody, back only after its lease.)
 func (b *Broker) wait(ctx context.Context, qs []*queue, batch int) ([]*delivery, *queue, error) {
-	// gctx ends the readers: after the drain, or if it does not finish.
-	gctx, stopReaders := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopReaders()
-	arrivals := make(chan arrival)
-	var its []jetstream.MessagesContext
-	readers := 0
-	readerDone := make(chan struct{})
-	var opened error
-	var failedQ *queue
-	type pullOn struct {
-		q    *queue
-		cons int
-	}
-	var pulls []pullOn
+	var pulls []*waitPull
+	index := map[string]int{} // "<stream> <consumer>": its request in pulls
 	for _, q := range qs {
-		for i := range q.cons {
-			pulls = append(pulls, pullOn{q, i})
+		for i, name := range q.consumers {
+			n := batch
+			if i == q.delayIdx() {
+				n = delayBatch
+			}
+			index[q.work+" "+name] = len(pulls)
+			pulls = append(pulls, &waitPull{q: q, cons: i, n: n})
 		}
 	}
-	for _, pl := range pulls {
-		q, i, c := pl.q, pl.cons, pl.q.cons[pl.cons]
-		n := batch
-		if i == q.delayIdx() {
-			n = delayBatch
+	reconnected := b.nc.StatusChanged(natsgo.CONNECTED)
+	defer b.nc.RemoveStatusListener(reconnected)
+	for {
+		got, failedQ, failed, again := b.waitRound(ctx, pulls, index, reconnected)
+		switch {
+		case b.life.Err() != nil:
+			b.unclaim(got)
+			return nil, nil, broker.ErrClosed
+		case ctx.Err() != nil:
+			b.unclaim(got)
+			return nil, nil, ctx.Err()
+		case len(got) > 0:
+			return got, nil, nil
+		case failed != nil:
+			return nil, failedQ, failed
+		case !again:
+			return nil, nil, nil
 		}
-		it, err := c.Messages(jetstream.PullMaxMessages(n), jetstream.PullExpiry(waitExpiry))
+	}
+}
+
+// waitRound is one round of wait's requests, on a subscription of its
+// own. It returns what came, or the error that stopped it and the
+// partition whose request failed, or again: the requests must be sent
+// anew (some went unanswered, the connection reconnected, a consumer's
+// leader changed).
+func (b *Broker) waitRound(ctx context.Context, pulls []*waitPull, index map[string]int,
+	reconnected <-chan natsgo.Status) (got []*delivery, failedQ *queue, failed error, again bool) {
+	inbox := b.nc.NewInbox()
+	sub, err := b.nc.SubscribeSync(inbox + ".*")
+	if err != nil {
+		return nil, pulls[0].q, fmt.Errorf("pull: %w", err), false
+	}
+	defer func() { _ = sub.Unsubscribe() }() // an error once drained
+	send := func(i int) error {
+		p := pulls[i]
+		req, err := json.Marshal(pullRequest{Batch: p.n, Expires: waitExpiry})
 		if err != nil {
-			opened = fmt.Errorf("pull: %w", pullErr(err))
-			failedQ = q
+			return err
+		}
+		p.left, p.sent = p.n, time.Now()
+		subject := b.api + "CONSUMER.MSG.NEXT." + p.q.work + "." + p.q.consumers[p.cons]
+		return b.nc.PublishRequest(subject, inbox+"."+strconv.Itoa(i), req)
+	}
+
+	// rctx ends the reader: after the drain, or if it does not finish.
+	rctx, stopReader := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopReader()
+	arrivals := make(chan arrival)
+	readerDone := make(chan struct{})
+	go func() {
+		defer close(readerDone)
+		for {
+			m, err := sub.NextMsgWithContext(rctx)
+			if rctx.Err() != nil {
+				return
+			}
+			select {
+			case arrivals <- arrival{m, err}:
+			case <-rctx.Done():
+				// Only once the drain timed out: the message comes
+				// back after its lease.
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+
+	done, closing := ctx.Done(), b.life.Done()
+	stopped := false
+	var drained <-chan time.Time
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		done, closing = nil, nil
+		drained = time.After(b.cfg.Timeout)
+		if err := sub.Drain(); err != nil {
+			stopReader()
+		}
+	}
+	fail := func(p *waitPull, err error) {
+		if !stopped {
+			failed, failedQ = fmt.Errorf("pull: %w", pullErr(err)), p.q
+			stop()
+		}
+	}
+	for i := range pulls {
+		if err := send(i); err != nil {
+			fail(pulls[i], err)
 			break
 		}
-		its = append(its, it)
-		readers++
-		go func() {
-			defer func() { readerDone <- struct{}{} }()
-			// A band's reader reads no more than its one request's
-			// batch: asking nats.go for another message would send a
-			// new request, and bring a message only to be given back.
-			for left := n; i == q.delayIdx() || left > 0; left-- {
-				m, err := it.Next(jetstream.NextContext(gctx))
-				if gctx.Err() != nil {
-					return
-				}
-				select {
-				case arrivals <- arrival{q: q, cons: i, m: m, err: err}:
-				case <-gctx.Done():
-					// Only once the drain timed out: the message comes
-					// back after its lease.
-					return
-				}
-				if err != nil {
-					return
-				}
-			}
-		}()
 	}
-	var got []*delivery
-	failed := opened
-	stopped := opened != nil
-	stop := func() {
-		if !stopped {
-			stopped = true
-			for _, it := range its {
-				it.Drain()
-			}
-		}
-	}
-	if stopped {
-		for _, it := range its {
-			it.Drain()
-		}
-	}
-	var timeout <-chan time.Time
-	for readers > 0 {
-		if stopped && timeout == nil {
-			t := time.NewTimer(b.cfg.Timeout)
-			defer t.Stop()
-			timeout = t.C
-		}
+	lost := time.NewTicker(waitExpiry / 2)
+	defer lost.Stop()
+	for {
 		select {
+		case <-readerDone:
+			return got, failedQ, failed, again
 		case a := <-arrivals:
 			if a.err != nil {
-				if errors.Is(a.err, jetstream.ErrMsgIteratorClosed) && stopped {
-					continue // drained
-				}
-				if failed == nil && !stopped {
-					failed = fmt.Errorf("pull: %w", pullErr(a.err))
-					failedQ = a.q
-				}
-				stop()
+				fail(pulls[0], a.err) // the reader has ended (drained, if stopped)
 				continue
 			}
-			if d := b.accept(a.q, a.cons, coreMsg(a.m), time.Time{}); d != nil {
+			m := a.m
+			if status := m.Header.Get("Status"); m.Reply == "" && status != "" {
+				// The server's status for the request that m's subject
+				// names. (A message has a reply subject, which
+				// acknowledges it; its own Status header is its
+				// publisher's.)
+				i, err := strconv.Atoi(strings.TrimPrefix(m.Subject, inbox+"."))
+				if err != nil || i < 0 || i >= len(pulls) || stopped {
+					continue
+				}
+				desc := m.Header.Get("Description")
+				switch {
+				case status == "100": // a heartbeat
+				case status == "404" || status == "408": // expired: renew it
+					if err := send(i); err != nil {
+						fail(pulls[i], err)
+					}
+				case status == "503":
+					fail(pulls[i], natsgo.ErrNoResponders)
+				case status == "409" && strings.Contains(strings.ToLower(desc), "leadership change"):
+					again = true
+					stop()
+				case strings.Contains(strings.ToLower(desc), "consumer deleted"):
+					fail(pulls[i], fmt.Errorf("%w: status %s: %s", jetstream.ErrConsumerDeleted, status, desc))
+				default:
+					fail(pulls[i], fmt.Errorf("status %s: %s", status, desc))
+				}
+				continue
+			}
+			i, ok := index[ackStreamConsumer(m.Reply)]
+			if !ok {
+				b.log.Warn("a message came for none of a wait's pull requests; it comes back after its lease",
+					"queue", pulls[0].q.queue, "reply", m.Reply)
+				continue
+			}
+			p := pulls[i]
+			p.left--
+			if d := b.accept(p.q, p.cons, m, time.Time{}); d != nil {
 				got = append(got, d)
 				stop()
 			}
-		case <-readerDone:
-			readers--
-		case <-ctx.Done():
+			if p.left == 0 && !stopped {
+				if err := send(i); err != nil {
+					fail(p, err)
+				}
+			}
+		case <-lost.C:
+			for _, p := range pulls {
+				if !stopped && time.Since(p.sent) > waitExpiry+b.cfg.Timeout {
+					b.log.Warn("a pull request went unanswered past its expiry (the server restarted?); sending them again",
+						"queue", p.q.queue, "stream", p.q.work)
+					again = true
+					stop()
+				}
+			}
+		case <-reconnected:
+			if !stopped {
+				again = true
+				stop()
+			}
+		case <-done:
 			stop()
-		case <-b.life.Done():
+		case <-closing:
 			stop()
-		case <-timeout:
-			b.log.Warn("pull requests did not drain; messages sent to them come back after their lease", "queue", qs[0].queue)
-			stopReaders()
-			timeout = make(chan time.Time) // never again
+		case <-drained:
+			b.log.Warn("pull requests did not drain; messages sent to them come back after their lease", "queue", pulls[0].q.queue)
+			stopReader()
+			drained = nil
 		}
 	}
+}
+
+// ackStreamConsumer is "<stream> <consumer>" of an acknowledgement
+// subject (see metadata), or "".
+func ackStreamConsumer(reply string) string {
+	tokens := strings.Split(reply, ".")
 	switch {
-	case b.life.Err() != nil:
-		b.unclaim(got)
-		return nil, nil, broker.ErrClosed
-	case ctx.Err() != nil:
-		b.unclaim(got)
-		return nil, nil, ctx.Err()
-	case len(got) > 0:
-		return got, nil, nil
-	case failed != nil:
-		return nil, failedQ, failed
+	case len(tokens) < 9 || tokens[0] != "$JS" || tokens[1] != "ACK":
+		return ""
+	case len(tokens) >= 11:
+		return tokens[4] + " " + tokens[5]
 	}
-	return nil, nil, nil
+	return tokens[2] + " " + tokens[3]
 }
