@@ -399,6 +399,7 @@ func (s *suite) tests() []test {
 		{"Presence", s.testPresence},
 	}
 	ts = append(ts, s.consumerTests()...)
+	ts = append(ts, s.partitionTests()...)
 	if s.order == broker.Priority {
 		ts = append(ts, test{"NackKeepsPriority", s.testNackKeepsPriority})
 	}

@@ -24,7 +24,12 @@
 // wake-up, cancellation that loses nothing, Close of the consumer (read-ahead
 // given back at once) and of its broker, concurrent consumers, and, where
 // Config.Restartable offers a server of the test's own, a consumer open
-// across a restart of the server.
+// across a restart of the server. A broker.Partitioned with two partitions
+// or more also runs the Partitions cases: keyed messages go to their
+// key's partition and are counted there, and Receive and a consumer take
+// from every partition, so that another partition's backlog starves none
+// (fair). KeyIn, Keyed and DrainWithFault serve a backend's own partition
+// tests (its layout, its leaders on a cluster).
 //
 // Counts, Purge, DeadLetters, Requeue and Extend are part of broker.Broker
 // and broker.Delivery and are checked on every backend. The promises of

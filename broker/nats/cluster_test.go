@@ -2,7 +2,6 @@ package nats_test
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -111,12 +110,7 @@ func TestClusterPartitions(t *testing.T) {
 	defer cancel()
 	q := integration.Name(t) + ":requests"
 	b := newBroker(t, nc, nats.Config{Replicas: 3, Partitions: 3, Lease: 3 * time.Second})
-	const n = 3000
-	var msgs []broker.Message
-	for i := range n {
-		key := fmt.Sprintf("host%d.example", i%30)
-		msgs = append(msgs, broker.Message{Body: fmt.Appendf(nil, "%s/%d", key, i), Key: key})
-	}
+	msgs := brokertest.Keyed(3000, 30)
 	if err := b.Publish(ctx, q, msgs...); err != nil {
 		t.Fatal(err)
 	}
@@ -156,37 +150,10 @@ func TestClusterPartitions(t *testing.T) {
 	}
 	t.Logf("partition leaders: %q", ls)
 
-	cons, err := b.Consume(ctx, q, 16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cons.Close()
-	seen := map[string]int{}
-	stopped := false
-	for len(seen) < n {
-		d, err := cons.Next(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				t.Fatalf("%d of %d delivered: %v", len(seen), n, err)
-			}
-			continue // a connection error while a server is away
+	brokertest.DrainWithFault(t, ctx, b, q, msgs, func() {
+		t.Logf("stopping %s, the leader of partition 1", ls[1])
+		if err := c.Stop(ctx, c.Index(ls[1])); err != nil {
+			t.Fatal(err)
 		}
-		seen[string(d.Message().Body)]++
-		if err := d.Ack(ctx); err != nil {
-			t.Logf("ack: %v (delivered again later)", err)
-		}
-		if !stopped && len(seen) == n/3 {
-			i := c.Index(ls[1])
-			t.Logf("stopping %s, the leader of partition 1", ls[1])
-			if err := c.Stop(ctx, i); err != nil {
-				t.Fatal(err)
-			}
-			stopped = true
-		}
-	}
-	dups := 0
-	for _, k := range seen {
-		dups += k - 1
-	}
-	t.Logf("%d messages delivered, %d twice", len(seen), dups)
+	})
 }

@@ -18,18 +18,6 @@ import (
 	"github.com/trawlhq/trawl/internal/redislayout"
 )
 
-// keyIn returns a key of partition p among n.
-func keyIn(t *testing.T, p, n int) string {
-	t.Helper()
-	for i := range 10_000 {
-		if k := fmt.Sprintf("host%d.example", i); broker.PartitionOf(k, n) == p {
-			return k
-		}
-	}
-	t.Fatalf("no key of partition %d", p)
-	return ""
-}
-
 // TestPartitionsSpread: messages go to the keys of their key's partition,
 // each under the partition's hash tag (none under the crawl's own),
 // PartitionCounts counts each and Counts adds them up, and one consumer
@@ -147,64 +135,6 @@ func TestPartitionsSpread(t *testing.T) {
 			}
 		})
 	}
-}
-
-// TestPartitionsFair: a consumer takes from every partition, each within
-// its share of the read-ahead, and hands them out in turn, so that a few
-// messages of one host come out among the first ones even behind a
-// backlog of another host's in another partition (one read-ahead filled
-// from the backlog first would hand them out after all 200).
-func TestPartitionsFair(t *testing.T) {
-	c := integration.RedisClient(t)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	b := newBroker(t, c, redis.Config{Partitions: 3, Lease: time.Minute})
-	q := integration.Name(t) + ":requests"
-	busy, quiet := keyIn(t, 0, 3), keyIn(t, 2, 3)
-	var backlog []broker.Message
-	for i := range 200 {
-		backlog = append(backlog, broker.Message{Body: fmt.Appendf(nil, "busy/%d", i), Key: busy})
-	}
-	if err := b.Publish(ctx, q, backlog...); err != nil {
-		t.Fatal(err)
-	}
-	cons, err := b.Consume(ctx, q, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cons.Close()
-	// The consumer's read-ahead holds the busy host's messages; the quiet
-	// one's come after.
-	d, err := cons.Next(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Ack(ctx); err != nil {
-		t.Fatal(err)
-	}
-	for i := range 5 {
-		if err := b.Publish(ctx, q, broker.Message{Body: fmt.Appendf(nil, "quiet/%d", i), Key: quiet}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	quietSeen := 0
-	for i := range 16 {
-		d, err := cons.Next(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if string(d.Message().Body[:5]) == "quiet" {
-			quietSeen++
-		}
-		if err := d.Ack(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if quietSeen == 5 {
-			t.Logf("the 5 quiet messages came among the first %d after them", i+1)
-			return
-		}
-	}
-	t.Fatalf("%d of the quiet partition's 5 messages among the 16 deliveries after them, want all 5", quietSeen)
 }
 
 // TestClaimPublishPartitions: ClaimPublish claims each link in its
