@@ -119,8 +119,10 @@ type httpFetcher struct {
 }
 
 // tlsSessions is how many hosts' TLS sessions a fetcher keeps for
-// resumption, as many as its idle connections (a few KiB each).
-const tlsSessions = 1024
+// resumption, the most recent: enough for the hosts in progress at
+// --concurrency 256, and few enough (a few KiB each, certificates
+// included) that a crawl of 10,000 hosts holds no more than one of 1,000.
+const tlsSessions = 256
 
 // maxRecycled is the largest body buffer recycle keeps (most HTML pages
 // are far smaller).
