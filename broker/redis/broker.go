@@ -529,14 +529,17 @@ func (b *Broker) track(d *delivery) {
 	}
 }
 
-// AckBatch acknowledges deliveries received from b, one round trip per
-// queue (and partition). It implements broker.BatchAcker, through which the engine settles
-// its pages. Each delivery is settled as by its Ack; the errors of those that
-// could not be (broker.ErrSettled, broker.ErrLeaseLost, broker.ErrClosed,
-// broker.ErrInvalid for a delivery of another broker) are joined.
+// AckBatch acknowledges deliveries received from b in one round trip (a
+// pipeline: on a Cluster, one per primary, in parallel), one ZREM per
+// queue partition. It implements broker.BatchAcker, through which the
+// engine settles its pages. Each delivery is settled as by its Ack; the
+// errors of those that could not be (broker.ErrSettled,
+// broker.ErrLeaseLost, broker.ErrClosed, broker.ErrInvalid for a delivery
+// of another broker) are joined.
 func (b *Broker) AckBatch(ctx context.Context, ds ...broker.Delivery) error {
 	var errs []error
 	byQueue := map[*keys][]*delivery{}
+	var order []*keys
 	for _, bd := range ds {
 		d, ok := bd.(*delivery)
 		if !ok || d.b != b {
@@ -547,64 +550,99 @@ func (b *Broker) AckBatch(ctx context.Context, ds ...broker.Delivery) error {
 			errs = append(errs, err)
 			continue
 		}
+		if _, ok := byQueue[d.k]; !ok {
+			order = append(order, d.k)
+		}
 		byQueue[d.k] = append(byQueue[d.k], d)
 	}
-	for _, all := range byQueue {
-		for group := range slices.Chunk(all, ackChunk) {
-			errs = append(errs, b.ackGroup(ctx, group)...)
+	var acks []*ack
+	for _, k := range order {
+		for group := range slices.Chunk(byQueue[k], ackChunk) {
+			acks = append(acks, b.newAck(group))
 		}
+	}
+	if len(acks) == 0 {
+		return errors.Join(errs...)
+	}
+	_, err := b.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		for _, a := range acks {
+			a.queue(ctx, p)
+		}
+		return nil
+	})
+	for _, a := range acks {
+		errs = append(errs, a.settle(err)...)
 	}
 	return errors.Join(errs...)
 }
 
-// ackChunk bounds the deliveries of one ack pipeline.
+// ackChunk bounds the deliveries of one ZREM.
 const ackChunk = 1000
 
-// ackGroup acknowledges deliveries of one queue partition, begun with begin.
-func (b *Broker) ackGroup(ctx context.Context, group []*delivery) []error {
-	var errs []error
-	k := group[0].k
+// ack is the acknowledgement of deliveries of one queue partition, begun
+// with begin: one ZREM of all while every lease surely still runs
+// (nothing but a Purge can have taken a member away), whose count checks
+// that; else one ZREM per delivery, to tell which leases were lost.
+type ack struct {
+	group []*delivery
+	one   bool              // one ZREM for all
+	all   *goredis.IntCmd   // the one ZREM
+	each  []*goredis.IntCmd // else a ZREM per delivery
+}
 
-	// Fast path: while every lease surely still runs (nothing but a Purge
-	// can have taken a member away), one ZREM for all, whose count checks
-	// that. Else one ZREM per delivery, to tell which leases were lost.
+func (b *Broker) newAck(group []*delivery) *ack {
 	margin := max(b.cfg.Lease/10, 250*time.Millisecond)
-	safe := true
+	safe := len(group) > 1
 	for _, d := range group {
 		d.mu.Lock()
 		safe = safe && time.Until(d.deadline) > margin
 		d.mu.Unlock()
 	}
-	if safe && len(group) > 1 {
-		members := make([]any, len(group))
-		for i, d := range group {
+	return &ack{group: group, one: safe}
+}
+
+// queue adds the acknowledgement's commands to p.
+func (a *ack) queue(ctx context.Context, p goredis.Pipeliner) {
+	k := a.group[0].k
+	if a.one {
+		members := make([]any, len(a.group))
+		for i, d := range a.group {
 			members[i] = d.member
 		}
-		n, err := b.client.ZRem(ctx, k.inflight, members...).Result()
-		for _, d := range group {
-			d.end(true, err)
+		a.all = p.ZRem(ctx, k.inflight, members...)
+		return
+	}
+	a.each = make([]*goredis.IntCmd, len(a.group))
+	for i, d := range a.group {
+		a.each[i] = p.ZRem(ctx, k.inflight, d.member)
+	}
+}
+
+// settle ends the deliveries' settles with the pipeline's outcome (err:
+// its first error) and returns the errors of those not acknowledged.
+func (a *ack) settle(err error) []error {
+	k := a.group[0].k
+	if a.one {
+		n, cerr := a.all.Result()
+		for _, d := range a.group {
+			d.end(true, cerr)
 		}
 		switch {
-		case err != nil:
-			errs = append(errs, opErr("ack", k.queue, err))
-		case int(n) != len(group):
-			errs = append(errs, opErr("ack", k.queue, fmt.Errorf("%d of %d leases were gone (queue purged?): %w",
-				len(group)-int(n), len(group), broker.ErrLeaseLost)))
-		}
-		return errs
-	}
-
-	cmds := make([]*goredis.IntCmd, len(group))
-	_, err := b.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
-		for i, d := range group {
-			cmds[i] = p.ZRem(ctx, k.inflight, d.member)
+		case cerr != nil:
+			return []error{opErr("ack", k.queue, cerr)}
+		case int(n) != len(a.group):
+			return []error{opErr("ack", k.queue, fmt.Errorf("%d of %d leases were gone (queue purged?): %w",
+				len(a.group)-int(n), len(a.group), broker.ErrLeaseLost))}
 		}
 		return nil
-	})
-	for i, d := range group {
-		n, cerr := cmds[i].Result()
+	}
+	var errs []error
+	failed := false
+	for i, d := range a.group {
+		n, cerr := a.each[i].Result()
 		if cerr != nil {
 			d.end(false, cerr)
+			failed = true
 			continue
 		}
 		d.end(n == 1, nil)
@@ -612,7 +650,7 @@ func (b *Broker) ackGroup(ctx context.Context, group []*delivery) []error {
 			errs = append(errs, d.err("ack", broker.ErrLeaseLost))
 		}
 	}
-	if err != nil {
+	if failed && err != nil {
 		errs = append(errs, opErr("ack", k.queue, err))
 	}
 	return errs

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -204,5 +205,66 @@ func TestClaimPublishPartitions(t *testing.T) {
 				t.Errorf("Counts = %+v, %v; want %d", n, err, len(links))
 			}
 		})
+	}
+}
+
+// roundTrips counts the round trips a client makes: one per command sent
+// alone, one per pipeline.
+type roundTrips struct{ n atomic.Int64 }
+
+func (r *roundTrips) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+
+func (r *roundTrips) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		r.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (r *roundTrips) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		r.n.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+// TestAckBatchPartitionsOneRoundTrip: AckBatch of deliveries of several
+// partitions sends one pipeline (a ZREM per partition in it), not a
+// round trip per partition (four here), and acknowledges them all.
+func TestAckBatchPartitionsOneRoundTrip(t *testing.T) {
+	c := ownRedis(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	const parts = 4
+	b := newBroker(t, c, redis.Config{Partitions: parts, Lease: time.Minute})
+	q := integration.Name(t) + ":requests"
+	var msgs []broker.Message
+	for p := range parts {
+		key := keyIn(t, p, parts)
+		for i := range 3 {
+			msgs = append(msgs, broker.Message{Body: fmt.Appendf(nil, "%s/%d", key, i), Key: key})
+		}
+	}
+	if err := b.Publish(ctx, q, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	var ds []broker.Delivery
+	for len(ds) < len(msgs) {
+		got, err := b.Receive(ctx, q, len(msgs)-len(ds))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds = append(ds, got...)
+	}
+	trips := &roundTrips{}
+	c.AddHook(trips)
+	if err := b.AckBatch(ctx, ds...); err != nil {
+		t.Fatal(err)
+	}
+	if n := trips.n.Load(); n != 1 {
+		t.Errorf("AckBatch of %d deliveries of %d partitions made %d round trips, want 1", len(ds), parts, n)
+	}
+	if n, err := b.Counts(ctx, q); err != nil || n.Ready+n.InFlight != 0 {
+		t.Errorf("counts after AckBatch: %+v, %v; want none left", n, err)
 	}
 }
