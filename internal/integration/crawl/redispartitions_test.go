@@ -171,12 +171,12 @@ func spreadCrawl(t *testing.T, servers []*goredis.Client, sites []*testsite.Site
 // Cluster of three primaries: every page is fetched once, and each
 // primary runs a third of the crawl's commands, within 20%. The primaries'
 // CPU per page, added up, is logged beside their CPU over as long idle
-// (the Cluster's own: cron, cluster bus, replication pings) and that of a
-// single server crawling the same sites with one partition, and with
-// eight (BENCHMARKS.md): figures, not asserted (CPU on a shared machine).
-// Its subtests run alone with -run (cluster, single, onesite): the single
-// server's crawls need no Cluster, but run only where it may
-// (TRAWL_TEST_CLUSTER, make test-cluster).
+// (the Cluster's own: cron, cluster bus, replication pings), that of a
+// single server crawling the same sites with one partition, eight and
+// twelve, and that of a Cluster without replicas (BENCHMARKS.md): figures,
+// not asserted (CPU on a shared machine). Its subtests run alone with
+// -run (cluster, single, noreplicas, onesite); they run only where the
+// Cluster tests may (TRAWL_TEST_CLUSTER, make test-cluster).
 func TestRedisClusterPartitionsSpread(t *testing.T) {
 	const parts = 12
 	if os.Getenv(integration.EnvCluster) == "" {
@@ -191,7 +191,7 @@ func TestRedisClusterPartitionsSpread(t *testing.T) {
 	t.Logf("(127.0.0.2-13 fall in partitions %s)", strings.Join(naive, " "))
 	sites, urls := spreadSites(t, hosts)
 	common := []string{"--allow-private", "--idle-timeout=3s", "--concurrency=32", "--per-host=8"}
-	var clusterPerK, idlePerK, singlePerK float64
+	var clusterPerK, idlePerK, singlePerK, single12PerK, noReplicasPerK float64
 
 	t.Run("cluster", func(t *testing.T) {
 		c := integration.StartRedisFailoverCluster(t)
@@ -281,6 +281,44 @@ func TestRedisClusterPartitionsSpread(t *testing.T) {
 		eightPerK := loads[0].cpu.Seconds() / float64(pages) * 1000
 		t.Logf("single server, --partitions 8: %.2f commands a page; Redis CPU %.4f s per 1,000 pages; 8/1 %.2f",
 			float64(loads[0].commands)/float64(pages), eightPerK, eightPerK/singlePerK)
+
+		// And with the Cluster's 12 partitions: the partitions' cost
+		// without a Cluster's.
+		for _, s := range sites {
+			s.Reset()
+		}
+		loads, pages = spreadCrawl(t, []*goredis.Client{single}, sites, urls,
+			flags(append([]string{"--broker=redis", "--redis-url", srvURL, "--name", integration.Name(t) + "-single12", "--partitions", strconv.Itoa(parts)}, common...)))
+		single12PerK = loads[0].cpu.Seconds() / float64(pages) * 1000
+		t.Logf("single server, --partitions %d: %.2f commands a page; Redis CPU %.4f s per 1,000 pages; %d/1 %.2f",
+			parts, float64(loads[0].commands)/float64(pages), single12PerK, parts, single12PerK/singlePerK)
+	})
+
+	t.Run("noreplicas", func(t *testing.T) {
+		// The shared Cluster of three primaries without replicas: what
+		// the replicas cost the primaries.
+		addrs := integration.RedisCluster(t)
+		var primaries []*goredis.Client
+		for _, a := range addrs {
+			p := goredis.NewClient(&goredis.Options{Addr: a})
+			t.Cleanup(func() { p.Close() })
+			primaries = append(primaries, p)
+		}
+		for _, s := range sites {
+			s.Reset()
+		}
+		url := "redis://" + addrs[0] + "?addr=" + strings.Join(addrs[1:], "&addr=")
+		loads, pages := spreadCrawl(t, primaries, sites, urls,
+			flags(append([]string{"--broker=redis", "--redis-url", url, "--name", integration.Name(t), "--partitions", strconv.Itoa(parts)}, common...)))
+		var total int64
+		var cpu time.Duration
+		for _, l := range loads {
+			total += l.commands
+			cpu += l.cpu
+		}
+		noReplicasPerK = cpu.Seconds() / float64(pages) * 1000
+		t.Logf("cluster without replicas, --partitions %d: %.2f commands a page; Redis CPU %.4f s per 1,000 pages, the three primaries added up",
+			parts, float64(total)/float64(pages), noReplicasPerK)
 	})
 
 	t.Run("onesite", func(t *testing.T) {
@@ -303,5 +341,7 @@ func TestRedisClusterPartitionsSpread(t *testing.T) {
 
 	if clusterPerK > 0 && singlePerK > 0 {
 		t.Logf("cluster/single %.2f; less the Cluster's idle CPU %.2f (issue 24's bar: at most 1.2)", clusterPerK/singlePerK, (clusterPerK-idlePerK)/singlePerK)
+		t.Logf("the parts: single server %d partitions/1 %.2f; cluster/single server, both %d partitions %.2f; cluster without replicas/single server %.2f",
+			parts, single12PerK/singlePerK, parts, clusterPerK/single12PerK, noReplicasPerK/single12PerK)
 	}
 }
