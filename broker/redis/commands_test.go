@@ -11,6 +11,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/trawlhq/trawl/broker"
+	"github.com/trawlhq/trawl/broker/brokertest"
 	"github.com/trawlhq/trawl/broker/redis"
 	dedupredis "github.com/trawlhq/trawl/dedup/redis"
 	"github.com/trawlhq/trawl/internal/integration"
@@ -131,7 +132,7 @@ func TestConsumerRefillsInBatches(t *testing.T) {
 			const q, n = "refill:requests", 400
 			msgs := make([]broker.Message, n)
 			for i := range msgs {
-				msgs[i] = broker.Message{Body: []byte(fmt.Sprint(i)), Key: keyIn(t, i%parts, parts)}
+				msgs[i] = broker.Message{Body: []byte(fmt.Sprint(i)), Key: brokertest.KeyIn(t, i%parts, parts)}
 			}
 			if err := b.Publish(ctx, q, msgs...); err != nil {
 				t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/trawlhq/trawl/broker"
+	"github.com/trawlhq/trawl/broker/brokertest"
 	"github.com/trawlhq/trawl/broker/redis"
 	"github.com/trawlhq/trawl/dedup"
 	dedupredis "github.com/trawlhq/trawl/dedup/redis"
@@ -240,7 +241,7 @@ func TestAckBatchPartitionsOneRoundTrip(t *testing.T) {
 	q := integration.Name(t) + ":requests"
 	var msgs []broker.Message
 	for p := range parts {
-		key := keyIn(t, p, parts)
+		key := brokertest.KeyIn(t, p, parts)
 		for i := range 3 {
 			msgs = append(msgs, broker.Message{Body: fmt.Appendf(nil, "%s/%d", key, i), Key: key})
 		}
