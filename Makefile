@@ -84,7 +84,7 @@ bench-crawl: build ## crawl/fetch-limit ratio per broker, broker CPU, idle cost,
 # Crawls of a web-shaped site (internal/benchcrawl web): 1,000 hosts on
 # 127.0.x.y, half over HTTPS, 100 ms latency, against a bare fetch loop
 # under the same rules; not part of make test.
-bench-web: build ## crawl/fetch-loop ratio at 1,000 hosts, real latency and HTTPS, per mode and 4 workers, 2 crawls each between loops, against issue 26's bars (about 15 minutes; BENCHWEB_FLAGS="-modes redis4 -repeat 1 -rss-hosts 0" for one mode)
+bench-web: build ## crawl/fetch-loop ratio at 1,000 hosts, real latency and HTTPS, per mode and 4 workers, 2 crawls each between loops, against issue 26's bars (15–20 minutes; BENCHWEB_FLAGS="-modes redis4 -repeat 1 -rss-hosts 0" for one mode)
 	@env_line=""; \
 	if [ -z "$$TRAWL_REDIS_IMAGE" ] && [ -f "$(IMAGES)" ]; then env_line=$$(bash $(IMAGES)); fi; \
 	env $$env_line $(GO) run ./internal/benchcrawl web -trawl bin/trawl $(BENCHWEB_FLAGS)
