@@ -105,6 +105,15 @@
 // messages before its others. A cancelled Receive gives back what its
 // requests brought at once, as copies (uncounted).
 //
+// What still grows with bands × partitions: opening a queue, once per
+// broker, creates (or checks) two streams and a consumer per band plus
+// the delay consumer in each partition, one API request each, in turn
+// (24 for three partitions of five bands; sent together they took two
+// to three times longer on the embedded server, which handles one
+// connection's requests in turn); and a waiting worker holds that many
+// pull requests on the server, renewed every 30s. A take costs a stream
+// info request per partition and a fetch per band that holds messages.
+//
 // A consumer (Broker.Consume) is one loop per queue doing the same: while
 // the queue has messages it refills its read-ahead (at most prefetch
 // deliveries, sorted by band) with "no wait" fetches once half of it has
