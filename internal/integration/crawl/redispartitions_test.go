@@ -65,6 +65,7 @@ type serverLoad struct {
 	commands int64
 	cpu      time.Duration
 	calls    map[string]int64 // by command
+	other    map[string]int64 // the bookkeeping commands, and the errors (MOVED, ASK…) by prefix
 }
 
 // top names the commands that ran most, with their calls per page.
@@ -95,11 +96,11 @@ func resetLoad(ctx context.Context, t *testing.T, c *goredis.Client) time.Durati
 // since it started.
 func readLoad(ctx context.Context, t *testing.T, c *goredis.Client) serverLoad {
 	t.Helper()
-	info, err := c.Info(ctx, "commandstats", "cpu").Result()
+	info, err := c.Info(ctx, "commandstats", "cpu", "errorstats").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := serverLoad{calls: map[string]int64{}}
+	l := serverLoad{calls: map[string]int64{}, other: map[string]int64{}}
 	var cpu float64
 	for line := range strings.SplitSeq(info, "\r\n") {
 		if name, rest, ok := strings.Cut(line, ":"); ok {
@@ -110,9 +111,19 @@ func readLoad(ctx context.Context, t *testing.T, c *goredis.Client) serverLoad {
 					cmd = cmd[:i]
 				}
 				calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
-				if n, err := strconv.ParseInt(calls, 10, 64); err == nil && !bookkeeping[cmd] {
+				n, err := strconv.ParseInt(calls, 10, 64)
+				switch {
+				case err != nil:
+				case bookkeeping[cmd]:
+					l.other[cmd] += n
+				default:
 					l.commands += n
 					l.calls[cmd] += n
+				}
+			case strings.HasPrefix(name, "errorstat_"):
+				count, _, _ := strings.Cut(strings.TrimPrefix(rest, "count="), ",")
+				if n, err := strconv.ParseInt(count, 10, 64); err == nil {
+					l.other["error "+strings.TrimPrefix(name, "errorstat_")] += n
 				}
 			case name == "used_cpu_sys" || name == "used_cpu_user":
 				v, _ := strconv.ParseFloat(rest, 64)
@@ -216,7 +227,7 @@ func TestRedisClusterPartitionsSpread(t *testing.T) {
 		}
 		for i, l := range loads {
 			share := float64(l.commands) / float64(total)
-			t.Logf("primary %d (%s): %d commands, %.3f of them; CPU %v", i, c.Addrs[i], l.commands, share, l.cpu.Round(time.Millisecond))
+			t.Logf("primary %d (%s): %d commands, %.3f of them; CPU %v; besides: %v", i, c.Addrs[i], l.commands, share, l.cpu.Round(time.Millisecond), l.other)
 			if share < 0.8/3 || share > 1.2/3 {
 				t.Errorf("primary %d ran %.3f of the crawl's commands, want a third within 20%% (%.3f to %.3f)", i, share, 0.8/3, 1.2/3)
 			}
