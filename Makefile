@@ -99,6 +99,7 @@ fuzz: ## run every fuzz target for FUZZTIME (30s) each
 	$(GO) test -run '^$$' -fuzz '^FuzzExtractLinks$$' -fuzztime $(FUZZTIME) ./internal/linkscan/
 	$(GO) test -run '^$$' -fuzz '^FuzzExtractLinksDifferential$$' -fuzztime $(FUZZTIME) ./internal/linkscan/
 	$(GO) test -run '^$$' -fuzz '^FuzzUnmarshalRequest$$' -fuzztime $(FUZZTIME) ./engine/
+	$(GO) test -run '^$$' -fuzz '^FuzzIsHTML$$' -fuzztime $(FUZZTIME) ./engine/
 
 # Every sh block of docs/*.md is marked <!-- check --> (run), <!-- check
 # needs=redis --> (run with a server in Docker) or <!-- skip: REASON -->.
