@@ -17,6 +17,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -585,9 +586,14 @@ func TestFetchHeaderTooLarge(t *testing.T) {
 // TestFetchResumesTLS: a second connection to an HTTPS host resumes the
 // first's TLS session: no certificate to parse and verify again.
 func TestFetchResumesTLS(t *testing.T) {
-	var resumed []bool
+	var (
+		mu      sync.Mutex
+		resumed []bool
+	)
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		resumed = append(resumed, r.TLS.DidResume) // one request at a time
+		mu.Lock()
+		defer mu.Unlock()
+		resumed = append(resumed, r.TLS.DidResume)
 	}))
 	defer srv.Close()
 	f := newHTTPFetcher(FetchConfig{})
@@ -606,6 +612,8 @@ func TestFetchResumesTLS(t *testing.T) {
 		}
 		f.transport.CloseIdleConnections() // the next fetch dials again
 	}
+	mu.Lock()
+	defer mu.Unlock()
 	if want := []bool{false, true, true}; !slices.Equal(resumed, want) {
 		t.Errorf("sessions resumed on three connections: %v, want %v", resumed, want)
 	}
