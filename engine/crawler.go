@@ -413,12 +413,18 @@ func (c *Crawler) nextItem(ctx, run context.Context, cons broker.Consumer, bench
 		}
 		c.pause.wakeOnPause(woken)
 		if bench.full() {
-			<-wait.Done() // a host got room, the crawl was paused, or run ended
+			// A host got room, the crawl was paused, run ended, or the
+			// writes' streak reached FailureTimeout (the hosts held back
+			// may never come: a Redis out of memory refuses their leases).
+			held, stopHeld := c.clocks.writes.bound(wait, c.cfg.FailureTimeout)
+			<-held.Done()
+			streak := wait.Err() == nil // held ended, wait did not
+			stopHeld()
 			c.pause.wakeOnPause(nil)
 			bench.waitWith(nil)
 			woken()
-			if run.Err() != nil || c.pause.isPaused() {
-				return nil, nil
+			if run.Err() != nil || c.pause.isPaused() || streak {
+				return nil, nil // the receiver checks the writes' streak
 			}
 			continue
 		}
