@@ -148,9 +148,12 @@ func TestRedisOutOfMemory(t *testing.T) {
 	// A lease a starved machine's stalls do not outlast: a CI run at load
 	// 30 with --lease=3s saw 28 pages of the second crawl fetched twice,
 	// their leases run out while the workbench held them (the broker's
-	// at-least-once, not what this test measures). Not much longer: a
-	// stopping worker waits up to a third of it for its consumer's blocking
-	// pop (15s made the exit 15.2s after the first refused write).
+	// at-least-once, not what this test measures). A run with 15s exited
+	// 15.2s after the first refused write. Not its lease: a stop waits on
+	// no blocking pop (deployment's TestRedisWorkerStopsAtOnce); by hand,
+	// such a worker ran on past the timeout in a receiver waiting on a
+	// workbench full of hosts whose leases Redis refused, blind to the
+	// writes' streak (fixed by ed64b30, TestParkedWorkbenchStopsOnFailingWrites).
 	args := append([]string{"crawl"}, redisArgs(t, name, "--redis-url", srv.URL, "--lease=6s",
 		"--concurrency="+strconv.Itoa(concurrency), "--failure-timeout="+failureTimeout.String(), url)...)
 	ctx := t.Context()
