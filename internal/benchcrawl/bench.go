@@ -108,9 +108,35 @@ func (r *run) ratio() float64 {
 // idleResult is the idle cost of one server.
 type idleResult struct {
 	count float64 // requests per second
-	conns int
+	conns int     // held for at least half the window (see heldConns)
+	most  int     // the most at any sample
+	over  float64 // share of the samples above conns
 	unit  string
 	err   error
+}
+
+// idleSample is how often the idle window samples the connections held.
+const idleSample = 250 * time.Millisecond
+
+// heldConns sums up the connections sampled through an idle window: held,
+// the count the worker held for at least half of it (the median), the
+// most at any sample, and the share of the samples above held. A single
+// reading at the window's end counted what was open at that instant: a
+// pooled connection opened when two of the worker's timers overlapped,
+// and closed within seconds, read as one the worker holds.
+func heldConns(samples []int) (held, most int, over float64) {
+	if len(samples) == 0 {
+		return 0, 0, 0
+	}
+	s := slices.Sorted(slices.Values(samples))
+	held, most = s[(len(s)-1)/2], s[len(s)-1]
+	n := 0
+	for _, c := range s {
+		if c > held {
+			n++
+		}
+	}
+	return held, most, float64(n) / float64(len(s))
 }
 
 func benchMain(ctx context.Context, args []string) error {
@@ -235,7 +261,8 @@ func (c *common) runMode(ctx context.Context, s *site, m mode, runs int) *result
 	if srv != nil && !m.noIdle {
 		r.idle = c.idle(ctx, m, srv)
 		if r.idle.err == nil {
-			logf("%s: idle %.1f %s/s, %d connections", m.name, r.idle.count, r.idle.unit, r.idle.conns)
+			logf("%s: idle %.1f %s/s, %d connections (at most %d, above %d in %.0f%% of the samples)",
+				m.name, r.idle.count, r.idle.unit, r.idle.conns, r.idle.most, r.idle.conns, 100*r.idle.over)
 		}
 	}
 	return r
@@ -473,14 +500,24 @@ func (c *common) idle(ctx context.Context, m mode, srv *server) *idleResult {
 	if res.err = wait(2 * time.Second); res.err != nil {
 		return res
 	}
+	// The window: the connections sampled each idleSample, the requests
+	// counted between its first and last readings.
 	n0, _, err := srv.requests(ctx)
 	t0 := time.Now()
+	n1, t1, conns := n0, t0, []int(nil)
+	for err == nil && res.err == nil && t1.Sub(t0) < m.idle {
+		if res.err = wait(min(idleSample, m.idle-t1.Sub(t0))); res.err == nil {
+			var c int
+			n1, c, err = srv.requests(ctx)
+			t1 = time.Now()
+			conns = append(conns, c)
+		}
+	}
 	if err != nil {
 		res.err = err
-	} else if res.err = wait(m.idle); res.err == nil {
-		n1, conns, err := srv.requests(ctx)
-		res.count = float64(n1-n0) / time.Since(t0).Seconds()
-		res.conns, res.err = conns, err
+	} else if res.err == nil {
+		res.count = float64(n1-n0) / t1.Sub(t0).Seconds()
+		res.conns, res.most, res.over = heldConns(conns)
 	}
 	stop()
 	if err := <-exited; err != nil && res.err == nil && !isSignalExit(err) {
@@ -638,6 +675,9 @@ func printTable(w io.Writer, results []*result, pages int) {
 			} else {
 				idleRate = fmt.Sprintf("%.1f %s", i.count, i.unit)
 				idleConns = fmt.Sprint(i.conns)
+				if i.most > i.conns {
+					idleConns += fmt.Sprintf(" (%d in %.0f%%)", i.most, 100*i.over)
+				}
 				idleVerdict = pass(i.count <= idleRateBar && i.conns <= idleConnsBar)
 			}
 		}
@@ -648,7 +688,9 @@ func printTable(w io.Writer, results []*result, pages int) {
 		"each crawl is compared with the mean of the fetch limits measured just before and just after it. "+
 		"CPU model: the fetch limit's CPU per page (the site's and the loop's) over the crawl's (the site's, the worker's and the broker server's), "+
 		"what the ratio would be on an idle machine if all were CPU-bound; load from elsewhere moves it far less than the wall-clock ratio. "+
-		"CPU figures are over the crawl's window. Idle bar: ≤ %.0f requests/s and ≤ %d connections.\n", pages, idleRateBar, idleConnsBar)
+		"CPU figures are over the crawl's window. Idle bar: ≤ %.0f requests/s and ≤ %d connections "+
+		"(held for at least half the window, sampled every %v; in parentheses the most seen and the share of the samples above the count held).\n",
+		pages, idleRateBar, idleConnsBar, idleSample)
 	one, _, _ := median(byKey["redis"], (*run).cpuRatio)
 	eight, _, _ := median(byKey["redis8"], (*run).cpuRatio)
 	if one > 0 && eight > 0 {

@@ -112,3 +112,27 @@ func TestCPURatio(t *testing.T) {
 		t.Errorf("cpuRatio = %v, want 0.25 (200 µs over 800 µs a page)", got)
 	}
 }
+
+// TestHeldConns: the connections an idle worker holds are what it held for
+// most of the window, not what one reading caught. The samples are those of
+// a Redis run (2026-12-05 04:05): the pool's second connection, opened when
+// two of the worker's timers overlapped, was open at the window's end, and
+// the single reading the harness took then counted 3.
+func TestHeldConns(t *testing.T) {
+	for _, c := range []struct {
+		samples    []int
+		held, most int
+		over       float64
+	}{
+		{[]int{2, 2, 2, 2, 2, 2, 2, 2, 3, 3}, 2, 3, 0.2},
+		{[]int{3, 3, 3, 2}, 3, 3, 0},
+		{[]int{1}, 1, 1, 0},
+		{[]int{2, 3}, 2, 3, 0.5}, // half the window is enough to hold
+		{nil, 0, 0, 0},
+	} {
+		held, most, over := heldConns(c.samples)
+		if held != c.held || most != c.most || over != c.over {
+			t.Errorf("heldConns(%v) = %d, %d, %v; want %d, %d, %v", c.samples, held, most, over, c.held, c.most, c.over)
+		}
+	}
+}

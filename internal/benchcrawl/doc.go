@@ -41,7 +41,10 @@
 // finished crawl (its queues empty) for -idle (10s) after a warm-up,
 // counting what reaches the server (Redis: total_commands_processed; NATS:
 // in_msgs of the client connections in /connz; RabbitMQ: recv_cnt of
-// rabbitmqctl list_connections, socket reads) and the connections it holds.
+// rabbitmqctl list_connections, socket reads) and the connections it holds:
+// sampled every 250 ms, the count held for at least half the window, and
+// the most seen (a pooled connection opened when two of the worker's timers
+// overlap lives a second or two).
 //
 // Each figure is printed beside issue 10's bar with PASS or MISS.
 //

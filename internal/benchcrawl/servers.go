@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -148,10 +149,13 @@ func (s *server) containerCPU(ctx context.Context) error {
 }
 
 // redis reads CPU from INFO cpu and requests from INFO stats: every
-// command counts (total_commands_processed), less the INFO of the
-// benchmark's previous reading.
+// command counts (total_commands_processed), less every command the
+// benchmark itself sent before the reading (its earlier readings included),
+// so that readings as frequent as the idle window's samples add nothing.
 func (s *server) redis(ctx context.Context, addr string) error {
 	c := goredis.NewClient(&goredis.Options{Addr: addr, PoolSize: 1})
+	var own atomic.Int64 // commands this client sent
+	c.AddHook(countHook{&own})
 	s.closes = append(s.closes, func() { _ = c.Close() })
 	s.flags = []string{"--broker=redis", "--redis-url", "redis://" + addr}
 	info := func(ctx context.Context, sections ...string) (map[string]string, error) {
@@ -227,6 +231,7 @@ func (s *server) redis(ctx context.Context, addr string) error {
 	}
 	s.countUnit = "commands"
 	s.requests = func(ctx context.Context) (int64, int, error) {
+		sent := own.Load() // this reading is counted by the next
 		m, err := info(ctx, "stats", "clients")
 		if err != nil {
 			return 0, 0, err
@@ -236,8 +241,8 @@ func (s *server) redis(ctx context.Context, addr string) error {
 		if err := errors.Join(err1, err2); err != nil {
 			return 0, 0, fmt.Errorf("redis INFO: %w", err)
 		}
-		// Less this reading (counted by the next) and this client.
-		return n - 1, conns - 1, nil
+		// Less the benchmark's commands and its connection.
+		return n - sent, conns - 1, nil
 	}
 	_, err := s.cpu()
 	return err
@@ -331,4 +336,23 @@ func (s *server) rabbitmq(ctx context.Context, addr string) error {
 		return n, conns, nil
 	}
 	return s.containerCPU(ctx)
+}
+
+// countHook counts the commands a client sends.
+type countHook struct{ n *atomic.Int64 }
+
+func (countHook) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+
+func (h countHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (h countHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		h.n.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
 }
