@@ -154,7 +154,10 @@ type Consumer interface {
 // consumer holds at most prefetch deliveries, read ahead or returned and
 // unsettled, and returns no more until some are settled. A caller that
 // keeps up to n deliveries unsettled while it reads on, and wants up to
-// prefetch read ahead, asks Consume for prefetch + n. It is optional
+// prefetch read ahead, asks Consume for prefetch + n. A consumer of a
+// queue of N partitions (Partitioned) counts each partition apart, with a
+// window of ceil(prefetch/N): it holds at most that many deliveries of
+// one partition and prefetch+N-1 in all. It is optional
 // because only RabbitMQ's consumers count so; a broker that is not one
 // keeps returned deliveries out of its prefetch, as Consumer promises.
 type UnsettledCounter interface {

@@ -145,13 +145,14 @@ func (b *Broker) Receive(ctx context.Context, queue string, max int) ([]broker.D
 // deliveries (its channel's basic.qos, which also counts the deliveries
 // returned by Next and not yet settled). It subscribes on the first Next.
 // A partitioned queue's consumer is one consumer per partition, each
-// with basic.qos(prefetch), whose Next takes from the partitions in turn:
-// a partition whose deliveries its caller holds unsettled (a slow host)
-// holds up only itself. Its read-ahead is thus bounded by prefetch per
-// partition, not for them all: a live consumer's basic.qos cannot change,
-// global basic.qos is refused by quorum queues, and a share of prefetch
-// per partition would hold fewer unsettled deliveries than prefetch in
-// one partition (broker.UnsettledCounter).
+// with basic.qos(ceil(prefetch/N)) for N partitions, whose Next takes from
+// the partitions in turn: a partition whose deliveries its caller holds
+// unsettled (a slow host) holds up only itself, and the consumer holds at
+// most prefetch+N-1 deliveries in all, at most ceil(prefetch/N) of one
+// partition (broker.UnsettledCounter). A split it cannot rebalance: a
+// live consumer's basic.qos cannot change (only cancelling and consuming
+// again could), and a global basic.qos, one window for them all, is
+// refused by quorum queues.
 func (b *Broker) Consume(ctx context.Context, queue string, prefetch int) (broker.Consumer, error) {
 	n := b.cfg.Partitions
 	if n == 1 || prefetch < 1 {
@@ -160,9 +161,10 @@ func (b *Broker) Consume(ctx context.Context, queue string, prefetch int) (broke
 	if err := b.declareAll(ctx, queue); err != nil {
 		return nil, err
 	}
+	share := (prefetch + n - 1) / n
 	pc := &partConsumer{b: b, queue: queue, wake: make(chan struct{}, 1), done: make(chan struct{})}
 	for p := range n {
-		c, err := b.consume1(ctx, partName(queue, p), prefetch)
+		c, err := b.consume1(ctx, partName(queue, p), share)
 		if err != nil {
 			pc.Close()
 			return nil, err

@@ -3,6 +3,7 @@ package rabbitmq_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -71,4 +72,59 @@ func TestFewerPartitionsRefused(t *testing.T) {
 	cfg.Partitions = 3
 	again := newBroker(t, cfg)
 	publish(t, again, q, broker.Message{Body: []byte("z"), Key: brokertest.KeyIn(t, 2, 3)})
+}
+
+// TestPartitionedReadAhead (issue 24): a consumer of a queue of three
+// partitions with a read-ahead of 4 holds at most ceil(4/3) = 2
+// deliveries of each partition (basic.qos per partition), 6 = 4+3-1 in
+// all, while messages wait in every partition: holding its 6 unsettled,
+// it leaves every other message to another worker. With the whole
+// read-ahead per partition it held 12, and the other worker got 18 of 24.
+func TestPartitionedReadAhead(t *testing.T) {
+	t.Parallel()
+	const parts, perPart, readAhead = 3, 10, 4
+	share := (readAhead + parts - 1) / parts
+	bound := parts * share
+	cfg := amqpOnly(t)
+	cfg.Partitions = parts
+	q := integration.Name(t) + ":q"
+	t.Cleanup(func() { (&queues{names: map[string]bool{q: true}, parts: parts}).deleteAll(t, cfg.URL) })
+	a, other := newBroker(t, cfg), newBroker(t, cfg)
+	var msgs []broker.Message
+	for p := range parts {
+		key := brokertest.KeyIn(t, p, parts)
+		for i := range perPart {
+			msgs = append(msgs, broker.Message{Body: fmt.Appendf(nil, "%s/%d", key, i), Key: key})
+		}
+	}
+	publish(t, a, q, msgs...)
+	c := consume(t, a, q, readAhead)
+	perKey := map[string]int{}
+	var held []broker.Delivery
+	for range bound {
+		d := next(t, c, 5*time.Second)
+		held = append(held, d)
+		perKey[strings.SplitN(body(d), "/", 2)[0]]++
+	}
+	for k, n := range perKey {
+		if n != share {
+			t.Errorf("Next returned %d deliveries of partition key %s, want %d (its share of the read-ahead, in turn): %v", n, k, share, perKey)
+		}
+	}
+	// The consumer holds its windows full, unsettled: every other message
+	// waits in its partition for another worker, none read ahead here.
+	want := len(msgs) - bound
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	var got []broker.Delivery
+	for len(got) < want {
+		ds, err := other.Receive(ctx, q, want-len(got))
+		if err != nil {
+			t.Fatalf("a consumer with read-ahead %d over %d partitions, holding %d unsettled, left %d of the %d other messages to another worker (it holds %d, want at most %d = read-ahead + partitions - 1): %v",
+				readAhead, parts, bound, len(got), want, len(msgs)-len(got), readAhead+parts-1, err)
+		}
+		got = append(got, ds...)
+	}
+	ackAll(t, got...)
+	ackAll(t, held...)
 }
