@@ -187,6 +187,7 @@ func (d *Deployment) redisExtras(ctx context.Context, client goredis.UniversalCl
 	}
 	d.Limiter = limit
 	d.closes = append(d.closes, limit.Close)
+	d.purges = append(d.purges, limit.Purge)
 	f, err := d.redisFilter(ctx, client)
 	if err != nil {
 		return err

@@ -574,26 +574,30 @@ func (s *Stats) Purge(ctx context.Context) error {
 // deleted: a key tagged {NAME} that is not the crawl's stays. It returns
 // how many keys it deleted.
 func PurgeCrawl(ctx context.Context, client goredis.UniversalClient, name string) (int, error) {
+	n, err := purgeMatching(ctx, client, name, redislayout.Pattern(name), redislayout.PartitionPattern(name))
+	if err != nil {
+		return n, fmt.Errorf("redis: purge %s: %w", redislayout.Pattern(name), err)
+	}
+	return n, nil
+}
+
+// purgeMatching deletes the keys of crawl name's layout that patterns
+// find, on every primary of a Cluster; it returns how many it deleted.
+func purgeMatching(ctx context.Context, client goredis.UniversalClient, name string, patterns ...string) (int, error) {
 	var mu sync.Mutex
 	n := 0
 	del := func(ctx context.Context, c goredis.UniversalClient) error {
-		for _, pattern := range []string{redislayout.Pattern(name), redislayout.PartitionPattern(name)} {
+		for _, pattern := range patterns {
 			if err := delMatching(ctx, c, name, pattern, &mu, &n); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
-	var err error
 	if cc, ok := client.(*goredis.ClusterClient); ok {
-		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *goredis.Client) error { return del(ctx, c) })
-	} else {
-		err = del(ctx, client)
+		return n, cc.ForEachMaster(ctx, func(ctx context.Context, c *goredis.Client) error { return del(ctx, c) })
 	}
-	if err != nil {
-		return n, fmt.Errorf("redis: purge %s: %w", redislayout.Pattern(name), err)
-	}
-	return n, nil
+	return n, del(ctx, client)
 }
 
 // delMatching deletes the keys of crawl name's layout that pattern finds

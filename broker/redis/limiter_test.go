@@ -8,6 +8,7 @@ import (
 	"net"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -685,4 +686,67 @@ func (h *holdHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 
 func (h *holdHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
 	return next
+}
+
+// TestHostLimiterPurge: Purge deletes the crawl's per-host state (a
+// host's lease, next start, and the stored robots.txt files), so that a
+// crawl started clean (--flush) fetches robots.txt again; another
+// crawl's state stays.
+func TestHostLimiterPurge(t *testing.T) {
+	client := integration.RedisClient(t)
+	crawl, other := integration.Name(t), integration.Name(t)+"-other"
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	open := func(crawl string) *redis.HostLimiter {
+		l, err := redis.NewHostLimiter(redis.LimiterConfig{Client: client, Crawl: crawl, PerHost: 1, Delay: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		return l
+	}
+	l, o := open(crawl), open(other)
+	for _, l := range []*redis.HostLimiter{l, o} {
+		if err := l.StoreRobots(ctx, "https://site.example", []byte("User-agent: *\nDisallow: /private\n"), time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		release, err := l.Acquire(ctx, "site.example") // its lease and, with the delay, its next start
+		if err != nil {
+			t.Fatal(err)
+		}
+		release()
+	}
+	keys := func(crawl string) []string {
+		ks, err := client.Keys(ctx, redislayout.Crawl(crawl, "*")).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var hosts []string
+		for _, k := range ks {
+			if strings.Contains(k, ":host:") || strings.Contains(k, ":robots:") {
+				hosts = append(hosts, k)
+			}
+		}
+		slices.Sort(hosts)
+		return hosts
+	}
+	if len(keys(crawl)) == 0 {
+		t.Fatal("the limiter kept no per-host key to purge")
+	}
+	before := keys(other)
+	if err := l.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := l.Robots(ctx, "https://site.example"); err != nil || ok {
+		t.Errorf("robots.txt still stored after Purge (ok=%v, err=%v): a crawl started clean would not fetch it", ok, err)
+	}
+	if left := keys(crawl); len(left) != 0 {
+		t.Errorf("per-host keys left after Purge: %v", left)
+	}
+	if after := keys(other); !slices.Equal(after, before) {
+		t.Errorf("another crawl's per-host keys: %v before, %v after the purge of %s", before, after, crawl)
+	}
+	if _, ok, err := o.Robots(ctx, "https://site.example"); err != nil || !ok {
+		t.Errorf("another crawl's robots.txt gone (ok=%v, err=%v)", ok, err)
+	}
 }

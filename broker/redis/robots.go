@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -33,6 +34,18 @@ func (l *HostLimiter) Robots(ctx context.Context, key string) ([]byte, bool, err
 func (l *HostLimiter) StoreRobots(ctx context.Context, key string, file []byte, ttl time.Duration) error {
 	if err := l.cfg.Client.Set(ctx, redislayout.Robots(l.cfg.Crawl, key), file, ttl).Err(); err != nil {
 		return fmt.Errorf("redis: store robots.txt of %s: %w", key, err)
+	}
+	return nil
+}
+
+// Purge deletes the crawl's per-host state: the hosts' leases, next
+// starts and throttle delays, and the robots.txt files stored for the
+// other workers. A crawl started clean (--flush) fetches robots.txt
+// again and starts every host afresh, as a new crawl would.
+func (l *HostLimiter) Purge(ctx context.Context) error {
+	home := strings.TrimSuffix(redislayout.Pattern(l.cfg.Crawl), "*") // "{NAME}:"
+	if _, err := purgeMatching(ctx, l.cfg.Client, l.cfg.Crawl, home+"host:*", home+"robots:*"); err != nil {
+		return fmt.Errorf("redis: purge the hosts' state of %s: %w", l.cfg.Crawl, err)
 	}
 	return nil
 }
