@@ -33,6 +33,12 @@ import (
 // consumer's. A --redis-url that sets conn_max_idle_time keeps its own.
 const redisConnMaxIdle = 1500 * time.Millisecond
 
+// redisClientName names a worker's pooled connections in CLIENT LIST
+// (its consumers name theirs broker/redis.ConsumerClientName). It rides
+// on the HELLO of each new connection: no command more. A --redis-url that
+// sets client_name keeps its own.
+const redisClientName = "trawl"
+
 // clusterReload is how often a Redis Cluster client reads the cluster's
 // slots again while it is used, so that the workers follow a failover
 // within about a second of it.
@@ -64,6 +70,7 @@ func (d *Deployment) redisClient(ctx context.Context) (goredis.UniversalClient, 
 			return nil, configErr("--redis-url: %v", err)
 		}
 		opt.PoolSize = max(opt.PoolSize, pool)
+		opt.ClientName = cmp.Or(opt.ClientName, redisClientName)
 		if opt.ConnMaxIdleTime == 0 {
 			opt.PoolFIFO, opt.ConnMaxIdleTime = true, redisConnMaxIdle
 		}
@@ -85,6 +92,7 @@ func (d *Deployment) redisClient(ctx context.Context) (goredis.UniversalClient, 
 			return nil, configErr("--redis-url: %v", err)
 		}
 		opt.PoolSize = max(opt.PoolSize, pool)
+		opt.ClientName = cmp.Or(opt.ClientName, redisClientName)
 		if opt.ConnMaxIdleTime == 0 {
 			opt.PoolFIFO, opt.ConnMaxIdleTime = true, redisConnMaxIdle
 			// Pipelines on the same pool, not on a pool of their own

@@ -290,6 +290,11 @@ func (c *consumer) sleep(d time.Duration) bool {
 	}
 }
 
+// ConsumerClientName names a consumer's connection (CLIENT SETNAME), the
+// one its blocking pop waits on, so that CLIENT LIST tells it from the
+// client's pooled connections.
+const ConsumerClientName = "trawl-consume"
+
 // conn is the loop's connection: the node that serves the queue, a
 // connection of its own to it, and that connection's client id.
 type conn struct {
@@ -310,13 +315,20 @@ func (c *consumer) dial(ctx context.Context, k *keys) (*conn, error) {
 		}
 		node = n
 	}
-	cn := node.Conn()
-	id, err := cn.ClientID(ctx).Result()
+	// A connection of its own, named in CLIENT LIST (ConsumerClientName)
+	// and so never handed back to the pool, where the name would stay.
+	cn := node.EphemeralConn()
+	var idCmd *goredis.IntCmd
+	_, err := cn.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		p.ClientSetName(ctx, ConsumerClientName)
+		idCmd = p.ClientID(ctx)
+		return nil
+	})
 	if err != nil {
 		_ = cn.Close()
 		return nil, err
 	}
-	return &conn{node: node, cn: cn, id: id}, nil
+	return &conn{node: node, cn: cn, id: idCmd.Val()}, nil
 }
 
 // loop leases messages of the partition k while there is room in the

@@ -13,6 +13,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	redisbroker "github.com/trawlhq/trawl/broker/redis"
 	"github.com/trawlhq/trawl/internal/integration"
 	"github.com/trawlhq/trawl/internal/redislayout"
 	"github.com/trawlhq/trawl/internal/testsite"
@@ -330,6 +331,22 @@ func TestRedisIdleCost(t *testing.T) {
 			t.Fatalf("an idle worker holds %d connections to Redis, want at most %d:\n%s", held, conns, list)
 		}
 		pause(100 * time.Millisecond)
+	}
+	// CLIENT LIST names each: the consumer's, the pool's.
+	list, err := watch.ClientList(t.Context()).Result()
+	if err != nil {
+		t.Fatalf("CLIENT LIST: %v", err)
+	}
+	names := map[string]int{}
+	for line := range strings.Lines(list) {
+		if !strings.Contains(line, " cmd=client|list ") { // the watcher's
+			_, name, _ := strings.Cut(line, " name=")
+			name, _, _ = strings.Cut(name, " ")
+			names[name]++
+		}
+	}
+	if names[redisbroker.ConsumerClientName] != 1 || len(names) != 2 || names["trawl"] == 0 {
+		t.Errorf("the idle worker's connections by name: %v; want one %s, the others trawl:\n%s", names, redisbroker.ConsumerClientName, list)
 	}
 	w.cmd.Process.Signal(interrupt)
 	if code := w.wait(t, time.Minute); code != 130 {
