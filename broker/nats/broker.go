@@ -755,6 +755,14 @@ func (b *Broker) bury(ctx context.Context, d *delivery, reason string) error {
 	var id [12]byte
 	_, _ = rand.Read(id[:])
 	m.Header.Set(hdrDeadID, hex.EncodeToString(id[:]))
+	if meta, err := metadata(d.m); err == nil {
+		// One dead letter per message, even when it is buried twice: an
+		// ack that came too late (its lease ran out under load) gets it
+		// delivered again, past MaxDeliveries, and buried again. The
+		// dead stream's duplicate window drops the second publish. The
+		// stored time keeps the id unique if the stream is made again.
+		m.Header.Set(natsgo.MsgIdHdr, fmt.Sprintf("bury-%s-%d-%d", d.q.work, meta.seq, meta.stored.UnixNano()))
+	}
 	if err := b.publish(ctx, d.q, m); err != nil {
 		return err
 	}
