@@ -33,11 +33,14 @@ type Moved struct {
 // cannot be moved by host (see dedup/redis.CopyClaims): before the count
 // is stored, every new partition gets the claims of every old one, so
 // that nothing claimed is fetched again; once the requests are in their
-// new partitions, the old partitions' claims are deleted (but for the
+// new partitions, the old partitions' claims are deleted (from the
 // filter's own keys, partition 0 of one, which hold the crawl's marks
-// too). A repartition
-// cut short after the count was stored leaves them (memory, not
-// correctness): trawl purge deletes them with the crawl.
+// too, a set filter's claims but the marks; a Bloom filter's stay, see
+// dedup/redis.DropPartitions). On Redis nothing else of the old count
+// stays: the old partitions' keys and those of the queues it moved
+// through are deleted. A repartition cut short after the count was
+// stored leaves the old claims (memory, not correctness): trawl purge
+// deletes them with the crawl.
 //
 // It moves through two queues of one partition beside the crawl's,
 // NAME:requests~repartition and NAME:requests~repartition-dead: first
@@ -117,10 +120,11 @@ func (d *Deployment) Repartition(ctx context.Context, m int) (Moved, error) {
 		}
 	}
 
-	// Into the new ones. Those beyond the new count are empty now: drop
-	// them (RabbitMQ refuses a broker of fewer partitions than its queue
-	// has).
-	if dp, ok := d.Broker.(partitionDropper); ok && m < out.From {
+	// Into the new ones. The old partitions the new count does not use
+	// are empty now: drop them (RabbitMQ refuses a broker of fewer
+	// partitions than its queue has; Redis keeps their id counters and
+	// wake-up tokens otherwise).
+	if dp, ok := d.Broker.(partitionDropper); ok {
 		if err := dp.DropPartitions(ctx, q, m, out.From); err != nil {
 			return out, err
 		}
@@ -181,19 +185,38 @@ func (d *Deployment) Repartition(ctx context.Context, m int) (Moved, error) {
 		msg.Key = key(msg.Body)
 		return msg, nil
 	})
-	if err != nil || d.claims == nil {
+	if err != nil {
 		return out, err
 	}
-	if err := dedupredis.DropPartitions(ctx, d.claims, out.From, m); err != nil {
+	// The queues it moved through are empty: on Redis, drop their id
+	// counters and wake-up tokens too.
+	if dp, ok := one.(partitionDropper); ok {
+		for _, tq := range []string{tmp, tmpDead} {
+			if err := dp.DropPartitions(ctx, tq, 0, 1); err != nil {
+				return out, err
+			}
+		}
+	}
+	if d.claims == nil {
+		return out, nil
+	}
+	marks, err := engine.FilterMarks(ctx, d.Metadata, name)
+	if err != nil {
+		return out, fmt.Errorf("repartition: %w", err)
+	}
+	if err := dedupredis.DropPartitions(ctx, d.claims, out.From, m, marks...); err != nil {
 		return out, fmt.Errorf("repartition: %w", err)
 	}
 	return out, nil
 }
 
-// partitionDropper is implemented by brokers that can delete the
-// partitions of a queue beyond a count.
+// partitionDropper is implemented by brokers that can delete what a queue
+// of n partitions keeps that one of m partitions does not use, with
+// whatever it holds: NATS and RabbitMQ, partitions m to n-1 (each a stream
+// or queue named by its number); Redis, the keys of each partition of n
+// whose tag none of m's has, and with m = 0 every key of the queue.
 type partitionDropper interface {
-	DropPartitions(ctx context.Context, queue string, from, to int) error
+	DropPartitions(ctx context.Context, queue string, m, n int) error
 }
 
 // deadRecord is a dead letter on its way between partitions.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,8 +56,17 @@ func TestRepartitionDeadLetters(t *testing.T) {
 				return d
 			}
 			d := open()
-			if _, err := engine.JoinSettings(ctx, d.Metadata, name, engine.SettingsOf(engine.Config{}), engine.JoinConfig{}); err != nil {
+			// A seed stores the crawl's settings and marks its filter.
+			c, err := d.Crawler(engine.Config{Name: name})
+			if err != nil {
 				t.Fatal(err)
+			}
+			if err := c.Seed(ctx); err != nil {
+				t.Fatal(err)
+			}
+			marks, err := engine.FilterMarks(ctx, d.Metadata, name)
+			if err != nil || len(marks) != 2 {
+				t.Fatalf("the crawl's marks after a seed: %v, %v; want 2", marks, err)
 			}
 			q := engine.RequestsQueue(name)
 			const total, dead, hosts = 40, 8, 8
@@ -121,8 +131,11 @@ func TestRepartitionDeadLetters(t *testing.T) {
 			if partitioned {
 				f := d4.Filter.(dedupredis.Claimer)
 				checkClaims(ctx, t, f, 4, fps, true)
-				// The filter's own keys stay (the crawl's marks).
-				checkClaims(ctx, t, f, 1, fps, true)
+				// The filter's own keys keep the crawl's marks; a set
+				// filter's lose the claims (a Bloom filter's keep them).
+				checkClaims(ctx, t, f, 1, marks, true)
+				checkClaims(ctx, t, f, 1, fps, cfg.Filter == "bloom")
+				checkLayout(ctx, t, name, 4, marks)
 			}
 			want := make([]broker.Counts, 4)
 			ds, err := receiveAll(ctx, d4.Broker, q, total-dead)
@@ -190,6 +203,8 @@ func TestRepartitionDeadLetters(t *testing.T) {
 						checkPartition(ctx, t, f, p, 4, fps, false)
 					}
 				}
+				checkClaims(ctx, t, f, 1, marks, true)
+				checkLayout(ctx, t, name, 2, marks)
 			}
 			if err := d2.Broker.Publish(ctx, q, broker.Message{Body: msgs[0].Body, Key: "h0.example"}); err != nil {
 				t.Fatalf("publish after the repartition to 2: %v", err)
@@ -198,6 +213,49 @@ func TestRepartitionDeadLetters(t *testing.T) {
 				t.Errorf("counts after the repartition to 2: %+v, %v; want 1 ready, %d dead", n, err, dead)
 			}
 		})
+	}
+}
+
+// checkLayout checks that crawl name's keys on the shared Redis are those
+// of its layout of n partitions (redislayout.Match) and nothing of another
+// count: no key under the tag of a partition of another count, no key of
+// a queue the repartition moved through; under the crawl's own tag, of
+// the keys a count of one partitions, only the filter's: a set filter's
+// shards holding the crawl's marks alone, a Bloom filter's bitmaps (see
+// dedup/redis.DropPartitions).
+func checkLayout(ctx context.Context, t *testing.T, name string, n int, marks []dedup.Fingerprint) {
+	t.Helper()
+	c := integration.RedisClient(t)
+	tags := map[string]bool{}
+	for p := range n {
+		tags[redislayout.PartitionTag(name, p, n)] = true
+	}
+	var members int64 // in the set filter's own shards
+	for _, pattern := range []string{redislayout.Pattern(name), redislayout.PartitionPattern(name)} {
+		iter := c.Scan(ctx, 0, pattern, 1000).Iterator()
+		for iter.Next(ctx) {
+			key := iter.Val()
+			k, ok := redislayout.Match(name, key)
+			tag := key[1:strings.IndexByte(key, '}')]
+			switch {
+			case !ok:
+				t.Errorf("key %s is not of the crawl's layout", key)
+			case !k.Partitioned || tags[tag]:
+			case tag != name:
+				t.Errorf("key %s is of a partition of another count than %d", key, n)
+			case k.Part == "dupefilter:bloom:*":
+			case k.Part == "dupefilter:*":
+				members += c.SCard(ctx, key).Val()
+			default:
+				t.Errorf("key %s (%s) of the layout of one partition remains after a repartition to %d", key, k.Part, n)
+			}
+		}
+		if err := iter.Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if members > int64(len(marks)) {
+		t.Errorf("the set filter's own shards hold %d members after a repartition to %d, want the %d marks alone", members, n, len(marks))
 	}
 }
 

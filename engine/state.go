@@ -70,6 +70,23 @@ func filterMarks(name, id string) (named, identified dedup.Fingerprint) {
 	return h(markDomain, name), h(markDomain, name, id)
 }
 
+// FilterMarks returns the records of crawl name's mark in its duplicate
+// filter (see frontier.Frontier.Mark), read from m: what a tool that
+// rewrites the filter must keep (trawl repartition). A crawl not marked
+// yet has its name's record alone.
+func FilterMarks(ctx context.Context, m broker.Metadata, name string) ([]dedup.Fingerprint, error) {
+	raw, err := m.GetMeta(ctx, name, markKey)
+	switch {
+	case errors.Is(err, broker.ErrNotFound):
+		named, _ := filterMarks(name, "")
+		return []dedup.Fingerprint{named}, nil
+	case err != nil:
+		return nil, fmt.Errorf("crawl %q: read the crawl's mark: %w", name, err)
+	}
+	named, identified := filterMarks(name, string(raw))
+	return []dedup.Fingerprint{named, identified}, nil
+}
+
 // stateWatch is what a crawler keeps of its crawl's mark.
 type stateWatch struct {
 	mu          sync.Mutex

@@ -17,6 +17,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/trawlhq/trawl/broker"
+	"github.com/trawlhq/trawl/internal/redislayout"
 	"github.com/trawlhq/trawl/internal/redisrun"
 )
 
@@ -695,6 +696,27 @@ func (b *Broker) Purge(ctx context.Context, queue string) error {
 		// seq stays, so that ids are never reused.
 		if err := b.client.Del(ctx, k.ready, k.inflight, k.delayed, k.dead, k.notify).Err(); err != nil {
 			return opErr("purge", queue, err)
+		}
+	}
+	return nil
+}
+
+// DropPartitions deletes the keys of queue's n partitions that its m
+// partitions do not use (a partition's tag depends on the count: see
+// redislayout.Retired), with whatever they hold, their id counters and
+// wake-up tokens too: what trawl repartition leaves of a queue it moved
+// from n partitions to m. m = 0 deletes every key of a queue of n
+// partitions (Purge keeps its id counters). The argument order is the
+// NATS and RabbitMQ brokers': they delete partitions m to n-1.
+func (b *Broker) DropPartitions(ctx context.Context, queue string, m, n int) error {
+	if err := b.check("drop partitions of", queue); err != nil {
+		return err
+	}
+	for _, p := range redislayout.Retired(queue, n, m) {
+		k := partitionKeys(queue, p, n)
+		// One DEL per partition: its keys share a slot of their own.
+		if err := b.client.Del(ctx, k.ready, k.inflight, k.delayed, k.dead, k.notify, k.seq).Err(); err != nil {
+			return opErr("drop partitions of", queue, err)
 		}
 	}
 	return nil

@@ -7,6 +7,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/trawlhq/trawl/dedup"
 	"github.com/trawlhq/trawl/internal/redislayout"
 )
 
@@ -44,28 +45,90 @@ func CopyClaims(ctx context.Context, f Claimer, from, to int) error {
 }
 
 // DropPartitions deletes the claims of those of f's from partitions whose
-// keys none of its to partitions uses (a partition's tag depends on the
-// count: partition 0 of 4 and of 8 may share theirs). Run it once the
-// crawl uses to partitions, after CopyClaims. The filter's own keys (the
-// one partition of a crawl of one) stay: they hold what is added to f
-// itself too (the engine's marks of the crawl), and so do the old claims.
-func DropPartitions(ctx context.Context, f Claimer, from, to int) error {
+// keys none of its to partitions uses (redislayout.Retired: a partition's
+// tag depends on the count, and partition 0 of 4 and of 8 may share
+// theirs). Run it once the crawl uses to partitions, after CopyClaims.
+//
+// The one partition of a crawl of one is the filter's own keys, which
+// also hold what is added to f itself: the crawl's marks (see
+// frontier.Frontier.Mark), which keep, the fingerprints the caller
+// passes. A set filter's own shards lose every member but those; a Bloom
+// filter's own bitmaps are left as they are: a bitmap's memory is its
+// length, not the bits set in it, and the marks' bits spread over the
+// whole of it, so clearing the claims would free nothing.
+func DropPartitions(ctx context.Context, f Claimer, from, to int, keep ...dedup.Fingerprint) error {
 	if from == to {
 		return nil
 	}
-	keep := map[string]bool{redislayout.FilterKeys(f.Key()).Base: true}
-	for q := range to {
-		keep[redislayout.PartitionFilterKeys(f.Key(), q, to).Base] = true
-	}
-	for p := range from {
-		if keep[redislayout.PartitionFilterKeys(f.Key(), p, from).Base] {
-			continue
+	for _, p := range redislayout.Retired(f.Key(), from, to) {
+		var err error
+		switch f := f.(type) {
+		case *Set:
+			if from <= 1 {
+				err = f.purgeBut(ctx, keep)
+				break
+			}
+			err = f.Partition(p, from).Purge(ctx)
+		case *Bloom:
+			if from <= 1 {
+				continue
+			}
+			err = f.Partition(p, from).Purge(ctx)
+		default:
+			err = fmt.Errorf("a filter of type %T", f)
 		}
-		if err := f.Partition(p, from).Purge(ctx); err != nil {
+		if err != nil {
 			return fmt.Errorf("redis dedup %q: drop partition %d of %d: %w", f.Key(), p, from, err)
 		}
 	}
 	return nil
+}
+
+// purgeBut deletes every member of s but keep's: every shard none of keep
+// is in, and in the others (one transaction each) every other member.
+func (s *Set) purgeBut(ctx context.Context, keep []dedup.Fingerprint) error {
+	kept := map[string][]any{} // shard -> the members that stay
+	for _, fp := range keep {
+		k, m := s.locate(fp)
+		kept[k] = append(kept[k], m)
+	}
+	n := uint64(1) << s.bits
+	for lo := uint64(0); lo < n; lo += copyShards {
+		var keys []string
+		for sh := lo; sh < min(n, lo+copyShards); sh++ {
+			if k := s.keys.Shard(sh); kept[k] == nil {
+				keys = append(keys, k)
+			}
+		}
+		if len(keys) > 0 {
+			if err := s.client.Unlink(ctx, keys...).Err(); err != nil {
+				return fmt.Errorf("delete shards %x-%x: %w", lo, min(n, lo+copyShards)-1, err)
+			}
+		}
+	}
+	for k, members := range kept {
+		if _, err := s.client.TxPipelined(ctx, func(p goredis.Pipeliner) error {
+			p.Del(ctx, k)
+			p.SAdd(ctx, k, members...)
+			return nil
+		}); err != nil {
+			return fmt.Errorf("keep %d members of %s: %w", len(members), k, err)
+		}
+	}
+	return nil
+}
+
+// partitionsOf returns the filters of f's from partitions and of its to
+// partitions, of f's own type (see Claimer.Partition).
+func partitionsOf[F Claimer](f F, from, to int) (src, dst []F) {
+	of := func(n int) []F {
+		out := make([]F, n)
+		for p := range n {
+			out[p] = f.Partition(p, n).(F)
+		}
+		return out
+	}
+	return of(from), of(to)
 }
 
 // copyShards is how many shards of every partition one step of
@@ -73,13 +136,7 @@ func DropPartitions(ctx context.Context, f Claimer, from, to int) error {
 const copyShards = 256
 
 func (s *Set) copyClaims(ctx context.Context, from, to int) error {
-	src, dst := make([]*Set, from), make([]*Set, to)
-	for p := range from {
-		src[p] = s.Partition(p, from).(*Set)
-	}
-	for q := range to {
-		dst[q] = s.Partition(q, to).(*Set)
-	}
+	src, dst := partitionsOf(s, from, to)
 	n := uint64(1) << s.bits
 	for lo := uint64(0); lo < n; lo += copyShards {
 		hi := min(n, lo+copyShards)
@@ -122,13 +179,7 @@ func (s *Set) copyClaims(ctx context.Context, from, to int) error {
 const copyChunk = 1 << 20
 
 func (f *Bloom) copyClaims(ctx context.Context, from, to int) error {
-	src, dst := make([]*Bloom, from), make([]*Bloom, to)
-	for p := range from {
-		src[p] = f.Partition(p, from).(*Bloom)
-	}
-	for q := range to {
-		dst[q] = f.Partition(q, to).(*Bloom)
-	}
+	src, dst := partitionsOf(f, from, to)
 	size := int64(f.partBits / 8)
 	for part := range f.parts {
 		for off := int64(0); off < size; off += copyChunk {

@@ -181,6 +181,27 @@ func PartitionFilterKeys(key string, p, n int) Filter {
 	return Filter{Base: base, Meta: FilterKeys(key).Meta}
 }
 
+// Retired returns the partitions of from of queue or filter name
+// ("CRAWL:PART") whose keys none of its to partitions uses, in order: what
+// a change of the crawl's partition count from from to to leaves behind
+// (trawl repartition). Partition p of from and q of to share their keys
+// when they share a tag (partition 0 of 4 and of 8 may); a count of one
+// is the crawl's own tag. to = 0 retires every partition of from.
+func Retired(name string, from, to int) []int {
+	crawl, _ := split(name)
+	used := map[string]bool{}
+	for q := range to {
+		used[PartitionTag(crawl, q, to)] = true
+	}
+	var out []int
+	for p := range max(from, 1) {
+		if !used[PartitionTag(crawl, p, from)] {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // PartitionPattern returns the SCAN pattern of the keys of crawl's
 // partitions, "{crawl#*}:*", escaped as Pattern's. Not every key it finds
 // is the crawl's: Match tells.

@@ -1,6 +1,9 @@
 package redislayout
 
-import "testing"
+import (
+	"fmt"
+	"testing"
+)
 
 func TestKeys(t *testing.T) {
 	for _, tc := range []struct{ got, want string }{
@@ -103,6 +106,38 @@ func TestPartitions(t *testing.T) {
 	for _, key := range []string{"{c#5.1}:items", "{c#5.1}:dupefilter:meta", "{c#5}:requests", "{c#x.1}:requests", "{c#5.1x}:requests", "{cc#5.1}:requests"} {
 		if k, ok := Match("c", key); ok {
 			t.Errorf("Match(%q) = %q; want no entry", key, k.Part)
+		}
+	}
+}
+
+// TestRetired checks which partitions a change of count leaves behind: a
+// count of one is the crawl's own tag, which no larger count uses; a
+// partition whose tag the new count shares stays.
+func TestRetired(t *testing.T) {
+	for _, tc := range []struct {
+		from, to int
+		want     string
+	}{
+		{1, 4, "[0]"}, {4, 1, "[0 1 2 3]"}, {4, 4, "[]"}, {1, 1, "[]"}, {1, 0, "[0]"}, {3, 0, "[0 1 2]"},
+	} {
+		if got := fmt.Sprint(Retired("c:requests", tc.from, tc.to)); got != tc.want {
+			t.Errorf("Retired(%d to %d) = %s, want %s", tc.from, tc.to, got, tc.want)
+		}
+	}
+	for _, counts := range [][2]int{{4, 8}, {8, 4}, {2, 12}, {12, 3}} {
+		from, to := counts[0], counts[1]
+		retired := map[int]bool{}
+		for _, p := range Retired("c:dupefilter", from, to) {
+			retired[p] = true
+		}
+		used := map[string]bool{}
+		for q := range to {
+			used[PartitionTag("c", q, to)] = true
+		}
+		for p := range from {
+			if shared := used[PartitionTag("c", p, from)]; shared == retired[p] {
+				t.Errorf("%d to %d: partition %d's tag shared %v, retired %v", from, to, p, shared, retired[p])
+			}
 		}
 	}
 }
