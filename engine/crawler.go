@@ -1230,33 +1230,33 @@ type links struct {
 	reqs   []*Request
 }
 
-// releaseBudget gives back the place of a link in its host's page budget
-// (see guard) if it took one: it was not published.
-func (c *Crawler) releaseBudget(budgeted bool, u *url.URL) {
+// releaseBudget gives back the place of a link to host in its page
+// budget (see guard) if it took one: it was not published.
+func (c *Crawler) releaseBudget(budgeted bool, host string) {
 	if budgeted {
-		c.guards.hosts.release(u.Host)
+		c.guards.hosts.release(host)
 	}
 }
 
-// guard applies the URL-trap guard and the per-host page budget to link u
+// guard applies the URL-trap guard and the per-host page budget to link lk
 // found on parent (*pu: parent's URL, parsed on first use); ok false: not
-// followed, counted and, the first time, logged. reserved: u took a place
+// followed, counted and, the first time, logged. reserved: lk took a place
 // in its host's budget, to give back (hostBudget.release) unless it is
 // published.
-func (c *Crawler) guard(parent *Request, pu **url.URL, u *url.URL) (ok, reserved bool) {
-	if c.guards.traps != nil && u.RawQuery != "" {
+func (c *Crawler) guard(parent *Request, pu **url.URL, lk *linkscan.Link) (ok, reserved bool) {
+	if c.guards.traps != nil && lk.RawQuery() != "" {
 		if *pu == nil {
 			if p, err := url.Parse(parent.URL); err == nil {
 				*pu = p
 			}
 		}
 		if *pu != nil {
-			ok, key, warn := c.guards.traps.allow(*pu, u)
+			ok, key, warn := c.guards.traps.allow(*pu, lk.Parsed())
 			if !ok {
 				c.stats.Inc(StatURLTrap)
 				if warn {
 					c.log.Warn("URL trap: a query parameter keeps taking new values; links to further ones are not followed (url/trap counts them; raise --max-query-values if this is no trap)",
-						"trap", Redact(key), "values", c.cfg.MaxQueryValues, "example", Redact(u.String()))
+						"trap", Redact(key), "values", c.cfg.MaxQueryValues, "example", Redact(lk.URL))
 				}
 				return false, false
 			}
@@ -1265,11 +1265,11 @@ func (c *Crawler) guard(parent *Request, pu **url.URL, u *url.URL) (ok, reserved
 	if c.guards.hosts == nil {
 		return true, false
 	}
-	if ok, warn := c.guards.hosts.reserve(u.Host); !ok {
+	if ok, warn := c.guards.hosts.reserve(lk.Host()); !ok {
 		c.stats.Inc(StatHostBudget)
 		if warn {
 			c.log.Warn("host has had its page budget; its other links are not followed (scheduler/host_budget counts them)",
-				"host", u.Host, "max_pages_per_host", c.cfg.MaxPagesPerHost)
+				"host", lk.Host(), "max_pages_per_host", c.cfg.MaxPagesPerHost)
 		}
 		return false, false
 	}
@@ -1278,8 +1278,8 @@ func (c *Crawler) guard(parent *Request, pu **url.URL, u *url.URL) (ok, reserved
 
 // link is a request kept for the frontier.
 type link struct {
-	r *Request
-	u *url.URL
+	r  *Request
+	lk *linkscan.Link // r's URL
 	// seen is its key in the crawler's seenLinks; 0: not to be
 	// remembered.
 	seen uint64
@@ -1330,7 +1330,7 @@ func (c *Crawler) enqueueAll(ctx context.Context, pages []links) error {
 				c.stats.Inc(StatEnqueued)
 			default:
 				c.stats.Inc(StatFiltered)
-				c.releaseBudget(l.budgeted, l.u)
+				c.releaseBudget(l.budgeted, l.lk.Host())
 			}
 			if l.seen != 0 && !expand[i].Links[j].Known {
 				seen.add(l.seen)
@@ -1347,42 +1347,44 @@ func (c *Crawler) followed(p links) []link {
 	var parentURL *url.URL // parsed when a guard needs it
 	ls := make([]link, 0, len(p.reqs))
 	for _, r := range p.reqs {
-		u := r.parsed
-		if u == nil || u.Fragment != "" {
-			var err error
-			if u, err = url.Parse(r.URL); err != nil {
+		lk := r.parsed
+		if lk == nil {
+			u, err := url.Parse(r.URL)
+			if err != nil {
 				continue
 			}
 			u.Fragment, u.RawFragment = "", ""
 			r.URL = u.String()
+			l := linkscan.FromURL(u, r.URL)
+			lk = &l
 		}
-		if u.Host == "" {
+		if lk.Host() == "" {
 			continue
 		}
-		u = withCredentials(p.parent, r, u)
+		lk = withCredentials(p.parent, r, lk)
 		budgeted := false
 		if !start {
-			if !c.inScope(r, u) {
+			if !c.inScope(r, lk) {
 				continue
 			}
 			if !isSitemap(r) {
-				ok, reserved := c.guard(p.parent, &parentURL, u)
+				ok, reserved := c.guard(p.parent, &parentURL, lk)
 				if !ok {
 					continue
 				}
 				budgeted = reserved
 			}
 		}
-		ls = append(ls, link{r: r, u: u, budgeted: budgeted})
+		ls = append(ls, link{r: r, lk: lk, budgeted: budgeted})
 	}
 	return ls
 }
 
-// inScope applies the crawl's scope to link r (parsed: u), counting and
+// inScope applies the crawl's scope to link r (its URL: lk), counting and
 // logging what it drops. Sitemaps are not pages: depth and patterns are
 // for what they list.
-func (c *Crawler) inScope(r *Request, u *url.URL) bool {
-	switch c.kit.scope.check(u, r.URL, r.Depth, r.Scope) {
+func (c *Crawler) inScope(r *Request, lk *linkscan.Link) bool {
+	switch c.kit.scope.check(lk, r.URL, r.Depth, r.Scope) {
 	case offsite:
 		c.stats.Inc(StatOffsite)
 		return false
@@ -1430,9 +1432,10 @@ func (c *Crawler) frontierLink(l link) (frontier.Link, error) {
 	if err != nil {
 		return frontier.Link{}, fmt.Errorf("engine: encode %s: %w", Redact(l.r.URL), err)
 	}
-	fl := frontier.Link{Message: broker.Message{Body: body, Priority: l.r.Priority, Key: broker.PartitionKey(l.u.Host, c.cfg.PartitionBy)}, Unfiltered: l.r.DontFilter}
+	fl := frontier.Link{Message: broker.Message{Body: body, Priority: l.r.Priority, Key: broker.PartitionKey(l.lk.Host(), c.cfg.PartitionBy)}, Unfiltered: l.r.DontFilter}
 	if !l.r.DontFilter {
-		fl.Fingerprint = c.fp.Fingerprint(l.r.Method, l.u, l.r.Body, l.r.Header)
+		u := l.lk.Value()
+		fl.Fingerprint = c.fp.Fingerprint(l.r.Method, &u, l.r.Body, l.r.Header)
 	}
 	return fl, nil
 }
@@ -1447,7 +1450,7 @@ func (c *Crawler) defaultCallback(_ context.Context, resp *Response) (Result, er
 	}
 	var res Result
 	if isHTML(ct, resp.Body) {
-		title, links, urls, dropped := c.kit.extractLinks(resp.URL, resp.Body, c.cfg.MaxLinks)
+		title, links, dropped := c.kit.extractLinks(resp.URL, resp.Body, c.cfg.MaxLinks)
 		if dropped > 0 {
 			c.stats.Add(StatLinksDropped, int64(dropped))
 			level := slog.LevelInfo
@@ -1465,8 +1468,8 @@ func (c *Crawler) defaultCallback(_ context.Context, resp *Response) (Result, er
 		// One allocation for the page's requests, not one per link.
 		slab := make([]Request, len(links))
 		res.Requests = make([]*Request, len(links))
-		for i, l := range links {
-			slab[i] = Request{URL: urls[i], Depth: resp.Request.Depth + 1, Referrer: referrer, parsed: l}
+		for i := range links {
+			slab[i] = Request{URL: links[i].URL, Depth: resp.Request.Depth + 1, Referrer: referrer, parsed: &links[i]}
 			res.Requests[i] = &slab[i]
 		}
 		if len(c.kit.extract) > 0 {

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/trawlhq/trawl/internal/linkscan"
 )
 
 // withCredentials moves the user information of r's URL u, if any, into
@@ -14,10 +16,11 @@ import (
 // carries a password. A request with no Authorization header gets its
 // parent's when both are on the same origin (scheme, host and port): the
 // credentials of a start URL apply to its host, as a browser's Basic
-// authentication does, and never go to another. It returns u without
-// user information.
-func withCredentials(parent, r *Request, u *url.URL) *url.URL {
-	if u.User != nil {
+// authentication does, and never go to another. It returns r's link
+// without user information (lk: r's URL).
+func withCredentials(parent, r *Request, lk *linkscan.Link) *linkscan.Link {
+	if lk.HasUser() {
+		u := lk.Parsed()
 		cp := *u
 		cp.User = nil
 		if r.Header.Get("Authorization") == "" {
@@ -28,14 +31,15 @@ func withCredentials(parent, r *Request, u *url.URL) *url.URL {
 			}
 			r.Header.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(u.User.Username()+":"+pw)))
 		}
-		u = &cp
-		r.URL, r.parsed = u.String(), u
+		l := linkscan.FromURL(&cp, cp.String())
+		lk = &l
+		r.URL, r.parsed = lk.URL, lk
 	}
 	if parent == nil || r.Header.Get("Authorization") != "" {
-		return u
+		return lk
 	}
 	if a := parent.Header.Get("Authorization"); a != "" {
-		if pu, err := url.Parse(parent.URL); err == nil && sameOrigin(pu, u) {
+		if pu, err := url.Parse(parent.URL); err == nil && sameOrigin(pu, lk.Parsed()) {
 			r.Header = r.Header.Clone()
 			if r.Header == nil {
 				r.Header = http.Header{}
@@ -43,7 +47,7 @@ func withCredentials(parent, r *Request, u *url.URL) *url.URL {
 			r.Header.Set("Authorization", a)
 		}
 	}
-	return u
+	return lk
 }
 
 // sameOrigin reports whether a and b have the same scheme, host and port.

@@ -19,12 +19,12 @@ func NewPoliteness(o PolitenessConfig) *Politeness { return newPoliteness(o) }
 // UseTokenizerLinks makes c extract links with the reference link extraction with x/net/html's
 // tokenizer (linkscan.ExtractTokenized), for the benchmark of the link scanner.
 func UseTokenizerLinks(c *Crawler) {
-	c.kit.extractLinks = func(base *url.URL, body []byte, _ int) (string, []*url.URL, []string, int) {
+	c.kit.extractLinks = func(base *url.URL, body []byte, _ int) (string, []linkscan.Link, int) {
 		title, links := linkscan.ExtractTokenized(base, body)
-		urls := make([]string, len(links))
+		ls := make([]linkscan.Link, len(links))
 		for i, l := range links {
-			urls[i] = l.String()
+			ls[i] = linkscan.FromURL(l, l.String())
 		}
-		return title, links, urls, 0
+		return title, ls, 0
 	}
 }

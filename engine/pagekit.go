@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+
+	"github.com/trawlhq/trawl/internal/linkscan"
 )
 
 // pageKit is what a worker fetches and reads pages with: the fetcher and
@@ -16,10 +18,10 @@ type pageKit struct {
 	robots  *robotsCache
 	scope   *scope
 	extract []*extraction
-	// extractLinks finds a page's title and links, and the links'
-	// String()s: linkscan.ExtractLimited; the benchmark of the link
-	// scanner swaps in the x/net/html tokenizer.
-	extractLinks func(base *url.URL, body []byte, max int) (title string, links []*url.URL, urls []string, dropped int)
+	// extractLinks finds a page's title and links:
+	// linkscan.ExtractLimited; the benchmark of the link scanner swaps in
+	// the x/net/html tokenizer.
+	extractLinks func(base *url.URL, body []byte, max int) (title string, links []linkscan.Link, dropped int)
 }
 
 // build makes the kit that of cc, logging to log unless cc's fetch

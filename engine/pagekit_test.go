@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"net/url"
 	"testing"
+
+	"github.com/trawlhq/trawl/internal/linkscan"
 )
 
 // TestPageKitBuild: the kit is its configuration's (robots.txt obeyed
@@ -12,7 +14,7 @@ import (
 // extraction rule fails the build, and a build keeps the link extraction
 // a benchmark swapped in.
 func TestPageKitBuild(t *testing.T) {
-	links := func(*url.URL, []byte, int) (string, []*url.URL, []string, int) { return "swapped", nil, nil, 0 }
+	links := func(*url.URL, []byte, int) (string, []linkscan.Link, int) { return "swapped", nil, 0 }
 	k := pageKit{extractLinks: links}
 	log := slog.New(slog.DiscardHandler)
 	cc, err := Config{Name: "kit", TrustedHosts: []string{"intranet.example"}, Extract: map[string]string{"title": "title"}}.compile()
@@ -29,7 +31,7 @@ func TestPageKitBuild(t *testing.T) {
 	if !k.fetcher.guard.trusts("intranet.example") {
 		t.Error("a trusted host is not trusted by the fetcher")
 	}
-	if title, _, _, _ := k.extractLinks(nil, nil, 0); title != "swapped" {
+	if title, _, _ := k.extractLinks(nil, nil, 0); title != "swapped" {
 		t.Error("build replaced the link extraction")
 	}
 	ignoring := *cc

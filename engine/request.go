@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"net/url"
 	"time"
+
+	"github.com/trawlhq/trawl/internal/linkscan"
 )
 
 // Request is one page to fetch. It travels through the broker in a compact,
@@ -34,8 +36,9 @@ type Request struct {
 	Scope string
 
 	// parsed is URL already parsed, when the engine made the request from
-	// a parsed link; it spares parsing it again.
-	parsed *url.URL
+	// a link it found (see linkscan.Link: most need no url.URL); it spares
+	// parsing it again.
+	parsed *linkscan.Link
 }
 
 // Response is a fetched page handed to a callback.

@@ -3,6 +3,8 @@ package engine
 import (
 	"net/url"
 	"strings"
+
+	"github.com/trawlhq/trawl/internal/linkscan"
 )
 
 // scope decides which discovered URLs a crawl follows: allowed domains
@@ -50,16 +52,16 @@ const (
 	tooLong // over MaxURLLength
 )
 
-// check says whether link u, whose String() is str (the URL published for
+// check says whether link lk, whose String() is str (the URL published for
 // it), at depth, found on a page of scope origin, is to be followed.
-func (s *scope) check(u *url.URL, str string, depth int, origin string) verdict {
-	if u.Scheme != "http" && u.Scheme != "https" {
+func (s *scope) check(lk *linkscan.Link, str string, depth int, origin string) verdict {
+	if sc := lk.Scheme(); sc != "http" && sc != "https" {
 		return excluded
 	}
 	if len(str) > MaxURLLength {
 		return tooLong
 	}
-	if !s.domainAllowed(u.Hostname(), origin) {
+	if !s.domainAllowed(hostname(lk.Host()), origin) {
 		return offsite
 	}
 	if s.cfg.MaxDepth > 0 && depth > s.cfg.MaxDepth {
@@ -83,4 +85,10 @@ func (s *scope) check(u *url.URL, str string, depth int, origin string) verdict 
 		}
 	}
 	return inScope
+}
+
+// hostname is url.URL.Hostname of a URL whose Host is host: without
+// port, and without the brackets of an IPv6 literal.
+func hostname(host string) string {
+	return (&url.URL{Host: host}).Hostname()
 }

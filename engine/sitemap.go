@@ -13,6 +13,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+
+	"github.com/trawlhq/trawl/internal/linkscan"
 )
 
 // The sitemaps protocol's limits (sitemaps.org): a sitemap file lists at
@@ -207,11 +209,11 @@ func (c *Crawler) sitemapRequests(resp *Response, locs []string, callback string
 			continue
 		}
 		if callback != "" {
-			if ok, warn := c.guards.sitemaps.reserve(r.parsed.Host); !ok {
+			if ok, warn := c.guards.sitemaps.reserve(r.parsed.Host()); !ok {
 				c.stats.Inc(StatSitemapSkipped)
 				if warn {
 					c.log.Warn("too many sitemaps on this host; the rest are not fetched (sitemap/skipped counts them)",
-						"host", r.parsed.Host, "max", SitemapMaxPerHost)
+						"host", r.parsed.Host(), "max", SitemapMaxPerHost)
 				}
 				continue
 			}
@@ -240,7 +242,8 @@ func (c *Crawler) sitemapRequest(resp *Response, loc, callback string) *Request 
 		return nil
 	}
 	u.Fragment, u.RawFragment = "", ""
-	r := &Request{URL: u.String(), Callback: callback, Depth: 1, parsed: u}
+	lk := linkscan.FromURL(u, u.String())
+	r := &Request{URL: lk.URL, Callback: callback, Depth: 1, parsed: &lk}
 	if callback != "" {
 		r.Depth = max(resp.Request.Depth, 1)
 		r.Header = resp.Request.Header.Clone()

@@ -32,24 +32,25 @@ const (
 // and other raw text are not found; links in <noscript> are. It does not
 // modify body.
 func Extract(base *url.URL, body []byte) (title string, links []*url.URL) {
-	title, links, _ = ExtractStrings(base, body)
+	title, ls, _ := ExtractLimited(base, body, maxLinks)
+	if ls == nil {
+		return title, nil
+	}
+	links = make([]*url.URL, len(ls))
+	for i := range ls {
+		links[i] = ls[i].Parsed()
+	}
 	return title, links
 }
 
 // DefaultMaxLinks is the most links Extract returns for one document.
 const DefaultMaxLinks = 10000
 
-// ExtractStrings is Extract that also returns each link's String(), in
-// urls (urls[i] is links[i].String()), which it knows without calling it.
-func ExtractStrings(base *url.URL, body []byte) (title string, links []*url.URL, urls []string) {
-	title, links, urls, _ = ExtractLimited(base, body, maxLinks)
-	return title, links, urls
-}
-
-// ExtractLimited is ExtractStrings keeping the first max distinct hrefs
+// ExtractLimited is Extract returning Links, the first max distinct hrefs
 // (max > 0) instead of DefaultMaxLinks; dropped counts the hrefs past
-// them (a dropped href found again counts again).
-func ExtractLimited(base *url.URL, body []byte, max int) (title string, links []*url.URL, urls []string, dropped int) {
+// them (a dropped href found again counts again). links[i].Parsed() is
+// the i-th link Extract returns; most links need no url.URL (see Link).
+func ExtractLimited(base *url.URL, body []byte, max int) (title string, links []Link, dropped int) {
 	if max <= 0 {
 		max = maxLinks
 	}
@@ -66,7 +67,7 @@ func ExtractLimited(base *url.URL, body []byte, max int) (title string, links []
 		}
 	}
 	if len(s.hrefs) == 0 {
-		return title, nil, nil, s.dropped
+		return title, nil, s.dropped
 	}
 	// s.hrefs may hold duplicates (see linkScan.add): they resolve to the
 	// same URL, which the resolver drops.
@@ -74,8 +75,7 @@ func ExtractLimited(base *url.URL, body []byte, max int) (title string, links []
 	for _, h := range s.hrefs {
 		r.add(s.href(h))
 	}
-	links, urls = r.links()
-	return title, links, urls, s.dropped
+	return title, r.links(), s.dropped
 }
 
 // hasToken reports whether the space-separated list v holds tok (ASCII

@@ -142,14 +142,11 @@ func FuzzExtractLinks(f *testing.F) {
 		if err != nil {
 			base = nil
 		}
-		_, links, urls := ExtractStrings(base, body)
-		if len(urls) != len(links) {
-			t.Fatalf("%d links, %d strings", len(links), len(urls))
-		}
-		for i, u := range links {
-			if urls[i] != u.String() {
-				t.Errorf("link %d: string %q, String() %q", i, urls[i], u)
-			}
+		_, ls, _ := ExtractLimited(base, body, 0)
+		links := make([]*url.URL, len(ls))
+		for i := range ls {
+			links[i] = ls[i].Parsed()
+			checkLink(t, &ls[i], links[i])
 		}
 		seen := make(map[string]bool)
 		for _, u := range links {
@@ -276,7 +273,9 @@ func differentialSeeds(t testing.TB) [][]byte {
 	return seeds
 }
 
-// checkSame fails t if Extract and the reference disagree on body.
+// checkSame fails t if Extract and ExtractLimited disagree with the
+// reference on body: the title, the links' strings and, for each Link,
+// what it says of its URL (see checkLink).
 func checkSame(t *testing.T, base *url.URL, body []byte) {
 	t.Helper()
 	orig := string(body)
@@ -294,6 +293,38 @@ func checkSame(t *testing.T, base *url.URL, body []byte) {
 	}
 	if (links == nil) != (rlinks == nil) {
 		t.Errorf("links nil %v, reference nil %v", links == nil, rlinks == nil)
+	}
+	_, ls, _ := ExtractLimited(base, body, 0)
+	if len(ls) != len(rlinks) {
+		t.Fatalf("ExtractLimited: %d links, reference %d", len(ls), len(rlinks))
+	}
+	for i := range ls {
+		checkLink(t, &ls[i], rlinks[i])
+	}
+}
+
+// checkLink fails t if l says other than ref, the URL url.Parse and
+// ResolveReference made of its href, of its string, scheme, host, query,
+// user information, or if its url.URL is not ref's.
+func checkLink(t *testing.T, l *Link, ref *url.URL) {
+	t.Helper()
+	if l.URL != ref.String() {
+		t.Errorf("link %q, reference %q", l.URL, ref)
+	}
+	if l.Scheme() != ref.Scheme || l.Host() != ref.Host || l.RawQuery() != ref.RawQuery || l.HasUser() != (ref.User != nil) {
+		t.Errorf("link %q: scheme %q host %q query %q user %v, reference %q %q %q %v",
+			l.URL, l.Scheme(), l.Host(), l.RawQuery(), l.HasUser(), ref.Scheme, ref.Host, ref.RawQuery, ref.User != nil)
+	}
+	u, ru := l.Value(), *ref
+	if p := l.Parsed(); *p != u {
+		t.Errorf("link %q: Parsed() %#v, Value() %#v", l.URL, *p, u)
+	}
+	if u.User.String() != ru.User.String() {
+		t.Errorf("link %q has user %v, reference %v", l.URL, u.User, ru.User)
+	}
+	u.User, ru.User = nil, nil
+	if u != ru {
+		t.Errorf("link %q is %#v, reference %#v", l.URL, u, ru)
 	}
 }
 
@@ -444,6 +475,9 @@ func TestResolveMatchesReference(t *testing.T) {
 		"http://example.com/a:b/c",
 		"http://example.com/?",
 		"http://example.com#frag",
+		"http://\u00e9.example/dir/",
+		"https://Example.COM:8443/d/",
+		"http://[::1]:8080/d/p",
 		"http:opaque",
 		"ftp://example.com/a/",
 		"/relative/base",

@@ -15,21 +15,24 @@ import (
 //   - A relative reference made of characters a URL path never escapes (and
 //     a printable query) resolves by joining strings, without url.Parse and
 //     ResolveReference, and a plain absolute http(s) URL needs neither: in
-//     both cases the result's String() is known without calling it.
+//     both cases the result's String() is known without calling it, and
+//     its host, path and query are substrings of it (see Link).
 //   - The String() of every link is written into one buffer, which becomes
-//     one string at the end, and the links' fields are substrings of it; the
-//     url.URL values of these links are allocated together. So a page's
-//     links take a handful of allocations, not a few per link, and a
-//     duplicate takes none. (Holding on to one link keeps those of its page
-//     in memory; links are small and short-lived.)
+//     one string at the end, and the links' URLs are substrings of it. So
+//     a page's links take a handful of allocations, not a few per link,
+//     and a duplicate takes none. (Holding on to one link keeps those of
+//     its page in memory; links are small and short-lived.)
 //
 // Anything else goes through resolve.
 type resolver struct {
 	base *url.URL
-	// fast is whether base is an http(s) URL with a host and basePath, its
-	// escaped path, holds only bytes a path never escapes; prefix is then
-	// what base.String() starts with: scheme, "//", user info and host.
+	// fast is whether base is an http(s) URL without user information,
+	// with a host written as it is (no escapes), and basePath, its escaped
+	// path, holds only bytes a path never escapes; prefix is then what
+	// base.String() starts with: scheme, "://" and host; https whether
+	// the scheme is https.
 	fast     bool
+	https    bool
 	basePath string
 	prefix   string
 	// baseDir is basePath up to its last '/'; cleanDir and cleanBase say
@@ -45,18 +48,18 @@ type resolver struct {
 }
 
 // linkEnt is a resolved href: its String() is keys[start:end]. If slow >
-// 0, the URL is slow[slow-1]. Otherwise, it has the base's scheme, user and
-// host if rel, else scheme http or https and host
-// keys[start+hostStart:start+hostEnd]; path
+// 0, the URL is slow[slow-1]. Otherwise, it has scheme https if https,
+// else http; host keys[start+len(scheme)+3:start+hostEnd]; path
 // keys[start+hostEnd:start+pathEnd] and, if query, query
-// keys[start+pathEnd+1:end]; and ForceQuery force. (No pointers: the
-// garbage collector need not look into these.)
+// keys[start+pathEnd+1:end]; and ForceQuery force (see Link). (No
+// pointers: the garbage collector need not look into these.)
 type linkEnt struct {
-	start, end                  int32
-	hostStart, hostEnd, pathEnd int32
-	slow                        int32
-	rel, https, force, query    bool
-	dup                         bool // the same link as an earlier entry
+	start, end       int32
+	hostEnd, pathEnd int32
+	slow             int32
+	https, force     bool
+	query            bool
+	dup              bool // the same link as an earlier entry
 }
 
 // newResolver returns a resolver for the hrefs s found, against base. (A
@@ -64,10 +67,11 @@ type linkEnt struct {
 // barriers.)
 func newResolver(base *url.URL, s *linkScan) resolver {
 	r := resolver{base: base, ents: make([]linkEnt, 0, len(s.hrefs))}
-	if base != nil && (base.Scheme == "http" || base.Scheme == "https") && base.Host != "" && base.Opaque == "" {
-		if p := base.EscapedPath(); plainPath(p, true) {
-			r.fast, r.basePath = true, p
-			r.prefix = (&url.URL{Scheme: base.Scheme, User: base.User, Host: base.Host}).String()
+	if base != nil && (base.Scheme == "http" || base.Scheme == "https") && base.Host != "" && base.Opaque == "" && base.User == nil {
+		p := base.EscapedPath()
+		prefix := (&url.URL{Scheme: base.Scheme, Host: base.Host}).String()
+		if plainPath(p, true) && len(prefix) == len(base.Scheme)+len("://")+len(base.Host) && strings.HasSuffix(prefix, base.Host) {
+			r.fast, r.https, r.basePath, r.prefix = true, base.Scheme == "https", p, prefix
 			r.baseDir = p[:strings.LastIndexByte(p, '/')+1]
 			r.cleanDir = strings.HasPrefix(p, "/") && !hasDotSegment([]byte(r.baseDir))
 			r.cleanBase = strings.HasPrefix(p, "/") && !hasDotSegment([]byte(p))
@@ -101,11 +105,10 @@ func (r *resolver) add(href []byte) {
 	}
 }
 
-// links returns the distinct links in the order they were added, and
-// their String()s, or nils.
-func (r *resolver) links() ([]*url.URL, []string) {
+// links returns the distinct links in the order they were added, or nil.
+func (r *resolver) links() []Link {
 	if len(r.ents) == 0 {
-		return nil, nil
+		return nil
 	}
 	// r.keys is not written to from here on: it can be the string's bytes.
 	keys := unsafe.String(unsafe.SliceData(r.keys), len(r.keys))
@@ -119,7 +122,7 @@ func (r *resolver) links() ([]*url.URL, []string) {
 	}
 	set := make([]int32, size)
 	seed := maphash.MakeSeed()
-	kept, fast := 0, 0
+	kept := 0
 	for i := range r.ents {
 		e := &r.ents[i]
 		key := keys[e.start:e.end]
@@ -128,9 +131,6 @@ func (r *resolver) links() ([]*url.URL, []string) {
 			if j == 0 {
 				set[h] = int32(i + 1)
 				kept++
-				if e.slow == 0 {
-					fast++
-				}
 				break
 			}
 			if o := &r.ents[j-1]; keys[o.start:o.end] == key {
@@ -140,37 +140,21 @@ func (r *resolver) links() ([]*url.URL, []string) {
 		}
 	}
 
-	slab := make([]url.URL, fast)
-	links := make([]*url.URL, 0, kept)
-	urls := make([]string, 0, kept)
+	links := make([]Link, 0, kept)
 	for _, e := range r.ents {
 		if e.dup {
 			continue
 		}
-		key := keys[e.start:e.end]
-		urls = append(urls, key)
+		l := Link{URL: keys[e.start:e.end]}
 		if e.slow > 0 {
-			links = append(links, r.slow[e.slow-1])
-			continue
+			l.slow = r.slow[e.slow-1]
+		} else {
+			l.hostEnd, l.pathEnd = e.hostEnd, e.pathEnd
+			l.https, l.query, l.force = e.https, e.query, e.force
 		}
-		u := &slab[0]
-		slab = slab[1:]
-		u.ForceQuery = e.force
-		switch {
-		case e.rel:
-			u.Scheme, u.User, u.Host = r.base.Scheme, r.base.User, r.base.Host
-		case e.https:
-			u.Scheme, u.Host = "https", key[e.hostStart:e.hostEnd]
-		default:
-			u.Scheme, u.Host = "http", key[e.hostStart:e.hostEnd]
-		}
-		u.Path = key[e.hostEnd:e.pathEnd]
-		if e.query {
-			u.RawQuery = key[e.pathEnd+1:]
-		}
-		links = append(links, u)
+		links = append(links, l)
 	}
-	return links, urls
+	return links
 }
 
 // splitRef splits a reference into the part before the query and the query
@@ -223,7 +207,7 @@ func (r *resolver) relative(href []byte) bool {
 	r.ents = append(r.ents, linkEnt{
 		start: int32(start), end: int32(len(r.keys)),
 		hostEnd: int32(len(r.prefix)), pathEnd: int32(pathEnd - start),
-		rel: true, force: force, query: hasQuery,
+		https: r.https, force: force, query: hasQuery,
 	})
 	return true
 }
@@ -266,7 +250,7 @@ func (r *resolver) absolute(href []byte) bool {
 	r.keys = append(r.keys, href[:end]...)
 	r.ents = append(r.ents, linkEnt{
 		start: int32(start), end: int32(start + end),
-		hostStart: int32(hostStart), hostEnd: int32(hostEnd), pathEnd: int32(len(rest)),
+		hostEnd: int32(hostEnd), pathEnd: int32(len(rest)),
 		https: scheme == "https", force: force, query: hasQuery,
 	})
 	return true
