@@ -209,20 +209,55 @@ func (d *Deployment) redisExtras(ctx context.Context, client goredis.UniversalCl
 // --bloom-fp-rate is not given.
 const redisBloomFPRate = 0.001
 
-// redisFilter opens the duplicate filter --dedup names for a Redis
-// deployment: the set (default) or the Bloom filter.
+// redisFilter opens the duplicate filter of a Redis deployment: the
+// crawl's own, as it was made, where it has one (dedup/redis.Stored), so
+// that a command joining a crawl needs neither its --dedup nor its Bloom
+// sizes; else the one --dedup names, set (default) or bloom. A --dedup,
+// --bloom-capacity or --bloom-fp-rate that the crawl's filter does not
+// match is an error.
 func (d *Deployment) redisFilter(ctx context.Context, client goredis.UniversalClient) (dedup.Filter, error) {
 	key := redislayout.FilterName(d.crawl.Name)
-	capacity := cmp.Or(d.cfg.FilterCapacity, defaultFilterCapacity)
 	switch d.cfg.Filter {
-	case "", "set":
-		return dedupredis.NewSet(ctx, dedupredis.SetConfig{Client: client, Key: key, Capacity: capacity, Logger: d.crawl.Logger})
-	case "bloom":
-		return dedupredis.NewBloom(ctx, dedupredis.BloomConfig{Client: client, Key: key, Capacity: capacity, FPRate: cmp.Or(d.cfg.FilterFPRate, redisBloomFPRate), Logger: d.crawl.Logger})
+	case "", "set", "bloom":
 	case "local":
 		return nil, configErr("--dedup=local cannot be shared by the workers of a Redis crawl; use set or bloom")
+	default:
+		return nil, configErr("--dedup %q: want local, set or bloom", d.cfg.Filter)
 	}
-	return nil, configErr("--dedup %q: want local, set or bloom", d.cfg.Filter)
+	f, err := dedupredis.Stored(ctx, client, key)
+	if err == nil {
+		return f, d.checkStoredFilter(f)
+	}
+	if !errors.Is(err, dedupredis.ErrNoFilter) {
+		return nil, err
+	}
+	capacity := cmp.Or(d.cfg.FilterCapacity, defaultFilterCapacity)
+	if d.cfg.Filter == "bloom" {
+		return dedupredis.NewBloom(ctx, dedupredis.BloomConfig{Client: client, Key: key, Capacity: capacity, FPRate: cmp.Or(d.cfg.FilterFPRate, redisBloomFPRate), Logger: d.crawl.Logger})
+	}
+	return dedupredis.NewSet(ctx, dedupredis.SetConfig{Client: client, Key: key, Capacity: capacity, Logger: d.crawl.Logger})
+}
+
+// checkStoredFilter fails when --dedup, --bloom-capacity or
+// --bloom-fp-rate ask for another filter than f, the crawl's. A set's
+// capacity only sizes a new one: it is never in conflict.
+func (d *Deployment) checkStoredFilter(f dedupredis.Claimer) error {
+	b, bloom := f.(*dedupredis.Bloom)
+	kind := map[bool]string{true: "bloom", false: "set"}[bloom]
+	if d.cfg.Filter != "" && d.cfg.Filter != kind {
+		return configErr("--dedup=%s: crawl %s's duplicate filter is a %s filter (%s); leave --dedup out, or purge the crawl to start another",
+			d.cfg.Filter, d.crawl.Name, kind, redislayout.FilterKeys(f.Key()).Meta)
+	}
+	if !bloom || d.cfg.FilterCapacity == 0 && d.cfg.FilterFPRate == 0 {
+		return nil
+	}
+	capacity, rate := cmp.Or(d.cfg.FilterCapacity, defaultFilterCapacity), cmp.Or(d.cfg.FilterFPRate, redisBloomFPRate)
+	wm, wk := dedupredis.BloomParams(capacity, rate)
+	if m, k := b.Params(); m != wm || k != wk {
+		return configErr("--bloom-capacity/--bloom-fp-rate: capacity %d at rate %v makes a Bloom filter of %d bits and %d hashes, but crawl %s's was made with %d bits and %d hashes; leave them out to use it",
+			capacity, rate, wm, wk, d.crawl.Name, m, k)
+	}
+	return nil
 }
 
 // defaultFilterCapacity is FilterCapacity's default.

@@ -23,7 +23,9 @@ import (
 // afterwards without a count has 4. On NATS, RabbitMQ and Redis, real
 // servers. On Redis, whose filter is partitioned with the queue, every new
 // partition holds every claim made before (set and Bloom), and the old
-// partitions' claims are gone.
+// partitions' claims are gone, and so is every other key of the old count
+// (checkLayout). The repartition is given neither --dedup nor the Bloom
+// sizes: the crawl's filter is opened as it was made.
 func TestRepartitionDeadLetters(t *testing.T) {
 	for _, c := range []struct {
 		name string
@@ -114,14 +116,23 @@ func TestRepartitionDeadLetters(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			m, err := d.Repartition(ctx, 4)
+			d.Close()
+			// The repartition is given neither --dedup nor the Bloom
+			// sizes: it opens the crawl's filter as it was made.
+			lean := cfg
+			lean.Filter, lean.FilterCapacity = "", 0
+			dr, err := deployment.Open(ctx, lean, engine.Config{Name: name})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := dr.Repartition(ctx, 4)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if m != (deployment.Moved{From: 1, To: 4, Ready: total - dead, Dead: dead}) {
 				t.Errorf("Repartition moved %+v, want %d ready and %d dead from 1 to 4", m, total-dead, dead)
 			}
-			d.Close()
+			dr.Close()
 
 			d4 := open()
 			p, ok := d4.Broker.(broker.Partitioned)

@@ -380,7 +380,9 @@ again with the same N to finish the move.
 With --broker=redis the duplicate filter is partitioned too, and its entries
 (fingerprints, not URLs) cannot be moved by host: every new partition gets a
 copy of every old partition's, so that no page is fetched twice, at the cost
-of N times the filter's memory. Give the crawl's --dedup (and Bloom sizes).`,
+of N times the filter's memory; the old partitions' keys are deleted. The
+crawl's filter is opened as it was made: --dedup and the Bloom sizes need not
+be given.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if f := cmd.Flags().Lookup("partitions"); f == nil || !f.Changed {

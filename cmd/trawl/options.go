@@ -77,7 +77,7 @@ func (o *options) addLogFlags(fs *pflag.FlagSet) {
 // filter: those of every command that opens them.
 func (o *options) addBackendFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.broker, "broker", "", "frontier: memory, redis, rabbitmq or nats (default: embedded single-node, no server)")
-	fs.StringVar(&o.dedup, "dedup", "", "duplicate filter: local, set or bloom (default: local; set with --broker=redis)")
+	fs.StringVar(&o.dedup, "dedup", "", "duplicate filter: local, set or bloom (default: local; set with --broker=redis; a crawl that has a filter in Redis uses it, as it was made)")
 	fs.StringVar(&o.name, "name", "trawl", "crawl name; queues, keys and the folder .trawl/NAME derive from it (no / or \\)")
 	fs.StringVar(&o.order, "order", "priority", "queue order: priority, fifo or lifo")
 	fs.StringVar(&o.redisURL, "redis-url", "redis://127.0.0.1:6379/0", "Redis URL (redis:// or rediss://, user and password allowed)")
@@ -91,8 +91,8 @@ func (o *options) addBackendFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.amqpDurable, "amqp-durable", true, "RabbitMQ: durable queues and persistent messages")
 	fs.StringVar(&o.amqpQueueType, "amqp-queue-type", "classic", "RabbitMQ: type of the queues the crawl declares: classic, or quorum (replicated across a cluster's nodes; no priorities before RabbitMQ 4, so with --order fifo)")
 	fs.BoolVar(&o.startSet, "start-urls-set", false, "keep Redis start URLs in a set instead of a list")
-	fs.UintVar(&o.bloomCapacity, "bloom-capacity", 10_000_000, "expected number of fingerprints: one per page with --broker=redis, about 3 per page elsewhere (its URL, its published and expanded marks); sizes the Redis duplicate filters (the local one grows as needed)")
-	fs.Float64Var(&o.bloomFPRate, "bloom-fp-rate", 0, "false-positive rate of Bloom filters (default: 0.001 in Redis; 1e-6 for the local filter, which grows with the crawl)")
+	fs.UintVar(&o.bloomCapacity, "bloom-capacity", 0, "expected number of fingerprints: one per page with --broker=redis, about 3 per page elsewhere (its URL, its published and expanded marks); sizes a new Redis duplicate filter (default: 10,000,000; a crawl's filter keeps the sizes it was made with, which the crawl's other commands need not repeat; the local filter grows as needed)")
+	fs.Float64Var(&o.bloomFPRate, "bloom-fp-rate", 0, "false-positive rate of Bloom filters (default: 0.001 for a new one in Redis; 1e-6 for the local filter, which grows with the crawl)")
 }
 
 // addHiddenCrawlFlags registers the crawl flags on fs hidden: accepted,

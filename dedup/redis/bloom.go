@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"strconv"
+	"strings"
 	"sync/atomic"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -92,6 +93,22 @@ func bloomLayout(m uint64, k int) string {
 	return "bloom:v1:m=" + strconv.FormatUint(m, 10) + ",k=" + strconv.Itoa(k)
 }
 
+// parseBloomLayout returns the bit and hash counts of a Bloom filter's
+// layout; false if layout is not a Bloom filter's.
+func parseBloomLayout(layout string) (m uint64, k int, ok bool) {
+	var ms, ks string
+	ms, ks, ok = strings.Cut(strings.TrimPrefix(layout, "bloom:v1:m="), ",k=")
+	if !ok || !strings.HasPrefix(layout, "bloom:v1:m=") {
+		return 0, 0, false
+	}
+	m, err := strconv.ParseUint(ms, 10, 64)
+	if err != nil || m == 0 || m%8 != 0 {
+		return 0, 0, false
+	}
+	k, err = strconv.Atoi(ks)
+	return m, k, err == nil && k > 0
+}
+
 // NewBloom returns the Bloom filter of cfg.Key, creating it if it does not
 // exist. If it exists with another bit or hash count (a worker configured
 // with another capacity or rate), it fails with ErrLayout.
@@ -120,9 +137,23 @@ func NewBloom(ctx context.Context, cfg BloomConfig) (*Bloom, error) {
 		return nil, fmt.Errorf("redis bloom filter %q exists with layout %q; capacity %d at rate %v needs %q "+
 			"(use the crawl's capacity and rate, or purge it): %w", cfg.Key, stored, cfg.Capacity, cfg.FPRate, want, ErrLayout)
 	}
+	f, err := openBloom(ctx, cfg.Client, cfg.Key, m, k)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("bloom filter ready", "backend", "redis", "filter", "bloom", "key", cfg.Key,
+		"bits", m, "hashes", k, "bytes", m/8, "capacity", cfg.Capacity, "fp_rate", cfg.FPRate)
+	return f, nil
+}
+
+// openBloom returns the Bloom filter of key of m bits and k hashes, whose
+// layout is stored, allocating its bitmaps where they are small and
+// missing.
+func openBloom(ctx context.Context, client goredis.UniversalClient, key string, m uint64, k int) (*Bloom, error) {
+	b := redislayout.FilterKeys(key)
 	nparts := (m + maxPartBits - 1) / maxPartBits
 	partBits := (m/nparts + 7) &^ 7
-	f := &Bloom{client: cfg.Client, key: cfg.Key, partBits: partBits, m: m, k: k, closed: new(atomic.Bool)}
+	f := &Bloom{client: client, key: key, partBits: partBits, m: m, k: k, closed: new(atomic.Bool)}
 	for i := range nparts {
 		f.parts = append(f.parts, b.BloomPart(i))
 	}
@@ -131,17 +162,15 @@ func NewBloom(ctx context.Context, cfg BloomConfig) (*Bloom, error) {
 	if partBits/8 <= 64<<20 {
 		zero := make([]byte, partBits/8)
 		for _, p := range f.parts {
-			n, err := cfg.Client.Exists(ctx, p).Result()
+			n, err := client.Exists(ctx, p).Result()
 			if err == nil && n == 0 {
-				err = cfg.Client.SetNX(ctx, p, zero, 0).Err()
+				err = client.SetNX(ctx, p, zero, 0).Err()
 			}
 			if err != nil {
-				return nil, fmt.Errorf("redis bloom filter %q: create %q: %w", cfg.Key, p, err)
+				return nil, fmt.Errorf("redis bloom filter %q: create %q: %w", key, p, err)
 			}
 		}
 	}
-	log.Info("bloom filter ready", "backend", "redis", "filter", "bloom", "key", cfg.Key,
-		"bits", m, "hashes", k, "bytes", m/8, "capacity", cfg.Capacity, "fp_rate", cfg.FPRate)
 	return f, nil
 }
 

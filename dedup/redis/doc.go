@@ -17,7 +17,8 @@
 // hash tag, the same as for the crawl's queues, so all keys of a crawl live
 // in one slot. "{books}:dupefilter:meta" records the filter's layout; a
 // worker configured for another kind or shape of filter on the same key
-// gets ErrLayout (Bloom) or adopts the stored layout (Set).
+// gets ErrLayout (Bloom) or adopts the stored layout (Set). Stored opens
+// the filter a key holds as its layout says, with no configuration.
 //
 // # Set
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -39,4 +40,30 @@ func claimLayout(ctx context.Context, c goredis.UniversalClient, keys redislayou
 		return "", fmt.Errorf("read layout %q: %w", meta, err)
 	}
 	return get.Val(), nil
+}
+
+// ErrNoFilter is wrapped by Stored when no filter is stored under its key.
+var ErrNoFilter = errors.New("redis dedup: no filter stored")
+
+// Stored returns the filter stored under key as its stored layout says: a
+// Set of the shard count, or a Bloom filter of the bit and hash counts, it
+// was made with (by NewSet or NewBloom), so that a program that joins a
+// crawl needs neither its kind nor its sizes. It fails with an error
+// wrapping ErrNoFilter when key holds none, and creates nothing.
+func Stored(ctx context.Context, c goredis.UniversalClient, key string) (Claimer, error) {
+	b := redislayout.FilterKeys(key)
+	layout, err := c.HGet(ctx, b.Meta, "layout").Result()
+	switch {
+	case errors.Is(err, goredis.Nil):
+		return nil, fmt.Errorf("%q: %w", key, ErrNoFilter)
+	case err != nil:
+		return nil, fmt.Errorf("redis dedup %q: read layout %q: %w", key, b.Meta, err)
+	}
+	if bits, ok := parseSetLayout(layout); ok {
+		return &Set{client: c, key: key, keys: b, bits: bits, closed: new(atomic.Bool)}, nil
+	}
+	if m, k, ok := parseBloomLayout(layout); ok {
+		return openBloom(ctx, c, key, m, k)
+	}
+	return nil, fmt.Errorf("redis dedup %q: layout %q is neither a set's nor a Bloom filter's: %w", key, layout, ErrLayout)
 }

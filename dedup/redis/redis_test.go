@@ -2,6 +2,7 @@ package redis_test
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -140,6 +141,58 @@ func TestSetAdoptsStoredLayout(t *testing.T) {
 	for i, n := range isNew {
 		if n {
 			t.Fatalf("fingerprint %d added by one worker was new to another configured with another capacity", i)
+		}
+	}
+}
+
+// TestStored: Stored opens the filter a key holds as it was made (a Set
+// of its shard count, a Bloom filter of its bit and hash counts), with no
+// size given: what one filter adds, the other finds; a key that holds
+// none is ErrNoFilter, and Stored creates nothing.
+func TestStored(t *testing.T) {
+	ctx := t.Context()
+	c := integration.RedisClient(t)
+	fps := randomFingerprints(rand.New(rand.NewPCG(3, 4)), 200)
+	for _, kind := range []string{"set", "bloom"} {
+		key := integration.Name(t) + "-" + kind + ":dupefilter"
+		if _, err := redis.Stored(ctx, c, key); !errors.Is(err, redis.ErrNoFilter) {
+			t.Fatalf("Stored on an empty key = %v; want ErrNoFilter", err)
+		}
+		var made redis.Claimer
+		var err error
+		if kind == "set" {
+			made, err = redis.NewSet(ctx, redis.SetConfig{Client: c, Key: key, Capacity: 1000})
+		} else {
+			made, err = redis.NewBloom(ctx, redis.BloomConfig{Client: c, Key: key, Capacity: 5000, FPRate: 0.02})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := made.Add(ctx, fps...); err != nil {
+			t.Fatal(err)
+		}
+		got, err := redis.Stored(ctx, c, key)
+		if err != nil {
+			t.Fatalf("Stored(%s) = %v", kind, err)
+		}
+		if fmt.Sprintf("%T", got) != fmt.Sprintf("%T", made) {
+			t.Errorf("Stored on a %s filter's key = %T, want %T", kind, got, made)
+		}
+		if b, ok := got.(*redis.Bloom); ok {
+			gm, gk := b.Params()
+			wm, wk := made.(*redis.Bloom).Params()
+			if gm != wm || gk != wk {
+				t.Errorf("Stored Bloom filter of m=%d k=%d, want m=%d k=%d", gm, gk, wm, wk)
+			}
+		}
+		isNew, err := got.Add(ctx, fps...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, n := range isNew {
+			if n {
+				t.Fatalf("%s: fingerprint %d added through the filter made was new to the one Stored opened", kind, i)
+			}
 		}
 	}
 }

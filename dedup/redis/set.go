@@ -71,6 +71,14 @@ const maxShardBits = 20
 // setLayout names a Set layout in the filter's meta key.
 func setLayout(bits int) string { return "set:v1:shardbits=" + strconv.Itoa(bits) }
 
+// parseSetLayout returns the shard bits of a Set's layout; false if
+// layout is not a Set's.
+func parseSetLayout(layout string) (bits int, ok bool) {
+	n, ok := strings.CutPrefix(layout, "set:v1:shardbits=")
+	bits, err := strconv.Atoi(n)
+	return bits, ok && err == nil && bits >= 0 && bits <= maxShardBits
+}
+
 // NewSet returns the Set of cfg.Key, creating its layout if it has none.
 func NewSet(ctx context.Context, cfg SetConfig) (*Set, error) {
 	if err := cfg.Validate(); err != nil {
@@ -100,9 +108,8 @@ func NewSet(ctx context.Context, cfg SetConfig) (*Set, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis set filter %q: %w", cfg.Key, err)
 	}
-	n, ok := strings.CutPrefix(stored, "set:v1:shardbits=")
-	shard, err := strconv.Atoi(n)
-	if !ok || err != nil || shard < 0 || shard > maxShardBits {
+	shard, ok := parseSetLayout(stored)
+	if !ok {
 		return nil, fmt.Errorf("redis set filter %q: key holds a filter of layout %q, not a set filter: %w", cfg.Key, stored, ErrLayout)
 	}
 	if shard != bitsWanted {
