@@ -176,6 +176,21 @@ type BatchAcker interface {
 	AckBatch(ctx context.Context, ds ...Delivery) error
 }
 
+// BatchExtender is implemented by brokers that extend many leases in fewer
+// round trips than one per delivery (Redis: one script call per queue
+// partition). ExtendBatch extends the lease of each of ds, deliveries of
+// this broker, to d from now, as Extend(ctx, d) on each would, and returns
+// one error per delivery, in the order of ds (nil where the lease was
+// extended): one wrapping ErrLeaseLost where the lease ran out,
+// ErrSettled where the delivery was settled (before or while it was
+// extended), ErrClosed once the broker is closed, ErrInvalid for a
+// delivery of another broker. The engine extends the leases of what a
+// worker holds (thousands of deliveries) through it. It is optional like
+// BatchAcker: elsewhere the engine extends one delivery at a time.
+type BatchExtender interface {
+	ExtendBatch(ctx context.Context, d time.Duration, ds ...Delivery) []error
+}
+
 // Order is how a queue orders messages of equal priority.
 type Order int
 

@@ -215,7 +215,8 @@ func (c *Crawler) Run(ctx context.Context) error {
 
 	var wg sync.WaitGroup
 	keeperDone := make(chan struct{})
-	wg.Go(func() { c.leases.keep(work, c.cfg.Lease, keeperDone, c.log) })
+	batch, _ := c.frontier.Broker().(broker.BatchExtender)
+	wg.Go(func() { c.leases.keep(work, c.cfg.Lease, batch, keeperDone, c.log) })
 	if p := c.presence(); p != nil {
 		wg.Go(func() { p.run(work, keeperDone) })
 	}

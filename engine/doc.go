@@ -24,7 +24,8 @@
 // written durably to the sink. A worker that dies loses nothing; its
 // deliveries come back after their lease and, at worst, a page in flight
 // is fetched again. Leases of pages in progress are extended every third
-// of Config.Lease.
+// of Config.Lease: all of them in one call where the broker is a
+// broker.BatchExtender.
 //
 // Settlement is batched: the links and items of pages that finish within
 // a few milliseconds of each other are written together (one filter call

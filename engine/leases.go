@@ -54,15 +54,22 @@ func (k *leaseKeeper) inFlight() int64 { return k.n.Load() }
 const defaultLease = 30 * time.Second
 
 // keep extends the leases of the deliveries taken and held, by lease
-// (defaultLease if not above 0) every third of it, until done is closed.
-// A failed extension is logged, unless the delivery was settled
-// meanwhile (broker.ErrSettled).
-func (k *leaseKeeper) keep(ctx context.Context, lease time.Duration, done <-chan struct{}, log *slog.Logger) {
+// (defaultLease if not above 0) every third of it, until done is closed:
+// in one call where the broker is a broker.BatchExtender (batch, nil if
+// not), else one call per delivery (extendAll). A delivery both taken
+// and held is extended once. A failed extension is logged, unless the
+// delivery was settled meanwhile (broker.ErrSettled).
+func (k *leaseKeeper) keep(ctx context.Context, lease time.Duration, batch broker.BatchExtender, done <-chan struct{}, log *slog.Logger) {
 	if lease <= 0 {
 		lease = defaultLease
 	}
 	t := time.NewTicker(lease / 3)
 	defer t.Stop()
+	failed := func(err error) {
+		if !errors.Is(err, broker.ErrSettled) {
+			log.Warn("lease extension failed", "err", err)
+		}
+	}
 	var ds []broker.Delivery
 	for {
 		select {
@@ -71,17 +78,28 @@ func (k *leaseKeeper) keep(ctx context.Context, lease time.Duration, done <-chan
 		case <-t.C:
 		}
 		ds = ds[:0]
-		collect := func(k, _ any) bool {
-			ds = append(ds, k.(broker.Delivery))
+		k.taken.Range(func(d, _ any) bool {
+			ds = append(ds, d.(broker.Delivery))
 			return true
-		}
-		k.taken.Range(collect)
-		k.held.Range(collect)
-		extendAll(ctx, ds, lease, func(err error) {
-			if !errors.Is(err, broker.ErrSettled) {
-				log.Warn("lease extension failed", "err", err)
-			}
 		})
+		k.held.Range(func(d, _ any) bool {
+			if _, taken := k.taken.Load(d); !taken {
+				ds = append(ds, d.(broker.Delivery))
+			}
+			return true
+		})
+		if len(ds) == 0 {
+			continue
+		}
+		if batch == nil {
+			extendAll(ctx, ds, lease, failed)
+			continue
+		}
+		for _, err := range batch.ExtendBatch(ctx, lease, ds...) {
+			if err != nil {
+				failed(err)
+			}
+		}
 	}
 }
 

@@ -3,7 +3,9 @@ package engine
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -60,16 +62,16 @@ func TestLeaseKeeper(t *testing.T) {
 		k.done(gone)
 		done := make(chan struct{})
 		stopped := make(chan struct{})
-		go func() { defer close(stopped); k.keep(context.Background(), 3*time.Second, done, log) }()
+		go func() { defer close(stopped); k.keep(context.Background(), 3*time.Second, nil, done, log) }()
 		time.Sleep(time.Second + time.Millisecond)
 		synctest.Wait()
 		// A delivery both taken and held (a page handed to the writer,
-		// its goroutine not yet done) is extended once as each.
+		// its goroutine not yet done) is extended once.
 		for _, tc := range []struct {
 			name string
 			d    *leasedDelivery
 			want int
-		}{{"taken", taken, 1}, {"held", held, 1}, {"taken and held", both, 2}} {
+		}{{"taken", taken, 1}, {"held", held, 1}, {"taken and held", both, 1}} {
 			if n := tc.d.extensions(); n != tc.want {
 				t.Errorf("%s: %d extensions after a third of the lease, want %d", tc.name, n, tc.want)
 			}
@@ -110,7 +112,7 @@ func TestLeaseKeeperDefault(t *testing.T) {
 		d := &leasedDelivery{}
 		k.take(d)
 		done := make(chan struct{})
-		go k.keep(context.Background(), 0, done, slog.New(slog.DiscardHandler))
+		go k.keep(context.Background(), 0, nil, done, slog.New(slog.DiscardHandler))
 		time.Sleep(defaultLease/3 - time.Millisecond)
 		synctest.Wait()
 		if n := d.extensions(); n != 0 {
@@ -122,5 +124,85 @@ func TestLeaseKeeperDefault(t *testing.T) {
 			t.Errorf("extensions %v after a third of the default lease, want one of %v", d.extended, defaultLease)
 		}
 		close(done)
+	})
+}
+
+// batchExtender is a broker.BatchExtender that records its calls and
+// fails the extensions of the deliveries in errs.
+type batchExtender struct {
+	mu    sync.Mutex
+	calls [][]broker.Delivery
+	lease []time.Duration
+	errs  map[broker.Delivery]error
+}
+
+func (b *batchExtender) ExtendBatch(_ context.Context, lease time.Duration, ds ...broker.Delivery) []error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.calls = append(b.calls, slices.Clone(ds))
+	b.lease = append(b.lease, lease)
+	out := make([]error, len(ds))
+	for i, d := range ds {
+		out[i] = b.errs[d]
+	}
+	return out
+}
+
+// TestLeaseKeeperBatch: on a broker.BatchExtender the keeper extends
+// every delivery it holds (1,000 of them, one both taken and held) in one
+// call a round, each once, none through Delivery.Extend; it logs each lost
+// lease the call reports and no settled delivery.
+func TestLeaseKeeperBatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var logs bytes.Buffer
+		log := slog.New(slog.NewTextHandler(&logs, nil))
+		var k leaseKeeper
+		ds := make([]*leasedDelivery, 1000)
+		for i := range ds {
+			ds[i] = &leasedDelivery{}
+			if i%2 == 0 {
+				k.take(ds[i])
+			} else {
+				k.hold(ds[i])
+			}
+		}
+		k.hold(ds[0]) // taken and held
+		lost1, lost2, settled := ds[1], ds[2], ds[3]
+		b := &batchExtender{errs: map[broker.Delivery]error{
+			lost1:   fmt.Errorf("lost 1: %w", broker.ErrLeaseLost),
+			lost2:   fmt.Errorf("lost 2: %w", broker.ErrLeaseLost),
+			settled: fmt.Errorf("settled: %w", broker.ErrSettled),
+		}}
+		done := make(chan struct{})
+		stopped := make(chan struct{})
+		go func() { defer close(stopped); k.keep(context.Background(), 3*time.Second, b, done, log) }()
+		time.Sleep(2*time.Second + time.Millisecond)
+		synctest.Wait()
+		close(done)
+		<-stopped
+		if len(b.calls) != 2 {
+			t.Fatalf("%d ExtendBatch calls in two thirds of a lease, want 2 (one a round)", len(b.calls))
+		}
+		for r, call := range b.calls {
+			seen := map[broker.Delivery]int{}
+			for _, d := range call {
+				seen[d]++
+			}
+			if len(call) != len(ds) || len(seen) != len(ds) {
+				t.Errorf("round %d extended %d leases (%d distinct), want each of %d once", r+1, len(call), len(seen), len(ds))
+			}
+			if b.lease[r] != 3*time.Second {
+				t.Errorf("round %d extended by %v, want the lease, 3s", r+1, b.lease[r])
+			}
+		}
+		for i, d := range ds {
+			if n := d.extensions(); n != 0 {
+				t.Fatalf("delivery %d extended %d times through Delivery.Extend, want none (the batch)", i, n)
+			}
+		}
+		s := logs.String()
+		if n := strings.Count(s, "lease extension failed"); n != 4 || !strings.Contains(s, "lost 1") || !strings.Contains(s, "lost 2") || strings.Contains(s, "settled") {
+			t.Errorf("logged %q, want the two lost leases of each round (4 lines), not the settled delivery", s)
+		}
 	})
 }

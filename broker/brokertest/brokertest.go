@@ -374,6 +374,7 @@ func (s *suite) tests() []test {
 		{"Order/InterleavedWithReceive", s.testOrderInterleaved},
 		{"AckRemoves", s.testAckRemoves},
 		{"AckBatch", s.testAckBatch},
+		{"ExtendBatch", s.testExtendBatch},
 		{"NackRequeues", s.testNackRequeues},
 		{"NackDelay", s.testNackDelay},
 		{"Reject", s.testReject},

@@ -34,7 +34,9 @@
 // Counts, Purge, DeadLetters, Requeue and Extend are part of broker.Broker
 // and broker.Delivery and are checked on every backend. The promises of
 // an optional interface, broker.Metadata (with its Presence) and
-// broker.BatchAcker (AckBatch acks as Ack on each delivery would), are
+// broker.BatchAcker (AckBatch acks as Ack on each delivery would) and
+// broker.BatchExtender (ExtendBatch extends as Extend on each would, an
+// error per delivery), are
 // checked when the backend implements it; a subtest that needs one the
 // backend lacks says so with t.Skip.
 //

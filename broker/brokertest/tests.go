@@ -315,6 +315,102 @@ func (s *suite) testAckBatch(t *testing.T) {
 	waitCounts(t, b, qb, broker.Counts{})
 }
 
+// testExtendBatch: a broker.BatchExtender extends a batch (of two queues)
+// as Extend on each would, with an error per delivery: nil for those it
+// extended, one wrapping ErrLeaseLost for a delivery whose lease ran out
+// (the message went to another Receive), ErrSettled for one acknowledged
+// before, each in its place. Extended every lease/4, the others stay
+// leased for two leases (no other Receive gets them) and are then
+// acknowledged. A stall of the test longer than the lease voids the
+// second part, as in testExtend.
+func (s *suite) testExtendBatch(t *testing.T) {
+	b := s.one(t, s.short())
+	be, ok := b.(broker.BatchExtender)
+	if !ok {
+		t.Skip("broker does not implement broker.BatchExtender")
+	}
+	ctx, lease := t.Context(), s.c.Lease
+	ql, qa, qb := queue(t, "lost"), queue(t, "a"), queue(t, "b")
+	p := s.c.Priorities[0]
+	if errs := be.ExtendBatch(ctx, lease); len(errs) != 0 {
+		t.Fatalf("ExtendBatch of nothing: %v", errs)
+	}
+	publish(t, b, ql, msg("lost", p))
+	lost := receiveOne(t, b, ql, prompt)
+	ack(t, receiveOne(t, b, ql, s.leaseWait())) // lost's lease ran out: it came back
+	publish(t, b, qa, msg("a0", p), msg("a1", p), msg("a2", p))
+	publish(t, b, qb, msg("b0", p), msg("b1", p))
+	renewed := time.Now() // the start of the call that last renewed the leases
+	ds := append(receive(t, b, qa, 3, 3, prompt), receive(t, b, qb, 2, 2, prompt)...)
+	settled := ds[1]
+	ack(t, settled)
+	live := []broker.Delivery{ds[0], ds[2], ds[3], ds[4]}
+	thief := receiveAsync(t, b, qa, 1, 2*lease+prompt)
+	batch := []broker.Delivery{ds[0], lost, ds[2], settled, ds[3], ds[4]}
+	stalled := func(err error) bool {
+		t.Helper()
+		if w := time.Since(renewed); errors.Is(err, broker.ErrLeaseLost) && w > lease-lease/10 {
+			t.Logf("the test was held up for %v, longer than the lease of %v: too loaded a machine to check that ExtendBatch keeps leases", w, lease)
+			return true
+		}
+		return false
+	}
+	tick := time.NewTicker(lease / 4)
+	defer tick.Stop()
+	for until := time.Now().Add(2 * lease); time.Now().Before(until); {
+		call := time.Now()
+		errs := be.ExtendBatch(ctx, lease, batch...)
+		if len(errs) != len(batch) {
+			t.Fatalf("ExtendBatch of %d deliveries returned %d errors, want one each", len(batch), len(errs))
+		}
+		for i, d := range batch {
+			switch d {
+			case lost:
+				wantErr(t, "ExtendBatch: the delivery whose lease ran out", errs[i], broker.ErrLeaseLost)
+			case settled:
+				wantErr(t, "ExtendBatch: the delivery acknowledged before", errs[i], broker.ErrSettled)
+			default:
+				if errs[i] != nil {
+					if stalled(errs[i]) {
+						return
+					}
+					t.Fatalf("ExtendBatch: delivery %q, %v after the last renewal: %v", d.Message().Body, time.Since(renewed), errs[i])
+				}
+			}
+		}
+		batch = live
+		renewed = call
+		select {
+		case <-tick.C:
+		case r := <-thief:
+			thief = nil
+			if len(r.ds) > 0 {
+				if w := r.at.Sub(renewed); w > lease {
+					t.Logf("the test was held up for %v, longer than the lease of %v: too loaded a machine to check that ExtendBatch keeps leases", w, lease)
+					settle(t, r.ds)
+					return
+				}
+				t.Fatalf("a delivery whose lease ExtendBatch extended every %v went to another Receive %v after the last renewal (lease %v)",
+					lease/4, r.at.Sub(renewed), lease)
+			}
+			if !errors.Is(r.err, context.DeadlineExceeded) {
+				t.Fatalf("another Receive: %v, want context.DeadlineExceeded", r.err)
+			}
+		}
+	}
+	for _, d := range live {
+		if err := d.Ack(ctx); err != nil {
+			if stalled(err) {
+				return
+			}
+			t.Fatalf("Ack of %q after two leases kept by ExtendBatch: %v", d.Message().Body, err)
+		}
+	}
+	for _, q := range []string{ql, qa, qb} {
+		waitCounts(t, b, q, broker.Counts{})
+	}
+}
+
 func (s *suite) testNackRequeues(t *testing.T) {
 	b := s.one(t, s.setup())
 	q := queue(t)

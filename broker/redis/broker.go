@@ -25,6 +25,7 @@ import (
 var (
 	_ broker.Broker           = (*Broker)(nil)
 	_ broker.BatchAcker       = (*Broker)(nil)
+	_ broker.BatchExtender    = (*Broker)(nil)
 	_ broker.Incarnations     = (*Broker)(nil)
 	_ broker.Partitioned      = (*Broker)(nil)
 	_ broker.PartitionCounter = (*Broker)(nil)
@@ -926,23 +927,10 @@ func (d *delivery) Reject(ctx context.Context, reason string) error {
 
 // Extend moves the lease's end to dur from now (server time).
 func (d *delivery) Extend(ctx context.Context, dur time.Duration) error {
-	d.mu.Lock()
-	switch {
-	case d.settled || d.busy:
-		d.mu.Unlock()
-		return d.err("extend", broker.ErrSettled)
-	case d.lost:
-		d.mu.Unlock()
-		return d.err("extend", broker.ErrLeaseLost)
-	case dur < time.Millisecond:
-		d.mu.Unlock()
-		return d.err("extend", fmt.Errorf("%w: duration %v < 1ms", broker.ErrInvalid, dur))
+	if err := d.extendable(dur); err != nil {
+		return err
 	}
-	d.mu.Unlock()
-	d.b.mu.Lock()
-	closed := d.b.closed
-	d.b.mu.Unlock()
-	if closed {
+	if d.b.isClosed() {
 		return d.err("extend", broker.ErrClosed)
 	}
 	held, err := d.b.extend(ctx, d.b.client, d.k, []*delivery{d}, dur)
@@ -955,18 +943,106 @@ func (d *delivery) Extend(ctx context.Context, dur time.Duration) error {
 	return nil
 }
 
-// extend moves the leases of ds (all of queue k) to dur from now, in one
-// script call on on, and says how many were still held; the others are
-// marked lost.
-func (b *Broker) extend(ctx context.Context, on goredis.Scripter, k *keys, ds []*delivery, dur time.Duration) (int, error) {
-	args := make([]any, 0, 1+len(ds))
-	args = append(args, dur.Milliseconds())
-	for _, d := range ds {
-		args = append(args, d.member)
+// extendable says why d's lease cannot be extended by dur, if it cannot.
+func (d *delivery) extendable(dur time.Duration) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch {
+	case d.settled || d.busy:
+		return d.err("extend", broker.ErrSettled)
+	case d.lost:
+		return d.err("extend", broker.ErrLeaseLost)
+	case dur < time.Millisecond:
+		return d.err("extend", fmt.Errorf("%w: duration %v < 1ms", broker.ErrInvalid, dur))
 	}
+	return nil
+}
+
+func (b *Broker) isClosed() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.closed
+}
+
+// ExtendBatch extends the leases of ds, deliveries received from b, to dur
+// from now, as Extend does each, in one script call per queue partition
+// (of up to extendChunk leases; several calls go in one pipeline). It
+// implements broker.BatchExtender, through which the engine keeps the
+// leases of what a worker holds: thousands of deliveries every third of a
+// lease, which one by one cost a script call each.
+func (b *Broker) ExtendBatch(ctx context.Context, dur time.Duration, ds ...broker.Delivery) []error {
+	errs := make([]error, len(ds))
+	type group struct {
+		k   *keys
+		ds  []*delivery
+		idx []int // their indexes in ds
+	}
+	var groups []*group
+	open := map[*keys]*group{} // the group of each partition being filled
+	closed := b.isClosed()
+	for i, bd := range ds {
+		d, ok := bd.(*delivery)
+		switch {
+		case !ok || d.b != b:
+			errs[i] = fmt.Errorf("redis broker: extend: %w: delivery of another broker", broker.ErrInvalid)
+			continue
+		case closed:
+			errs[i] = d.err("extend", broker.ErrClosed)
+			continue
+		}
+		if err := d.extendable(dur); err != nil {
+			errs[i] = err
+			continue
+		}
+		g := open[d.k]
+		if g == nil || len(g.ds) == extendChunk {
+			g = &group{k: d.k}
+			open[d.k] = g
+			groups = append(groups, g)
+		}
+		g.ds = append(g.ds, d)
+		g.idx = append(g.idx, i)
+	}
+	if len(groups) == 0 {
+		return errs
+	}
+	// The leases end no sooner than this (the scripts run after it).
+	deadline := time.Now().Add(dur)
+	cmds := make([]*goredis.Cmd, len(groups))
+	if len(groups) == 1 {
+		g := groups[0]
+		cmds[0] = extendScript.Run(ctx, b.client, []string{g.k.inflight}, extendArgs(g.ds, dur)...)
+	} else {
+		_, _ = b.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+			for i, g := range groups {
+				cmds[i] = extendScript.EvalSha(ctx, p, []string{g.k.inflight}, extendArgs(g.ds, dur)...)
+			}
+			return nil
+		})
+	}
+	for i, g := range groups {
+		res, err := cmds[i].Int64Slice()
+		if goredis.HasErrorPrefix(err, "NOSCRIPT") {
+			// Not loaded on that server yet: Run loads it.
+			res, err = extendScript.Run(ctx, b.client, []string{g.k.inflight}, extendArgs(g.ds, dur)...).Int64Slice()
+		}
+		for j, e := range extendOutcomes(g.ds, deadline, res, err) {
+			errs[g.idx[j]] = e
+		}
+	}
+	return errs
+}
+
+// extendChunk bounds the leases of one extension script call.
+const extendChunk = 1000
+
+// extend moves the leases of ds (all of queue k) to dur from now, in one
+// script call on on, and says how many were still held (or settled
+// meanwhile); the others are marked lost.
+func (b *Broker) extend(ctx context.Context, on goredis.Scripter, k *keys, ds []*delivery, dur time.Duration) (int, error) {
 	// The leases end no sooner than this (the script runs after it).
 	deadline := time.Now().Add(dur)
-	res, err := extendScript.Run(ctx, on, []string{k.inflight}, args...).Int64Slice()
+	res, err := extendScript.Run(ctx, on, []string{k.inflight}, extendArgs(ds, dur)...).Int64Slice()
 	if err == nil && len(res) != len(ds) {
 		err = fmt.Errorf("unexpected script reply of %d values for %d leases", len(res), len(ds))
 	}
@@ -975,17 +1051,47 @@ func (b *Broker) extend(ctx context.Context, on goredis.Scripter, k *keys, ds []
 	}
 	held := 0
 	for i, d := range ds {
-		if d.extended(deadline, res[i] == 1) {
+		if !errors.Is(d.extended(deadline, res[i] == 1), broker.ErrLeaseLost) {
 			held++
 		}
 	}
 	return held, nil
 }
 
-// extended records the outcome of an extension of d's lease to deadline,
-// and says whether d is still leased: held, or settled since the
-// extension was sent (its member is gone because it was settled).
-func (d *delivery) extended(deadline time.Time, held bool) bool {
+// extendArgs are extendScript's arguments for the leases of ds.
+func extendArgs(ds []*delivery, dur time.Duration) []any {
+	args := make([]any, 0, 1+len(ds))
+	args = append(args, dur.Milliseconds())
+	for _, d := range ds {
+		args = append(args, d.member)
+	}
+	return args
+}
+
+// extendOutcomes records extendScript's reply res (or its error err) for
+// the leases of ds, extended to deadline, and returns each one's error:
+// nil where extended, ErrSettled where settled since the script was sent
+// (its member is gone because it was settled), ErrLeaseLost where lost.
+func extendOutcomes(ds []*delivery, deadline time.Time, res []int64, err error) []error {
+	if err == nil && len(res) != len(ds) {
+		err = fmt.Errorf("unexpected script reply of %d values for %d leases", len(res), len(ds))
+	}
+	out := make([]error, len(ds))
+	for i, d := range ds {
+		if err != nil {
+			out[i] = d.err("extend", err)
+		} else {
+			out[i] = d.extended(deadline, res[i] == 1)
+		}
+	}
+	return out
+}
+
+// extended records the outcome of an extension of d's lease to deadline
+// (held: the script found the lease) and returns d's error: nil if held,
+// ErrSettled if d was settled since the extension was sent (its member is
+// gone because it was settled), ErrLeaseLost if lost.
+func (d *delivery) extended(deadline time.Time, held bool) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	switch {
@@ -993,15 +1099,15 @@ func (d *delivery) extended(deadline time.Time, held bool) bool {
 		if deadline.After(d.deadline) {
 			d.deadline = deadline
 		}
-		return true
+		return nil
 	case d.settled || d.busy:
-		return true
+		return d.err("extend", broker.ErrSettled)
 	}
 	if !d.lost {
 		d.lost = true
 		d.b.untrack(d)
 	}
-	return false
+	return d.err("extend", broker.ErrLeaseLost)
 }
 
 // isLost tells whether d's lease is known to be lost.

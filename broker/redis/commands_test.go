@@ -2,6 +2,7 @@ package redis_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -162,5 +163,81 @@ func TestConsumerRefillsInBatches(t *testing.T) {
 			}
 			t.Logf("%d commands for %d messages", got, n)
 		})
+	}
+}
+
+// scriptCalls returns how many script calls (EVALSHA, EVAL) the server
+// ran during f, from INFO commandstats.
+func scriptCalls(t *testing.T, c *goredis.Client, f func()) int {
+	t.Helper()
+	read := func() int {
+		s, err := c.Info(context.Background(), "commandstats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, line := range strings.Split(s, "\n") {
+			line = strings.TrimSpace(line)
+			for _, cmd := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
+				if v, ok := strings.CutPrefix(line, cmd); ok {
+					v, _, _ = strings.Cut(v, ",")
+					calls, err := strconv.Atoi(v)
+					if err != nil {
+						t.Fatal(err)
+					}
+					n += calls
+				}
+			}
+		}
+		return n
+	}
+	before := read()
+	f()
+	return read() - before
+}
+
+// TestExtendBatchCalls: ExtendBatch extends 2,500 leases of one queue of
+// two partitions in 4 script calls (two chunks of at most 1,000 per
+// partition), not one call per lease, and each lease it reports extended
+// runs for the new duration: none of them comes back while a Receive
+// waits past the old lease.
+func TestExtendBatchCalls(t *testing.T) {
+	c := ownRedis(t)
+	ctx := t.Context()
+	const lease = 2 * time.Second
+	b := newBroker(t, c, redis.Config{Lease: lease, Partitions: 2})
+	const q, n = "extend:requests", 2500
+	msgs := make([]broker.Message, n)
+	for i := range msgs {
+		msgs[i] = broker.Message{Body: []byte(fmt.Sprint(i)), Key: brokertest.KeyIn(t, i%2, 2)}
+	}
+	if err := b.Publish(ctx, q, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := b.Receive(ctx, q, n)
+	if err != nil || len(ds) != n {
+		t.Fatalf("Receive: %d deliveries, %v", len(ds), err)
+	}
+	// Load the script on the server first: a first EVALSHA fails.
+	if errs := b.ExtendBatch(ctx, time.Minute, ds[0]); errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	var errs []error
+	calls := scriptCalls(t, c, func() { errs = b.ExtendBatch(ctx, time.Minute, ds...) })
+	if calls != 4 {
+		t.Errorf("ExtendBatch of %d leases over 2 partitions ran %d script calls, want 4", n, calls)
+	}
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("lease %d: %v", i, err)
+		}
+	}
+	wctx, cancel := context.WithTimeout(ctx, 2*lease)
+	defer cancel()
+	if got, err := b.Receive(wctx, q, 1); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a Receive past the old lease got %d deliveries (%v): the extended leases ran out", len(got), err)
+	}
+	if err := b.AckBatch(ctx, ds...); err != nil {
+		t.Fatalf("AckBatch of the extended deliveries: %v", err)
 	}
 }

@@ -25,7 +25,8 @@
 // Receive on the queue, by any worker, with Attempt one higher; after
 // Config.MaxDeliveries deliveries (a Nack or an expired lease on the last
 // one) the message goes to the queue's dead letters instead. A worker
-// extends (Delivery.Extend) the leases of pages still in progress. All deadlines use the server's clock, so workers' clocks do
+// extends (Delivery.Extend, or ExtendBatch for many: one script call per
+// queue partition) the leases of pages still in progress. All deadlines use the server's clock, so workers' clocks do
 // not matter.
 //
 // Close gives back the deliveries it has not settled at once; they count
