@@ -70,6 +70,7 @@ type loopRun struct {
 	cpu   time.Duration // the loop process's, over its life
 	twice int           // URLs it fetched twice (its retries of timeouts)
 	use   siteUse
+	conns connStats
 	load  string // /proc/loadavg when it started
 }
 
@@ -85,6 +86,7 @@ type webRun struct {
 	before, after *loopRun // nil: not run (the memory check has none)
 	crawl         window
 	use           siteUse
+	conns         connStats
 	workerCPU     time.Duration // the workers' over their lives
 	brokerCPU     time.Duration // the broker server's over the crawl's window; -1 without one
 	commands      int64         // Redis commands (in scripts too), NATS messages or RabbitMQ socket reads; -1 unknown
@@ -308,7 +310,7 @@ func (f *webFlags) runMode(ctx context.Context, site *webSite, res *webResult, p
 			logf("%s: %v", m.name, r.err)
 		} else {
 			logf("%s: %.0f pages/s; %.0f µs worker CPU per page; trawl says %s", m.name, r.crawl.Rate(), micros(r.cpuPerPage()), r.summary)
-			logf("%s: the site: %v", m.name, r.use)
+			logf("%s: the site: %v; %v", m.name, r.use, r.conns)
 		}
 		next, err := f.loop(ctx, site, m.workers)
 		if err != nil {
@@ -393,7 +395,7 @@ func (f *webFlags) loop(ctx context.Context, site *webSite, workers int) (*loopR
 	if err := cmd.Run(); err != nil {
 		return nil, fmt.Errorf("the loop: %w", err)
 	}
-	l.w, l.use = site.window(), site.use()
+	l.w, l.use, l.conns = site.window(), site.use(), site.conns.read()
 	f.saveTrace(site, fmt.Sprintf("loop%d", workers))
 	l.cpu = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 	t := site.tally()
@@ -401,7 +403,7 @@ func (f *webFlags) loop(ctx context.Context, site *webSite, workers int) (*loopR
 		return nil, fmt.Errorf("the loop: %w", t.check())
 	}
 	l.twice = t.twice
-	logf("the loop at %d: %.0f pages/s, %.0f µs CPU per page (load %s); the site: %v", f.concurrency*workers, l.w.Rate(), micros(l.perPage()), l.load, l.use)
+	logf("the loop at %d: %.0f pages/s, %.0f µs CPU per page (load %s); the site: %v; %v", f.concurrency*workers, l.w.Rate(), micros(l.perPage()), l.load, l.use, l.conns)
 	return l, nil
 }
 
@@ -516,7 +518,7 @@ func (f *webFlags) crawl(ctx context.Context, site *webSite, m webMode, srv *ser
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	r.crawl, r.use = site.window(), site.use()
+	r.crawl, r.use, r.conns = site.window(), site.use(), site.conns.read()
 	f.saveTrace(site, m.key)
 	r.tally = site.tally()
 	if broker != nil {
@@ -582,8 +584,8 @@ func watchRSS(pid int) (peak func() int64) {
 
 // printWeb prints the results as a Markdown table beside issue 26's bars.
 func printWeb(w io.Writer, results []*webResult, big *webRun) {
-	fmt.Fprintln(w, "| mode | loop pages/s, before–after | crawl pages/s | crawl / loop | min–max | bar | | in flight, crawl / loop | load | | worker CPU µs/page | loop CPU µs/page | ratio | bar | | broker server CPU µs/page | broker requests/page | bar | | worker RSS MiB | fetched twice | |")
-	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | --- | ---: | ---: | --- |")
+	fmt.Fprintln(w, "| mode | loop pages/s, before–after | crawl pages/s | crawl / loop | min–max | bar | | in flight, crawl / loop | connections (TLS full), crawl / loop | load | | worker CPU µs/page | loop CPU µs/page | ratio | bar | | broker server CPU µs/page | broker requests/page | bar | | worker RSS MiB | fetched twice | |")
+	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | --- | ---: | ---: | --- |")
 	var notes []string
 	for _, res := range results {
 		twice := 0
@@ -603,7 +605,7 @@ func printWeb(w io.Writer, results []*webResult, big *webRun) {
 		}
 		r := res.median()
 		if r == nil {
-			fmt.Fprintf(w, "| %s | | failed | | | ≥ %.2f | MISS | | | | | | | ≤ %.1f | | | | | | | | |\n", res.mode.name, res.mode.bar, webCPUBar)
+			fmt.Fprintf(w, "| %s | | failed | | | ≥ %.2f | MISS | | | | | | | | ≤ %.1f | | | | | | | | |\n", res.mode.name, res.mode.bar, webCPUBar)
 			continue
 		}
 		ok := res.ok()
@@ -619,9 +621,9 @@ func printWeb(w io.Writer, results []*webResult, big *webRun) {
 				cverdict = pass(float64(r.commands)/float64(r.crawl.Requests) <= webCommandsBar)
 			}
 		}
-		fmt.Fprintf(w, "| %s | %s | %.0f | **%.2f** | %.2f–%.2f (%d) | ≥ %.2f | %s | %.0f / %.0f | %s | | %.0f | %.0f | **%.2f** | ≤ %.1f | %s | %s | %s | %s | %s | %.0f | %d | %s |\n",
+		fmt.Fprintf(w, "| %s | %s | %.0f | **%.2f** | %.2f–%.2f (%d) | ≥ %.2f | %s | %.0f / %.0f | %s | %s | | %.0f | %.0f | **%.2f** | ≤ %.1f | %s | %s | %s | %s | %s | %.0f | %d | %s |\n",
 			r.mode.name, loopRates(r), r.crawl.Rate(), r.ratio(), ok[0].ratio(), ok[len(ok)-1].ratio(), len(ok), r.mode.bar, pass(r.ratio() >= r.mode.bar),
-			r.use.inFlight, r.loopInFlight(), load1(r.load),
+			r.use.inFlight, r.loopInFlight(), connsCell(r), load1(r.load),
 			micros(r.cpuPerPage()), micros(r.loopPerPage()), cpuRatio, webCPUBar, pass(cpuRatio <= webCPUBar),
 			brokerCPU, per, cbar, cverdict, float64(r.rss)/(1<<20), twice, pass(twice == 0))
 	}
@@ -643,13 +645,26 @@ func printWeb(w io.Writer, results []*webResult, big *webRun) {
 	fmt.Fprintln(w, "\nPages/s: requests the site served (pages and robots.txt) from the first request to the end of the last, the requests of the pages that hang aside (where their timeout and retry fall is not scheduling). "+
 		"Each crawl is compared with the mean of the loops run just before and just after it (the loop: the same URLs, all known in advance, the same concurrency in all and per host, the same timeout); "+
 		"the row is the crawl with the median ratio (the lower of the middle two), min–max the ratios of the mode's crawls (how many). "+
-		"In flight: the site's requests in flight, the mean over the window, of that crawl and of its loops. Load: the 1-minute load average when that crawl started, on 2 cores. "+
+		"In flight: the site's requests in flight, the mean over the window, of that crawl and of its loops. "+
+		"Connections: TCP connections the site accepted (TLS handshakes that verified a certificate, not resumed), the crawl's and its loops' mean. Load: the 1-minute load average when that crawl started, on 2 cores. "+
 		"CPU: user + system over each process's life, TLS included. "+
 		"Broker requests: Redis commands from INFO commandstats (those that scripts call included), NATS messages from clients (/connz in_msgs), RabbitMQ socket reads. "+
 		"Fetched twice: pages requested more than once in any of the mode's crawls, beyond the one retry of a page that hung past the timeout (robots.txt files in the notes). Worker RSS: the first worker's largest.")
 	for _, n := range notes {
 		fmt.Fprintf(w, "\n%s\n", n)
 	}
+}
+
+// connsCell is r's connections and full TLS handshakes, and its loops'.
+func connsCell(r *webRun) string {
+	ls := r.loops()
+	var conns, full int64
+	for _, l := range ls {
+		conns += l.conns.accepted
+		full += l.conns.full
+	}
+	n := int64(max(1, len(ls)))
+	return fmt.Sprintf("%d (%d) / %d (%d)", r.conns.accepted, r.conns.full, conns/n, full/n)
 }
 
 // loopRates is the pages/s of the loops beside r's crawl, before–after.

@@ -72,6 +72,7 @@ type webSite struct {
 	tracing bool
 
 	inFlight atomic.Int64 // requests in the site now
+	conns    connCounts
 	samples  []flightSample
 	stopS    chan struct{}
 
@@ -127,7 +128,8 @@ func serveWeb(cfg webConfig) (*webSite, error) {
 		return nil, err
 	}
 	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 10 * time.Second,
-		ErrorLog: log.New(io.Discard, "", 0), TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){}}
+		ErrorLog: log.New(io.Discard, "", 0), TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){},
+		ConnState: s.conns.state}
 	for h := range cfg.hosts {
 		a := hostAddr(h)
 		ln, err := net.Listen("tcp", netip.AddrPortFrom(a, 0).String())
@@ -136,6 +138,7 @@ func serveWeb(cfg webConfig) (*webSite, error) {
 			return nil, fmt.Errorf("web site: listen on %v: %w", a, err)
 		}
 		s.hosts[a] = h
+		ln = countingListener{ln, &s.conns}
 		scheme := "http"
 		if h%2 == 1 {
 			scheme, ln = "https", tls.NewListener(ln, s.tls)
@@ -246,6 +249,11 @@ func (s *webSite) makeCA() error {
 	certs := map[netip.Addr]*tls.Certificate{}
 	s.tls = &tls.Config{
 		NextProtos: []string{"http/1.1"}, // the loop and trawl alike
+		// Called on every handshake, resumptions too.
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			s.conns.handshake(cs.DidResume)
+			return nil
+		},
 		GetCertificate: func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
 			ap, err := netip.ParseAddrPort(hello.Conn.LocalAddr().String())
 			if err != nil {
@@ -536,6 +544,7 @@ func (s *webSite) reset() {
 		}
 	}
 	s.other.Store(0)
+	s.conns.reset()
 	s.mu.Lock()
 	s.first, s.last, s.n = time.Time{}, time.Time{}, 0
 	s.busy, s.samples, s.trace = 0, nil, nil
