@@ -195,7 +195,7 @@ func webMain(ctx context.Context, args []string) error {
 	fs.DurationVar(&f.crawlLimit, "crawl-limit", 10*time.Minute, "give up on one crawl after this long")
 	fs.Float64Var(&f.bloomFP, "bloom-fp-rate", 1e-12, "--bloom-fp-rate of the crawls with a local filter (0: trawl's default, 1e-6): the check that every page was requested is of the engine, and at 1e-6 a Bloom filter's false positive leaves a page of ~21,000 unrequested in about 1 crawl of 270")
 	fs.IntVar(&f.repeat, "repeat", 2, "crawls per mode, each followed by a loop; the table gives the median ratio to the loop and the smallest and largest")
-	fs.StringVar(&f.trace, "trace", "", "write each run's requests to this directory (run-N.tsv: host, page, start and end in s from the window's start, timed)")
+	fs.StringVar(&f.trace, "trace", "", "write each run's requests to this directory (run-N.tsv: host, page, start and end in s from the window's start, timed, connection; then the connections closed)")
 	fs.StringVar(&f.cpuProfile, "cpu-profile", "", "write a CPU profile of each trawl process to this directory (MODE-N-wI.pprof: crawl N, worker I; go tool pprof bin/trawl FILE)")
 	only := fs.String("modes", "", "comma-separated modes (memory, default, redis, nats, rabbitmq, redis4, nats4; default all)")
 	if err := fs.Parse(args); err != nil {
@@ -240,6 +240,7 @@ func webMain(ctx context.Context, args []string) error {
 		return err
 	}
 	site.tracing = f.trace != ""
+	site.conns.tracing = site.tracing
 	logf("web site: %d hosts, %d URLs (pages and robots.txt), largest host %d pages: at --per-host %d it alone takes %.1fs at least",
 		f.cfg.hosts, site.expected(), site.size[0], f.perHost, f.topBound(site).Seconds())
 	var results []*webResult

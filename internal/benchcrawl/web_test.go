@@ -1,7 +1,11 @@
 package main
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -157,5 +161,52 @@ func TestWebRunRatio(t *testing.T) {
 	}
 	if ok := res.ok(); len(ok) != 4 || ok[0].ratio() != 0.7 || ok[3].ratio() != 1.1 {
 		t.Errorf("the crawls that succeeded, by ratio: %d, want 4 from 0.7 to 1.1", len(ok))
+	}
+}
+
+// TestConnCounts: the site counts the connections a client opens, its
+// full and resumed TLS handshakes, and the idle connections the client
+// closes, as bench-web reports them.
+func TestConnCounts(t *testing.T) {
+	s, err := serveWeb(webConfig{hosts: 2, pages: 4, maxHost: 2, seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(s.ca)
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ClientSessionCache: tls.NewLRUClientSessionCache(4)}}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+	get := func(u string) {
+		t.Helper()
+		resp, err := client.Get(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	https := s.base[1] + "/robots.txt"
+	get(https)
+	get(https) // the same connection
+	get(s.base[0] + "/robots.txt")
+	if got := s.conns.read(); got.accepted != 2 || got.full != 1 || got.resumed != 0 {
+		t.Fatalf("after 3 requests on 2 connections: %v, want 2 connections, 1 full handshake", got)
+	}
+	tr.CloseIdleConnections()
+	get(https) // a new connection, resumed
+	if got := s.conns.read(); got.accepted != 3 || got.full != 1 || got.resumed != 1 {
+		t.Fatalf("after the client closed its connections and asked again: %v, want 3 connections, 1 full and 1 resumed handshake", got)
+	}
+	// The server sees the client's two closes in its own time.
+	for deadline := time.Now().Add(10 * time.Second); s.conns.read().clientIdle < 2; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%v: want 2 closed by the client within 10 s", s.conns.read())
+		}
+		runtime.Gosched()
+	}
+	if got := s.conns.read(); got.idleTimeout != 0 || got.mid != 0 {
+		t.Errorf("%v: want none closed by the site's idle timeout or busy", got)
 	}
 }

@@ -1,13 +1,16 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
+	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // connCounts counts the connections a client opened to the web site and
@@ -20,6 +23,19 @@ type connCounts struct {
 	idleTimeout atomic.Int64 // connections the site closed, idle past its IdleTimeout
 	clientIdle  atomic.Int64 // idle connections the client closed (its pool's choice, or its exit)
 	mid         atomic.Int64 // connections closed with a request in progress (timeouts) or none read yet
+
+	seq     atomic.Int64
+	mu      sync.Mutex
+	tracing bool
+	closed  []closedConn // when tracing: the connections closed since the last reset
+}
+
+// closedConn is a connection's end, for -trace.
+type closedConn struct {
+	id, host int
+	end      time.Time
+	closer   string // site-idle, client-idle or busy
+	tls      string // full, resumed or "" (HTTP)
 }
 
 // connStats is a reading of connCounts.
@@ -32,6 +48,9 @@ func (c *connCounts) read() connStats {
 }
 
 func (c *connCounts) reset() {
+	c.mu.Lock()
+	c.closed = nil
+	c.mu.Unlock()
 	for _, n := range []*atomic.Int64{&c.accepted, &c.full, &c.resumed, &c.idleTimeout, &c.clientIdle, &c.mid} {
 		n.Store(0)
 	}
@@ -48,6 +67,7 @@ func (c *connCounts) handshake(resumed bool) {
 // state is the site's http.Server.ConnState: it tells, for a closed
 // connection, who closed it.
 func (c *connCounts) state(nc net.Conn, st http.ConnState) {
+	nc0 := nc
 	if t, ok := nc.(*tls.Conn); ok {
 		nc = t.NetConn()
 	}
@@ -57,14 +77,34 @@ func (c *connCounts) state(nc net.Conn, st http.ConnState) {
 	}
 	switch st {
 	case http.StateClosed, http.StateHijacked:
+		closer := "site-idle"
 		switch {
 		case cc.last.Load() != int32(http.StateIdle):
 			c.mid.Add(1)
-		case cc.eof.Load():
-			c.clientIdle.Add(1)
-		default:
+			closer = "busy"
+		case cc.timedOut.Load():
 			c.idleTimeout.Add(1)
+		default: // a read that ended (a TLS client's close_notify is data, not EOF, to this conn)
+			c.clientIdle.Add(1)
+			closer = "client-idle"
 		}
+		c.mu.Lock()
+		if c.tracing {
+			kind := ""
+			if t, ok := nc0.(*tls.Conn); ok {
+				kind = "full"
+				if t.ConnectionState().DidResume {
+					kind = "resumed"
+				}
+			}
+			c.closed = append(c.closed, closedConn{cc.id, cc.host, time.Now(), closer, kind})
+		}
+		c.mu.Unlock()
+	case http.StateIdle:
+		// The server ended its read behind the request it served with a
+		// past deadline: only a deadline from here on is its idle timeout.
+		cc.timedOut.Store(false)
+		cc.last.Store(int32(st))
 	default:
 		cc.last.Store(int32(st))
 	}
@@ -79,7 +119,8 @@ func (s connStats) String() string {
 // countingListener counts the connections it accepts.
 type countingListener struct {
 	net.Listener
-	c *connCounts
+	c    *connCounts
+	host int
 }
 
 func (l countingListener) Accept() (net.Conn, error) {
@@ -88,21 +129,45 @@ func (l countingListener) Accept() (net.Conn, error) {
 		return nil, err
 	}
 	l.c.accepted.Add(1)
-	return &countedConn{Conn: nc}, nil
+	return &countedConn{Conn: nc, id: int(l.c.seq.Add(1)), host: l.host}, nil
 }
 
-// countedConn notes whether the client closed its side (a read that
-// ended) and the connection's last state.
+// countedConn notes whether the site's read deadline ended it and the
+// connection's last state.
 type countedConn struct {
 	net.Conn
-	eof  atomic.Bool
-	last atomic.Int32 // http.ConnState
+	id, host int
+	timedOut atomic.Bool
+	last     atomic.Int32 // http.ConnState
 }
 
 func (c *countedConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
-	if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) { // the site's deadline: its idle timeout
-		c.eof.Store(true)
+	if errors.Is(err, os.ErrDeadlineExceeded) { // the site's read deadline: its idle timeout
+		c.timedOut.Store(true)
 	}
 	return n, err
+}
+
+// connKey is the context key of a request's *countedConn.
+type connKey struct{}
+
+// connContext is the site's http.Server.ConnContext: a request knows its
+// connection, for -trace.
+func connContext(ctx context.Context, nc net.Conn) context.Context {
+	if t, ok := nc.(*tls.Conn); ok {
+		nc = t.NetConn()
+	}
+	if cc, ok := nc.(*countedConn); ok {
+		return context.WithValue(ctx, connKey{}, cc)
+	}
+	return ctx
+}
+
+// connID is the id of r's connection, 0 if unknown.
+func connID(r *http.Request) int {
+	if cc, ok := r.Context().Value(connKey{}).(*countedConn); ok {
+		return cc.id
+	}
+	return 0
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -129,7 +130,7 @@ func serveWeb(cfg webConfig) (*webSite, error) {
 	}
 	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 10 * time.Second,
 		ErrorLog: log.New(io.Discard, "", 0), TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){},
-		ConnState: s.conns.state}
+		ConnState: s.conns.state, ConnContext: connContext}
 	for h := range cfg.hosts {
 		a := hostAddr(h)
 		ln, err := net.Listen("tcp", netip.AddrPortFrom(a, 0).String())
@@ -138,7 +139,7 @@ func serveWeb(cfg webConfig) (*webSite, error) {
 			return nil, fmt.Errorf("web site: listen on %v: %w", a, err)
 		}
 		s.hosts[a] = h
-		ln = countingListener{ln, &s.conns}
+		ln = countingListener{ln, &s.conns, h}
 		scheme := "http"
 		if h%2 == 1 {
 			scheme, ln = "https", tls.NewListener(ln, s.tls)
@@ -166,11 +167,15 @@ type traced struct {
 	host, page int
 	start, end time.Time
 	timed      bool
+	conn       int
 }
 
 // writeTrace writes the requests since the last reset to path, one a
 // line: host, page (the host's size for robots.txt), start and end in
-// seconds from the window's start, 1 if timed.
+// seconds from the window's start, 1 if timed, the connection's id; then
+// the connections closed: "#conn", id, host, end, who closed it
+// (site-idle, client-idle, busy), its TLS handshake (full, resumed, or
+// "-" for HTTP).
 func (s *webSite) writeTrace(path string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -180,8 +185,13 @@ func (s *webSite) writeTrace(path string) error {
 		if t.timed {
 			timed = 1
 		}
-		fmt.Fprintf(&b, "%d\t%d\t%.4f\t%.4f\t%d\n", t.host, t.page, t.start.Sub(s.first).Seconds(), t.end.Sub(s.first).Seconds(), timed)
+		fmt.Fprintf(&b, "%d\t%d\t%.4f\t%.4f\t%d\t%d\n", t.host, t.page, t.start.Sub(s.first).Seconds(), t.end.Sub(s.first).Seconds(), timed, t.conn)
 	}
+	s.conns.mu.Lock()
+	for _, c := range s.conns.closed {
+		fmt.Fprintf(&b, "#conn\t%d\t%d\t%.4f\t%s\t%s\n", c.id, c.host, c.end.Sub(s.first).Seconds(), c.closer, cmp.Or(c.tls, "-"))
+	}
+	s.conns.mu.Unlock()
 	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
 
@@ -401,7 +411,7 @@ func (s *webSite) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case <-t.C:
 	case <-r.Context().Done():
 		t.Stop()
-		s.note(h, p, start, timed)
+		s.note(h, p, start, timed, connID(r))
 		return
 	}
 	var body []byte
@@ -414,18 +424,18 @@ func (s *webSite) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	_, _ = w.Write(body)
-	s.note(h, p, start, timed)
+	s.note(h, p, start, timed, connID(r))
 }
 
 // note records a request to host h that started at start and ends now;
 // timed: its times bound the run's window.
-func (s *webSite) note(h, p int, start time.Time, timed bool) {
+func (s *webSite) note(h, p int, start time.Time, timed bool, conn int) {
 	end := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.n++
 	if s.tracing {
-		s.trace = append(s.trace, traced{h, p, start, end, timed})
+		s.trace = append(s.trace, traced{h, p, start, end, timed, conn})
 	}
 	if !timed {
 		return
