@@ -19,12 +19,19 @@ import (
 const readAheadFactor = 16
 
 // workbench is a worker's deliveries by host, Mercator's back queues: the
-// receiver (Crawler.receive) gives a free slot to the first delivery, in
-// the order the frontier gave them, whose host has fewer than perHost of
-// this worker's pages in progress, and reads on past deliveries for hosts
-// at their cap, holding them back (at most limit) until their host has
-// room. A slot never waits on a capped host while another host has work
-// in hand, and within a host deliveries start in the frontier's order.
+// receiver (Crawler.receive) gives a free slot to a delivery whose host
+// has fewer than perHost of this worker's pages in progress, and reads on
+// past deliveries for hosts at their cap, holding them back (at most
+// limit) until their host has room. A slot never waits on a capped host
+// while another host has work in hand, and within a host deliveries start
+// in the frontier's order. Across hosts, a host with fewer pages in
+// progress goes first, then the frontier's order: a host with none in
+// progress before a second slot of a host already fetching. Each request
+// that runs beside another of its host needs a connection of its own (a
+// TCP connect and a TLS handshake), so a host's second slot is used when
+// no idle host has work in hand: at --per-host 2 bench-web's worker
+// opened 2,900 connections to 1,000 hosts where the fetch loop, one
+// request per host while others wait, opened 1,350 (BENCHMARKS.md).
 //
 // With a shared limiter that leases hosts to workers (HostLeaser), a
 // host is handed out only while this worker holds its lease: a host held
@@ -41,7 +48,7 @@ type workbench struct {
 
 	mu    sync.Mutex
 	hosts map[string]*benchHost
-	ready indexHeap[*benchHost] // hosts with work held back and a free slot, by their first delivery's arrival
+	ready indexHeap[*benchHost] // hosts with work held back and a free slot, by pages in progress, then their first delivery's arrival
 	held  int                   // deliveries held back
 	seq   uint64
 	// wake, while the receiver waits for the frontier, ends that wait:
@@ -104,16 +111,21 @@ func (w *workbench) add(it *benchItem) {
 	w.readyIf(h)
 }
 
-// readyIf puts h among the ready hosts if it has work held back and room.
-// w.mu must be held.
+// readyIf puts h among the ready hosts if it has work held back and room,
+// or moves it to its place there (its pages in progress changed). w.mu
+// must be held.
 func (w *workbench) readyIf(h *benchHost) {
-	if h.index < 0 && !h.parked && len(h.queue) > 0 && (h.active < w.perHost || h.key == "") {
+	if h.index >= 0 {
+		w.ready.fix(h.index)
+		return
+	}
+	if !h.parked && len(h.queue) > 0 && (h.active < w.perHost || h.key == "") {
 		w.ready.push(h)
 	}
 }
 
-// take returns the first held-back delivery, by arrival, whose host has
-// room (and whose lease this worker holds), counting it in progress; nil
+// take returns the first held-back delivery of the first ready host (see
+// before), whose host has room (and whose lease this worker holds), counting it in progress; nil
 // if there is none.
 func (w *workbench) take() *benchItem {
 	w.mu.Lock()
@@ -225,7 +237,22 @@ func (w *workbench) drain() []*benchItem {
 	return its
 }
 
-// before orders ready hosts by the arrival of their first held-back
-// delivery: the frontier's order, as far as the caps allow.
-func (h *benchHost) before(o *benchHost) bool { return h.queue[0].seq < o.queue[0].seq }
-func (h *benchHost) setHeapIndex(i int)       { h.index = i }
+// before orders ready hosts by their pages in progress, fewest first, and
+// then by the arrival of their first held-back delivery: the frontier's
+// order, as far as the caps and the hosts' connections allow.
+func (h *benchHost) before(o *benchHost) bool {
+	if a, b := h.load(), o.load(); a != b {
+		return a < b
+	}
+	return h.queue[0].seq < o.queue[0].seq
+}
+
+// load is h's pages in progress, as before orders hosts: none for the
+// deliveries with no host (uncapped, and dead-lettered as they start).
+func (h *benchHost) load() int {
+	if h.key == "" {
+		return 0
+	}
+	return h.active
+}
+func (h *benchHost) setHeapIndex(i int) { h.index = i }

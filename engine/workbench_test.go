@@ -132,7 +132,7 @@ func TestWorkbenchFreesHostAtFetchEnd(t *testing.T) {
 
 // TestWorkbenchOrder checks the workbench's own promises: a host at its
 // cap is skipped, deliveries start in arrival order within a host and
-// across hosts that have room, done gives a held-back delivery room and
+// across hosts that have room and as many pages in progress, done gives a held-back delivery room and
 // wakes a waiting receiver, a host's entry goes once it has nothing, and
 // drain returns what is held back.
 func TestWorkbenchOrder(t *testing.T) {
@@ -148,8 +148,9 @@ func TestWorkbenchOrder(t *testing.T) {
 	for it := w.take(); it != nil; it = w.take() {
 		got = append(got, it)
 	}
-	// a's first two, then b and c past a's third (a at its cap).
-	want := []*benchItem{its[0], its[1], its[3], its[5]}
+	// a's first, b and c (hosts with nothing in progress first), a's
+	// second, then nothing: a at its cap.
+	want := []*benchItem{its[0], its[3], its[5], its[1]}
 	if len(got) != len(want) {
 		t.Fatalf("took %d, want %d", len(got), len(want))
 	}
@@ -189,6 +190,49 @@ func TestWorkbenchOrder(t *testing.T) {
 	}
 	if w.full() || w.take() != nil {
 		t.Error("after drain: the workbench still holds work")
+	}
+}
+
+// TestWorkbenchIdleHostsFirst: a host with no page in progress is handed
+// out before a second slot of a host already fetching (which would need a
+// second connection to it), whatever the arrival order, and a host whose
+// page ends goes back before hosts still fetching; among hosts with as
+// many pages in progress, arrival order holds. (The old order, arrival
+// alone, gave a's second delivery second and c's after b's.)
+func TestWorkbenchIdleHostsFirst(t *testing.T) {
+	w := newWorkbench(2, 100, nil)
+	add := func(host string) *benchItem {
+		it := &benchItem{host: host}
+		w.add(it)
+		return it
+	}
+	a1, a2, a3, b1, b2, c1, c2 := add("a"), add("a"), add("a"), add("b"), add("b"), add("c"), add("c")
+	for i, want := range []*benchItem{a1, b1, c1, a2, b2, c2} {
+		if got := w.take(); got != want {
+			t.Fatalf("take %d: got %s's delivery %v, want %s's %v", i, got.host, got.seq, want.host, want.seq)
+		}
+	}
+	if it := w.take(); it != nil {
+		t.Fatalf("took %s's %v, want nothing: every host at its cap", it.host, it.seq)
+	}
+	// c's pages end: c has none in progress, and goes before a, which
+	// arrived first but still fetches one.
+	c3, a4 := add("c"), add("a")
+	w.done(a1)
+	w.done(c1)
+	w.done(c2)
+	if got := w.take(); got != c3 {
+		t.Fatalf("after c's pages ended: took %s's %v, want c's third (no page in progress)", got.host, got.seq)
+	}
+	if got := w.take(); got != a3 {
+		t.Fatalf("took %s's %v, want a's third", got.host, got.seq)
+	}
+	if got := w.take(); got != nil {
+		t.Fatalf("took %s's %v, want nothing", got.host, got.seq)
+	}
+	w.done(a2)
+	if got := w.take(); got != a4 {
+		t.Fatalf("took %v, want a's fourth", got)
 	}
 }
 
