@@ -50,7 +50,7 @@ func nack(d time.Duration) action { return nackAction{delay: d} }
 // written (with those of other pages, see writeAll), then the delivery is
 // acknowledged; if they cannot be written, it is settled with failed.
 func written(w *write) action {
-	if len(w.links) == 0 && len(w.items) == 0 {
+	if len(w.links) == 0 && w.found.len() == 0 && len(w.items) == 0 {
 		return ack()
 	}
 	return writeAction{w: w}

@@ -30,6 +30,35 @@ type Callback func(ctx context.Context, resp *Response) (Result, error)
 type Result struct {
 	Requests []*Request
 	Items    []any
+
+	// found are the links the default callback found, followed after
+	// Requests (see foundLinks).
+	found *foundLinks
+}
+
+// foundLinks are the links the default callback found on a page. They are
+// followed as Requests{URL, Depth, Referrer, Scope} would be, but most are
+// only scoped, looked up in the seen-link table and offered to the
+// frontier as Known: request makes the Request of one that needs it (to
+// be encoded, or to carry credentials), not every link a Request.
+type foundLinks struct {
+	links    []linkscan.Link
+	depth    int    // of every link
+	referrer string // every link's Referrer
+	scope    string // every link's Scope: the page's (see follow)
+}
+
+// len is the number of links in f (nil: none).
+func (f *foundLinks) len() int {
+	if f == nil {
+		return 0
+	}
+	return len(f.links)
+}
+
+// request returns the Request of lk, one of f.links.
+func (f *foundLinks) request(lk *linkscan.Link) *Request {
+	return &Request{URL: lk.URL, Depth: f.depth, Referrer: f.referrer, Scope: f.scope, parsed: lk}
 }
 
 // ErrDrop, returned by a callback, drops the request without retrying it.
@@ -955,10 +984,13 @@ func (c *Crawler) follow(work context.Context, v *visit) action {
 			r.Scope = req.Scope
 		}
 	}
+	if res.found != nil {
+		res.found.scope = req.Scope
+	}
 	// A failed write is never acknowledged: the page is nacked (the
 	// broker's delivery limit applies, not MaxRetries), its links stay
 	// claimed without marks, and its next attempt publishes them.
-	return written(&write{parent: req, links: res.Requests, items: res.Items, failed: nack(c.cfg.retryDelay(v.prior + 1))})
+	return written(&write{parent: req, links: res.Requests, found: res.found, items: res.Items, failed: nack(c.cfg.retryDelay(v.prior + 1))})
 }
 
 // logPage logs msg about req, with its URL, if level is enabled: a
@@ -1224,11 +1256,12 @@ func (c *Crawler) enqueueStarts(ctx context.Context, reqs []*Request) error {
 	return c.enqueueAll(ctx, []links{{reqs: reqs}})
 }
 
-// links are the requests found on the page of parent, or a batch of start
-// URLs (parent nil), for enqueueAll.
+// links are the requests found on the page of parent (reqs, then
+// found), or a batch of start URLs (parent nil), for enqueueAll.
 type links struct {
 	parent *Request
 	reqs   []*Request
+	found  *foundLinks
 }
 
 // releaseBudget gives back the place of a link to host in its page
@@ -1277,10 +1310,12 @@ func (c *Crawler) guard(parent *Request, pu **url.URL, lk *linkscan.Link) (ok, r
 	return true, true
 }
 
-// link is a request kept for the frontier.
+// link is a request kept for the frontier: r, or if r is nil found's
+// link lk (see foundLinks).
 type link struct {
-	r  *Request
-	lk *linkscan.Link // r's URL
+	r     *Request
+	found *foundLinks
+	lk    *linkscan.Link // r's URL
 	// seen is its key in the crawler's seenLinks; 0: not to be
 	// remembered.
 	seen uint64
@@ -1346,7 +1381,31 @@ func (c *Crawler) enqueueAll(ctx context.Context, pages []links) error {
 func (c *Crawler) followed(p links) []link {
 	start := p.parent == nil
 	var parentURL *url.URL // parsed when a guard needs it
-	ls := make([]link, 0, len(p.reqs))
+	ls := make([]link, 0, len(p.reqs)+p.found.len())
+	if f := p.found; f != nil {
+		// Made a Request only if credentials go with it (see
+		// withCredentials), which a found link has none of.
+		credentials := p.parent.Header.Get("Authorization") != ""
+		for i := range f.links {
+			lk := &f.links[i]
+			if lk.Host() == "" {
+				continue
+			}
+			var r *Request
+			if credentials || lk.HasUser() {
+				r = f.request(lk)
+				lk = withCredentials(p.parent, r, lk)
+			}
+			if !c.inScope(lk, lk.URL, f.depth, f.scope, false) {
+				continue
+			}
+			ok, budgeted := c.guard(p.parent, &parentURL, lk)
+			if !ok {
+				continue
+			}
+			ls = append(ls, link{r: r, found: f, lk: lk, budgeted: budgeted})
+		}
+	}
 	for _, r := range p.reqs {
 		lk := r.parsed
 		if lk == nil {
@@ -1365,7 +1424,7 @@ func (c *Crawler) followed(p links) []link {
 		lk = withCredentials(p.parent, r, lk)
 		budgeted := false
 		if !start {
-			if !c.inScope(r, lk) {
+			if !c.inScope(lk, r.URL, r.Depth, r.Scope, isSitemap(r)) {
 				continue
 			}
 			if !isSitemap(r) {
@@ -1381,20 +1440,20 @@ func (c *Crawler) followed(p links) []link {
 	return ls
 }
 
-// inScope applies the crawl's scope to link r (its URL: lk), counting and
-// logging what it drops. Sitemaps are not pages: depth and patterns are
-// for what they list.
-func (c *Crawler) inScope(r *Request, lk *linkscan.Link) bool {
-	switch c.kit.scope.check(lk, r.URL, r.Depth, r.Scope) {
+// inScope applies the crawl's scope to link lk, whose String() is str,
+// of a request at depth of scope, counting and logging what it drops.
+// Sitemaps are not pages: depth and patterns are for what they list.
+func (c *Crawler) inScope(lk *linkscan.Link, str string, depth int, scope string, sitemap bool) bool {
+	switch c.kit.scope.check(lk, str, depth, scope) {
 	case offsite:
 		c.stats.Inc(StatOffsite)
 		return false
 	case tooLong:
 		c.stats.Inc(StatURLTooLong)
-		c.log.Debug("url too long; not followed", "bytes", len(r.URL), "limit", MaxURLLength)
+		c.log.Debug("url too long; not followed", "bytes", len(str), "limit", MaxURLLength)
 		return false
 	case tooDeep, excluded:
-		return isSitemap(r)
+		return sitemap
 	}
 	return true
 }
@@ -1411,7 +1470,7 @@ func (c *Crawler) expansion(parent *Request, ls []link, seen *seenLinks) (fronti
 	p.Resolve = func(i int) (frontier.Link, error) { return c.frontierLink(ls[i]) }
 	for i := range ls {
 		l := &ls[i]
-		if k, ok := seen.seenKey(l.r); ok {
+		if k, ok := l.seenKey(seen); ok {
 			l.seen = k
 			if seen.has(k) {
 				p.Links[i] = frontier.Link{Known: true}
@@ -1427,16 +1486,32 @@ func (c *Crawler) expansion(parent *Request, ls []link, seen *seenLinks) (fronti
 	return p, nil
 }
 
+// seenKey is l's key in s, and whether l may be remembered there (see
+// seenLinks.seenKey; a found link is a plain GET).
+func (l *link) seenKey(s *seenLinks) (uint64, bool) {
+	if l.r != nil {
+		return s.seenKey(l.r)
+	}
+	if s == nil {
+		return 0, false
+	}
+	return s.key(l.lk.URL), true
+}
+
 // frontierLink fingerprints and encodes l.
 func (c *Crawler) frontierLink(l link) (frontier.Link, error) {
-	body, err := l.r.MarshalBinary()
-	if err != nil {
-		return frontier.Link{}, fmt.Errorf("engine: encode %s: %w", Redact(l.r.URL), err)
+	r := l.r
+	if r == nil {
+		r = l.found.request(l.lk)
 	}
-	fl := frontier.Link{Message: broker.Message{Body: body, Priority: l.r.Priority, Key: broker.PartitionKey(l.lk.Host(), c.cfg.PartitionBy)}, Unfiltered: l.r.DontFilter}
-	if !l.r.DontFilter {
+	body, err := r.MarshalBinary()
+	if err != nil {
+		return frontier.Link{}, fmt.Errorf("engine: encode %s: %w", Redact(r.URL), err)
+	}
+	fl := frontier.Link{Message: broker.Message{Body: body, Priority: r.Priority, Key: broker.PartitionKey(l.lk.Host(), c.cfg.PartitionBy)}, Unfiltered: r.DontFilter}
+	if !r.DontFilter {
 		u := l.lk.Value()
-		fl.Fingerprint = c.fp.Fingerprint(l.r.Method, &u, l.r.Body, l.r.Header)
+		fl.Fingerprint = c.fp.Fingerprint(r.Method, &u, r.Body, r.Header)
 	}
 	return fl, nil
 }
@@ -1466,12 +1541,8 @@ func (c *Crawler) defaultCallback(_ context.Context, resp *Response) (Result, er
 			referrer = p.URL
 		}
 		p.Title, p.Links = title, len(links)
-		// One allocation for the page's requests, not one per link.
-		slab := make([]Request, len(links))
-		res.Requests = make([]*Request, len(links))
-		for i := range links {
-			slab[i] = Request{URL: links[i].URL, Depth: resp.Request.Depth + 1, Referrer: referrer, parsed: &links[i]}
-			res.Requests[i] = &slab[i]
+		if len(links) > 0 {
+			res.found = &foundLinks{links: links, depth: resp.Request.Depth + 1, referrer: referrer}
 		}
 		if len(c.kit.extract) > 0 {
 			p.Fields = extractFields(c.kit.extract, resp.URL, resp.Body)

@@ -109,13 +109,9 @@ func BenchmarkPagePath(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		for _, r := range res.Requests {
-			if r.Scope == "" {
-				r.Scope = req.Scope
-			}
-		}
-		nlinks += len(res.Requests)
-		if err := c.enqueueAll(ctx, []links{{parent: req, reqs: res.Requests}}); err != nil {
+		res.found.scope = req.Scope // as follow does
+		nlinks += res.found.len()
+		if err := c.enqueueAll(ctx, []links{{parent: req, found: res.found}}); err != nil {
 			b.Fatal(err)
 		}
 		i++

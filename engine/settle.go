@@ -185,6 +185,7 @@ func (s *settlement) quitting(ctx context.Context) context.Context {
 type write struct {
 	parent  *Request
 	links   []*Request
+	found   *foundLinks // links found by the default callback, after links
 	items   []any
 	done    action
 	failure *failure // with an error item: the page's failure
@@ -358,8 +359,8 @@ func (c *Crawler) write(ctx context.Context, ps []pageWrite) error {
 	pages := make([]links, 0, len(ps))
 	var items []any
 	for _, p := range ps {
-		if len(p.w.links) > 0 {
-			pages = append(pages, links{parent: p.w.parent, reqs: p.w.links})
+		if len(p.w.links) > 0 || p.w.found.len() > 0 {
+			pages = append(pages, links{parent: p.w.parent, reqs: p.w.links, found: p.w.found})
 		}
 		items = append(items, p.w.items...)
 	}
