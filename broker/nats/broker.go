@@ -54,9 +54,10 @@ type Broker struct {
 }
 
 var (
-	_ broker.Broker     = (*Broker)(nil)
-	_ broker.Delivery   = (*delivery)(nil)
-	_ broker.BatchAcker = (*Broker)(nil)
+	_ broker.Broker        = (*Broker)(nil)
+	_ broker.Delivery      = (*delivery)(nil)
+	_ broker.BatchAcker    = (*Broker)(nil)
+	_ broker.BatchExtender = (*Broker)(nil)
 )
 
 // qkey names one partition of a queue.
@@ -721,9 +722,84 @@ func (b *Broker) ackReq(ctx context.Context, m *natsgo.Msg, body []byte) error {
 	return err
 }
 
+// The bodies of acknowledgements: JetStream's ack, and its "in progress"
+// that restarts a lease.
+var (
+	ackBody = []byte("+ACK")
+	wpiBody = []byte("+WPI")
+)
+
 // ack acknowledges m (JetStream's DoubleAck: the server confirms it).
 func (b *Broker) ack(ctx context.Context, m *natsgo.Msg) error {
-	return b.ackReq(ctx, m, []byte("+ACK"))
+	return b.ackReq(ctx, m, ackBody)
+}
+
+// confirmAll sends body (ackBody, wpiBody) to the reply subject of each
+// of ds's messages and waits for the server to confirm each, as ackReq
+// does one; it returns an error per delivery. The requests go out
+// together with their replies to one subscription of its own, so that a
+// batch costs the connection a few writes and one waiting goroutine, not
+// a request each: one ack a page, and thousands of +WPI every third of a
+// lease, each a round trip, were most of what the broker cost a worker.
+func (b *Broker) confirmAll(ctx context.Context, ds []*delivery, body []byte) []error {
+	errs := make([]error, len(ds))
+	switch len(ds) {
+	case 0:
+		return errs
+	case 1:
+		errs[0] = b.ackReq(ctx, ds[0].m, body)
+		return errs
+	}
+	ctx, cancel := b.bound(ctx)
+	defer cancel()
+	inbox := b.nc.NewInbox()
+	// A channel for the replies, one each (SubscribeSync's would hold
+	// 64Ki of them: 512 KiB a batch to allocate and clear).
+	replies := make(chan *natsgo.Msg, len(ds))
+	sub, err := b.nc.ChanSubscribe(inbox+".*", replies)
+	if err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	waiting := make([]bool, len(ds))
+	pending := 0
+	prefix := inbox + "."
+	for i, d := range ds {
+		if err := b.nc.PublishRequest(d.m.Reply, prefix+strconv.Itoa(i), body); err != nil {
+			errs[i] = err
+			continue
+		}
+		waiting[i] = true
+		pending++
+	}
+	for pending > 0 {
+		var r *natsgo.Msg
+		select {
+		case r = <-replies:
+		case <-ctx.Done():
+			for i, w := range waiting {
+				if w {
+					errs[i] = ctx.Err()
+				}
+			}
+			return errs
+		}
+		i, perr := strconv.Atoi(strings.TrimPrefix(r.Subject, prefix))
+		if perr != nil || i < 0 || i >= len(ds) || !waiting[i] {
+			continue
+		}
+		waiting[i] = false
+		pending--
+		if len(r.Data) == 0 && r.Header.Get("Status") == "503" {
+			// No responders: the consumer (or its stream) is gone, and
+			// the message with it.
+			errs[i] = fmt.Errorf("%w: %w", broker.ErrLeaseLost, natsgo.ErrNoResponders)
+		}
+	}
+	return errs
 }
 
 // requeue publishes a copy of d's message to its band, counting attempts

@@ -184,23 +184,45 @@ func (c *consumer) waitRoom(dry bool) bool {
 }
 
 // keepAlive extends the leases of buf's deliveries past half their lease,
-// and drops those whose lease is lost (the server delivers them again).
+// all in one confirmAll, and drops those whose lease is lost (the server
+// delivers them again).
 func (c *consumer) keepAlive() {
+	b := c.b
 	c.mu.Lock()
 	ds := append([]*delivery(nil), c.buf...)
 	c.mu.Unlock()
+	var due, gone []*delivery
+	b.mu.Lock()
 	for _, d := range ds {
-		if err := c.refresh(c.ctx, d); err != nil && c.ctx.Err() == nil {
-			c.mu.Lock()
-			for i, x := range c.buf {
-				if x == d {
-					c.buf = append(c.buf[:i], c.buf[i+1:]...)
-					break
-				}
-			}
-			c.mu.Unlock()
+		switch left := time.Until(d.deadline); {
+		case left <= 0:
+			gone = append(gone, d)
+		case left < b.cfg.Lease/2:
+			due = append(due, d)
 		}
 	}
+	b.mu.Unlock()
+	sent := time.Now()
+	errs := b.confirmAll(c.ctx, due, wpiBody)
+	b.mu.Lock()
+	for i, d := range due {
+		switch {
+		case errs[i] == nil:
+			d.deadline = b.leaseEnd(sent)
+		case time.Until(d.deadline) <= 0:
+			gone = append(gone, d)
+			fallthrough
+		default:
+			b.log.Debug("extending a read-ahead delivery failed", "queue", c.queue, "error", errs[i])
+		}
+	}
+	b.mu.Unlock()
+	if len(gone) == 0 || c.ctx.Err() != nil {
+		return
+	}
+	c.mu.Lock()
+	c.buf = slices.DeleteFunc(c.buf, func(d *delivery) bool { return slices.Contains(gone, d) })
+	c.mu.Unlock()
 }
 
 // refresh extends d's lease if less than half of it is left. It returns

@@ -2,9 +2,9 @@ package nats
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	natsgo "github.com/nats-io/nats.go"
@@ -95,9 +95,10 @@ func (d *delivery) Ack(ctx context.Context) error {
 }
 
 // AckBatch acknowledges ds, deliveries of b, as Ack does each, with the
-// acknowledgements in flight together: one round trip for the batch
-// rather than one per delivery. The error names the first that failed;
-// the others are acknowledged all the same.
+// acknowledgements sent together and their confirmations awaited
+// together (see confirmAll): one round trip for the batch rather than
+// one per delivery. The error names the first that failed; the others
+// are acknowledged all the same.
 func (b *Broker) AckBatch(ctx context.Context, ds ...broker.Delivery) error {
 	const op = "ack batch"
 	own := make([]*delivery, len(ds))
@@ -108,18 +109,61 @@ func (b *Broker) AckBatch(ctx context.Context, ds ...broker.Delivery) error {
 		}
 		own[i] = d
 	}
-	errs := make([]error, len(own))
-	var wg sync.WaitGroup
-	for i, d := range own {
-		wg.Go(func() { errs[i] = d.Ack(ctx) })
+	var first error
+	sent := make([]*delivery, 0, len(own))
+	for _, d := range own {
+		if err := d.claim("ack"); err != nil {
+			first = cmp.Or(first, err)
+			continue
+		}
+		sent = append(sent, d)
 	}
-	wg.Wait()
-	for _, err := range errs {
+	for i, err := range b.confirmAll(ctx, sent, ackBody) {
 		if err != nil {
-			return err
+			first = cmp.Or(first, opErr("ack", sent[i].q.queue, err))
 		}
 	}
-	return nil
+	return first
+}
+
+// ExtendBatch tells the server that the work of each of ds, deliveries of
+// b, is still in progress, as Extend does each, with the +WPI requests
+// sent together and their confirmations awaited together (see
+// confirmAll). It implements broker.BatchExtender; like Extend, it
+// restarts each lease at Config.Lease whatever dur.
+func (b *Broker) ExtendBatch(ctx context.Context, dur time.Duration, ds ...broker.Delivery) []error {
+	const op = "extend"
+	errs := make([]error, len(ds))
+	own := make([]*delivery, 0, len(ds))
+	idx := make([]int, 0, len(ds))
+	b.mu.Lock()
+	for i, bd := range ds {
+		d, ok := bd.(*delivery)
+		switch {
+		case !ok || d.b != b:
+			errs[i] = invalid(op, bd.Queue(), "delivery of another broker")
+		case dur <= 0:
+			errs[i] = invalid(op, d.q.queue, fmt.Sprintf("duration %v", dur))
+		default:
+			if errs[i] = d.usable(op); errs[i] == nil {
+				own = append(own, d)
+				idx = append(idx, i)
+			}
+		}
+	}
+	b.mu.Unlock()
+	sent := time.Now()
+	res := b.confirmAll(ctx, own, wpiBody)
+	b.mu.Lock()
+	for j, d := range own {
+		if err := res[j]; err != nil {
+			errs[idx[j]] = opErr(op, d.q.queue, err)
+		} else if d.state == leased {
+			d.deadline = b.leaseEnd(sent)
+		}
+	}
+	b.mu.Unlock()
+	return errs
 }
 
 // Nack gives the message back: at once to the end of its band, or after
@@ -189,7 +233,7 @@ func (d *delivery) Extend(ctx context.Context, dur time.Duration) error {
 		return err
 	}
 	sent := time.Now()
-	if err := b.ackReq(ctx, d.m, []byte("+WPI")); err != nil {
+	if err := b.ackReq(ctx, d.m, wpiBody); err != nil {
 		return opErr(op, d.q.queue, err)
 	}
 	b.mu.Lock()

@@ -38,7 +38,11 @@
 // Delivery is at-least-once. A delivery is leased for Config.Lease, the
 // consumers' AckWait; Extend sends JetStream's "in progress" (+WPI), which
 // restarts the lease at a full Lease. Ack, and every other settlement,
-// waits for the server's confirmation. A lease is counted as lost slightly
+// waits for the server's confirmation. AckBatch and ExtendBatch
+// (broker.BatchAcker, broker.BatchExtender) send the requests of many
+// deliveries together, their replies to one subscription of the batch,
+// and wait for every confirmation: a few writes and one waiting goroutine
+// a batch, not a request each. A lease is counted as lost slightly
 // before the server's AckWait ends (by a tenth of Lease, at most a
 // second): settling after that returns broker.ErrLeaseLost and sends
 // nothing, since JetStream would apply a late ack or nak to the message's
