@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -24,7 +23,7 @@ import (
 // servers. On Redis, whose filter is partitioned with the queue, every new
 // partition holds every claim made before (set and Bloom), and the old
 // partitions' claims are gone, and so is every other key of the old count
-// (checkLayout). The repartition is given neither --dedup nor the Bloom
+// (integration.CheckPartitionKeys). The repartition is given neither --dedup nor the Bloom
 // sizes: the crawl's filter is opened as it was made.
 func TestRepartitionDeadLetters(t *testing.T) {
 	for _, c := range []struct {
@@ -146,7 +145,7 @@ func TestRepartitionDeadLetters(t *testing.T) {
 				// filter's lose the claims (a Bloom filter's keep them).
 				checkClaims(ctx, t, f, 1, marks, true)
 				checkClaims(ctx, t, f, 1, fps, cfg.Filter == "bloom")
-				checkLayout(ctx, t, name, 4, marks)
+				integration.CheckPartitionKeys(t, integration.RedisClient(t), name, 4, len(marks))
 			}
 			want := make([]broker.Counts, 4)
 			ds, err := receiveAll(ctx, d4.Broker, q, total-dead)
@@ -215,7 +214,7 @@ func TestRepartitionDeadLetters(t *testing.T) {
 					}
 				}
 				checkClaims(ctx, t, f, 1, marks, true)
-				checkLayout(ctx, t, name, 2, marks)
+				integration.CheckPartitionKeys(t, integration.RedisClient(t), name, 2, len(marks))
 			}
 			if err := d2.Broker.Publish(ctx, q, broker.Message{Body: msgs[0].Body, Key: "h0.example"}); err != nil {
 				t.Fatalf("publish after the repartition to 2: %v", err)
@@ -224,49 +223,6 @@ func TestRepartitionDeadLetters(t *testing.T) {
 				t.Errorf("counts after the repartition to 2: %+v, %v; want 1 ready, %d dead", n, err, dead)
 			}
 		})
-	}
-}
-
-// checkLayout checks that crawl name's keys on the shared Redis are those
-// of its layout of n partitions (redislayout.Match) and nothing of another
-// count: no key under the tag of a partition of another count, no key of
-// a queue the repartition moved through; under the crawl's own tag, of
-// the keys a count of one partitions, only the filter's: a set filter's
-// shards holding the crawl's marks alone, a Bloom filter's bitmaps (see
-// dedup/redis.DropPartitions).
-func checkLayout(ctx context.Context, t *testing.T, name string, n int, marks []dedup.Fingerprint) {
-	t.Helper()
-	c := integration.RedisClient(t)
-	tags := map[string]bool{}
-	for p := range n {
-		tags[redislayout.PartitionTag(name, p, n)] = true
-	}
-	var members int64 // in the set filter's own shards
-	for _, pattern := range []string{redislayout.Pattern(name), redislayout.PartitionPattern(name)} {
-		iter := c.Scan(ctx, 0, pattern, 1000).Iterator()
-		for iter.Next(ctx) {
-			key := iter.Val()
-			k, ok := redislayout.Match(name, key)
-			tag := key[1:strings.IndexByte(key, '}')]
-			switch {
-			case !ok:
-				t.Errorf("key %s is not of the crawl's layout", key)
-			case !k.Partitioned || tags[tag]:
-			case tag != name:
-				t.Errorf("key %s is of a partition of another count than %d", key, n)
-			case k.Part == "dupefilter:bloom:*":
-			case k.Part == "dupefilter:*":
-				members += c.SCard(ctx, key).Val()
-			default:
-				t.Errorf("key %s (%s) of the layout of one partition remains after a repartition to %d", key, k.Part, n)
-			}
-		}
-		if err := iter.Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if members > int64(len(marks)) {
-		t.Errorf("the set filter's own shards hold %d members after a repartition to %d, want the %d marks alone", members, n, len(marks))
 	}
 }
 

@@ -2,12 +2,8 @@ package deployment_test
 
 import (
 	"context"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
-
-	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/trawlhq/trawl/deployment"
 	"github.com/trawlhq/trawl/engine"
@@ -23,12 +19,7 @@ import (
 func TestRedisWorkerStopsAtOnce(t *testing.T) {
 	t.Parallel()
 	srv := integration.RedisContainer(t)
-	opt, err := goredis.ParseURL(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	watch := goredis.NewClient(opt)
-	t.Cleanup(func() { _ = watch.Close() })
+	watch := srv.Client(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	const lease = time.Minute
@@ -52,7 +43,8 @@ func TestRedisWorkerStopsAtOnce(t *testing.T) {
 	ran := make(chan error, 1)
 	go func() { ran <- c.Run(run) }()
 
-	for blocked(t, watch) == 0 { // an observable condition, polled
+	blocked := func() int64 { return integration.RedisInfo(t, watch, "clients")["blocked_clients"] }
+	for blocked() == 0 { // an observable condition, polled
 		select {
 		case err := <-ran:
 			t.Fatalf("Run returned before its consumer blocked: %v", err)
@@ -76,23 +68,7 @@ func TestRedisWorkerStopsAtOnce(t *testing.T) {
 	if took > 5*time.Second {
 		t.Errorf("the worker took %v to stop and close with its consumer blocked (lease %v), want at most 5s", took, lease)
 	}
-	if n := blocked(t, watch); n != 0 {
+	if n := blocked(); n != 0 {
 		t.Errorf("%d clients still blocked after Close", n)
 	}
-}
-
-// blocked reads blocked_clients from INFO clients.
-func blocked(t *testing.T, c *goredis.Client) int {
-	t.Helper()
-	info, err := c.Info(t.Context(), "clients").Result()
-	if err != nil {
-		t.Fatalf("INFO clients: %v", err)
-	}
-	for line := range strings.Lines(info) {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "blocked_clients:"); ok {
-			n, _ := strconv.Atoi(v)
-			return n
-		}
-	}
-	return 0
 }

@@ -57,12 +57,7 @@ func TestConformance(t *testing.T) {
 	cfg := suiteConfig(c)
 	cfg.Restartable = func(t *testing.T) brokertest.Server {
 		srv := integration.RedisContainer(t)
-		opt, err := goredis.ParseURL(srv.URL)
-		if err != nil {
-			t.Fatalf("parse %s: %v", srv.URL, err)
-		}
-		client := goredis.NewClient(opt)
-		t.Cleanup(func() { _ = client.Close() })
+		client := srv.Client(t)
 		return brokertest.Server{
 			New: suiteConfig(client).New,
 			Restart: func(t *testing.T) {

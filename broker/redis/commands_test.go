@@ -50,13 +50,7 @@ func commands(t *testing.T, c *goredis.Client, f func()) int {
 func ownRedis(t *testing.T) *goredis.Client {
 	t.Helper()
 	srv := integration.RedisContainer(t)
-	opt, err := goredis.ParseURL(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := goredis.NewClient(opt)
-	t.Cleanup(func() { _ = c.Close() })
-	return c
+	return srv.Client(t)
 }
 
 // TestCommandsPerCall bounds the commands a lease and a claim-and-publish

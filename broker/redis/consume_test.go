@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -19,24 +17,8 @@ import (
 // clientsInfo reads connected_clients and blocked_clients from INFO clients.
 func clientsInfo(t *testing.T, c *goredis.Client) (connected, blocked int) {
 	t.Helper()
-	info, err := c.Info(t.Context(), "clients").Result()
-	if err != nil {
-		t.Fatalf("INFO clients: %v", err)
-	}
-	for line := range strings.Lines(info) {
-		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok {
-			continue
-		}
-		n, _ := strconv.Atoi(v)
-		switch k {
-		case "connected_clients":
-			connected = n
-		case "blocked_clients":
-			blocked = n
-		}
-	}
-	return connected, blocked
+	m := integration.RedisInfo(t, c, "clients")
+	return int(m["connected_clients"]), int(m["blocked_clients"])
 }
 
 // waitBlocked polls until the server counts want blocked clients.
@@ -61,14 +43,7 @@ func waitBlocked(t *testing.T, c *goredis.Client, want int, within time.Duration
 // connection goes back to the pool.
 func TestConsumerLeavesNoBlockedCommand(t *testing.T) {
 	srv := integration.RedisContainer(t)
-	opt, err := goredis.ParseURL(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	client := goredis.NewClient(opt)
-	t.Cleanup(func() { _ = client.Close() })
-	watch := goredis.NewClient(opt)
-	t.Cleanup(func() { _ = watch.Close() })
+	client, watch := srv.Client(t), srv.Client(t)
 	const block = 10 * time.Second // far longer than the waits below
 	b := newBroker(t, client, redis.Config{BlockTimeout: block})
 	q := integration.Name(t) + ":requests"

@@ -7,7 +7,9 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +19,8 @@ import (
 	"github.com/testcontainers/testcontainers-go"
 	tcexec "github.com/testcontainers/testcontainers-go/exec"
 	"github.com/testcontainers/testcontainers-go/wait"
+
+	"github.com/trawlhq/trawl/internal/redislayout"
 )
 
 // Environment variables read by the Redis helpers.
@@ -59,13 +63,38 @@ func Redis(t testing.TB) string {
 // test ends. Tests share the server: keep to keys named after Name(t).
 func RedisClient(t testing.TB) *goredis.Client {
 	t.Helper()
-	opt, err := goredis.ParseURL(Redis(t))
+	return redisClient(t, Redis(t))
+}
+
+// redisClient returns a client of the server at url, closed when t ends.
+func redisClient(t testing.TB, url string) *goredis.Client {
+	t.Helper()
+	opt, err := goredis.ParseURL(url)
 	if err != nil {
 		t.Fatalf("integration: parse Redis URL: %v", err)
 	}
 	c := goredis.NewClient(opt)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// RedisInfo returns the numeric fields of the INFO sections of c's
+// server (connected_clients, blocked_clients, total_commands_processed
+// …). It fails t if INFO fails.
+func RedisInfo(t testing.TB, c goredis.UniversalClient, sections ...string) map[string]int64 {
+	t.Helper()
+	s, err := c.Info(t.Context(), sections...).Result()
+	if err != nil {
+		t.Fatalf("integration: INFO %v: %v", sections, err)
+	}
+	m := map[string]int64{}
+	for line := range strings.Lines(s) {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if n, err := strconv.ParseInt(v, 10, 64); ok && err == nil {
+			m[k] = n
+		}
+	}
+	return m
 }
 
 func startRedis() (string, error) {
@@ -308,6 +337,14 @@ func RedisContainer(t testing.TB, opts ...ServerOption) *RedisServer {
 	return s
 }
 
+// Client returns a client of s, closed when t ends: one of its own, so
+// that what the server counts of its clients (INFO clients, CLIENT LIST)
+// is the test's. Not for a server with TLS (its CA is not the system's).
+func (s *RedisServer) Client(t testing.TB) *goredis.Client {
+	t.Helper()
+	return redisClient(t, s.URL)
+}
+
 // Restart stops the server (gracefully, within a second: it saves its
 // data) and starts it again, returning once it answers on the same URL.
 // A server with TLS cannot be restarted.
@@ -345,5 +382,67 @@ func waitRedis(ctx context.Context, url string) error {
 			return fmt.Errorf("redis at %s: %w (last: %v)", url, ctx.Err(), err)
 		case <-tick.C:
 		}
+	}
+}
+
+// CheckPartitionKeys checks that crawl's keys on c's server (SCAN, on
+// every primary of a Cluster) are those of its layout of n partitions
+// (redislayout.Match) and nothing of another count: no key under the tag
+// of a partition of another count, none outside the layout (the queues a
+// repartition moves through); under the crawl's own tag, of the keys a
+// count of one has and a count of n > 1 splits, only the filter's: set
+// shards holding at most marks members in all (the crawl's marks, see
+// engine.FilterMarks) and Bloom bitmaps (see dedup/redis.DropPartitions).
+func CheckPartitionKeys(t testing.TB, c goredis.UniversalClient, crawl string, n, marks int) {
+	t.Helper()
+	tags := map[string]bool{}
+	for p := range n {
+		tags[redislayout.PartitionTag(crawl, p, n)] = true
+	}
+	var mu sync.Mutex
+	var members int64 // in the set filter's own shards
+	var errs []string
+	scan := func(ctx context.Context, c goredis.UniversalClient) error {
+		for _, pattern := range []string{redislayout.Pattern(crawl), redislayout.PartitionPattern(crawl)} {
+			iter := c.Scan(ctx, 0, pattern, 1000).Iterator()
+			for iter.Next(ctx) {
+				key := iter.Val()
+				k, ok := redislayout.Match(crawl, key)
+				tag := key[1:strings.IndexByte(key, '}')]
+				mu.Lock()
+				switch {
+				case !ok:
+					errs = append(errs, fmt.Sprintf("key %s is not of the crawl's layout", key))
+				case !k.Partitioned || tags[tag]:
+				case tag != crawl:
+					errs = append(errs, fmt.Sprintf("key %s is of a partition of another count than %d", key, n))
+				case k.Part == "dupefilter:bloom:*":
+				case k.Part == "dupefilter:*":
+					members += c.SCard(ctx, key).Val()
+				default:
+					errs = append(errs, fmt.Sprintf("key %s (%s) of the layout of one partition remains with %d", key, k.Part, n))
+				}
+				mu.Unlock()
+			}
+			if err := iter.Err(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	var err error
+	if cc, ok := c.(*goredis.ClusterClient); ok {
+		err = cc.ForEachMaster(t.Context(), func(ctx context.Context, c *goredis.Client) error { return scan(ctx, c) })
+	} else {
+		err = scan(t.Context(), c)
+	}
+	if err != nil {
+		t.Fatalf("integration: SCAN the keys of crawl %s: %v", crawl, err)
+	}
+	for _, e := range errs {
+		t.Error(e)
+	}
+	if members > int64(marks) {
+		t.Errorf("the set filter's own shards hold %d members with %d partitions, want the crawl's %d marks at most", members, n, marks)
 	}
 }

@@ -171,12 +171,7 @@ func TestRedisStartsRetyped(t *testing.T) {
 func TestRedisLayout(t *testing.T) {
 	t.Parallel()
 	srv := integration.RedisContainer(t)
-	opt, err := goredis.ParseURL(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	client := goredis.NewClient(opt)
-	t.Cleanup(func() { client.Close() })
+	client := srv.Client(t)
 	checkLayout(t, []goredis.UniversalClient{client}, client, func(name string, more ...string) []string {
 		return flags([]string{"--broker=redis", "--redis-url", srv.URL, "--name", name,
 			"--allow-private", "--idle-timeout=2s", "--concurrency=8"}, more...)

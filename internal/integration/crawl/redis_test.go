@@ -138,12 +138,7 @@ func TestRedisOutOfMemory(t *testing.T) {
 	t.Parallel()
 	const concurrency, failureTimeout = 16, 10 * time.Second
 	srv := integration.RedisContainer(t)
-	opt, err := goredis.ParseURL(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	client := goredis.NewClient(opt)
-	t.Cleanup(func() { client.Close() })
+	client := srv.Client(t)
 	site, url := serveSite(t, testsite.Config{Pages: 2000, Links: 10, Seed: 25, NoTraps: true, Latency: 5 * time.Millisecond})
 	name := integration.Name(t)
 	// A lease a starved machine's stalls do not outlast: a CI run at load

@@ -263,12 +263,8 @@ func TestRedisClusterPartitionsSpread(t *testing.T) {
 			return
 		}
 		srv := integration.RedisContainer(t)
-		opt, err := goredis.ParseURL(srv.URL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		single, srvURL = goredis.NewClient(opt), srv.URL
-		t.Cleanup(func() { single.Close(); single = nil })
+		single, srvURL = srv.Client(t), srv.URL
+		t.Cleanup(func() { single = nil })
 	}
 
 	t.Run("single", func(t *testing.T) {

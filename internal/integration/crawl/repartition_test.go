@@ -22,7 +22,8 @@ import (
 // filter, not partitioned) and on Redis, whose filter is partitioned with
 // the queue and whose claims every new partition gets a copy of (a page
 // fetched before the repartition and linked again after it is not fetched
-// twice).
+// twice), and where nothing of the one partition stays
+// (integration.CheckPartitionKeys).
 func TestRepartition(t *testing.T) {
 	for _, backend := range []string{"nats", "redis"} {
 		t.Run(backend, func(t *testing.T) { testRepartition(t, backend) })
@@ -93,6 +94,11 @@ func testRepartition(t *testing.T, backend string) {
 	t.Logf("repartition: %s", strings.TrimSpace(out))
 	if !strings.Contains(out, fmt.Sprintf("%d queued requests", before)) || !strings.Contains(out, "from 1 to 4 partitions") {
 		t.Errorf("repartition said %q, want %d queued requests moved from 1 to 4 partitions", out, before)
+	}
+	if backend == "redis" {
+		// Nothing of one partition stays but the crawl's two marks in
+		// its filter's own keys.
+		integration.CheckPartitionKeys(t, integration.RedisClient(t), name, 4, 2)
 	}
 	after, parts := queued()
 	t.Logf("queued after the repartition: %d, by partition %v", after, parts)

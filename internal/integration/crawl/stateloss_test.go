@@ -43,13 +43,7 @@ func stateLossCrawl(t *testing.T, srv *integration.RedisServer) (*testsite.Site,
 	// Together: the site is one host, which one worker at a time holds
 	// (the Redis limiter's host lease), so one of them may do most of it.
 	waitItemsOf(t, site.Expected()/10, 2*time.Minute, ws...)
-	opt, err := goredis.ParseURL(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := goredis.NewClient(opt)
-	t.Cleanup(func() { c.Close() })
-	return site, ws, c
+	return site, ws, srv.Client(t)
 }
 
 // TestRedisRestartedEmpty (issue 28, row 3): a Redis without persistence
