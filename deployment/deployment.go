@@ -342,17 +342,59 @@ func (d *Deployment) volatileFilter() error {
 	return nil
 }
 
-// storedPartitions returns the partition count stored with the crawl in
-// m, or cfg.Partitions (at least 1) for a crawl without settings.
-func (d *Deployment) storedPartitions(ctx context.Context, m broker.Metadata) (int, error) {
-	s, err := engine.StoredSettings(ctx, m, d.crawl.Name)
-	switch {
-	case errors.Is(err, broker.ErrNotFound):
-		return max(d.cfg.Partitions, 1), nil
-	case err != nil:
-		return 0, fmt.Errorf("crawl %q: read settings: %w", d.crawl.Name, err)
+// openPartitioned opens the deployment's shared broker, one that splits
+// its queues into partitions (Redis, NATS, RabbitMQ), with open, at the
+// partition count stored with the crawl in meta, or cfg.Partitions (at
+// least 1) for a crawl without settings; and keeps open for Repartition
+// (reopen). meta nil is the broker's own metadata, where it keeps some
+// (NATS): open then opens it at cfg.Partitions first, and again at the
+// stored count if that is another. A broker without metadata of its own
+// (RabbitMQ without Redis) stays at cfg.Partitions.
+func openPartitioned[B broker.Broker](ctx context.Context, d *Deployment, meta broker.Metadata, open func(ctx context.Context, partitions int) (B, error)) error {
+	n := max(d.cfg.Partitions, 1)
+	var b broker.Broker
+	if meta == nil {
+		first, err := open(ctx, n)
+		if err != nil {
+			return err
+		}
+		b = first
+		meta, _ = b.(broker.Metadata)
 	}
-	return s.Partitions, nil
+	if meta != nil {
+		s, err := engine.StoredSettings(ctx, meta, d.crawl.Name)
+		switch {
+		case err == nil && s.Partitions != n:
+			n = s.Partitions
+			if b != nil {
+				b.Close() // of the wrong count: opened again below
+				b = nil
+			}
+		case err != nil && !errors.Is(err, broker.ErrNotFound):
+			if b != nil {
+				b.Close()
+			}
+			return fmt.Errorf("crawl %q: read settings: %w", d.crawl.Name, err)
+		}
+	}
+	if b == nil {
+		opened, err := open(ctx, n)
+		if err != nil {
+			return err
+		}
+		b = opened
+	}
+	d.Broker, d.Shared = b, true
+	d.closes = append(d.closes, b.Close)
+	d.reopen = func(ctx context.Context, n int) (broker.Broker, error) {
+		b, err := open(ctx, n)
+		if err != nil {
+			return nil, err
+		}
+		d.closes = append(d.closes, b.Close)
+		return b, nil
+	}
+	return nil
 }
 
 // MaxDeliveries is the brokers' delivery limit for crawl: the engine

@@ -2,7 +2,6 @@ package deployment
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"path/filepath"
 
@@ -85,35 +84,16 @@ func (d *Deployment) openNATS(ctx context.Context) error {
 	d.closes = append(d.closes, func() error { nc.Close(); return nil })
 	cfg := natsbroker.Config{
 		Conn: nc, Domain: d.cfg.NATSDomain, Order: d.cfg.Order, Lease: d.lease(), MaxDeliveries: MaxDeliveries(d.crawl), Replicas: d.cfg.NATSReplicas,
-		Partitions: d.cfg.Partitions, Logger: d.crawl.Logger,
+		Logger: d.crawl.Logger,
 	}
-	nb, err := natsbroker.New(ctx, cfg)
+	// The crawl's settings are in the broker's bucket.
+	err = openPartitioned(ctx, d, nil, func(ctx context.Context, n int) (*natsbroker.Broker, error) {
+		cfg := cfg
+		cfg.Partitions = n
+		return natsbroker.New(ctx, cfg)
+	})
 	if err != nil {
 		return err
-	}
-	// The crawl's settings are in the broker's bucket: a crawl that has
-	// them gets a broker of its partition count.
-	n, err := d.storedPartitions(ctx, nb)
-	if err != nil {
-		return errors.Join(err, nb.Close())
-	}
-	if n != nb.Partitions() {
-		nb.Close()
-		cfg.Partitions = n
-		if nb, err = natsbroker.New(ctx, cfg); err != nil {
-			return err
-		}
-	}
-	d.Broker, d.Shared = nb, true
-	d.closes = append(d.closes, nb.Close)
-	d.reopen = func(ctx context.Context, n int) (broker.Broker, error) {
-		c := cfg
-		c.Partitions = n
-		b, err := natsbroker.New(ctx, c)
-		if err == nil {
-			d.closes = append(d.closes, b.Close)
-		}
-		return b, err
 	}
 	return d.sharedFilter(ctx)
 }
@@ -133,32 +113,19 @@ func (d *Deployment) openRabbitMQ(ctx context.Context) error {
 	if err := d.sharedFilter(ctx); err != nil {
 		return err
 	}
-	parts := max(d.cfg.Partitions, 1)
+	var meta broker.Metadata
 	if d.redis != nil {
-		if parts, err = d.storedPartitions(ctx, redisbroker.NewMeta(d.redis)); err != nil {
-			return err
-		}
+		meta = redisbroker.NewMeta(d.redis)
 	}
 	cfg := rabbitmq.Config{
 		URL: urlOr(d.cfg.AMQPURL, defaultAMQPURL), ManagementURL: d.cfg.AMQPManagementURL, TLS: d.tlsClone(), Name: "trawl " + d.crawl.Name, Order: d.cfg.Order, Lease: d.lease(),
-		QueueType: qt, NonDurable: d.cfg.AMQPNonDurable, Recreate: d.cfg.AMQPRecreate, MaxDeliveries: MaxDeliveries(d.crawl), Partitions: parts, Logger: d.crawl.Logger,
+		QueueType: qt, NonDurable: d.cfg.AMQPNonDurable, Recreate: d.cfg.AMQPRecreate, MaxDeliveries: MaxDeliveries(d.crawl), Logger: d.crawl.Logger,
 	}
-	rb, err := rabbitmq.New(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	d.Broker, d.Shared = rb, true
-	d.closes = append(d.closes, rb.Close)
-	d.reopen = func(ctx context.Context, n int) (broker.Broker, error) {
-		c := cfg
-		c.Partitions = n
-		b, err := rabbitmq.New(ctx, c)
-		if err == nil {
-			d.closes = append(d.closes, b.Close)
-		}
-		return b, err
-	}
-	return nil
+	return openPartitioned(ctx, d, meta, func(ctx context.Context, n int) (*rabbitmq.Broker, error) {
+		cfg := cfg
+		cfg.Partitions = n
+		return rabbitmq.New(ctx, cfg)
+	})
 }
 
 // sharedFilter opens the duplicate filter of a deployment whose broker is

@@ -130,28 +130,16 @@ func (d *Deployment) openRedis(ctx context.Context) error {
 		return err
 	}
 	d.closes = append(d.closes, client.Close)
-	// A crawl that has settings gets a broker of its partition count.
-	parts, err := d.storedPartitions(ctx, redisbroker.NewMeta(client))
+	cfg := redisbroker.Config{Client: client, Order: d.cfg.Order, Lease: d.lease(), MaxDeliveries: MaxDeliveries(d.crawl), Logger: d.crawl.Logger}
+	err = openPartitioned(ctx, d, redisbroker.NewMeta(client), func(ctx context.Context, n int) (*redisbroker.Broker, error) {
+		cfg := cfg
+		cfg.Partitions = n
+		return redisbroker.New(ctx, cfg)
+	})
 	if err != nil {
 		return err
 	}
-	cfg := redisbroker.Config{Client: client, Order: d.cfg.Order, Lease: d.lease(), MaxDeliveries: MaxDeliveries(d.crawl), Partitions: parts, Logger: d.crawl.Logger}
-	rb, err := redisbroker.New(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	d.Broker, d.Shared = rb, true
 	d.keys = redislayout.Of
-	d.closes = append(d.closes, rb.Close)
-	d.reopen = func(ctx context.Context, n int) (broker.Broker, error) {
-		c := cfg
-		c.Partitions = n
-		b, err := redisbroker.New(ctx, c)
-		if err == nil {
-			d.closes = append(d.closes, b.Close)
-		}
-		return b, err
-	}
 	if err := d.redisExtras(ctx, client, true); err != nil {
 		return err
 	}
@@ -160,7 +148,7 @@ func (d *Deployment) openRedis(ctx context.Context) error {
 		// (redisfrontier), and a repartition copies them.
 		d.claims = f
 		// The partitions' filters (their claims) go with the crawl's.
-		if parts > 1 {
+		if parts := d.Broker.(broker.Partitioned).Partitions(); parts > 1 {
 			for p := range parts {
 				d.purges = append(d.purges, f.Partition(p, parts).Purge)
 			}
