@@ -18,7 +18,7 @@ type refusingLeaser struct {
 	refuse atomic.Bool
 }
 
-func (l *refusingLeaser) Lease(host string, ready func()) bool {
+func (l *refusingLeaser) Lease(host string, active, waiting int, ready func()) bool {
 	if !l.refuse.Load() {
 		return true
 	}

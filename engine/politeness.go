@@ -36,21 +36,25 @@ type HostLimiter interface {
 	Delay(ctx context.Context, host string) (time.Duration, error)
 }
 
-// HostLeaser is a HostLimiter shared by several workers that hands each
-// host to one worker at a time, for a while (a lease), so that the
-// worker holding it paces it alone, in memory. A worker's workbench asks
-// it before it gives a slot to a page: a host another worker holds is
-// parked, its pages held back, and the slot goes to another host
+// HostLeaser is a HostLimiter shared by several workers that leases each
+// host's slots (its per-host cap) to them, for a while, so that a worker
+// paces what it holds alone, in memory. A worker's workbench asks it
+// before it gives a slot to a page: a host whose slots other workers
+// hold is parked, its pages held back, and the slot goes to another host
 // meanwhile, rather than waiting in Acquire.
 type HostLeaser interface {
 	HostLimiter
-	// Lease tells, without waiting, whether this worker holds host's
-	// lease. If it does not, it asks for it and calls ready once host is
-	// worth trying again: its lease taken here, or the time to ask again
-	// come (another worker held it). ready is called at most once per
-	// Lease that returned false, never from within Lease, and maybe not
-	// at all once the limiter is closed.
-	Lease(host string, ready func()) bool
+	// Lease tells, without waiting, whether this worker may start one
+	// more of host's pages now, having active of them in progress (handed
+	// out, their fetch not ended) and waiting more held back: whether it
+	// holds a slot of host beyond its active pages. If not, it asks for
+	// more and calls ready once host is worth trying again: slots taken
+	// or given back here, or the time to ask again come (other workers
+	// held them). ready is called at most once per Lease that returned
+	// false, never from within Lease, and maybe not at all once the
+	// limiter is closed; a caller whose active pages of host end asks
+	// again without waiting for it.
+	Lease(host string, active, waiting int, ready func()) bool
 }
 
 // politenessConfig configures a politeness. The zero value gives the defaults.

@@ -33,10 +33,12 @@ const readAheadFactor = 16
 // opened 2,900 connections to 1,000 hosts where the fetch loop, one
 // request per host while others wait, opened 1,350 (BENCHMARKS.md).
 //
-// With a shared limiter that leases hosts to workers (HostLeaser), a
-// host is handed out only while this worker holds its lease: a host held
-// by another worker is parked, its deliveries held back, until the
-// limiter says it is worth trying again.
+// With a shared limiter that leases hosts' slots to workers
+// (HostLeaser), a host is handed out only while this worker holds a slot
+// of it beyond its pages in progress: a host whose slots other workers
+// hold is parked, its deliveries held back, until the limiter says it is
+// worth trying again or one of its pages here ends (a slot it holds
+// freed: a held slot never stands idle while the host waits for another).
 //
 // A host's entry lives while the host has pages in progress or held back,
 // and is deleted when it has neither. workbench is safe for concurrent
@@ -70,7 +72,7 @@ type benchHost struct {
 	active int          // pages taken whose fetch has not ended (see done)
 	queue  []*benchItem // held back, first come first served
 	index  int          // in ready; -1 when not
-	parked bool         // held by another worker (see HostLeaser): not ready
+	parked bool         // no slot of it free here (see HostLeaser): not ready
 }
 
 // newWorkbench returns a workbench of at most perHost pages in progress
@@ -125,14 +127,14 @@ func (w *workbench) readyIf(h *benchHost) {
 }
 
 // take returns the first held-back delivery of the first ready host (see
-// before), whose host has room (and whose lease this worker holds), counting it in progress; nil
-// if there is none.
+// before), whose host has room (and a slot this worker holds free),
+// counting it in progress; nil if there is none.
 func (w *workbench) take() *benchItem {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for len(w.ready) > 0 && w.gate != nil && w.ready[0].key != "" {
 		h := w.ready[0]
-		if w.gate.Lease(h.key, func() { w.unpark(h) }) {
+		if w.gate.Lease(h.key, h.active, len(h.queue), func() { w.unpark(h) }) {
 			break
 		}
 		w.ready.remove(0)
@@ -156,7 +158,8 @@ func (w *workbench) take() *benchItem {
 }
 
 // done gives back the host slot of it, which take handed out, and wakes
-// the receiver if a delivery held back for its host may now start. The
+// the receiver if a delivery held back for its host may now start (a
+// parked host too: the slot it held here is free). The
 // page goroutine calls it once the fetch ended (the host limiter's slot
 // given back), not once the page is done: the host's next fetch need not
 // wait for this page's links and item (at --per-host 2, bench-web's
@@ -176,6 +179,7 @@ func (w *workbench) done(it *benchItem) {
 		delete(w.hosts, it.host)
 		return
 	}
+	h.parked = false // a slot of its own freed: ask the leaser again
 	w.readyIf(h)
 	if h.index >= 0 && w.wake != nil {
 		w.wake()

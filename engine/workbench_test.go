@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -279,7 +280,7 @@ type leaseGate struct {
 	ready map[string][]func()
 }
 
-func (g *leaseGate) Lease(host string, ready func()) bool {
+func (g *leaseGate) Lease(host string, active, waiting int, ready func()) bool {
 	if g.held[host] {
 		return true
 	}
@@ -327,5 +328,54 @@ func TestWorkbenchParksHostsHeldElsewhere(t *testing.T) {
 	}
 	if it := w.take(); it != a2 {
 		t.Fatalf("took %v, want a's second", it)
+	}
+}
+
+// slotGate is a HostLeaser that holds slots[host] slots of each host and
+// records the Lease calls.
+type slotGate struct {
+	HostLimiter
+	slots map[string]int
+	asked []string // "host active waiting" per Lease call
+}
+
+func (g *slotGate) Lease(host string, active, waiting int, ready func()) bool {
+	g.asked = append(g.asked, fmt.Sprintf("%s %d %d", host, active, waiting))
+	return active < g.slots[host]
+}
+
+// TestWorkbenchParkedHostResumesOnItsOwnSlot: a host parked because
+// every slot this worker holds of it is busy (the leaser found no other
+// free) is handed out again as soon as one of its pages here ends: the
+// slot it frees is this worker's, and must not stand idle until the
+// leaser's retry. The leaser is told the host's pages in progress and
+// held back.
+func TestWorkbenchParkedHostResumesOnItsOwnSlot(t *testing.T) {
+	g := &slotGate{slots: map[string]int{"a": 1}}
+	w := newWorkbench(2, 100, g)
+	a1, a2, a3 := &benchItem{host: "a"}, &benchItem{host: "a"}, &benchItem{host: "a"}
+	w.add(a1)
+	w.add(a2)
+	w.add(a3)
+	if it := w.take(); it != a1 {
+		t.Fatalf("took %v, want a's first", it)
+	}
+	if it := w.take(); it != nil {
+		t.Fatalf("took %v, want nothing: a's one slot here is busy", it.seq)
+	}
+	if want := []string{"a 0 3", "a 1 2"}; !slices.Equal(g.asked, want) {
+		t.Errorf("Lease calls %q, want %q", g.asked, want)
+	}
+	woken := false
+	if !w.waitWith(func() { woken = true }) {
+		t.Fatal("waitWith: a delivery is ready, want none")
+	}
+	w.done(a1) // its fetch ended: the slot is free here
+	if !woken {
+		t.Fatal("a's page ending did not wake the receiver")
+	}
+	w.waitWith(nil)
+	if it := w.take(); it != a2 {
+		t.Fatalf("took %v, want a's second on the slot a's first freed", it)
 	}
 }

@@ -22,5 +22,11 @@ func Waiting(l *HostLimiter, host string) int {
 func FailedReleases(l *HostLimiter) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.failed)
+	n := 0
+	for _, h := range l.hosts {
+		if h.owed {
+			n++
+		}
+	}
+	return n
 }

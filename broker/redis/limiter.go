@@ -17,55 +17,94 @@ import (
 	"github.com/trawlhq/trawl/internal/redislayout"
 )
 
-// leaseScript takes the leases of one or more hosts for this worker, or
-// says how long another worker's lease has left (see HostLimiter).
+// leaseScript takes slots of one or more hosts for this worker, or says
+// how long the other workers' slots have left (see HostLimiter).
 //
-// ARGV[1] the worker's lease token, ARGV[2] lease TTL (ms), ARGV[3]
+// ARGV[1] the worker's token, ARGV[2] the slots' TTL (ms), ARGV[3]
 // AutoThrottle's start delay (ms; 0 = off: the throttle key is not
-// read), ARGV[4] the want key's TTL (ms). For each host i (from 1),
-// KEYS[4i-3] lease: the token of the worker holding it; KEYS[4i-2] next:
-// a key whose TTL is the time until the host's next request may start;
-// KEYS[4i-1] throttle: AutoThrottle's adapted delay (ms); KEYS[4i] want:
-// set when a worker found the host held by another (the holder yields it
-// at its next renewal). Returns three numbers per host: 1, the ms until
-// the next start, the adapted delay (0 = none) when the lease is taken;
-// 0, the ms the other worker's lease has left, 0 when it is not.
+// read), ARGV[4] the want key's TTL (ms), ARGV[5] the per-host cap; per
+// host i (from 1), ARGV[4+2i] the slots wanted in all, ARGV[5+2i] "1" to
+// take the host whole (all its slots, only while no other worker holds
+// any). KEYS[4i-3] slots: a hash, worker token -> "COUNT:EXPIRY" (ms of
+// the server's clock); KEYS[4i-2] next: a key whose TTL is the time until
+// the host's next request may start; KEYS[4i-1] throttle: AutoThrottle's
+// adapted delay (ms); KEYS[4i] want: set when a worker found no slot free
+// (holders yield at their next renewal). Holders past their expiry are
+// dropped. A slot ask takes what it wants of the free slots, all of them
+// if no other worker holds one and none asked for one lately (no want
+// key), and never gives back what this worker holds. Returns three
+// numbers per host: the slots this worker now holds, then, if it holds
+// any, the ms until the next start and the adapted delay (0 = none); if
+// none, the ms until the first of the others' slots expires, and 0.
 var leaseScript = goredis.NewScript(`
-local me, ttl, start, wantttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local me, ttl, start, wantttl, cap = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local out = {}
 for i = 1, #KEYS / 4 do
-  local lease, next_, throttle, want = KEYS[4*i-3], KEYS[4*i-2], KEYS[4*i-1], KEYS[4*i]
-  local cur = redis.call('GET', lease)
-  if cur == false or cur == me then
-    redis.call('SET', lease, me, 'PX', ttl)
+  local slots, next_, throttle, want = KEYS[4*i-3], KEYS[4*i-2], KEYS[4*i-1], KEYS[4*i]
+  local target, whole = tonumber(ARGV[4+2*i]), ARGV[5+2*i] == '1'
+  local all = redis.call('HGETALL', slots)
+  local mine, others, first, last = 0, 0, nil, now + ttl
+  for j = 1, #all, 2 do
+    local n, exp = string.match(all[j+1], '^(%d+):(%d+)$')
+    n, exp = tonumber(n), tonumber(exp)
+    if exp <= now then
+      redis.call('HDEL', slots, all[j])
+    elseif all[j] == me then
+      mine = n
+    else
+      others = others + n
+      if first == nil or exp < first then first = exp end
+      if exp > last then last = exp end
+    end
+  end
+  local got = mine
+  if whole or (others == 0 and redis.call('EXISTS', want) == 0) then
+    if others == 0 then got = cap end
+  else
+    got = math.max(mine, math.min(target, cap - others))
+  end
+  if got > 0 then
+    redis.call('HSET', slots, me, string.format('%d:%d', got, now + ttl))
+    redis.call('PEXPIRE', slots, last - now)
     local thr = 0
     if start > 0 then thr = tonumber(redis.call('GET', throttle) or '0') end
-    out[3*i-2], out[3*i-1], out[3*i] = 1, math.max(0, redis.call('PTTL', next_)), thr
+    out[3*i-2], out[3*i-1], out[3*i] = got, math.max(0, redis.call('PTTL', next_)), thr
   else
     redis.call('SET', want, 1, 'PX', wantttl)
-    out[3*i-2], out[3*i-1], out[3*i] = 0, math.max(1, redis.call('PTTL', lease)), 0
+    out[3*i-2], out[3*i-1], out[3*i] = 0, math.max(1, (first or now + 1) - now), 0
+  end
+  if got > 0 and got < target then
+    redis.call('SET', want, 1, 'PX', wantttl)
   end
 end
 return out
 `)
 
-// releaseScript gives the leases of one or more hosts back, leaving the
-// time until each one's next start (and AutoThrottle's delay) for the
-// worker that takes it next.
+// releaseScript gives back slots of one or more hosts, leaving the time
+// until each one's next start (and AutoThrottle's delay) for the workers
+// that take them next.
 //
-// ARGV[1] the worker's lease token, ARGV[2] the throttle key's TTL (ms).
-// For each host i (from 1), KEYS[3i-2..3i] as in leaseScript, ARGV[2i+1]
-// the ms until its next start (0 = none), ARGV[2i+2] its adapted delay
-// (ms; 0 = unchanged). A later next start already set (another worker's
-// back-off) is kept. Returns nothing.
+// ARGV[1] the worker's token, ARGV[2] the throttle key's TTL (ms). For
+// each host i (from 1), KEYS[3i-2..3i] as in leaseScript, ARGV[3i] the
+// slots this worker keeps (0 = none), ARGV[3i+1] the ms until its next
+// start (0 = none), ARGV[3i+2] its adapted delay (ms; 0 = unchanged). A
+// later next start already set (another worker's back-off) is kept.
+// Returns nothing.
 var releaseScript = goredis.NewScript(`
 local me, thrttl = ARGV[1], tonumber(ARGV[2])
 for i = 1, #KEYS / 3 do
-  local lease, next_, throttle = KEYS[3*i-2], KEYS[3*i-1], KEYS[3*i]
-  if redis.call('GET', lease) == me then
-    redis.call('DEL', lease)
+  local slots, next_, throttle = KEYS[3*i-2], KEYS[3*i-1], KEYS[3*i]
+  local keep, wait, thr = tonumber(ARGV[3*i]), tonumber(ARGV[3*i+1]), tonumber(ARGV[3*i+2])
+  local v = redis.call('HGET', slots, me)
+  if v then
+    if keep == 0 then
+      redis.call('HDEL', slots, me)
+    else
+      redis.call('HSET', slots, me, keep .. ':' .. string.match(v, ':(%d+)$'))
+    end
   end
-  local wait, thr = tonumber(ARGV[2*i+1]), tonumber(ARGV[2*i+2])
   if wait > 0 and wait > redis.call('PTTL', next_) then
     redis.call('SET', next_, 1, 'PX', wait)
   end
@@ -76,23 +115,35 @@ end
 return 0
 `)
 
-// renewScript extends the leases this worker still holds, and says which
-// of them another worker wants.
+// renewScript extends the slots this worker still holds, says which
+// hosts another worker wants, and passes on back-offs.
 //
-// ARGV[1] the worker's lease token, ARGV[2] lease TTL (ms); per host i,
-// KEYS[2i-1] its lease key, KEYS[2i] its want key. Returns per host 1
-// when extended, 2 when extended and wanted by another worker (the want
-// key is removed), 0 when the lease is no longer this worker's (it
-// expired, and maybe another took it).
+// ARGV[1] the worker's token, ARGV[2] the slots' TTL (ms); per host i,
+// KEYS[3i-2] its slots, KEYS[3i-1] its want key, KEYS[3i] its next key.
+// Returns two numbers per host: 1 when extended, 2 when extended and
+// wanted by another worker (the want key is removed), 0 when this worker
+// holds none of the host's slots any more (they expired, and maybe
+// another took them); then the ms until the host's next start (a
+// back-off another worker set; 0 = none).
 var renewScript = goredis.NewScript(`
+local me, ttl = ARGV[1], tonumber(ARGV[2])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local out = {}
-for i = 1, #KEYS / 2 do
-  if redis.call('GET', KEYS[2*i-1]) == ARGV[1] then
-    redis.call('PEXPIRE', KEYS[2*i-1], ARGV[2])
-    out[i] = 1
-    if redis.call('DEL', KEYS[2*i]) == 1 then out[i] = 2 end
+for i = 1, #KEYS / 3 do
+  local slots = KEYS[3*i-2]
+  local v = redis.call('HGET', slots, me)
+  local n, exp
+  if v then n, exp = string.match(v, '^(%d+):(%d+)$') end
+  if v == false or tonumber(exp) <= now then
+    if v then redis.call('HDEL', slots, me) end
+    out[2*i-1], out[2*i] = 0, 0
   else
-    out[i] = 0
+    redis.call('HSET', slots, me, n .. ':' .. string.format('%d', now + ttl))
+    if redis.call('PTTL', slots) < ttl then redis.call('PEXPIRE', slots, ttl) end
+    out[2*i-1] = 1
+    if redis.call('DEL', KEYS[3*i-1]) == 1 then out[2*i-1] = 2 end
+    out[2*i] = math.max(0, redis.call('PTTL', KEYS[3*i]))
   end
 end
 return out
@@ -100,7 +151,7 @@ return out
 
 // observeScript applies AutoThrottle's rule (engine.AutoThrottle.Next) to
 // a host's shared delay, for a response that came to a worker not
-// holding the host's lease (the holder keeps it in memory). A lowered
+// holding the host (the worker holding it whole keeps it in memory). A lowered
 // delay moves the next start time earlier by as much.
 //
 // KEYS[1] throttle, KEYS[2] next. ARGV[1] latency (ms, fractional),
@@ -172,10 +223,10 @@ type LimiterConfig struct {
 	// Delay is the least time between request starts to one host across
 	// all workers (robots.txt Crawl-delay raises it per host).
 	Delay time.Duration
-	// SlotTTL is how long a host's lease outlives the last sign of life
-	// of the worker holding it (0 = DefaultSlotTTL; trawl passes
-	// --lease). A live worker renews its leases every SlotTTL/3, so it
-	// may hold a host longer; the hosts of a worker that died, or lost
+	// SlotTTL is how long a host's slots outlive the last sign of life
+	// of the worker holding them (0 = DefaultSlotTTL; trawl passes
+	// --lease). A live worker renews its slots every SlotTTL/3, so it
+	// may hold them longer; the slots of a worker that died, or lost
 	// Redis, free themselves within SlotTTL. At least 300ms.
 	SlotTTL time.Duration
 	// Poll is how long a worker first waits before it asks again for a
@@ -199,52 +250,70 @@ type LimiterConfig struct {
 // site N times harder; here the cap and the delay hold for the whole crawl.
 // It implements engine.HostLimiter and engine.HostLeaser.
 //
-// A host is leased to one worker at a time: the lease is a key holding
-// the worker's token, with a TTL. While a worker holds a host's lease its
-// requests to the host take slots and keep the delay in memory, asking
-// Redis nothing; so a worker's pages of a host cost Redis nothing but the
-// lease's taking and giving back. A worker gives a host back once it has
-// had no request to it in progress for leaseLinger, leaving in Redis the
-// time until the host's next start (its delay, a back-off) and
-// AutoThrottle's delay for the worker that takes it next. Leases are
-// taken and given back in one script call for every host that waits
-// (a round trip per burst, not per host). A worker that finds a host held
-// by another asks again after Poll, doubling up to 400ms, or when the
-// other's lease runs out; the engine parks the host's pages meanwhile
-// (engine.HostLeaser), so its slots go to other hosts. A refused ask
-// leaves a mark (the host's want key); the holder, which finds it when it
-// next renews its leases, gives the host back as soon as it has nothing
-// in progress there and leaves it alone for yieldPause, so that workers
-// that all hold deliveries of a busy host take turns (within SlotTTL/3
-// each), rather than one holding it while the others' deliveries wait.
+// A host's PerHost slots are leased to workers: a hash per host holds,
+// for each worker holding some, their count and their expiry (on the
+// server's clock), and the total never exceeds PerHost. While a worker
+// holds slots of a host its requests to the host take them and keep
+// back-offs in memory, asking Redis nothing; so a worker's pages of a
+// host cost Redis nothing but the slots' taking and giving back.
 //
-// A keeper goroutine renews the leases held every SlotTTL/3, in one script
-// call per 128 hosts, and retries (every second) the releases that failed
-// because Redis was unreachable; it stops when nothing is held or
-// pending, and Close stops it. So a host comes back within SlotTTL when
-// its worker dies (kill -9), and within a second after Redis comes back
-// from an outage during which its release failed. A worker that could not
-// renew its leases for SlotTTL (a Redis outage that long) loses them to
-// others while its requests still run: the cap may be exceeded once, for
-// those requests.
+// A host with no delay between request starts (no Delay, no Crawl-delay
+// given through SetDelay, no AutoThrottle) is leased slot by slot, so
+// that workers that each hold some of its pages run them at once: a
+// worker asks for more slots when its workbench would start a page of
+// the host and every slot it holds is busy (engine.HostLeaser.Lease),
+// and takes what it asks for of the free ones, or all of them when no
+// other worker holds one or asked for one lately. A host with a delay is
+// leased whole, all its slots to one worker, only while no other holds
+// any: that worker keeps the delay between starts in memory, which two
+// workers could not without asking Redis per request; a worker that
+// learns of a delay (robots.txt) while it holds some slots of a host
+// starts nothing more there, gives them back once its requests there
+// end, and asks for the host whole.
 //
-// A back-off (Backoff) is kept by the holder and also set in Redis at once;
-// a worker that does not hold the host applies another's back-off when it
-// next takes the lease.
+// A worker gives back a slot it has not used for leaseLinger (a host's
+// whole lease once it has had nothing in progress there for as long),
+// leaving in Redis the time until the host's next start (its delay, a
+// back-off) and AutoThrottle's delay for the next holder. Slots are
+// taken and given back in one script call for every host that waits (a
+// round trip per burst, not per host). A worker that finds no slot free
+// asks again after Poll, doubling up to 400ms, or when the first of the
+// others' slots runs out; the engine parks the host's pages meanwhile
+// (engine.HostLeaser), so its slots go to other hosts. Finding no slot
+// free leaves a mark (the host's want key); the holders, which find it
+// when they next renew, start nothing more there, give their slots back
+// as their requests end and leave the host alone for yieldPause, so that
+// workers that all hold pages of a busy host take turns (within
+// SlotTTL/3 each), rather than some holding it while the others' pages
+// wait.
+//
+// A keeper goroutine renews the slots held every SlotTTL/3, in one script
+// call per 128 hosts, and has the releases that failed because Redis was
+// unreachable sent again (every second); it stops when nothing is held or
+// owed, and Close stops it. So a host's slots come back within SlotTTL
+// when their worker dies (kill -9), and within a second after Redis comes
+// back from an outage during which their release failed. A worker that
+// could not renew its slots for SlotTTL (a Redis outage that long) loses
+// them to others while its requests still run: the cap may be exceeded
+// once, for those requests.
+//
+// A back-off (Backoff) is kept in memory and also set in Redis at once.
+// Another worker applies it when it next takes slots of the host, and a
+// worker already holding some at its next renewal (within SlotTTL/3):
+// a 429 or 503 usually reaches each holder's own requests sooner.
 type HostLimiter struct {
 	cfg   LimiterConfig
 	log   *slog.Logger
-	token string // this worker's lease token
+	token string // this worker's token in the hosts' slot hashes
 
 	mu       sync.Mutex
 	delays   map[string]time.Duration // per-host delays above cfg.Delay
 	hosts    map[string]*leaseHost
-	sweepAt  int           // sweep idle hosts when len(hosts) reaches this
-	asks     []*leaseHost  // hosts whose lease is to be asked for
-	releases []*leaseHost  // hosts whose lease is to be given back
-	failed   []releaseCall // releases that failed, retried by the keeper
-	sending  bool          // the sender runs
-	running  bool          // the keeper runs
+	sweepAt  int          // sweep idle hosts when len(hosts) reaches this
+	asks     []*leaseHost // hosts whose slots are to be asked for
+	releases []*leaseHost // hosts whose slots are to be given back (some or all)
+	sending  bool         // the sender runs
+	running  bool         // the keeper runs
 	closed   bool
 	stop     chan struct{} // closed by Close
 	wg       sync.WaitGroup
@@ -253,28 +322,35 @@ type HostLimiter struct {
 // leaseHost is a host's state in one worker.
 type leaseHost struct {
 	name string
-	keys []string // lease, next, throttle
+	keys []string // slots, next, throttle, want
 
-	held      bool        // this worker holds the lease
-	ask       *leaseAsk   // the lease asked for and not yet answered; nil when none
+	slots     int  // slots of the host this worker holds; 0 = none
+	whole     bool // slots taken whole: the host has a delay, kept here
+	gen       int  // counts grants, so that a renewal's answer about an older holding is ignored
+	want      int  // slots wanted in all by the ask to be sent
+	ask       *leaseAsk
 	releasing bool        // a release is queued or being sent
-	retry     time.Time   // held elsewhere (or an ask failed): no ask before this
+	owed      bool        // a release failed: Redis may count more slots here than slots
+	retry     time.Time   // no slot free (or an ask failed): no ask before this
 	backoffN  int         // refusals in a row, for the retry's doubling
 	retryT    *time.Timer // wakes the waiters at retry
 	ready     []func()    // engine.HostLeaser callers to call when worth trying again
-	yield     bool        // held, and wanted by another worker: start nothing, give it back once idle
+	yield     bool        // wanted by another worker: start nothing, give the slots back as they free
 	changed   chan struct{}
 	waiters   int       // Acquire calls waiting on changed
 	active    int       // requests in progress here
 	next      time.Time // earliest next start here, while held
 	backoff   time.Time
 	auto      time.Duration // AutoThrottle's adapted delay while held; 0 = the start delay
-	autoDirty bool          // auto changed here since the lease was taken
-	used      time.Time     // the last start, release or lease (for leaseLinger)
-	idleT     *time.Timer   // gives the lease back once idle for leaseLinger
+	autoDirty bool          // auto changed here since the host was taken
+	// busy[k] is when k+1 requests were last in progress here, or a page
+	// bound for the (k+1)th slot was handed out (Lease): slot k+1 is
+	// given back once unused for leaseLinger.
+	busy  []time.Time
+	idleT *time.Timer // gives unused slots back once unused for leaseLinger
 }
 
-// leaseAsk is an ask for a host's lease, answered by the sender.
+// leaseAsk is an ask for a host's slots, answered by the sender.
 type leaseAsk struct {
 	done chan struct{} // closed when answered
 	err  error
@@ -283,30 +359,32 @@ type leaseAsk struct {
 // releaseCall is a release as the release script takes it.
 type releaseCall struct {
 	h     *leaseHost
+	keep  int   // slots kept
 	next  int64 // ms until the next start
 	throt int64 // ms; 0 = unchanged
 }
 
-// leaseLinger is how long a worker keeps a host's lease with no request
-// to it in progress: its next page of the host usually comes sooner (a
-// page's links go through the filter and the frontier first), and a host
-// given back and taken again costs two script calls, about 8 commands.
-// Other workers wait for it as long. bench-web's 1,000 hosts were leased
-// 10,500 times at 200ms and 2,700 at 500ms (1.9 and 0.5 commands per
-// page); 200ms keeps hand-overs between workers short.
+// leaseLinger is how long a worker keeps a slot it does not use (a
+// whole host with no request to it in progress): its next page of the
+// host usually comes sooner (a page's links go through the filter and
+// the frontier first), and a slot given back and taken again costs two
+// script calls, about 8 commands. Other workers wait for it as long.
+// bench-web's 1,000 hosts were leased 10,500 times at 200ms and 2,700 at
+// 500ms (1.9 and 0.5 commands per page); 200ms keeps hand-overs between
+// workers short.
 const leaseLinger = 200 * time.Millisecond
 
-// maxRetry bounds the wait before asking again for a host another worker
-// holds: the host may stand idle that long after a hand-over. With 4
-// workers on bench-web, at 1s the crawl reached 0.76–0.79 of the loop in
-// two runs, at 400ms 0.91, for 0.3 more commands per page.
+// maxRetry bounds the wait before asking again for a host whose slots
+// other workers hold: a slot may stand idle that long after a hand-over.
+// With 4 workers on bench-web, at 1s the crawl reached 0.76–0.79 of the
+// loop in two runs, at 400ms 0.91, for 0.3 more commands per page.
 const maxRetry = 400 * time.Millisecond
 
-// wantTTL is how long a worker's ask for a host held by another stays
-// known to the holder (it asks again within maxRetry while it wants the
-// host), and yieldPause how long a worker that gave a wanted host back
-// waits before it asks for it again, so that the worker wanting it
-// gets it.
+// wantTTL is how long a worker's ask for a host whose slots others hold
+// stays known to the holders (it asks again within maxRetry while it
+// wants the host), and yieldPause how long a worker that gave a wanted
+// host back waits before it asks for it again, so that the worker wanting
+// it gets it.
 const (
 	wantTTL    = 3 * time.Second
 	yieldPause = maxRetry + maxRetry/2
@@ -354,8 +432,8 @@ func NewHostLimiter(cfg LimiterConfig) (*HostLimiter, error) {
 // are swept.
 const minSweep = 1024
 
-// Close stops the keeper and gives back the leases held with nothing in
-// progress. Leases of hosts still in use are not given back: they free
+// Close stops the keeper and gives back the slots of hosts with nothing
+// in progress. Slots of hosts still in use are not given back: they free
 // themselves within SlotTTL. Close is idempotent.
 func (l *HostLimiter) Close() error {
 	l.mu.Lock()
@@ -377,8 +455,10 @@ func (l *HostLimiter) Close() error {
 			h.retryT = nil
 		}
 		h.ready = nil
-		if h.held && h.active == 0 && !h.releasing {
-			give = append(give, l.releaseOf(h))
+		if (h.slots > 0 || h.owed) && h.active == 0 && !h.releasing {
+			if r, ok := l.releaseOf(h, time.Now()); ok {
+				give = append(give, r)
+			}
 		}
 	}
 	l.mu.Unlock()
@@ -387,7 +467,7 @@ func (l *HostLimiter) Close() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if err := l.runRelease(ctx, give); err != nil {
-			l.log.Warn("redis host limiter: giving the leases back on close failed; they free at their TTL",
+			l.log.Warn("redis host limiter: giving the slots back on close failed; they free at their TTL",
 				"hosts", len(give), "ttl", l.cfg.SlotTTL, "err", err)
 		}
 	}
@@ -403,10 +483,10 @@ func (l *HostLimiter) startMs() int64 {
 	return max(l.cfg.AutoThrottle.StartDelay.Milliseconds(), 1)
 }
 
-// keys returns host's keys: lease, next, throttle, want.
+// keys returns host's keys: slots, next, throttle, want.
 func (l *HostLimiter) keys(host string) []string {
 	k := redislayout.HostKeys(l.cfg.Crawl, host)
-	return []string{k.Lease, k.Next, k.Throttle, k.Want}
+	return []string{k.Slots, k.Next, k.Throttle, k.Want}
 }
 
 // floor is host's minimum delay: Delay or its SetDelay. l.mu is held.
@@ -426,6 +506,19 @@ func (l *HostLimiter) hostDelay(h *leaseHost) time.Duration {
 	return d
 }
 
+// wholeFor tells whether h is to be leased whole: it has a delay between
+// starts, which one worker keeps. l.mu is held.
+func (l *HostLimiter) wholeFor(h *leaseHost) bool {
+	return l.cfg.AutoThrottle != nil || l.floor(h.name) > 0
+}
+
+// draining tells whether h's slots held here are to be given back as
+// they free, nothing more started: another worker wants the host, or it
+// has a delay now and is held by the slot. l.mu is held.
+func (l *HostLimiter) draining(h *leaseHost) bool {
+	return h.slots > 0 && (h.yield || (!h.whole && l.wholeFor(h)))
+}
+
 // host returns host's entry, creating it. l.mu is held.
 func (l *HostLimiter) host(host string) *leaseHost {
 	h := l.hosts[host]
@@ -433,7 +526,7 @@ func (l *HostLimiter) host(host string) *leaseHost {
 		if len(l.hosts) >= l.sweepAt {
 			l.sweep(time.Now())
 		}
-		h = &leaseHost{name: host, keys: l.keys(host), changed: make(chan struct{})}
+		h = &leaseHost{name: host, keys: l.keys(host), changed: make(chan struct{}), busy: make([]time.Time, l.cfg.PerHost)}
 		l.hosts[host] = h
 	}
 	return h
@@ -442,8 +535,8 @@ func (l *HostLimiter) host(host string) *leaseHost {
 // sweep forgets the hosts that hold nothing. l.mu is held.
 func (l *HostLimiter) sweep(now time.Time) {
 	for name, h := range l.hosts {
-		if !h.held && h.ask == nil && !h.releasing && h.active == 0 && h.waiters == 0 &&
-			len(h.ready) == 0 && !now.Before(h.retry) && !slices.ContainsFunc(l.failed, func(r releaseCall) bool { return r.h == h }) {
+		if h.slots == 0 && h.ask == nil && !h.releasing && !h.owed && h.active == 0 && h.waiters == 0 &&
+			len(h.ready) == 0 && !now.Before(h.retry) {
 			delete(l.hosts, name)
 		}
 	}
@@ -466,32 +559,39 @@ func call(fs []func()) {
 	}
 }
 
-// Lease tells, without waiting, whether this worker holds host's lease
-// (see engine.HostLeaser). If it does not, it asks for it (unless it is
-// asked for already, or another worker was found holding it less than a
-// retry ago) and calls ready once host is worth trying again: its lease
-// taken here, or the time to ask again come.
-func (l *HostLimiter) Lease(host string, ready func()) bool {
+// Lease tells, without waiting, whether this worker may start one more
+// of host's pages now, with active of them in progress (handed out, the
+// fetch not ended) and waiting more held back (see engine.HostLeaser): it
+// holds more of host's slots than active. If not, it asks for as many as
+// it could use (unless it asks already, or found none free less than a
+// retry ago) and calls ready once host is worth trying again: slots taken
+// or given back here, or the time to ask again come.
+func (l *HostLimiter) Lease(host string, active, waiting int, ready func()) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
 		return true // Acquire decides, alone
 	}
 	h := l.host(host)
-	if h.held && !h.releasing && !h.yield {
-		h.used = time.Now()
+	if h.slots > 0 && !l.draining(h) && active < h.slots {
+		h.busy[max(active, 0)] = time.Now()
 		l.idleAfter(h)
 		return true
 	}
 	h.ready = append(h.ready, ready)
-	if !h.held && h.ask == nil && !time.Now().Before(h.retry) {
+	if l.draining(h) {
+		l.drain(h)
+		return false
+	}
+	h.want = max(h.want, active+max(waiting, 1))
+	if h.slots < l.cfg.PerHost && h.ask == nil && !h.releasing && !time.Now().Before(h.retry) {
 		l.askLease(h)
 	}
 	return false
 }
 
-// askLease queues an ask for h's lease, starts the sender and returns
-// the ask. l.mu is held.
+// askLease queues an ask for h's slots (h.want of them in all, or the
+// whole host), starts the sender and returns the ask. l.mu is held.
 func (l *HostLimiter) askLease(h *leaseHost) *leaseAsk {
 	a := &leaseAsk{done: make(chan struct{})}
 	if l.closed { // no sender after Close
@@ -500,8 +600,6 @@ func (l *HostLimiter) askLease(h *leaseHost) *leaseAsk {
 		return a
 	}
 	h.ask = a
-	// A release that failed is overtaken: the ask takes the lease again.
-	l.failed = slices.DeleteFunc(l.failed, func(r releaseCall) bool { return r.h == h })
 	l.asks = append(l.asks, h)
 	l.send()
 	return a
@@ -518,8 +616,8 @@ func (l *HostLimiter) send() {
 }
 
 // Acquire waits until a request to host may start, or ctx ends: it takes
-// the host's lease if this worker does not hold it (waiting while another
-// worker does), then a slot and the delay, in memory.
+// a slot of the host if this worker holds none free (waiting while
+// others hold them all), then the slot and the delay, in memory.
 func (l *HostLimiter) Acquire(ctx context.Context, host string) (func(), error) {
 	for {
 		if err := ctx.Err(); err != nil {
@@ -531,34 +629,30 @@ func (l *HostLimiter) Acquire(ctx context.Context, host string) (func(), error) 
 		var wait time.Duration = -1 // until changed
 		var ask *leaseAsk
 		switch {
-		case h.held && h.yield: // given back once idle: wait for it
-		case h.held && !h.releasing:
+		case h.slots > 0 && l.draining(h):
+			l.drain(h) // given back as they free: wait for that
+		case h.slots > 0 && h.active < h.slots:
 			gate := h.next
 			if h.backoff.After(gate) {
 				gate = h.backoff
 			}
-			if h.active < l.cfg.PerHost && !now.Before(gate) {
+			if !now.Before(gate) {
 				h.active++
+				h.busy[h.active-1] = now
 				h.next = now.Add(l.hostDelay(h))
-				h.used = now
-				if h.idleT != nil {
-					h.idleT.Stop()
-					h.idleT = nil
-				}
 				l.mu.Unlock()
 				var once sync.Once
 				return func() { once.Do(func() { l.release(h) }) }, nil
 			}
-			if h.active < l.cfg.PerHost {
-				wait = gate.Sub(now)
-			}
+			wait = gate.Sub(now)
 		case h.ask != nil:
+			h.want = max(h.want, h.active+h.waiters+1)
 			ask = h.ask
-		case h.releasing || now.Before(h.retry):
-			if !h.releasing {
-				wait = h.retry.Sub(now)
-			}
+		case h.slots == l.cfg.PerHost || h.releasing: // wait for a release
+		case now.Before(h.retry):
+			wait = h.retry.Sub(now)
 		default:
+			h.want = max(h.want, h.active+h.waiters+1)
 			ask = l.askLease(h)
 		}
 		changed := h.changed
@@ -602,88 +696,135 @@ func (l *HostLimiter) Acquire(ctx context.Context, host string) (func(), error) 
 // errClosed is Acquire's error after Close, for a host not held.
 var errClosed = errors.New("limiter closed")
 
-// release ends a request to h, and gives the lease back once h has been
-// idle for leaseLinger.
+// release ends a request to h, and gives its slot back once unused for
+// leaseLinger, or at once if h is draining.
 func (l *HostLimiter) release(h *leaseHost) {
 	l.mu.Lock()
 	h.active--
-	h.used = time.Now()
-	if h.yield {
-		l.yieldIfIdle(h)
-	} else {
-		l.idleAfter(h)
-	}
+	h.busy[h.active] = time.Now()
+	l.tidy(h)
 	ready := h.wake()
 	l.mu.Unlock()
 	call(ready)
 }
 
-// idleAfter arms h's timer that gives its lease back once idle for
-// leaseLinger. l.mu is held.
-func (l *HostLimiter) idleAfter(h *leaseHost) {
-	if h.active > 0 || h.idleT != nil || l.closed {
-		return
+// tidy gives back h's slots as they free if h is draining, else arms
+// the timer that gives back the unused ones. l.mu is held.
+func (l *HostLimiter) tidy(h *leaseHost) {
+	if l.draining(h) {
+		l.drain(h)
+	} else {
+		l.idleAfter(h)
 	}
-	var t *time.Timer
-	t = time.AfterFunc(leaseLinger, func() {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		if h.idleT != t {
-			return
-		}
-		h.idleT = nil
-		if !h.held || h.releasing || h.active > 0 || l.closed {
-			return
-		}
-		if left := leaseLinger - time.Since(h.used); left > 0 {
-			l.idleAfter(h) // used since: wait on
-			return
-		}
-		h.releasing = true
-		l.releases = append(l.releases, h)
-		l.send()
-	})
-	h.idleT = t
 }
 
-// yieldIfIdle gives h's lease back at once if nothing is in progress
-// there: another worker wants it (see renewScript). l.mu is held.
-func (l *HostLimiter) yieldIfIdle(h *leaseHost) {
-	if h.active > 0 || h.releasing || l.closed {
+// keepOf is how many of h's slots this worker keeps now: those in use,
+// and (unless h is draining) those used within leaseLinger; a whole host
+// is kept or given back whole. l.mu is held.
+func (l *HostLimiter) keepOf(h *leaseHost, now time.Time) int {
+	if h.slots == 0 || l.closed {
+		return min(h.active, h.slots)
+	}
+	if h.whole {
+		if h.active > 0 || (!h.yield && now.Sub(h.busy[0]) < leaseLinger) {
+			return h.slots
+		}
+		return 0
+	}
+	if l.draining(h) {
+		return min(h.active, h.slots)
+	}
+	k := h.slots
+	for k > h.active && now.Sub(h.busy[k-1]) >= leaseLinger {
+		k--
+	}
+	return k
+}
+
+// drain queues the release of h's slots not in use. l.mu is held.
+func (l *HostLimiter) drain(h *leaseHost) {
+	if h.releasing || l.closed || l.keepOf(h, time.Now()) >= h.slots {
 		return
 	}
 	if h.idleT != nil {
 		h.idleT.Stop()
 		h.idleT = nil
 	}
+	l.queueRelease(h)
+}
+
+// queueRelease queues a release of h, to be sent by the sender. l.mu is
+// held.
+func (l *HostLimiter) queueRelease(h *leaseHost) {
 	h.releasing = true
 	l.releases = append(l.releases, h)
 	l.send()
 }
 
-// releaseOf is h's release, taken from its state; h is no longer held
-// here. l.mu is held.
-func (l *HostLimiter) releaseOf(h *leaseHost) releaseCall {
-	r := releaseCall{h: h}
+// idleAfter arms h's timer that gives back its slots unused for
+// leaseLinger. l.mu is held.
+func (l *HostLimiter) idleAfter(h *leaseHost) {
+	if h.slots == 0 || h.active >= h.slots || h.idleT != nil || l.closed {
+		return
+	}
+	last := h.busy[h.slots-1] // the first to go
+	if h.whole {
+		if h.active > 0 {
+			return
+		}
+		last = h.busy[0]
+	}
+	var t *time.Timer
+	t = time.AfterFunc(time.Until(last.Add(leaseLinger)), func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if h.idleT != t {
+			return
+		}
+		h.idleT = nil
+		if h.slots == 0 || h.releasing || l.closed {
+			return
+		}
+		if l.keepOf(h, time.Now()) < h.slots {
+			l.queueRelease(h)
+			return
+		}
+		l.idleAfter(h) // used since: wait on
+	})
+	h.idleT = t
+}
+
+// releaseOf is h's release, taken from its state: the slots not kept are
+// no longer held here. ok is false when there is nothing to give back.
+// l.mu is held.
+func (l *HostLimiter) releaseOf(h *leaseHost, now time.Time) (r releaseCall, ok bool) {
+	keep := l.keepOf(h, now)
+	if keep >= h.slots && !h.owed {
+		return r, false
+	}
+	r = releaseCall{h: h, keep: keep}
 	gate := h.next
 	if h.backoff.After(gate) {
 		gate = h.backoff
 	}
-	if left := time.Until(gate); left > 0 {
+	if left := gate.Sub(now); left > 0 {
 		r.next = pxAtLeast(left)
 	}
-	if h.autoDirty {
-		r.throt = max(h.auto.Milliseconds(), 1)
+	if keep == 0 {
+		if h.autoDirty {
+			r.throt = max(h.auto.Milliseconds(), 1)
+		}
+		if h.yield {
+			// Leave the host to the worker that wants it: it asks again
+			// within maxRetry.
+			h.yield = false
+			h.retry = now.Add(yieldPause)
+			l.retryAt(h)
+		}
+		h.whole, h.autoDirty = false, false
 	}
-	if h.yield {
-		// Leave the host to the worker that wants it: it asks again
-		// within maxRetry.
-		h.yield = false
-		h.retry = time.Now().Add(yieldPause)
-		l.retryAt(h)
-	}
-	h.held, h.autoDirty = false, false
-	return r
+	h.slots, h.owed = keep, false
+	return r, true
 }
 
 // sender sends the queued releases, then the queued asks, up to maxGroup
@@ -694,13 +835,24 @@ func (l *HostLimiter) sender() {
 	for {
 		l.mu.Lock()
 		if n := min(len(l.releases), maxGroup); n > 0 {
-			group := make([]releaseCall, n)
-			for i, h := range l.releases[:n] {
-				group[i] = l.releaseOf(h)
+			now := time.Now()
+			var group []releaseCall
+			var ready []func()
+			for _, h := range l.releases[:n] {
+				if r, ok := l.releaseOf(h, now); ok {
+					group = append(group, r)
+					continue
+				}
+				h.releasing = false // used again since queued
+				l.tidy(h)
+				ready = append(ready, h.wake()...)
 			}
 			l.releases = slices.Delete(l.releases, 0, n)
 			l.mu.Unlock()
-			l.sendReleases(group)
+			call(ready)
+			if len(group) > 0 {
+				l.sendReleases(group)
+			}
 			continue
 		}
 		n := min(len(l.asks), maxGroup)
@@ -709,18 +861,32 @@ func (l *HostLimiter) sender() {
 			l.mu.Unlock()
 			return
 		}
-		group := slices.Clone(l.asks[:n])
+		group := make([]askCall, n)
+		for i, h := range l.asks[:n] {
+			group[i] = askCall{h: h, whole: l.wholeFor(h), want: min(max(h.want, 1), l.cfg.PerHost)}
+			if group[i].whole {
+				group[i].want = l.cfg.PerHost
+			}
+			h.want = 0
+		}
 		l.asks = slices.Delete(l.asks, 0, n)
 		l.mu.Unlock()
 		l.sendAsks(group)
 	}
 }
 
+// askCall is an ask as the lease script takes it.
+type askCall struct {
+	h     *leaseHost
+	whole bool
+	want  int // slots wanted in all
+}
+
 // scriptTimeout bounds one script call of the sender or the keeper.
 const scriptTimeout = 10 * time.Second
 
-// sendReleases gives back the leases of group; a failure leaves them to
-// the keeper, which retries.
+// sendReleases gives back the slots of group; a failure leaves them owed,
+// for the keeper to give back again.
 func (l *HostLimiter) sendReleases(group []releaseCall) {
 	ctx, cancel := context.WithTimeout(context.Background(), scriptTimeout)
 	defer cancel()
@@ -729,12 +895,15 @@ func (l *HostLimiter) sendReleases(group []releaseCall) {
 	var ready []func()
 	for _, r := range group {
 		r.h.releasing = false
+		if err != nil {
+			r.h.owed = true
+		}
+		l.tidy(r.h)
 		ready = append(ready, r.h.wake()...)
 	}
 	if err != nil {
-		l.log.Warn("redis host limiter: giving leases back failed; retrying in the background (they free at their TTL otherwise)",
+		l.log.Warn("redis host limiter: giving slots back failed; retrying in the background (they free at their TTL otherwise)",
 			"hosts", len(group), "ttl", l.cfg.SlotTTL, "err", err)
-		l.failed = append(l.failed, group...)
 		l.keep()
 	}
 	l.mu.Unlock()
@@ -744,52 +913,81 @@ func (l *HostLimiter) sendReleases(group []releaseCall) {
 // runRelease runs releaseScript for group.
 func (l *HostLimiter) runRelease(ctx context.Context, group []releaseCall) error {
 	keys := make([]string, 0, 3*len(group))
-	args := make([]any, 0, 2+2*len(group))
+	args := make([]any, 0, 2+3*len(group))
 	args = append(args, l.token, throttleTTL.Milliseconds())
 	for _, r := range group {
 		keys = append(keys, r.h.keys[:3]...)
-		args = append(args, r.next, r.throt)
+		args = append(args, r.keep, r.next, r.throt)
 	}
 	return releaseScript.Run(ctx, l.cfg.Client, keys, args...).Err()
 }
 
-// sendAsks asks for the leases of group and answers each ask.
-func (l *HostLimiter) sendAsks(group []*leaseHost) {
+// sendAsks asks for the slots of group and answers each ask.
+func (l *HostLimiter) sendAsks(group []askCall) {
 	keys := make([]string, 0, 4*len(group))
-	for _, h := range group {
-		keys = append(keys, h.keys...)
+	args := make([]any, 0, 5+2*len(group))
+	args = append(args, l.token, l.cfg.SlotTTL.Milliseconds(), l.startMs(), wantTTL.Milliseconds(), l.cfg.PerHost)
+	for _, a := range group {
+		keys = append(keys, a.h.keys...)
+		whole := 0
+		if a.whole {
+			whole = 1
+		}
+		args = append(args, a.want, whole)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), scriptTimeout)
 	defer cancel()
-	out, err := leaseScript.Run(ctx, l.cfg.Client, keys, l.token, l.cfg.SlotTTL.Milliseconds(), l.startMs(), wantTTL.Milliseconds()).Int64Slice()
+	out, err := leaseScript.Run(ctx, l.cfg.Client, keys, args...).Int64Slice()
 	if err == nil && len(out) != 3*len(group) {
 		err = fmt.Errorf("the lease script answered %d numbers for %d hosts", len(out), len(group))
 	}
 	now := time.Now()
 	l.mu.Lock()
 	var ready []func()
-	for i, h := range group {
+	lost := 0
+	for i, ac := range group {
+		h := ac.h
 		a := h.ask
 		h.ask = nil
-		switch {
+		switch got := 0; {
 		case err != nil:
 			// The script may have run without its answer reaching us: the
-			// lease, if taken, frees at its TTL, or is taken again by the
-			// next ask (it is ours).
+			// slots, if taken, free at their TTL, or are taken again by
+			// the next ask (the script counts what this worker holds).
 			a.err = err
 			h.retry = now.Add(time.Second)
 			l.retryAt(h)
-		case out[3*i] == 1:
-			h.held, h.backoffN = true, 0
-			if next := now.Add(time.Duration(out[3*i+1]) * time.Millisecond); next.After(h.next) {
-				h.next = next
-			}
-			h.auto = time.Duration(out[3*i+2]) * time.Millisecond
-			h.used = now
-			l.idleAfter(h)
-			l.keep()
 		default:
-			left := time.Duration(out[3*i+1]) * time.Millisecond
+			got = int(out[3*i])
+			ms := time.Duration(out[3*i+1]) * time.Millisecond
+			if got == 0 && h.slots > 0 {
+				lost++ // expired while held (an outage): see renew
+				h.slots, h.whole, h.yield = 0, false, false
+			}
+			if got > h.slots {
+				if h.slots == 0 {
+					h.whole = ac.whole && got == l.cfg.PerHost
+					h.auto = time.Duration(out[3*i+2]) * time.Millisecond
+				}
+				if next := now.Add(ms); next.After(h.next) {
+					h.next = next // the holders' next start, a back-off
+				}
+				for k := h.slots; k < got; k++ {
+					h.busy[k] = now
+				}
+				h.slots, h.owed = got, false
+				h.gen++
+				l.idleAfter(h)
+				l.keep()
+			}
+			if got >= ac.want {
+				h.backoffN = 0
+				break
+			}
+			left := ms
+			if got > 0 {
+				left = maxRetry
+			}
 			h.retry = now.Add(min(left, min(l.cfg.Poll<<min(h.backoffN, 10), maxRetry)))
 			h.backoffN++
 			l.retryAt(h)
@@ -800,7 +998,11 @@ func (l *HostLimiter) sendAsks(group []*leaseHost) {
 	l.mu.Unlock()
 	call(ready)
 	if err != nil {
-		l.log.Warn("redis host limiter: asking for host leases failed", "hosts", len(group), "err", err)
+		l.log.Warn("redis host limiter: asking for host slots failed", "hosts", len(group), "err", err)
+	}
+	if lost > 0 {
+		l.log.Warn("redis host limiter: host slots expired while held; the per-host cap may be exceeded for their requests in progress",
+			"lost", lost)
 	}
 }
 
@@ -837,11 +1039,18 @@ func (l *HostLimiter) keep() {
 	go l.keeper()
 }
 
-// keepTick is how often the keeper retries failed releases.
+// keepTick is how often the keeper has failed releases sent again.
 const keepTick = time.Second
 
-// keeper renews the leases held every SlotTTL/3 and retries failed
-// releases every keepTick, until nothing is held or pending, or Close.
+// renewal is a host whose slots the keeper renews, and the grant it renews.
+type renewal struct {
+	h   *leaseHost
+	gen int
+}
+
+// keeper renews the slots held every SlotTTL/3 and has the failed
+// releases sent again every keepTick, until nothing is held or owed, or
+// Close.
 func (l *HostLimiter) keeper() {
 	defer l.wg.Done()
 	tick := min(keepTick, l.cfg.SlotTTL/3)
@@ -856,69 +1065,78 @@ func (l *HostLimiter) keeper() {
 		}
 		renew := time.Since(lastRenew) >= l.cfg.SlotTTL/3-tick/2
 		l.mu.Lock()
-		var held []*leaseHost
+		var hs []renewal
+		owed := 0
 		for _, h := range l.hosts {
-			if h.held {
-				held = append(held, h)
+			if h.slots > 0 {
+				hs = append(hs, renewal{h, h.gen})
+			}
+			if h.owed {
+				owed++
+				if !h.releasing && h.ask == nil {
+					l.queueRelease(h)
+				}
 			}
 		}
-		if len(held) == 0 && len(l.failed) == 0 {
+		if len(hs) == 0 && owed == 0 {
 			l.running = false
 			l.mu.Unlock()
 			return
 		}
-		failed := l.failed
-		l.failed = nil
 		l.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), max(tick, time.Second))
-		if len(failed) > 0 {
-			if err := l.runRelease(ctx, failed); err != nil {
-				l.log.Debug("redis host limiter: giving leases back still failing", "hosts", len(failed), "err", err)
-				l.mu.Lock()
-				l.failed = append(l.failed, failed...)
-				l.mu.Unlock()
-			}
-		}
 		if renew {
 			lastRenew = time.Now()
-			for part := range slices.Chunk(held, maxGroup) {
+			ctx, cancel := context.WithTimeout(context.Background(), max(tick, time.Second))
+			for part := range slices.Chunk(hs, maxGroup) {
 				l.renew(ctx, part)
 			}
+			cancel()
 		}
-		cancel()
 	}
 }
 
-// renew extends the leases of hosts; those found lost are no longer held.
-func (l *HostLimiter) renew(ctx context.Context, hosts []*leaseHost) {
-	keys := make([]string, 0, 2*len(hosts))
-	for _, h := range hosts {
-		keys = append(keys, h.keys[0], h.keys[3])
+// renew extends the slots of hosts; those found lost are no longer held.
+func (l *HostLimiter) renew(ctx context.Context, hosts []renewal) {
+	keys := make([]string, 0, 3*len(hosts))
+	for _, hh := range hosts {
+		keys = append(keys, hh.h.keys[0], hh.h.keys[3], hh.h.keys[1])
 	}
 	out, err := renewScript.Run(ctx, l.cfg.Client, keys, l.token, l.cfg.SlotTTL.Milliseconds()).Int64Slice()
 	if err != nil {
-		l.log.Warn("redis host limiter: could not renew host leases; others may take them after their TTL",
+		l.log.Warn("redis host limiter: could not renew host slots; others may take them after their TTL",
 			"hosts", len(hosts), "ttl", l.cfg.SlotTTL, "err", err)
 		return
 	}
+	now := time.Now()
 	lost := 0
 	l.mu.Lock()
-	for i, h := range hosts {
-		if i >= len(out) || !h.held || h.releasing {
+	var ready []func()
+	for i, hh := range hosts {
+		h := hh.h
+		if 2*i+1 >= len(out) || h.gen != hh.gen || h.slots == 0 {
 			continue
 		}
-		switch out[i] {
+		if ms := out[2*i+1]; ms > 0 {
+			if until := now.Add(time.Duration(ms) * time.Millisecond); until.After(h.backoff) {
+				h.backoff = until // another worker's back-off
+			}
+		}
+		switch out[2*i] {
 		case 0:
-			h.held = false
-			lost++
+			if !h.releasing {
+				h.slots, h.whole, h.yield = 0, false, false
+				lost++
+			}
 		case 2:
 			h.yield = true
-			l.yieldIfIdle(h)
+			l.drain(h)
+			ready = append(ready, h.wake()...)
 		}
 	}
 	l.mu.Unlock()
+	call(ready)
 	if lost > 0 {
-		l.log.Warn("redis host limiter: host leases expired while held; the per-host cap may be exceeded for their requests in progress",
+		l.log.Warn("redis host limiter: host slots expired while held; the per-host cap may be exceeded for their requests in progress",
 			"lost", lost)
 	}
 }
@@ -971,7 +1189,7 @@ func (l *HostLimiter) Observe(host string, latency time.Duration, status int) {
 		return
 	}
 	l.mu.Lock()
-	if h := l.hosts[host]; h != nil && h.held && !h.releasing {
+	if h := l.hosts[host]; h != nil && h.slots > 0 && h.whole && !h.releasing {
 		old := l.hostDelay(h)
 		h.auto = a.Next(old, l.floor(host), latency, status)
 		h.autoDirty = true
@@ -1007,7 +1225,7 @@ func (l *HostLimiter) Observe(host string, latency time.Duration, status int) {
 func (l *HostLimiter) Delay(ctx context.Context, host string) (time.Duration, error) {
 	l.mu.Lock()
 	floor := l.floor(host)
-	if h := l.hosts[host]; h != nil && h.held && !h.releasing {
+	if h := l.hosts[host]; h != nil && h.slots > 0 && h.whole && !h.releasing {
 		d := l.hostDelay(h)
 		l.mu.Unlock()
 		return d, nil

@@ -239,7 +239,7 @@ func Workers(crawl string) string { return Crawl(crawl, "workers") }
 
 // Host holds the keys of one host's shared limits in a crawl.
 type Host struct {
-	Lease    string // {NAME}:host:HOST:lease: the token of the worker holding the host
+	Slots    string // {NAME}:host:HOST:slots: the workers holding the host's slots (a hash: token -> count:expiry)
 	Next     string // {NAME}:host:HOST:next: when the next request may start
 	Throttle string // {NAME}:host:HOST:throttle: AutoThrottle's delay
 	Want     string // {NAME}:host:HOST:want: another worker asked for the host
@@ -248,7 +248,7 @@ type Host struct {
 // HostKeys returns the keys of host's limits in crawl.
 func HostKeys(crawl, host string) Host {
 	base := Crawl(crawl, "host:"+host)
-	return Host{Lease: base + ":lease", Next: base + ":next", Throttle: base + ":throttle", Want: base + ":want"}
+	return Host{Slots: base + ":slots", Next: base + ":next", Throttle: base + ":throttle", Want: base + ":want"}
 }
 
 // Robots returns the key of the robots.txt of site (scheme://host[:port])
@@ -317,8 +317,8 @@ var Keys = []Key{
 	{"stats", false, []string{"hash"}, "broker/redis.Stats", nil},
 	{"meta", false, []string{"hash"}, "broker/redis.Meta", nil},
 	{"workers", false, []string{"zset"}, "broker/redis.Meta (presence)", []string{"announceScript", "liveScript"}},
-	{"host:*:lease", false, []string{"string"}, "broker/redis.HostLimiter", []string{"leaseScript", "releaseScript", "renewScript"}},
-	{"host:*:next", false, []string{"string"}, "broker/redis.HostLimiter", []string{"leaseScript", "releaseScript", "observeScript", "backoffScript"}},
+	{"host:*:slots", false, []string{"hash"}, "broker/redis.HostLimiter", []string{"leaseScript", "releaseScript", "renewScript"}},
+	{"host:*:next", false, []string{"string"}, "broker/redis.HostLimiter", []string{"leaseScript", "releaseScript", "renewScript", "observeScript", "backoffScript"}},
 	{"host:*:throttle", false, []string{"string"}, "broker/redis.HostLimiter", []string{"leaseScript", "releaseScript", "observeScript"}},
 	{"host:*:want", false, []string{"string"}, "broker/redis.HostLimiter", []string{"leaseScript", "renewScript"}},
 	{"robots:*", false, []string{"string"}, "broker/redis.HostLimiter (engine.RobotsStore)", nil},

@@ -16,7 +16,7 @@ func TestKeys(t *testing.T) {
 		{Pattern(`a*b?[c]\`), `{a\*b\?\[c\]\\}:*`},
 		{QueueKeys("books:requests").Dead, "{books}:requests:dead"},
 		{StartKeys("books").Dead, "{books}:start_urls:dead"},
-		{HostKeys("books", "a.example:8080").Lease, "{books}:host:a.example:8080:lease"},
+		{HostKeys("books", "a.example:8080").Slots, "{books}:host:a.example:8080:slots"},
 		{Robots("books", "https://a.example:8443"), "{books}:robots:https:a.example:8443"},
 		{FilterKeys(FilterName("books")).Meta, "{books}:dupefilter:meta"},
 		{FilterKeys(FilterName("books")).Shard(31), "{books}:dupefilter:1f"},
@@ -37,7 +37,7 @@ func TestMatch(t *testing.T) {
 		q.Dead: "requests:dead", q.Notify: "requests:notify", q.Seq: "requests:seq",
 		s.List: "start_urls", s.Dead: "start_urls:dead",
 		Items("c"): "items", Stats("c"): "stats", Meta("c"): "meta", Workers("c"): "workers",
-		h.Lease: "host:*:lease", h.Next: "host:*:next", h.Throttle: "host:*:throttle", h.Want: "host:*:want",
+		h.Slots: "host:*:slots", h.Next: "host:*:next", h.Throttle: "host:*:throttle", h.Want: "host:*:want",
 		Robots("c", "https://h.example:8443"): "robots:*",
 		f.Meta:                                "dupefilter:meta", f.Shard(0xab): "dupefilter:*", f.BloomPart(3): "dupefilter:bloom:*",
 	} {

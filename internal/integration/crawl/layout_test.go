@@ -322,12 +322,21 @@ func checkLayout(t *testing.T, nodes []goredis.UniversalClient, client goredis.U
 		{by: func() error {
 			return client.ZAdd(ctx, redislayout.QueueKeys(a+":requests").Ready, goredis.Z{Member: "garbage"}).Err()
 		}},
-		// The site's host leased by another worker for a moment, as when
-		// two workers share it: the worker asks for it (the want key),
-		// then takes it once the lease runs out.
+		// A slot of the site's host held by another worker for a
+		// moment, as when two workers share it: the worker, which wants
+		// the host whole (--autothrottle), asks for it (the want key),
+		// then takes it once that slot runs out.
 		{by: func() error {
 			host := strings.TrimSuffix(strings.TrimPrefix(url, "http://"), "/")
-			return client.Set(ctx, redislayout.HostKeys(a, host).Lease, "another worker", 1500*time.Millisecond).Err()
+			now, err := client.Time(ctx).Result()
+			if err != nil {
+				return err
+			}
+			key := redislayout.HostKeys(a, host).Slots
+			if err := client.HSet(ctx, key, "another worker", fmt.Sprintf("1:%d", now.Add(1500*time.Millisecond).UnixMilli())).Err(); err != nil {
+				return err
+			}
+			return client.PExpire(ctx, key, 1500*time.Millisecond).Err()
 		}},
 		{args: append([]string{"worker"}, args(a, "--out", "redis", "--autothrottle")...)},
 		{args: append([]string{"stats"}, args(a)...)},
