@@ -30,9 +30,9 @@ import (
 // the host's next request may start; KEYS[4i-1] throttle: AutoThrottle's
 // adapted delay (ms); KEYS[4i] want: set when a worker found no slot free
 // (holders yield at their next renewal). Holders past their expiry are
-// dropped. A slot ask takes what it wants of the free slots, all of them
-// if no other worker holds one and none asked for one lately (no want
-// key), and never gives back what this worker holds. Returns three
+// dropped. An ask takes all the slots if no other worker holds one; else
+// a slot ask takes what it wants of the free slots, a whole ask none;
+// neither gives back what this worker holds. Returns three
 // numbers per host: the slots this worker now holds, then, if it holds
 // any, the ms until the next start and the adapted delay (0 = none); if
 // none, the ms until the first of the others' slots expires, and 0.
@@ -60,9 +60,9 @@ for i = 1, #KEYS / 4 do
     end
   end
   local got = mine
-  if whole or (others == 0 and redis.call('EXISTS', want) == 0) then
-    if others == 0 then got = cap end
-  else
+  if others == 0 then
+    got = cap
+  elseif not whole then
     got = math.max(mine, math.min(target, cap - others))
   end
   if got > 0 then
@@ -263,7 +263,7 @@ type LimiterConfig struct {
 // worker asks for more slots when its workbench would start a page of
 // the host and every slot it holds is busy (engine.HostLeaser.Lease),
 // and takes what it asks for of the free ones, or all of them when no
-// other worker holds one or asked for one lately. A host with a delay is
+// other worker holds one. A host with a delay is
 // leased whole, all its slots to one worker, only while no other holds
 // any: that worker keeps the delay between starts in memory, which two
 // workers could not without asking Redis per request; a worker that
