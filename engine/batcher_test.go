@@ -106,3 +106,21 @@ func TestSettlementOutsideRun(t *testing.T) {
 		t.Error("a stopped settlement took a write or an ack")
 	}
 }
+
+// TestAckerInterval: pages finishing 2ms apart, 50 of them over 100ms,
+// are acknowledged in at most 6 batches (ackInterval: one batch a round
+// trip; at 5ms it took 17).
+func TestAckerInterval(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var batches atomic.Int32
+		b := newBatcher(batchSize(256), ackInterval, func([]int) { batches.Add(1) })
+		for i := range 50 {
+			b.add(i)
+			time.Sleep(2 * time.Millisecond)
+		}
+		b.close()
+		if n := batches.Load(); n > 6 {
+			t.Errorf("50 acknowledgements 2ms apart went in %d batches, want at most 6", n)
+		}
+	})
+}
