@@ -26,6 +26,9 @@ func newScope(cfg *compiled) *scope {
 // domainAllowed reports whether host is an allowed domain or a subdomain of
 // one: of Config.AllowedDomains if set, else of origin (a request's Scope).
 func (s *scope) domainAllowed(host, origin string) bool {
+	if len(s.domains) == 0 && host == origin && host != "" {
+		return true // most links: to their page's host (the loop's first answer, without lower-casing)
+	}
 	host = strings.ToLower(host)
 	origin = strings.ToLower(origin)
 	for h := host; h != ""; {
