@@ -91,11 +91,7 @@ func TestRepartitionDeadLetters(t *testing.T) {
 					t.Fatal(err)
 				}
 				for _, dd := range ds {
-					var r engine.Request
-					if err := r.UnmarshalBinary(dd.Message().Body); err != nil {
-						t.Fatal(err)
-					}
-					if err := dd.Reject(ctx, "gone "+r.URL); err != nil {
+					if err := dd.Reject(ctx, "gone "+urlOf(t, dd.Message().Body)); err != nil {
 						t.Fatal(err)
 					}
 					buried++
@@ -153,11 +149,7 @@ func TestRepartitionDeadLetters(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, dd := range ds {
-				var r engine.Request
-				if err := r.UnmarshalBinary(dd.Message().Body); err != nil {
-					t.Fatal(err)
-				}
-				want[broker.PartitionOf(host[r.URL], 4)].InFlight++
+				want[broker.PartitionOf(host[urlOf(t, dd.Message().Body)], 4)].InFlight++
 			}
 			ls, err := d4.Broker.DeadLetters(ctx, q, 100)
 			if err != nil {
@@ -167,14 +159,11 @@ func TestRepartitionDeadLetters(t *testing.T) {
 				t.Errorf("%d dead letters after the repartition, want %d", len(ls), dead)
 			}
 			for _, l := range ls {
-				var r engine.Request
-				if err := r.UnmarshalBinary(l.Message.Body); err != nil {
-					t.Fatal(err)
+				u := urlOf(t, l.Message.Body)
+				if l.Reason != "gone "+u {
+					t.Errorf("dead letter %s has reason %q, want %q", u, l.Reason, "gone "+u)
 				}
-				if l.Reason != "gone "+r.URL {
-					t.Errorf("dead letter %s has reason %q, want %q", r.URL, l.Reason, "gone "+r.URL)
-				}
-				want[broker.PartitionOf(host[r.URL], 4)].Dead++
+				want[broker.PartitionOf(host[u], 4)].Dead++
 			}
 			got, err := d4.Broker.(broker.PartitionCounter).PartitionCounts(ctx, q)
 			if err != nil {
@@ -252,6 +241,16 @@ func checkPartition(ctx context.Context, t *testing.T, f dedupredis.Claimer, p, 
 	if in && held != len(fps) || !in && held != 0 {
 		t.Errorf("partition %d of %d of the filter holds %d of the %d claims made before the repartition, want %v", p, n, held, len(fps), map[bool]string{true: "all", false: "none"}[in])
 	}
+}
+
+// urlOf returns the URL of the request a message body holds.
+func urlOf(t *testing.T, body []byte) string {
+	t.Helper()
+	var r engine.Request
+	if err := r.UnmarshalBinary(body); err != nil {
+		t.Fatal(err)
+	}
+	return r.URL
 }
 
 // receiveAll receives n deliveries of q.
