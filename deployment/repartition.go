@@ -188,8 +188,8 @@ func (d *Deployment) Repartition(ctx context.Context, m int) (Moved, error) {
 	if err != nil {
 		return out, err
 	}
-	// The queues it moved through are empty: on Redis, drop their id
-	// counters and wake-up tokens too.
+	// The queues it moved through are empty: drop them (on Redis, their
+	// id counters and wake-up tokens).
 	if dp, ok := one.(partitionDropper); ok {
 		for _, tq := range []string{tmp, tmpDead} {
 			if err := dp.DropPartitions(ctx, tq, 0, 1); err != nil {
@@ -214,7 +214,7 @@ func (d *Deployment) Repartition(ctx context.Context, m int) (Moved, error) {
 // of n partitions keeps that one of m partitions does not use, with
 // whatever it holds: NATS and RabbitMQ, partitions m to n-1 (each a stream
 // or queue named by its number); Redis, the keys of each partition of n
-// whose tag none of m's has, and with m = 0 every key of the queue.
+// whose tag none of m's has. m = 0 deletes the whole queue.
 type partitionDropper interface {
 	DropPartitions(ctx context.Context, queue string, m, n int) error
 }

@@ -4,6 +4,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -128,6 +131,7 @@ func TestRepartitionDeadLetters(t *testing.T) {
 				t.Errorf("Repartition moved %+v, want %d ready and %d dead from 1 to 4", m, total-dead, dead)
 			}
 			dr.Close()
+			checkTransitGone(ctx, t, cfg, name)
 
 			d4 := open()
 			p, ok := d4.Broker.(broker.Partitioned)
@@ -212,6 +216,50 @@ func TestRepartitionDeadLetters(t *testing.T) {
 				t.Errorf("counts after the repartition to 2: %+v, %v; want 1 ready, %d dead", n, err, dead)
 			}
 		})
+	}
+}
+
+// checkTransitGone checks that the queues a repartition of crawl name
+// moves through, NAME:requests~repartition and ~repartition-dead, are gone
+// from NATS and RabbitMQ once it is done (Redis: CheckPartitionKeys).
+func checkTransitGone(ctx context.Context, t *testing.T, cfg deployment.Config, name string) {
+	t.Helper()
+	switch cfg.Broker {
+	case "nats":
+		streams := integration.JetStream(t, cfg.NATSURL).StreamNames(ctx)
+		for s := range streams.Name() {
+			// A stream is named by its queue, escaped: '~' is _7e.
+			if strings.Contains(s, name) && strings.Contains(s, "_7erepartition") {
+				t.Errorf("stream %s of a queue the repartition moved through remains", s)
+			}
+		}
+		if err := streams.Err(); err != nil {
+			t.Fatal(err)
+		}
+	case "rabbitmq":
+		u, err := url.Parse(integration.RabbitMQManagement(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pw, _ := u.User.Password()
+		user := u.User.Username()
+		u.User = nil
+		for _, tq := range []string{"~repartition", "~repartition-dead", "~repartition:dead", "~repartition-dead:dead"} {
+			q := engine.RequestsQueue(name) + tq
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String()+"/api/queues/%2F/"+url.PathEscape(q), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.SetBasicAuth(user, pw)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatalf("management API: %v", err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusNotFound {
+				t.Errorf("queue %s of the repartition's: management API answers %s, want 404 Not Found", q, resp.Status)
+			}
+		}
 	}
 }
 

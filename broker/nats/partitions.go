@@ -115,9 +115,10 @@ func (b *Broker) stepDown(ctx context.Context, api, server string) error {
 
 // DropPartitions deletes the streams of partitions from to to-1 of queue,
 // with whatever they hold (trawl repartition, once it has moved them to
-// fewer partitions).
+// fewer partitions); from 0 deletes the whole queue (the queues a
+// repartition moves through, once they are empty).
 func (b *Broker) DropPartitions(ctx context.Context, queue string, from, to int) error {
-	for p := max(from, 1); p < to; p++ {
+	for p := max(from, 0); p < to; p++ {
 		n := namesFor(queue, b.cfg.Bands, p)
 		for _, name := range []string{n.work, n.dead} {
 			if err := b.js.DeleteStream(ctx, name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {

@@ -298,14 +298,15 @@ func (b *Broker) Requeue(ctx context.Context, queue string, max int) (int, error
 
 // DropPartitions deletes partitions from to to-1 of queue, and their dead
 // letters, with whatever they hold (trawl repartition, once it has moved
-// them to fewer partitions).
+// them to fewer partitions); from 0 deletes the whole queue (the queues a
+// repartition moves through, once they are empty).
 func (b *Broker) DropPartitions(ctx context.Context, queue string, from, to int) error {
 	s, err := b.session(ctx)
 	if err != nil {
 		_, err = b.failed(ctx, nil, err)
 		return opErr("drop partitions", queue, err)
 	}
-	for p := max(from, 1); p < to; p++ {
+	for p := max(from, 0); p < to; p++ {
 		for _, name := range []string{partName(queue, p), deadQueue(partName(queue, p))} {
 			err := s.side(func(ch *amqp.Channel) error {
 				_, err := ch.QueueDelete(name, false, false, false)

@@ -32,6 +32,23 @@ const (
 // the container: it survives a stop and start of the same container).
 var natsCmd = []string{"-js", "-sd", "/data"}
 
+// JetStream returns a JetStream context on a connection to url, with
+// opts, closed when t ends: for a test that looks at the streams a crawl
+// made. It fails t if it cannot connect.
+func JetStream(t testing.TB, url string, opts ...natsgo.Option) jetstream.JetStream {
+	t.Helper()
+	nc, err := natsgo.Connect(url, opts...)
+	if err != nil {
+		t.Fatalf("integration: connect to NATS at %s: %v", url, err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatalf("integration: JetStream at %s: %v", url, err)
+	}
+	return js
+}
+
 // NATS returns the URL (nats://host:port) of a NATS server with JetStream
 // shared by the tests of this binary: TRAWL_TEST_NATS_URL if set, else a
 // container started on first use. It fails t if no server can be had, and skips

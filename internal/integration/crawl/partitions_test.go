@@ -9,7 +9,6 @@ import (
 	"time"
 
 	natsgo "github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/trawlhq/trawl/broker"
 	"github.com/trawlhq/trawl/internal/integration"
@@ -124,15 +123,7 @@ func TestNATSClusterPartitions(t *testing.T) {
 			"--allow-private", "--idle-timeout=3s", "--concurrency=16", "--per-host=16"}, more...)
 	}
 	partitionedCrawl(t, args, func(ctx context.Context, name string) []string {
-		nc, err := natsgo.Connect(c.URL(), natsgo.Timeout(2*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer nc.Close()
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
+		js := integration.JetStream(t, c.URL(), natsgo.Timeout(2*time.Second))
 		stream := "TRAWL_Q_" + strings.ReplaceAll(name+":requests", ":", "_3a")
 		var out []string
 		for p := range 3 {
