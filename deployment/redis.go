@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"strings"
 	"time"
 
@@ -263,8 +264,8 @@ func (d *Deployment) MisplacedStarts(ctx context.Context) (int64, error) {
 }
 
 // WatchMisplacedStarts writes StartsWarning once, on w, when
-// NAME:start_urls holds entries, looking at start, then half an interval
-// later and every interval after that, until ctx ends. It returns at once
+// NAME:start_urls holds entries, looking at start and then about every
+// interval, until ctx ends. It returns at once
 // where start URLs are not kept in Redis.
 func (d *Deployment) WatchMisplacedStarts(ctx context.Context, w io.Writer, every time.Duration) {
 	if d.redis == nil || d.Starts == nil {
@@ -308,13 +309,13 @@ func scrapyWarning(name string, n int64) string {
 }
 
 // watchScrapyStarts warns once, on w, when NAME:start_urls holds entries,
-// looking at start, then half an interval later and every interval after
-// that, until ctx ends. Its looks so fall between the worker's presence
-// announcements, which also come every 5s from the start: looks at the
-// same moment would each take a connection, and an idle worker holds two
-// (see redisConnMaxIdle).
+// looking at start and then about every interval (less a random
+// twentieth), until ctx ends. The jitter keeps its looks off the beat of
+// the worker's other periodic jobs (its feeder's grid, started with the
+// crawl): looks at the same moment would each take a connection, and an
+// idle worker holds two (see redisConnMaxIdle and engine's presenceJitter).
 func watchScrapyStarts(ctx context.Context, client goredis.UniversalClient, name string, w io.Writer, every time.Duration) {
-	t := time.NewTimer(every / 2)
+	t := time.NewTimer(every - rand.N(every/20+1))
 	defer t.Stop()
 	for {
 		if n, err := scrapyStarts(ctx, client, name); err == nil && n > 0 {
@@ -325,7 +326,7 @@ func watchScrapyStarts(ctx context.Context, client goredis.UniversalClient, name
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			t.Reset(every)
+			t.Reset(every - rand.N(every/20+1))
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	mathrand "math/rand/v2"
 	"os"
 	"time"
 
@@ -13,13 +14,25 @@ import (
 )
 
 // PresenceTTL is how long a worker's announcement lasts (see
-// broker.Presence); a running worker renews it every third of that. A
-// worker killed without a chance to withdraw it counts as live for at
-// most that long.
+// broker.Presence); a running worker renews it every third of that or
+// a little sooner (presenceJitter). A worker killed without a chance to
+// withdraw it counts as live for at most that long.
 const PresenceTTL = 15 * time.Second
 
+// presenceJitter is how much sooner than PresenceTTL/3 each renewal may
+// come, at random: a worker's other periodic jobs (its progress line
+// every 10 s, its feeder's look at the start URLs on a 200 ms grid) tick
+// in step with a renewal every PresenceTTL/3, all started with the
+// crawl, and two of them at once take two pooled connections where one
+// does: an idle Redis worker dialled a connection every 10 s, which its
+// pool closed 2–3 s later (deployment's redisConnMaxIdle). Jittered, the
+// renewals drift over the others' ticks and meet one by chance only, as
+// the workers of a fleet started together no longer beat together.
+const presenceJitter = PresenceTTL / 15
+
 // presence keeps a worker announced in its crawl's presence while it
-// runs, renewing the announcement every third of PresenceTTL and writing
+// runs, renewing the announcement every third of PresenceTTL less a
+// random presenceJitter and writing
 // the worker's record (see WorkerStatus) each time, and withdraws the
 // announcement when the worker stops, its record marked stopped.
 type presence struct {
@@ -56,7 +69,7 @@ func workerID() string {
 // it. A failure is logged: presence is for the commands that must not
 // spoil a running crawl (trawl purge) and for watching, not for crawling.
 func (p *presence) run(ctx context.Context, done <-chan struct{}) {
-	t := time.NewTicker(PresenceTTL / 3)
+	t := time.NewTimer(presenceEvery())
 	defer t.Stop()
 	for {
 		if err := p.p.Announce(ctx, p.crawl, p.id, PresenceTTL); err != nil {
@@ -73,6 +86,13 @@ func (p *presence) run(ctx context.Context, done <-chan struct{}) {
 			cancel()
 			return
 		case <-t.C:
+			t.Reset(presenceEvery())
 		}
 	}
+}
+
+// presenceEvery is the wait before a renewal: PresenceTTL/3 less a
+// random presenceJitter.
+func presenceEvery() time.Duration {
+	return PresenceTTL/3 - mathrand.N(presenceJitter)
 }

@@ -67,3 +67,44 @@ func TestPresence(t *testing.T) {
 		}
 	})
 }
+
+// TestPresenceJitter: a worker renews its announcement every third of
+// PresenceTTL less a random presenceJitter, never on a fixed beat: on one
+// (before), its renewals met its progress line, every 10 s from the same
+// start, and an idle Redis worker dialled a second pooled connection each
+// time.
+func TestPresenceJitter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var at []time.Time
+		p := &presence{p: &countingPresence{}, crawl: "c", id: "w", log: slog.New(slog.DiscardHandler),
+			beat: func(_ context.Context, stopped bool) {
+				if !stopped {
+					at = append(at, time.Now())
+				}
+			}}
+		done := make(chan struct{})
+		stopped := make(chan struct{})
+		go func() { defer close(stopped); p.run(context.Background(), done) }()
+		time.Sleep(20 * PresenceTTL)
+		close(done)
+		<-stopped
+		gaps := map[time.Duration]int{}
+		onBeat := 0 // renewals at a whole multiple of 10 s from the start
+		for i := 1; i < len(at); i++ {
+			gap := at[i].Sub(at[i-1])
+			if gap > PresenceTTL/3 || gap <= PresenceTTL/3-presenceJitter {
+				t.Errorf("renewal %d came %v after the one before, want in (%v, %v]", i, gap, PresenceTTL/3-presenceJitter, PresenceTTL/3)
+			}
+			gaps[gap]++
+			if at[i].Sub(at[0])%(10*time.Second) == 0 {
+				onBeat++
+			}
+		}
+		if len(at) < 60 || len(gaps) < len(at)/2 {
+			t.Errorf("%d renewals in %v, %d distinct gaps between them: %v; want at least 60, most of them apart by a gap of their own", len(at), 20*PresenceTTL, len(gaps), gaps)
+		}
+		if onBeat > 1 {
+			t.Errorf("%d renewals of %d on a 10 s beat from the first, want none but by chance", onBeat, len(at))
+		}
+	})
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -222,24 +223,30 @@ func (o *options) serveMetrics(s *engine.Stats, b *deployment.Deployment) (*http
 	return srv, nil
 }
 
-// progressLines logs a progress line every interval, for a stderr that
-// is not a terminal (a log file, a container's log). Its rate is in
-// pages/s, as the summary's.
+// progressLines logs a progress line about every interval, for a stderr
+// that is not a terminal (a log file, a container's log). Its rate is in
+// pages/s, as the summary's. Each wait is the interval less a random
+// twentieth: a line counts the queues at Redis, and on a fixed beat it met
+// the feeder's look at the start URLs, which ticks on a grid started
+// with the crawl, every 30 s (an idle worker dialled a second pooled
+// connection each time; see engine's presenceJitter).
 func progressLines(ctx context.Context, w io.Writer, s *engine.Stats, queued func(context.Context) string, every time.Duration) {
-	t := time.NewTicker(every)
+	t := time.NewTimer(every - rand.N(every/20+1))
 	defer t.Stop()
 	var last int64
+	lastAt := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			t.Reset(every - rand.N(every/20+1))
 		}
-		pages := s.Get(engine.StatResponses)
+		pages, now := s.Get(engine.StatResponses), time.Now()
 		fmt.Fprintf(w, "trawl: crawled %d %s (at %.1f pages/s), %s queued, %d %s, %d %s\n",
-			pages, plural(pages, "page"), float64(pages-last)/every.Seconds(), queued(ctx),
+			pages, plural(pages, "page"), float64(pages-last)/now.Sub(lastAt).Seconds(), queued(ctx),
 			s.Get(engine.StatItems), plural(s.Get(engine.StatItems), "item"), s.Get(engine.StatErrors), plural(s.Get(engine.StatErrors), "error"))
-		last = pages
+		last, lastAt = pages, now
 	}
 }
 
