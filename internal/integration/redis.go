@@ -80,6 +80,7 @@ func redisClient(t testing.TB, url string) *goredis.Client {
 
 // RedisInfo returns the numeric fields of the INFO sections of c's
 // server (connected_clients, blocked_clients, total_commands_processed
+// …), and for section commandstats each command's calls (cmdstat_lrange
 // …). It fails t if INFO fails.
 func RedisInfo(t testing.TB, c goredis.UniversalClient, sections ...string) map[string]int64 {
 	t.Helper()
@@ -90,6 +91,9 @@ func RedisInfo(t testing.TB, c goredis.UniversalClient, sections ...string) map[
 	m := map[string]int64{}
 	for line := range strings.Lines(s) {
 		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if calls, found := strings.CutPrefix(v, "calls="); found {
+			v, _, _ = strings.Cut(calls, ",")
+		}
 		if n, err := strconv.ParseInt(v, 10, 64); ok && err == nil {
 			m[k] = n
 		}
