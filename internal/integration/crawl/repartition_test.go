@@ -23,9 +23,10 @@ import (
 // the queue and whose claims every new partition gets a copy of (a page
 // fetched before the repartition and linked again after it is not fetched
 // twice), and where nothing of the one partition stays
-// (integration.CheckPartitionKeys).
+// (integration.CheckPartitionKeys); on Redis with a Bloom filter too,
+// whose kind and sizes only the seed and the first worker are given.
 func TestRepartition(t *testing.T) {
-	for _, backend := range []string{"nats", "redis"} {
+	for _, backend := range []string{"nats", "redis", "redis-bloom"} {
 		t.Run(backend, func(t *testing.T) { testRepartition(t, backend) })
 	}
 }
@@ -35,6 +36,13 @@ func testRepartition(t *testing.T, backend string) {
 	brokerArgs := []string{"--broker=redis", "--redis-url", redis}
 	if backend == "nats" {
 		brokerArgs = []string{"--broker=nats", "--nats-url", integration.NATS(t), "--redis-url", redis}
+	}
+	// The filter's kind and sizes are given to the seed and the first
+	// worker alone: the repartition, trawl stats and the second worker
+	// open the crawl's filter as it was made.
+	var made []string
+	if backend == "redis-bloom" {
+		made = []string{"--dedup=bloom", "--bloom-capacity=200000"}
 	}
 	hosts := []string{"127.0.0.3", "127.0.0.5", "127.0.0.2", "127.0.0.4"} // partitions 0 to 3 of 4
 	var sites []*testsite.Site
@@ -54,8 +62,8 @@ func testRepartition(t *testing.T, backend string) {
 		return flags(append(brokerArgs, "--name", name,
 			"--allow-private", "--idle-timeout=3s", "--concurrency=16", "--per-host=16"), more...)
 	}
-	mustRun(t, append([]string{"seed"}, args(urls...)...)...)
-	first := start(t, append([]string{"worker"}, args("--max-pages=1000")...)...)
+	mustRun(t, append([]string{"seed"}, args(append(made, urls...)...)...)...)
+	first := start(t, append([]string{"worker"}, args(append(made, "--max-pages=1000")...)...)...)
 	if code := first.wait(t, 3*time.Minute); code != 0 {
 		t.Fatalf("first worker exit %d:\n%s", code, first.stderr.String())
 	}
@@ -69,7 +77,7 @@ func testRepartition(t *testing.T, backend string) {
 			t.Fatal(err)
 		}
 		q := name + ":requests"
-		if backend == "redis" {
+		if backend != "nats" {
 			q = redislayout.Of(q) // as trawl stats names it: {NAME}:requests
 		}
 		var parts []int64
@@ -95,7 +103,7 @@ func testRepartition(t *testing.T, backend string) {
 	if !strings.Contains(out, fmt.Sprintf("%d queued requests", before)) || !strings.Contains(out, "from 1 to 4 partitions") {
 		t.Errorf("repartition said %q, want %d queued requests moved from 1 to 4 partitions", out, before)
 	}
-	if backend == "redis" {
+	if backend != "nats" {
 		// Nothing of one partition stays but the crawl's two marks in
 		// its filter's own keys.
 		integration.CheckPartitionKeys(t, integration.RedisClient(t), name, 4, 2)
