@@ -15,34 +15,55 @@ import (
 // their leases extended (keep) until they are settled: those taken from
 // the frontier (the workbench's held-back ones and those being
 // processed) and those with the writer (see hold). It counts them, for
-// the feeder: a worker with deliveries in hand is not idle.
+// the feeder: a worker with deliveries in hand is not idle. Its zero
+// value is ready to use.
+//
+// Plain maps under a mutex: each page takes, holds, releases and is done
+// once, and sync.Map's stores and deletes allocated a node each.
 type leaseKeeper struct {
-	taken sync.Map     // broker.Delivery -> struct{}: taken, not yet done
-	held  sync.Map     // broker.Delivery -> struct{}: with the writer, not yet released
-	n     atomic.Int64 // taken plus held (a delivery both taken and held counts twice)
+	mu    sync.Mutex
+	taken map[broker.Delivery]struct{} // taken, not yet done
+	held  map[broker.Delivery]struct{} // with the writer, not yet released
+	n     atomic.Int64                 // taken plus held (a delivery both taken and held counts twice)
+}
+
+// add puts d in *m, made on first use; k.mu held.
+func add(m *map[broker.Delivery]struct{}, d broker.Delivery) {
+	if *m == nil {
+		*m = make(map[broker.Delivery]struct{})
+	}
+	(*m)[d] = struct{}{}
 }
 
 // take holds d, taken from the frontier, until done.
 func (k *leaseKeeper) take(d broker.Delivery) {
 	k.n.Add(1)
-	k.taken.Store(d, struct{}{})
+	k.mu.Lock()
+	add(&k.taken, d)
+	k.mu.Unlock()
 }
 
 // done ends take.
 func (k *leaseKeeper) done(d broker.Delivery) {
-	k.taken.Delete(d)
+	k.mu.Lock()
+	delete(k.taken, d)
+	k.mu.Unlock()
 	k.n.Add(-1)
 }
 
 // hold holds d, handed to the writer, until release.
 func (k *leaseKeeper) hold(d broker.Delivery) {
 	k.n.Add(1)
-	k.held.Store(d, struct{}{})
+	k.mu.Lock()
+	add(&k.held, d)
+	k.mu.Unlock()
 }
 
 // release ends hold.
 func (k *leaseKeeper) release(d broker.Delivery) {
-	k.held.Delete(d)
+	k.mu.Lock()
+	delete(k.held, d)
+	k.mu.Unlock()
 	k.n.Add(-1)
 }
 
@@ -78,16 +99,16 @@ func (k *leaseKeeper) keep(ctx context.Context, lease time.Duration, batch broke
 		case <-t.C:
 		}
 		ds = ds[:0]
-		k.taken.Range(func(d, _ any) bool {
-			ds = append(ds, d.(broker.Delivery))
-			return true
-		})
-		k.held.Range(func(d, _ any) bool {
-			if _, taken := k.taken.Load(d); !taken {
-				ds = append(ds, d.(broker.Delivery))
+		k.mu.Lock()
+		for d := range k.taken {
+			ds = append(ds, d)
+		}
+		for d := range k.held {
+			if _, taken := k.taken[d]; !taken {
+				ds = append(ds, d)
 			}
-			return true
-		})
+		}
+		k.mu.Unlock()
 		if len(ds) == 0 {
 			continue
 		}
