@@ -26,7 +26,9 @@ import (
 // host i (from 1), ARGV[4+2i] the slots wanted in all, ARGV[5+2i] "1" to
 // take the host whole (all its slots, only while no other worker holds
 // any). KEYS[4i-3] slots: a hash, worker token -> "COUNT:EXPIRY" (ms of
-// the server's clock); KEYS[4i-2] next: a key whose TTL is the time until
+// the server's clock), and "~" -> the key's own expiry, which a write
+// that needs it later extends to twice the TTL (so that not every ask
+// sets the key's TTL); KEYS[4i-2] next: a key whose TTL is the time until
 // the host's next request may start; KEYS[4i-1] throttle: AutoThrottle's
 // adapted delay (ms); KEYS[4i] want: set when a worker found no slot free
 // (holders yield at their next renewal). Holders past their expiry are
@@ -45,11 +47,13 @@ for i = 1, #KEYS / 4 do
   local slots, next_, throttle, want = KEYS[4*i-3], KEYS[4*i-2], KEYS[4*i-1], KEYS[4*i]
   local target, whole = tonumber(ARGV[4+2*i]), ARGV[5+2*i] == '1'
   local all = redis.call('HGETALL', slots)
-  local mine, others, first, last = 0, 0, nil, now + ttl
+  local mine, others, first, last, keyexp = 0, 0, nil, now + ttl, 0
   for j = 1, #all, 2 do
     local n, exp = string.match(all[j+1], '^(%d+):(%d+)$')
     n, exp = tonumber(n), tonumber(exp)
-    if exp <= now then
+    if all[j] == '~' then
+      keyexp = tonumber(all[j+1])
+    elseif exp <= now then
       redis.call('HDEL', slots, all[j])
     elseif all[j] == me then
       mine = n
@@ -66,8 +70,14 @@ for i = 1, #KEYS / 4 do
     got = math.max(mine, math.min(target, cap - others))
   end
   if got > 0 then
-    redis.call('HSET', slots, me, string.format('%d:%d', got, now + ttl))
-    redis.call('PEXPIRE', slots, last - now)
+    local v = string.format('%d:%d', got, now + ttl)
+    if last > keyexp then
+      keyexp = math.max(last, now + 2 * ttl)
+      redis.call('HSET', slots, me, v, '~', string.format('%d', keyexp))
+      redis.call('PEXPIRE', slots, keyexp - now)
+    else
+      redis.call('HSET', slots, me, v)
+    end
     local thr = 0
     if start > 0 then thr = tonumber(redis.call('GET', throttle) or '0') end
     out[3*i-2], out[3*i-1], out[3*i] = got, math.max(0, redis.call('PTTL', next_)), thr
@@ -132,15 +142,22 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local out = {}
 for i = 1, #KEYS / 3 do
   local slots = KEYS[3*i-2]
-  local v = redis.call('HGET', slots, me)
+  local got = redis.call('HMGET', slots, me, '~')
+  local v, keyexp = got[1], tonumber(got[2] or '0')
   local n, exp
   if v then n, exp = string.match(v, '^(%d+):(%d+)$') end
   if v == false or tonumber(exp) <= now then
     if v then redis.call('HDEL', slots, me) end
     out[2*i-1], out[2*i] = 0, 0
   else
-    redis.call('HSET', slots, me, n .. ':' .. string.format('%d', now + ttl))
-    if redis.call('PTTL', slots) < ttl then redis.call('PEXPIRE', slots, ttl) end
+    v = n .. ':' .. string.format('%d', now + ttl)
+    if now + ttl > keyexp then
+      keyexp = now + 2 * ttl
+      redis.call('HSET', slots, me, v, '~', string.format('%d', keyexp))
+      redis.call('PEXPIRE', slots, keyexp - now)
+    else
+      redis.call('HSET', slots, me, v)
+    end
     out[2*i-1] = 1
     if redis.call('DEL', KEYS[3*i-1]) == 1 then out[2*i-1] = 2 end
     out[2*i] = math.max(0, redis.call('PTTL', KEYS[3*i]))

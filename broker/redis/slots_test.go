@@ -2,10 +2,13 @@ package redis_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/trawlhq/trawl/broker/redis"
 	"github.com/trawlhq/trawl/internal/integration"
@@ -44,12 +47,29 @@ func TestHostLimiterSlotsAcrossWorkers(t *testing.T) {
 	}
 	defer rb()
 	t.Logf("b's request started %v after it asked, a's still in progress", time.Since(start).Round(time.Millisecond))
-	held, err := client.HGetAll(ctx, redislayout.HostKeys(crawl, "big.example").Slots).Result()
+	key := redislayout.HostKeys(crawl, "big.example").Slots
+	held := holders(t, ctx, client, key)
+	if len(held) != 2 {
+		t.Errorf("the host's slots are held by %v, want one each by two workers", held)
+	}
+	// The key outlives its last holder (else their slots would free
+	// early, and the cap be exceeded).
+	now, err := client.Time(ctx).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(held) != 2 {
-		t.Errorf("the host's slots are held by %v, want one each by two workers", held)
+	ttl, err := client.PTTL(ctx, key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for token, v := range held {
+		var n, exp int64
+		if _, err := fmt.Sscanf(v, "%d:%d", &n, &exp); err != nil || n != 1 {
+			t.Errorf("holder %s: %q, want 1 slot and an expiry", token, v)
+		}
+		if left := time.UnixMilli(exp).Sub(now); ttl < left {
+			t.Errorf("the slots key expires in %v, before its holder %s (in %v)", ttl, token, left)
+		}
 	}
 	for i, l := range []*redis.HostLimiter{a, b} {
 		short, cancelShort := context.WithTimeout(ctx, 500*time.Millisecond)
@@ -59,6 +79,18 @@ func TestHostLimiterSlotsAcrossWorkers(t *testing.T) {
 		}
 		cancelShort()
 	}
+}
+
+// holders returns the workers holding slots in the slots hash key, each
+// with its count and expiry.
+func holders(t *testing.T, ctx context.Context, client goredis.UniversalClient, key string) map[string]string {
+	t.Helper()
+	all, err := client.HGetAll(ctx, key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	delete(all, "~") // the key's own expiry
+	return all
 }
 
 // TestHostLimiterDelayedHostStaysWhole: a host with a delay between
@@ -113,11 +145,7 @@ func TestHostLimiterDelayedHostStaysWhole(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			held, err := client.HGetAll(ctx, redislayout.HostKeys(crawl, host).Slots).Result()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(held) != 1 {
+			if held := holders(t, ctx, client, redislayout.HostKeys(crawl, host).Slots); len(held) != 1 {
 				t.Errorf("the host's slots are held by %v, want one worker", held)
 			}
 			first()

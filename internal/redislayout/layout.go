@@ -239,7 +239,7 @@ func Workers(crawl string) string { return Crawl(crawl, "workers") }
 
 // Host holds the keys of one host's shared limits in a crawl.
 type Host struct {
-	Slots    string // {NAME}:host:HOST:slots: the workers holding the host's slots (a hash: token -> count:expiry)
+	Slots    string // {NAME}:host:HOST:slots: the workers holding the host's slots (a hash: token -> count:expiry, "~" -> the key's expiry)
 	Next     string // {NAME}:host:HOST:next: when the next request may start
 	Throttle string // {NAME}:host:HOST:throttle: AutoThrottle's delay
 	Want     string // {NAME}:host:HOST:want: another worker asked for the host
