@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/trawlhq/trawl/broker"
 	"github.com/trawlhq/trawl/dedup"
 	dedupredis "github.com/trawlhq/trawl/dedup/redis"
@@ -22,12 +24,14 @@ import (
 // TestRepartitionDeadLetters: Repartition from 1 to 4 partitions moves
 // every queued request and every dead letter, with its reason, to the
 // partition of its host, and stores the count: the deployment opened
-// afterwards without a count has 4. On NATS, RabbitMQ and Redis, real
-// servers. On Redis, whose filter is partitioned with the queue, every new
-// partition holds every claim made before (set and Bloom), and the old
-// partitions' claims are gone, and so is every other key of the old count
-// (integration.CheckPartitionKeys). The repartition is given neither --dedup nor the Bloom
-// sizes: the crawl's filter is opened as it was made.
+// afterwards without a count has 4. On NATS, RabbitMQ and Redis (one
+// server, and a Cluster of three primaries), real servers; the queues it
+// moved through are gone (checkTransitGone). On Redis, whose filter is
+// partitioned with the queue, every new partition holds every claim made
+// before (set and Bloom), the old partitions' claims are gone, and so is
+// every other key of the old count (integration.CheckPartitionKeys). The
+// repartition is given neither --dedup nor the Bloom sizes: the crawl's
+// filter is opened as it was made.
 func TestRepartitionDeadLetters(t *testing.T) {
 	for _, c := range []struct {
 		name string
@@ -45,6 +49,10 @@ func TestRepartitionDeadLetters(t *testing.T) {
 		{"redis-bloom", func(t *testing.T) deployment.Config {
 			return deployment.Config{Broker: "redis", Filter: "bloom", FilterCapacity: 100_000, RedisURL: integration.Redis(t)}
 		}},
+		{"redis-cluster", func(t *testing.T) deployment.Config {
+			addrs := integration.RedisCluster(t)
+			return deployment.Config{Broker: "redis", Filter: "set", RedisURL: "redis://" + addrs[0] + "?addr=" + strings.Join(addrs[1:], "&addr=")}
+		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
@@ -61,11 +69,11 @@ func TestRepartitionDeadLetters(t *testing.T) {
 			}
 			d := open()
 			// A seed stores the crawl's settings and marks its filter.
-			c, err := d.Crawler(engine.Config{Name: name})
+			cr, err := d.Crawler(engine.Config{Name: name})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := c.Seed(ctx); err != nil {
+			if err := cr.Seed(ctx); err != nil {
 				t.Fatal(err)
 			}
 			marks, err := engine.FilterMarks(ctx, d.Metadata, name)
@@ -109,6 +117,13 @@ func TestRepartitionDeadLetters(t *testing.T) {
 			}
 			claims, partitioned := d.Filter.(dedupredis.Claimer)
 			partitioned = partitioned && cfg.Broker == "redis"
+			// The client that SCANs the crawl's keys.
+			var keys goredis.UniversalClient
+			if partitioned && c.name == "redis-cluster" {
+				keys = integration.RedisClusterClient(t)
+			} else if partitioned {
+				keys = integration.RedisClient(t)
+			}
 			if partitioned {
 				if _, err := claims.Add(ctx, fps...); err != nil {
 					t.Fatal(err)
@@ -145,7 +160,7 @@ func TestRepartitionDeadLetters(t *testing.T) {
 				// filter's lose the claims (a Bloom filter's keep them).
 				checkClaims(ctx, t, f, 1, marks, true)
 				checkClaims(ctx, t, f, 1, fps, cfg.Filter == "bloom")
-				integration.CheckPartitionKeys(t, integration.RedisClient(t), name, 4, len(marks))
+				integration.CheckPartitionKeys(t, keys, name, 4, len(marks))
 			}
 			want := make([]broker.Counts, 4)
 			ds, err := receiveAll(ctx, d4.Broker, q, total-dead)
@@ -207,7 +222,7 @@ func TestRepartitionDeadLetters(t *testing.T) {
 					}
 				}
 				checkClaims(ctx, t, f, 1, marks, true)
-				integration.CheckPartitionKeys(t, integration.RedisClient(t), name, 2, len(marks))
+				integration.CheckPartitionKeys(t, keys, name, 2, len(marks))
 			}
 			if err := d2.Broker.Publish(ctx, q, broker.Message{Body: msgs[0].Body, Key: "h0.example"}); err != nil {
 				t.Fatalf("publish after the repartition to 2: %v", err)
