@@ -186,6 +186,22 @@ func splitRef(ref []byte) (path, query []byte, force, ok bool) {
 // printable ASCII, and a fragment without '%'. The result's String() is
 // then r.prefix, the resolved path and the query.
 func (r *resolver) relative(href []byte) bool {
+	if rooted, ok := plainRelative(href); ok && (rooted || r.cleanDir) {
+		// The commonest href ("/p/12", "page.html"): its own path, or the
+		// base's directory and it, in one pass over it.
+		start := len(r.keys)
+		r.keys = append(r.keys, r.prefix...)
+		if !rooted {
+			r.keys = append(r.keys, r.baseDir...)
+		}
+		r.keys = append(r.keys, href...)
+		r.ents = append(r.ents, linkEnt{
+			start: int32(start), end: int32(len(r.keys)),
+			hostEnd: int32(len(r.prefix)), pathEnd: int32(len(r.keys) - start),
+			https: r.https,
+		})
+		return true
+	}
 	path, query, force, ok := splitRef(href)
 	if !ok || bytes.HasPrefix(path, []byte("//")) || !plainPath(path, false) {
 		return false
@@ -255,6 +271,44 @@ func (r *resolver) absolute(href []byte) bool {
 	})
 	return true
 }
+
+// plainRelative reports whether href is a relative reference that is
+// all path, of bytes a path never escapes (no ':', so no scheme; no '?',
+// '#' or '%'), not starting with "//" (an authority), without dot
+// segments; rooted says that it starts with '/'. Such a reference
+// resolves to itself (rooted) or to the base's directory and itself.
+func plainRelative(href []byte) (rooted, ok bool) {
+	if len(href) == 0 || len(href) > 1 && href[0] == '/' && href[1] == '/' {
+		return false, false
+	}
+	seg := 0 // where the current segment starts
+	for i, c := range href {
+		if !pathByte[c] {
+			return false, false
+		}
+		if c == '/' {
+			if dotSegment(href[seg:i]) {
+				return false, false
+			}
+			seg = i + 1
+		}
+	}
+	return href[0] == '/', !dotSegment(href[seg:])
+}
+
+// dotSegment reports whether seg is "." or "..".
+func dotSegment(seg []byte) bool {
+	return len(seg) == 1 && seg[0] == '.' || len(seg) == 2 && seg[0] == '.' && seg[1] == '.'
+}
+
+// pathByte says which bytes url.URL never escapes in a path, but ':' (see
+// plainPath).
+var pathByte = func() (t [256]bool) {
+	for c := range 256 {
+		t[c] = plainPath([]byte{byte(c)}, false)
+	}
+	return t
+}()
 
 // otherScheme reports whether href starts with a scheme other than http and
 // https (for which resolve returns nil).
