@@ -228,11 +228,13 @@ func (d *Deployment) redisFilter(ctx context.Context, client goredis.UniversalCl
 }
 
 // checkStoredFilter fails when --dedup, --bloom-capacity or
-// --bloom-fp-rate ask for another filter than f, the crawl's. A set's
+// --bloom-fp-rate ask for another filter than f, the crawl's (opened from
+// its stored layout, which it logs). A set's
 // capacity only sizes a new one: it is never in conflict.
 func (d *Deployment) checkStoredFilter(f dedupredis.Claimer) error {
 	b, bloom := f.(*dedupredis.Bloom)
 	kind := map[bool]string{true: "bloom", false: "set"}[bloom]
+	d.log.Info("duplicate filter opened as the crawl made it", "backend", "redis", "filter", kind, "key", f.Key())
 	if d.cfg.Filter != "" && d.cfg.Filter != kind {
 		return configErr("--dedup=%s: crawl %s's duplicate filter is a %s filter (%s); leave --dedup out, or purge the crawl to start another",
 			d.cfg.Filter, d.crawl.Name, kind, redislayout.FilterKeys(f.Key()).Meta)
