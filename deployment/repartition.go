@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/trawlhq/trawl/broker"
+	redisbroker "github.com/trawlhq/trawl/broker/redis"
 	dedupredis "github.com/trawlhq/trawl/dedup/redis"
 	"github.com/trawlhq/trawl/engine"
 )
@@ -38,9 +39,10 @@ type Moved struct {
 // too, a set filter's claims but the marks; a Bloom filter's stay, see
 // dedup/redis.DropPartitions). On Redis nothing else of the old count
 // stays: the old partitions' keys and those of the queues it moved
-// through are deleted. A repartition cut short after the count was
-// stored leaves the old claims (memory, not correctness): trawl purge
-// deletes them with the crawl.
+// through are deleted, and every run ends by sweeping any key of another
+// count (broker/redis.PurgeOtherPartitions): what a run cut short after
+// the count was stored left, which the run that finishes it cannot tell
+// from its count.
 //
 // It moves through two queues of one partition beside the crawl's,
 // NAME:requests~repartition and NAME:requests~repartition-dead: first
@@ -205,6 +207,18 @@ func (d *Deployment) Repartition(ctx context.Context, m int) (Moved, error) {
 		return out, fmt.Errorf("repartition: %w", err)
 	}
 	if err := dedupredis.DropPartitions(ctx, d.claims, out.From, m, marks...); err != nil {
+		return out, fmt.Errorf("repartition: %w", err)
+	}
+	// What a run cut short after the count was stored left (the run that
+	// finishes it sees the new count as the old), or a repartition made
+	// before they cleaned up: the claims in the filter's own keys, and
+	// every key of another count.
+	if out.From != 1 && m > 1 {
+		if err := dedupredis.DropPartitions(ctx, d.claims, 1, m, marks...); err != nil {
+			return out, fmt.Errorf("repartition: %w", err)
+		}
+	}
+	if _, err := redisbroker.PurgeOtherPartitions(ctx, d.redis, name, m); err != nil {
 		return out, fmt.Errorf("repartition: %w", err)
 	}
 	return out, nil

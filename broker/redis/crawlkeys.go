@@ -581,14 +581,44 @@ func PurgeCrawl(ctx context.Context, client goredis.UniversalClient, name string
 	return n, nil
 }
 
+// PurgeOtherPartitions deletes, on every primary of a Cluster, the keys of
+// crawl name that its layout of n partitions does not use: the keys of the
+// partitioned entries of its layout (queue keys, filter shards and
+// bitmaps) under the tag of a partition of another count, and, with n > 1,
+// the queue keys under the crawl's own tag (the one partition of a crawl
+// of one). The filter's keys under the crawl's own tag stay: they hold the
+// crawl's marks (see dedup/redis.DropPartitions). Run on a stopped crawl
+// of n partitions, it deletes what a repartition cut short (or made before
+// repartitions cleaned up) left. It returns how many keys it deleted.
+func PurgeOtherPartitions(ctx context.Context, client goredis.UniversalClient, name string, n int) (int, error) {
+	used := map[string]bool{}
+	for p := range max(n, 1) {
+		used[redislayout.PartitionTag(name, p, n)] = true
+	}
+	stray := func(key string, k redislayout.Key) bool {
+		tag := key[1:strings.IndexByte(key, '}')] // a key of the layout has one
+		return k.Partitioned && !used[tag] && !(tag == name && strings.HasPrefix(k.Part, "dupefilter"))
+	}
+	d, err := purgeWhere(ctx, client, name, stray, redislayout.Pattern(name), redislayout.PartitionPattern(name))
+	if err != nil {
+		return d, fmt.Errorf("redis: purge what crawl %s's %d partitions do not use: %w", name, n, err)
+	}
+	return d, nil
+}
+
 // purgeMatching deletes the keys of crawl name's layout that patterns
 // find, on every primary of a Cluster; it returns how many it deleted.
 func purgeMatching(ctx context.Context, client goredis.UniversalClient, name string, patterns ...string) (int, error) {
+	return purgeWhere(ctx, client, name, func(string, redislayout.Key) bool { return true }, patterns...)
+}
+
+// purgeWhere is purgeMatching of the keys which says so.
+func purgeWhere(ctx context.Context, client goredis.UniversalClient, name string, which func(key string, k redislayout.Key) bool, patterns ...string) (int, error) {
 	var mu sync.Mutex
 	n := 0
 	del := func(ctx context.Context, c goredis.UniversalClient) error {
 		for _, pattern := range patterns {
-			if err := delMatching(ctx, c, name, pattern, &mu, &n); err != nil {
+			if err := delMatching(ctx, c, name, pattern, which, &mu, &n); err != nil {
 				return err
 			}
 		}
@@ -601,9 +631,9 @@ func purgeMatching(ctx context.Context, client goredis.UniversalClient, name str
 }
 
 // delMatching deletes the keys of crawl name's layout that pattern finds
-// on c, adding their count to *n; one DEL per slot (the partitions' keys
-// are in several).
-func delMatching(ctx context.Context, c goredis.UniversalClient, name, pattern string, mu *sync.Mutex, n *int) error {
+// on c and which says so, adding their count to *n; one DEL per slot (the
+// partitions' keys are in several).
+func delMatching(ctx context.Context, c goredis.UniversalClient, name, pattern string, which func(string, redislayout.Key) bool, mu *sync.Mutex, n *int) error {
 	iter := c.Scan(ctx, 0, pattern, 1000).Iterator()
 	var batch []string
 	flush := func() error {
@@ -627,7 +657,7 @@ func delMatching(ctx context.Context, c goredis.UniversalClient, name, pattern s
 		return nil
 	}
 	for iter.Next(ctx) {
-		if _, ok := redislayout.Match(name, iter.Val()); !ok {
+		if k, ok := redislayout.Match(name, iter.Val()); !ok || !which(iter.Val(), k) {
 			continue
 		}
 		batch = append(batch, iter.Val())
