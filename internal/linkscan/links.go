@@ -36,9 +36,16 @@ func Extract(base *url.URL, body []byte) (title string, links []*url.URL) {
 	if ls == nil {
 		return title, nil
 	}
+	// One allocation for the url.URLs built from spans, not one each.
 	links = make([]*url.URL, len(ls))
+	slab := make([]url.URL, len(ls))
 	for i := range ls {
-		links[i] = ls[i].Parsed()
+		if ls[i].slow != nil {
+			links[i] = ls[i].slow
+			continue
+		}
+		slab[i] = ls[i].Value()
+		links[i] = &slab[i]
 	}
 	return title, links
 }
