@@ -28,16 +28,22 @@ import (
 // start-up) opened stay open for good. A FIFO pool hands out the one idle
 // longest instead: while a worker is busy every connection is used well
 // within this; once it is idle, its commands (the feeder's look at the
-// start URLs, every second) go through the oldest connection each time,
-// and every connection but one is found idle for longer than this and
-// closed. An idle worker so holds two connections: that one and its
-// consumer's. A --redis-url that sets conn_max_idle_time keeps its own.
+// start URLs, about every 1.2 s) go through the oldest connection each
+// time, and every connection but one is found idle for longer than this
+// and closed. An idle worker so holds two connections: that one and its
+// consumer's. Two of its commands at once open a second pooled one, which
+// goes within 2-6 s (its periodic jobs are jittered so that they meet by
+// chance only; see engine's presenceJitter), and a worker starved past
+// 0.3 s finds its one connection idle too long and dials again: now and
+// then, under load. A --redis-url that sets conn_max_idle_time keeps its
+// own.
 const redisConnMaxIdle = 1500 * time.Millisecond
 
 // redisClientName names a worker's pooled connections in CLIENT LIST
 // (its consumers name theirs broker/redis.ConsumerClientName). It rides
-// on the HELLO of each new connection: no command more. A --redis-url that
-// sets client_name keeps its own.
+// on the HELLO of each new connection, which go-redis (v9.23) follows
+// with a CLIENT SETNAME of its own: a command per dial, none per use. A
+// --redis-url that sets client_name keeps its own.
 const redisClientName = "trawl"
 
 // clusterReload is how often a Redis Cluster client reads the cluster's
