@@ -71,7 +71,9 @@ start() {
 		docker run -d --rm --name "$c" -p 127.0.0.1::6379 "${TRAWL_REDIS_IMAGE:-redis:7}" >/dev/null
 		containers+=("$c")
 		export TRAWL_REDIS_URL="redis://127.0.0.1:$(port "$c" 6379)/0"
-		wait_for redis bin/trawl stats --broker=redis --name docs-check-probe
+		# A crawl that does not exist: trawl stats exits 1 saying so once it
+		# reached the server.
+		wait_for redis bash -c "bin/trawl stats --broker=redis --name docs-check-probe 2>&1 | grep -q 'no crawl docs-check-probe'"
 		;;
 	nats)
 		docker run -d --rm --name "$c" -p 127.0.0.1::4222 "${TRAWL_NATS_IMAGE:-nats:2}" -js -sd /data >/dev/null
