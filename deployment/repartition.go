@@ -71,7 +71,8 @@ func (d *Deployment) Repartition(ctx context.Context, m int) (Moved, error) {
 		return Moved{}, err
 	}
 	if n > 0 {
-		return Moved{}, fmt.Errorf("repartition %s: %w: %d live (announced within the last %v); stop them first", name, ErrWorkersLive, n, engine.PresenceTTL)
+		return Moved{}, fmt.Errorf("repartition %s: %w: %d live %s (announced within the last %v); stop %s first, then run trawl repartition again",
+			name, ErrWorkersLive, n, plural(int64(n), "worker"), engine.PresenceTTL, map[bool]string{true: "it", false: "them"}[n == 1])
 	}
 	s, err := engine.StoredSettings(ctx, d.Metadata, name)
 	if errors.Is(err, broker.ErrNotFound) {

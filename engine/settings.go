@@ -547,7 +547,7 @@ func (c *Crawler) checkPartitions(s Settings) error {
 		n = p.Partitions()
 	}
 	if n != s.Partitions {
-		return fmt.Errorf("crawl %q: %w: the crawl has %d, the broker %d (only --broker=nats, --broker=rabbitmq and --broker=redis split their queues; trawl opens them with the crawl's count)",
+		return fmt.Errorf("crawl %q: %w: the crawl has %d, the broker %d (only --broker=nats, --broker=rabbitmq and --broker=redis split their queues, opened with the crawl's count; on another, start the crawl again without --partitions, with --flush or after trawl purge)",
 			c.cfg.Name, ErrPartitions, s.Partitions, n)
 	}
 	return nil

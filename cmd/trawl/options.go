@@ -111,8 +111,8 @@ func (o *options) addHiddenCrawlFlags(fs *pflag.FlagSet) {
 // worker).
 func (o *options) addCrawlFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.concurrency, "concurrency", 16, "pages processed at once by this worker")
-	fs.IntVar(&o.perHost, "per-host", 8, "concurrent requests per host")
-	fs.DurationVar(&o.delay, "delay", 0, "minimum delay between requests to one host")
+	fs.IntVar(&o.perHost, "per-host", 8, "concurrent requests per host (with Redis, the cap of the whole crawl, across its workers)")
+	fs.DurationVar(&o.delay, "delay", 0, "minimum delay between requests to one host (with Redis, across all workers)")
 	fs.BoolVar(&o.autothrottle, "autothrottle", false, "adapt each host's delay to its latency, like Scrapy's AutoThrottle (never below --delay nor robots.txt's Crawl-delay; shared by the workers with Redis)")
 	fs.Float64Var(&o.throttle.TargetConcurrency, "autothrottle-target-concurrency", 1, "--autothrottle: requests in progress per host the delay aims at (delay = latency / this, averaged)")
 	fs.DurationVar(&o.throttle.StartDelay, "autothrottle-start-delay", engine.DefaultThrottleStartDelay, "--autothrottle: a host's delay until its first response")
@@ -122,7 +122,7 @@ func (o *options) addCrawlFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.maxLinks, "max-links", engine.DefaultMaxLinks, "links followed per page, the first in document order; the others are counted (links/dropped) and logged")
 	fs.IntVar(&o.maxQueryValues, "max-query-values", engine.DefaultMaxQueryValues, "URL-trap guard: new values followed of one query parameter along links that change only it (a session id handed on, ?sid=), per host; the others are counted (url/trap) and warned about (0: no guard)")
 	fs.IntVar(&o.maxPagesPerHost, "max-pages-per-host", 0, "links of one host a worker follows, a page budget; the others are counted (scheduler/host_budget) and warned about (0: unlimited)")
-	fs.IntVar(&o.partitions, "partitions", 1, "NATS and RabbitMQ: split the crawl's queues into this many partitions by a hash of each request's host, each a stream or queue of its own with its own leader, so that the crawl spreads over a cluster's servers (stored with the crawl; changed only by trawl repartition)")
+	fs.IntVar(&o.partitions, "partitions", 1, "split the crawl's queues into this many partitions by a hash of each request's host (or domain, --partition-by), each a queue of the broker's own (Redis: a hash tag; NATS: a stream; RabbitMQ: a queue), so that the crawl spreads over a cluster's servers; the memory broker and the embedded default refuse more than 1 (stored with the crawl; changed only by trawl repartition)")
 	fs.StringVar(&o.partitionBy, "partition-by", "host", "what decides a request's partition: host, or domain (its registrable domain, so that a site's subdomains share one)")
 	fs.StringArrayVar(&o.allowDomains, "allow-domain", nil, "domain links may lead to, with subdomains: a host name such as example.com, no scheme or wildcard (repeat the flag for more; default: the start URLs' hosts)")
 	fs.StringArrayVar(&o.include, "include", nil, "follow only URLs matching this regular expression, taken whole (repeat the flag for more)")
