@@ -259,7 +259,7 @@ func (c *Crawler) Run(ctx context.Context) error {
 	for range c.cfg.Concurrency {
 		wg.Go(func() {
 			for it := range pages {
-				c.handle(ctx, work, it.d, it.req, func() { bench.done(it) })
+				c.handle(ctx, work, it.d, it.req, func() { bench.done(it) }, func() bool { return bench.spare(it) })
 				c.leases.done(it.d)
 				c.stats.AddInFlight(-1)
 				bench.done(it)
@@ -748,9 +748,9 @@ func startRequest(p []byte) (*Request, error) {
 
 // handle processes one delivery and settles it. ctx is Run's context (its
 // end means: start nothing new); work stays alive until the page is done.
-// fetchEnded is called once the page's fetch ended, if it was fetched
-// (see visit).
-func (c *Crawler) handle(ctx, work context.Context, d broker.Delivery, req *Request, fetchEnded func()) {
+// fetchEnded is called once the page's fetch ended, if it was fetched,
+// and spare as its body was read (see visit).
+func (c *Crawler) handle(ctx, work context.Context, d broker.Delivery, req *Request, fetchEnded func(), spare func() bool) {
 	c.stats.Inc(StatDequeued)
 	if req == nil {
 		req = new(Request)
@@ -764,7 +764,7 @@ func (c *Crawler) handle(ctx, work context.Context, d broker.Delivery, req *Requ
 		return
 	}
 	prior := earlier(req, d)
-	switch a := c.process(ctx, work, req, prior, fetchEnded).(type) {
+	switch a := c.process(ctx, work, req, prior, fetchEnded, spare).(type) {
 	case giveBackAction:
 		c.republish(work, d, req, prior)
 	case writeAction:
@@ -786,8 +786,8 @@ func earlier(req *Request, d broker.Delivery) int {
 // how the delivery is to be settled. prior is the number of earlier
 // deliveries (see earlier). Each step returns the page's action when it
 // settles the page, nil when the page goes on to the next.
-func (c *Crawler) process(ctx, work context.Context, req *Request, prior int, fetchEnded func()) action {
-	v := &visit{req: req, prior: prior, asked: time.Now(), fetchEnded: fetchEnded} // asked: before the address guard is asked (see refuse)
+func (c *Crawler) process(ctx, work context.Context, req *Request, prior int, fetchEnded func(), spare func() bool) action {
+	v := &visit{req: req, prior: prior, asked: time.Now(), fetchEnded: fetchEnded, spare: spare} // asked: before the address guard is asked (see refuse)
 	if a := c.route(ctx, v); a != nil {
 		return a
 	}
@@ -818,6 +818,9 @@ type visit struct {
 	// fetchEnded is called once the fetch ended and the host's slot was
 	// given back: the workbench gives the host's next page room then.
 	fetchEnded func()
+	// spare tells, once the fetch's body was read, whether its host has
+	// no use for the fetch's connection (see workbench.spare).
+	spare func() bool
 }
 
 // route checks v's URL and looks up its callback: before the fetch, so
@@ -900,7 +903,7 @@ func (c *Crawler) fetchPage(ctx, work context.Context, v *visit) action {
 		v.fetched = c.beforeFetch(work, req)
 	}
 	began := time.Now()
-	v.resp, err = c.fetchRequest(work, v.fetched)
+	v.resp, err = c.fetchRequest(withSpareConn(work, v.spare), v.fetched)
 	c.stats.ObserveFetch(time.Since(began))
 	release()
 	v.fetchEnded()

@@ -11,9 +11,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -115,7 +117,8 @@ type httpFetcher struct {
 	maxBody   int64
 	maxHeader int64
 	log       *slog.Logger
-	bodies    sync.Pool // *[]byte: bodies given back by recycle
+	bodies    sync.Pool     // *[]byte: bodies given back by recycle
+	fetches   atomic.Uint64 // fetches begun: each claims its connection by its number (see poolConn)
 }
 
 // tlsSessions is how many hosts' TLS sessions a fetcher keeps for
@@ -183,10 +186,15 @@ func newFetcher(o FetchConfig, proxy func(*http.Request) (*url.URL, error)) *htt
 			return u, err
 		},
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			d := guarded
 			if f.guard.exempt(addr) {
-				return plain.DialContext(ctx, network, addr)
+				d = plain
 			}
-			return guarded.DialContext(ctx, network, addr)
+			c, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &poolConn{Conn: c}, nil
 		},
 		// Resumed sessions: a second connection to a host (--per-host 2,
 		// or one its server closed while idle) skips the certificate's
@@ -267,6 +275,14 @@ func (f *httpFetcher) do(ctx context.Context, r *Request, limit int64, truncate 
 	if err != nil {
 		return nil, err
 	}
+	// Every fetch claims its connection, so that one found spare is
+	// retired only if no fetch took it since (see poolConn).
+	spare, _ := parent.Value(spareConnKey{}).(func() bool)
+	fetch := f.fetches.Add(1)
+	var conn *poolConn
+	req = req.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		GotConn: func(info httptrace.GotConnInfo) { conn = claim(info.Conn, fetch) },
+	}))
 	start := time.Now()
 	resp, err := f.client.Do(req)
 	if err != nil {
@@ -286,6 +302,9 @@ func (f *httpFetcher) do(ctx context.Context, r *Request, limit int64, truncate 
 	body, err := f.readBody(resp, u, limit, truncate, timedOut)
 	if err != nil {
 		return nil, err
+	}
+	if conn != nil && spare != nil && resp.ProtoMajor == 1 && spare() { // HTTP/2: one connection for every request to the host
+		conn.retire(fetch)
 	}
 	if f.log.Enabled(ctx, slog.LevelDebug) { // u.String() costs an allocation per page
 		f.log.Debug("fetched", "url", Redact(u.String()), "status", resp.StatusCode,
@@ -352,6 +371,85 @@ func (f *httpFetcher) doErr(u *url.URL, err error, timedOut func(error) error) e
 		return fmt.Errorf("%w: %w", ErrLocalRefusal, err)
 	}
 	return timedOut(err) // *url.Error names the method and URL
+}
+
+// spareConnKey is the context key of withSpareConn's function.
+type spareConnKey struct{}
+
+// withSpareConn returns ctx for a page's fetch whose HTTP/1 connection is
+// closed once the body is read, rather than kept idle for the host's next
+// request, if spare says so then (see workbench.spare). spare may be nil.
+func withSpareConn(ctx context.Context, spare func() bool) context.Context {
+	if spare == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, spareConnKey{}, spare)
+}
+
+// poolConn is a connection the fetcher dialled. Each fetch claims the
+// connection it gets (claim), and one that finds it spare retires it if
+// no other fetch claimed it since: the transport then drops it.
+type poolConn struct {
+	net.Conn
+	owner atomic.Uint64 // the fetch that last claimed it, or retired
+}
+
+// retired is poolConn.owner once the connection is retired.
+const retired = ^uint64(0)
+
+// claim records fetch, a number of the fetcher's, as the last to get
+// conn, a connection of the transport's: a *tls.Conn over a poolConn for
+// HTTPS, a poolConn for HTTP (to a proxy too: plain HTTP through one
+// shares it between hosts, and retiring it costs a new connection to the
+// proxy). It returns the poolConn, nil for another.
+func claim(conn net.Conn, fetch uint64) *poolConn {
+	if t, ok := conn.(*tls.Conn); ok {
+		conn = t.NetConn()
+	}
+	c, ok := conn.(*poolConn)
+	if !ok {
+		return nil
+	}
+	// Not over a retire: the pool may hand out a connection just
+	// retired, whose write must fail (the transport sends the request
+	// again on another) rather than reach the server and have its
+	// response cut by the retire's deadline.
+	for o := c.owner.Load(); o != retired && !c.owner.CompareAndSwap(o, fetch); o = c.owner.Load() {
+	}
+	return c
+}
+
+// retire has the transport drop c, whose response to fetch was read to
+// its end (so the pool holds c, or soon will), unless another fetch
+// claimed it since. Reads end from now on, one that waits included (the
+// pool's, which looks out for the server's close of an idle
+// connection): the pool drops c as if its server had closed it. Writes
+// fail, so a request that the pool handed c meanwhile is sent on another
+// connection, not here.
+func (c *poolConn) retire(fetch uint64) {
+	if c.owner.CompareAndSwap(fetch, retired) {
+		_ = c.SetReadDeadline(time.Now())
+	}
+}
+
+// Read reads as the connection does, but a retired connection reads its end.
+func (c *poolConn) Read(p []byte) (int, error) {
+	if c.owner.Load() == retired {
+		return 0, io.EOF
+	}
+	n, err := c.Conn.Read(p)
+	if err != nil && c.owner.Load() == retired {
+		return n, io.EOF
+	}
+	return n, err
+}
+
+// Write writes as the connection does, but fails on a retired connection.
+func (c *poolConn) Write(p []byte) (int, error) {
+	if c.owner.Load() == retired {
+		return 0, net.ErrClosed
+	}
+	return c.Conn.Write(p)
 }
 
 // readBody reads resp's body, of u, into a buffer of the fetcher's: at

@@ -187,6 +187,21 @@ func (w *workbench) done(it *benchItem) {
 	}
 }
 
+// spare tells whether the connection of it's fetch, whose body was read,
+// is one its host has no use for: another page of the host is in
+// progress here, whose connection will do for what comes next, and none
+// is held back. Kept, it would sit idle beside the other until its
+// server closed it: at bench-web's 1,000 hosts at --per-host 2 the idle
+// connections of hosts done filled the transport's pool, which dropped
+// the least recently used, connections of hosts still being crawled
+// (BENCHMARKS.md, issue 26).
+func (w *workbench) spare(it *benchItem) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	h := w.hosts[it.host]
+	return h != nil && !it.done && it.host != "" && h.active >= 2 && len(h.queue) == 0
+}
+
 // unpark makes h ready again, if it still has work held back, and wakes
 // the receiver for it.
 func (w *workbench) unpark(h *benchHost) {

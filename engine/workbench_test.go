@@ -379,3 +379,32 @@ func TestWorkbenchParkedHostResumesOnItsOwnSlot(t *testing.T) {
 		t.Fatalf("took %v, want a's second on the slot a's first freed", it)
 	}
 }
+
+// TestWorkbenchSpare: a page's connection is spare when another page of
+// its host is in progress and none is held back, and not when its host
+// has work held back or no other page in progress.
+func TestWorkbenchSpare(t *testing.T) {
+	w := newWorkbench(2, 100, nil)
+	a1, a2 := &benchItem{host: "a"}, &benchItem{host: "a"}
+	w.add(a1)
+	w.add(a2)
+	w.take()
+	if w.spare(a1) {
+		t.Error("a1 spare with a2 held back")
+	}
+	w.take()
+	if !w.spare(a2) || !w.spare(a1) {
+		t.Error("a1 or a2 not spare: both in progress, nothing held back")
+	}
+	a3 := &benchItem{host: "a"}
+	w.add(a3)
+	if w.spare(a1) {
+		t.Error("a1 spare with a3 held back")
+	}
+	w.done(a1)
+	w.take()
+	w.done(a2)
+	if w.spare(a3) {
+		t.Error("a3 spare: the only page of its host in progress")
+	}
+}
