@@ -126,11 +126,11 @@ func asUsage(err error) error {
 func run(args []string, stdout, stderr io.Writer) int {
 	// No password in a URL reaches stderr, whatever prints it.
 	stderr = redactWriter{stderr}
-	ctx, stop := signalContext(stderr)
-	defer stop()
-
 	o := &options{stdout: stdout, stderr: stderr}
 	root := newRoot(o)
+	ctx, stop := signalContext(stderr, stopping(root, args))
+	defer stop()
+
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
@@ -183,9 +183,19 @@ func oneLine(s string) string { return strings.ReplaceAll(strings.TrimSpace(s), 
 // graceful stop answers with exit 0. SIGINT (Ctrl-C) interrupts: 130.
 var errTerminated = errors.New("stopped by SIGTERM")
 
+// stopping is what the first signal says for the command args run: a
+// command that crawls finishes its pages in flight; the others (the test
+// site that make demo stops, the dashboard) just stop.
+func stopping(root *cobra.Command, args []string) string {
+	if c, _, err := root.Find(args); err == nil && (c.Name() == "crawl" || c.Name() == "worker") {
+		return "trawl: stopping: finishing pages in flight (signal again to exit at once)"
+	}
+	return "trawl: stopping (signal again to exit at once)"
+}
+
 // signalContext ends its context on the first SIGINT or SIGTERM (its
-// cause errTerminated); a second one exits at once.
-func signalContext(stderr io.Writer) (context.Context, func()) {
+// cause errTerminated), saying says; a second one exits at once.
+func signalContext(stderr io.Writer, says string) (context.Context, func()) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	ch := make(chan os.Signal, 2)
 	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
@@ -202,7 +212,7 @@ func signalContext(stderr io.Writer) (context.Context, func()) {
 			// The terminal echoed ^C on the progress line: end it first.
 			nl = "\n"
 		}
-		fmt.Fprintln(stderr, nl+"trawl: stopping: finishing pages in flight (signal again to exit at once)")
+		fmt.Fprintln(stderr, nl+says)
 		if sig == syscall.SIGTERM {
 			cancel(errTerminated)
 		} else {

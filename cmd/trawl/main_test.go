@@ -311,3 +311,21 @@ func TestCPUProfile(t *testing.T) {
 	}
 	startCPUProfile("", &stderr)()
 }
+
+// TestStoppingSaysWhatStops: the first signal's line speaks of pages in
+// flight only for a command that crawls; make demo stops its test site
+// with SIGTERM, which said "finishing pages in flight" as its last line.
+func TestStoppingSaysWhatStops(t *testing.T) {
+	t.Parallel()
+	root := newRoot(&options{stdout: os.Stdout, stderr: os.Stderr})
+	for _, args := range [][]string{{"crawl", "http://x/"}, {"--log-level", "info", "worker"}, {"worker", "--broker=redis"}} {
+		if got := stopping(root, args); !strings.Contains(got, "pages in flight") {
+			t.Errorf("trawl %s: first signal says %q, want pages in flight", strings.Join(args, " "), got)
+		}
+	}
+	for _, args := range [][]string{{"testsite", "--pages", "500"}, {"dashboard"}, {}, {"nosuch"}} {
+		if got := stopping(root, args); strings.Contains(got, "pages") || !strings.Contains(got, "signal again") {
+			t.Errorf("trawl %s: first signal says %q, want no pages and how to exit at once", strings.Join(args, " "), got)
+		}
+	}
+}
