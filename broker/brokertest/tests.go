@@ -276,15 +276,58 @@ func (s *suite) testNackKeepsPriority(t *testing.T) {
 	ack(t, d)
 }
 
+// testAckRemoves: acknowledged messages do not come back, even well past
+// their lease. A test held up between Receive and the last Ack for about
+// the lease loses the lease rightly (ErrLeaseLost): that voids the trial,
+// which is run again with a longer lease (see trials).
 func (s *suite) testAckRemoves(t *testing.T) {
-	b := s.one(t, s.short())
-	q := queue(t)
-	p := s.c.Priorities[0]
-	publish(t, b, q, msg("a", p), msg("b", p), msg("c", p))
-	ds := receive(t, b, q, 3, 3, prompt)
-	ack(t, ds...)
-	expectNone(t, b, q, 3*s.c.Lease) // well past the lease
-	waitCounts(t, b, q, broker.Counts{})
+	s.trials(t, "Ack", func(lease time.Duration) time.Duration {
+		b := s.one(t, Setup{Order: s.order, Lease: lease})
+		q := queue(t)
+		p := s.c.Priorities[0]
+		publish(t, b, q, msg("a", p), msg("b", p), msg("c", p))
+		start := time.Now() // before any of the leases began
+		ds := receive(t, b, q, 3, 3, prompt)
+		for _, d := range ds {
+			if err := d.Ack(t.Context()); err != nil {
+				if w := time.Since(start); errors.Is(err, broker.ErrLeaseLost) && w > lease-lease/10 { // see extendTrial
+					return w
+				}
+				t.Fatalf("Ack %q (attempt %d) %v after receiving began: %v", d.Message().Body, d.Attempt(), time.Since(start), err)
+			}
+		}
+		expectNone(t, b, q, 3*lease) // well past the lease
+		waitCounts(t, b, q, broker.Counts{})
+		return 0
+	})
+}
+
+// voidTrials is how many trials a test that a stall of the test itself
+// voids runs at most: with the lease doubled each time, the last one's is
+// 16 times the suite's.
+const voidTrials = 5
+
+// trials runs trial (what it tests: what) with the suite's lease, and
+// again while a trial is void (it returns the stall of the test that
+// voided it, longer than the lease it tried; 0 when it passed), each time
+// with twice the lease of the one before: a loaded machine that holds the
+// test up for longer than a short lease still gets a trial that says
+// something. It fails after voidTrials void trials.
+func (s *suite) trials(t *testing.T, what string, trial func(lease time.Duration) time.Duration) {
+	t.Helper()
+	lease := s.c.Lease
+	for i := 1; ; i++ {
+		stall := trial(lease)
+		if stall == 0 {
+			return
+		}
+		if i == voidTrials {
+			t.Fatalf("in each of %d trials the test was held up for longer than the lease it tried (last %v of %v): too loaded a machine to test %s",
+				voidTrials, stall, lease, what)
+		}
+		t.Logf("trial %d void: the test was held up for %v, longer than the lease of %v; trying again with %v", i, stall, lease, 2*lease)
+		lease *= 2
+	}
 }
 
 // testAckBatch: a broker.BatchAcker acknowledges a batch (of two queues)
@@ -754,8 +797,8 @@ func (s *suite) testLeaseExpiry(t *testing.T) {
 // measures each window from the start of the call that last renewed the
 // lease (Receive, then each Extend) to the moment the lease was found lost.
 // A loss within a window shorter than the lease is the broker's fault and
-// fails the test; a longer window voids the trial, which is run again (three
-// trials at most).
+// fails the test; a longer window voids the trial, which is run again with
+// twice the lease (see trials).
 func (s *suite) testExtend(t *testing.T) {
 	s.extend(t, func(t *testing.T, b broker.Broker, q string) broker.Delivery {
 		return receiveOne(t, b, q, prompt)
@@ -764,18 +807,9 @@ func (s *suite) testExtend(t *testing.T) {
 
 // extend runs the trials of testExtend with deliveries taken by take.
 func (s *suite) extend(t *testing.T, take func(t *testing.T, b broker.Broker, q string) broker.Delivery) {
-	const trials = 3
-	for i := 1; ; i++ {
-		stall := s.extendTrial(t, take)
-		if stall == 0 {
-			return
-		}
-		if i == trials {
-			t.Fatalf("in each of %d trials the test was held up for longer than the lease of %v (last %v): too loaded a machine to test Extend",
-				trials, s.c.Lease, stall)
-		}
-		t.Logf("trial %d void: the test was held up for %v, longer than the lease of %v; trying again", i, stall, s.c.Lease)
-	}
+	s.trials(t, "Extend", func(lease time.Duration) time.Duration {
+		return s.extendTrial(t, lease, take)
+	})
 }
 
 // settle acknowledges the deliveries of a void trial as well as it can: the
@@ -786,11 +820,11 @@ func settle(t *testing.T, ds []broker.Delivery) {
 	}
 }
 
-// extendTrial is one trial of testExtend: 0 when it passed, or the window
-// longer than nine tenths of the lease in which the lease was lost.
-func (s *suite) extendTrial(t *testing.T, take func(t *testing.T, b broker.Broker, q string) broker.Delivery) time.Duration {
-	lease := s.c.Lease
-	bs := s.brokers(t, s.short(), 2)
+// extendTrial is one trial of testExtend with leases of lease: 0 when it
+// passed, or the window longer than nine tenths of the lease in which the
+// lease was lost.
+func (s *suite) extendTrial(t *testing.T, lease time.Duration, take func(t *testing.T, b broker.Broker, q string) broker.Delivery) time.Duration {
+	bs := s.brokers(t, Setup{Order: s.order, Lease: lease}, 2)
 	b, thief := bs[0], bs[1]
 	q := queue(t)
 	publish(t, b, q, msg("busy", s.c.Priorities[0]))
