@@ -122,10 +122,14 @@ type httpFetcher struct {
 }
 
 // tlsSessions is how many hosts' TLS sessions a fetcher keeps for
-// resumption, the most recent: enough for the hosts in progress at
-// --concurrency 256, and few enough (a few KiB each, certificates
-// included) that a crawl of 10,000 hosts holds no more than one of 1,000.
-const tlsSessions = 256
+// resumption, the most recent: a few KiB each, certificates included,
+// so a few MiB at most, whatever the crawl's hosts. 256 was too few: a
+// worker that starts 1,000 hosts' home pages within seconds (a Redis
+// worker's read-ahead does) had their sessions all pushed out before any
+// host's second connection came, 7-9 s later, and resumed 14-47 of about
+// 1,000 handshakes on bench-web; at 1,024, 433 of 933 (BENCHMARKS.md,
+// issue 26, session 13).
+const tlsSessions = 1024
 
 // maxRecycled is the largest body buffer recycle keeps (most HTML pages
 // are far smaller).

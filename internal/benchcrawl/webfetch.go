@@ -49,7 +49,7 @@ func webFetchMain(ctx context.Context, args []string) error {
 	}
 	// As trawl's fetcher has it, but HTTP/1.1 (the site offers no other).
 	tr := &http.Transport{
-		TLSClientConfig:     &tls.Config{RootCAs: pool, ClientSessionCache: tls.NewLRUClientSessionCache(256)},
+		TLSClientConfig:     &tls.Config{RootCAs: pool, ClientSessionCache: tls.NewLRUClientSessionCache(1024)},
 		MaxIdleConns:        1024,
 		MaxIdleConnsPerHost: 128,
 		IdleConnTimeout:     90 * time.Second,
