@@ -22,6 +22,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -30,9 +31,11 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"runtime/metrics"
 	"runtime/pprof"
 	"strings"
 	"syscall"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
@@ -56,7 +59,9 @@ func main() {
 	// command reports them itself, in one line.
 	goredis.SetLogger(quietRedis{})
 	stop := startCPUProfile(os.Getenv("TRAWL_CPUPROFILE"), os.Stderr)
+	stopMem := startMemProfile(os.Getenv("TRAWL_MEMPROFILE"), 100*time.Millisecond, os.Stderr)
 	code := run(os.Args[1:], os.Stdout, os.Stderr)
+	stopMem()
 	stop()
 	os.Exit(code)
 }
@@ -84,6 +89,56 @@ func startCPUProfile(path string, stderr io.Writer) (stop func()) {
 		if err := f.Close(); err != nil {
 			fmt.Fprintf(stderr, "trawl: TRAWL_CPUPROFILE: %v\n", err)
 		}
+	}
+}
+
+// startMemProfile samples the live heap (as of the last collection) every
+// interval and keeps a heap profile taken when it was largest, which stop
+// writes to path with one line on stderr saying how large it was: at exit
+// a crawl's state is already garbage, so a profile taken then would show
+// nothing of what a worker holds at its peak. An empty path profiles
+// nothing; a profile that cannot be written says why in one line.
+func startMemProfile(path string, interval time.Duration, stderr io.Writer) (stop func()) {
+	if path == "" {
+		return func() {}
+	}
+	var (
+		done    = make(chan struct{})
+		exited  = make(chan struct{})
+		best    uint64
+		profile bytes.Buffer
+	)
+	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	take := func() {
+		metrics.Read(sample)
+		if live := sample[0].Value.Uint64(); profile.Len() == 0 || live > best+best/20 {
+			best = live
+			profile.Reset()
+			_ = pprof.Lookup("heap").WriteTo(&profile, 0) // a write to memory does not fail
+		}
+	}
+	go func() {
+		defer close(exited)
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				take()
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-exited
+		take()
+		if err := os.WriteFile(path, profile.Bytes(), 0o644); err != nil {
+			fmt.Fprintf(stderr, "trawl: TRAWL_MEMPROFILE: %v\n", err)
+			return
+		}
+		fmt.Fprintf(stderr, "trawl: TRAWL_MEMPROFILE: heap profile at the largest live heap, %.1f MiB, written to %s\n", float64(best)/(1<<20), path)
 	}
 }
 

@@ -312,6 +312,33 @@ func TestCPUProfile(t *testing.T) {
 	startCPUProfile("", &stderr)()
 }
 
+// TestMemProfile: TRAWL_MEMPROFILE's heap profile is written when the
+// command ends (a gzipped pprof file) with one line saying how large the
+// live heap was; one that cannot be written says why in one line; no path
+// profiles nothing.
+func TestMemProfile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "heap.pprof")
+	var stderr strings.Builder
+	startMemProfile(path, time.Millisecond, &stderr)()
+	b, err := os.ReadFile(path)
+	if err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Errorf("profile: %d bytes, %v; want a gzipped pprof file", len(b), err)
+	}
+	if got := stderr.String(); strings.Count(got, "\n") != 1 || !strings.Contains(got, "MiB, written to "+path) {
+		t.Errorf("stderr %q, want one line giving the live heap and the file", got)
+	}
+	stderr.Reset()
+	startMemProfile(filepath.Join(path, "no", "such"), time.Millisecond, &stderr)()
+	if got := stderr.String(); strings.Count(got, "\n") != 1 || !strings.Contains(got, "TRAWL_MEMPROFILE") || strings.Contains(got, "written") {
+		t.Errorf("stderr %q, want one line naming TRAWL_MEMPROFILE and its error", got)
+	}
+	stderr.Reset()
+	startMemProfile("", time.Millisecond, &stderr)()
+	if stderr.Len() != 0 {
+		t.Errorf("no path: stderr %q, want nothing", stderr.String())
+	}
+}
+
 // TestStoppingSaysWhatStops: the first signal's line speaks of pages in
 // flight only for a command that crawls; make demo stops its test site
 // with SIGTERM, which said "finishing pages in flight" as its last line.
