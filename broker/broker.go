@@ -306,6 +306,16 @@ type Presence interface {
 	Live(ctx context.Context, crawl string) (int, error)
 }
 
+// Roster is implemented by Presence stores that can list the workers
+// announced in a crawl (Redis, NATS, memory), so that they can share out
+// its partitions (PartitionPreferrer).
+type Roster interface {
+	// Members returns the ids of crawl's workers whose announcement has
+	// not expired (those Live counts), sorted: every worker reading it at
+	// one moment sees the same list.
+	Members(ctx context.Context, crawl string) ([]string, error)
+}
+
 // Incarnations is implemented by stores whose server can restart with less
 // than it had: a Redis server without persistence restarts empty, one that
 // persists by snapshots rolls back to its last one. Incarnation returns an

@@ -119,6 +119,32 @@ func PartitionOf(key string, n int) int {
 	return int(crc32.ChecksumIEEE([]byte(key)) % uint32(n))
 }
 
+// PartitionPreferrer is implemented by the consumers (see Broker.Consume)
+// of a queue split into partitions (Partitioned) that can be told which
+// partitions are this worker's own, so that each host of a crawl is
+// fetched by one worker (its partition's) and not by all: one worker then
+// dials and handshakes each host, keeps its robots.txt, and holds its
+// politeness slots, as a distributed crawler assigns each host to one
+// agent (Mercator, IRLbot, UbiCrawler).
+//
+// Prefer(own) makes the consumer lease from the partitions in own as it
+// leases from all now, and from the others only when none of its own has
+// messages (the last lease of each came back empty) and its read-ahead
+// has room: it steals work, so that no worker idles while any partition
+// has some, and the partitions of a worker that died are taken by the
+// others at once, without waiting for its announcement to expire. nil or
+// empty own, the default, makes every partition alike; numbers outside
+// [0, Partitions) are ignored. It takes effect at the consumer's next
+// lease: what it holds is kept. Prefer may be called from any goroutine,
+// concurrently with Next and itself. The engine calls it with a balanced
+// assignment of the partitions over the crawl's live workers (Roster).
+// Redis and NATS consumers are; RabbitMQ's, whose per-partition
+// subscriptions push under a fixed window, and the in-memory broker, which
+// keeps one queue, are not.
+type PartitionPreferrer interface {
+	Prefer(own []int)
+}
+
 // PartitionCounter is implemented by brokers that count each partition
 // of a queue (trawl stats shows them).
 type PartitionCounter interface {

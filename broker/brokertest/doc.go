@@ -28,12 +28,15 @@
 // or more also runs the Partitions cases: keyed messages go to their
 // key's partition and are counted there, and Receive and a consumer take
 // from every partition, so that another partition's backlog starves none
-// (fair). KeyIn, Keyed and DrainWithFault serve a backend's own partition
+// (fair); a consumer that is a broker.PartitionPreferrer takes its
+// preferred partition's messages before another's, and the other's once
+// its own is empty (Prefer). KeyIn, Keyed and DrainWithFault serve a backend's own partition
 // tests (its layout, its leaders on a cluster).
 //
 // Counts, Purge, DeadLetters, Requeue and Extend are part of broker.Broker
 // and broker.Delivery and are checked on every backend. The promises of
-// an optional interface, broker.Metadata (with its Presence) and
+// an optional interface, broker.Metadata (with its Presence, and a broker.Roster listing the
+// live workers sorted),
 // broker.BatchAcker (AckBatch acks as Ack on each delivery would) and
 // broker.BatchExtender (ExtendBatch extends as Extend on each would, an
 // error per delivery), are

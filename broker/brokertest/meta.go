@@ -3,6 +3,7 @@ package brokertest
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -95,12 +96,17 @@ func (s *suite) testPresence(t *testing.T) {
 			t.Fatalf("Announce: %v", err)
 		}
 		n := live(p1, crawl)
-		if n == 2 {
+		want := []string{"w1/1", fmt.Sprintf("w2/%d", i)}
+		got, listed := list(t, p0, crawl)
+		if n == 2 && (!listed || slices.Equal(got, want)) {
 			break
 		}
 		took := time.Since(sent)
 		if took < short {
-			t.Fatalf("Live = %d, want 2", n)
+			if n != 2 {
+				t.Fatalf("Live = %d, want 2", n)
+			}
+			t.Fatalf("Members = %q, want %q", got, want)
 		}
 		if i == trials {
 			t.Fatalf("Live = %d, want 2; in each of %d trials the test took longer than the announcement's %v (last %v): too loaded a machine to test Presence",
@@ -111,6 +117,7 @@ func (s *suite) testPresence(t *testing.T) {
 	if n := live(p0, other); n != 0 {
 		t.Fatalf("Live of another crawl = %d, want 0", n)
 	}
+	members(t, p1, other)
 	deadline := time.Now().Add(prompt)
 	for live(p0, crawl) != 1 { // w2's announcement expires
 		if time.Now().After(deadline) {
@@ -118,10 +125,36 @@ func (s *suite) testPresence(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond) // polling an expiry, bounded by the deadline
 	}
+	members(t, p1, crawl, "w1/1")
 	if err := p0.Leave(ctx, crawl, "w1/1"); err != nil {
 		t.Fatalf("Leave: %v", err)
 	}
 	if n := live(p1, crawl); n != 0 {
 		t.Fatalf("Live after Leave = %d, want 0", n)
+	}
+	members(t, p0, crawl)
+}
+
+// list returns crawl's live workers as p lists them, and whether p is a
+// broker.Roster that lists them.
+func list(t *testing.T, p broker.Presence, crawl string) ([]string, bool) {
+	t.Helper()
+	r, ok := p.(broker.Roster)
+	if !ok {
+		return nil, false
+	}
+	got, err := r.Members(t.Context(), crawl)
+	if err != nil {
+		t.Fatalf("Members(%q): %v", crawl, err)
+	}
+	return got, true
+}
+
+// members checks that p, if it is a broker.Roster, lists want (sorted) as
+// crawl's live workers.
+func members(t *testing.T, p broker.Presence, crawl string, want ...string) {
+	t.Helper()
+	if got, ok := list(t, p, crawl); ok && !slices.Equal(got, want) {
+		t.Fatalf("Members(%q) = %q, want %q", crawl, got, want)
 	}
 }

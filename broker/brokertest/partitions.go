@@ -19,6 +19,7 @@ func (s *suite) partitionTests() []test {
 		{"Partitions/Spread", s.testPartitionsSpread},
 		{"Partitions/FairConsumer", s.fair(consumerTaker)},
 		{"Partitions/FairReceive", s.fair(receiveTaker)},
+		{"Partitions/Prefer", s.testPrefer},
 	}
 }
 
@@ -226,4 +227,75 @@ func (s *suite) fair(take batchTaker) func(t *testing.T) {
 		t.Fatalf("%d of the last partition's 5 messages among the first %d taken after them (of %d), want all 5; the first 10: %v",
 			quietSeen, taken, len(backlog)-1+5, order[:10])
 	}
+}
+
+// testPrefer: a consumer told to prefer partition A (a
+// broker.PartitionPreferrer) takes A's messages before those of partition
+// B published after the first of A's was taken, while A has some, and
+// still takes B's once A is empty (it steals). A consumer that ignores
+// Prefer takes the two partitions in turn (fair): about half of what it
+// takes while A has messages is B's, where a preferring one takes at most
+// what it read ahead of B before A's loop started (none here: A's first
+// came first) and what it holds when A runs dry. A consumer that is not
+// a PartitionPreferrer skips the case.
+func (s *suite) testPrefer(t *testing.T) {
+	b, n := s.partitioned(t)
+	q := queue(t)
+	const prefetch, each = 4, 40
+	c := consume(t, b, q, prefetch)
+	pp, ok := c.(broker.PartitionPreferrer)
+	if !ok {
+		t.Skipf("the consumer (%T) is not a broker.PartitionPreferrer", c)
+	}
+	const a = 0
+	bp := n - 1
+	keyA, keyB := KeyIn(t, a, n), KeyIn(t, bp, n)
+	pp.Prefer([]int{a})
+	batch := func(key, name string) []broker.Message {
+		msgs := make([]broker.Message, each)
+		for i := range msgs {
+			msgs[i] = broker.Message{Body: fmt.Appendf(nil, "%s/%d", name, i), Key: key}
+		}
+		return msgs
+	}
+	publish(t, b, q, batch(keyA, "a")...)
+	ctx, cancel := context.WithTimeout(t.Context(), wakeWait)
+	defer cancel()
+	d, err := next(t, ctx, c, q)
+	if err != nil {
+		t.Fatalf("the first of partition %d's messages: %v", a, err)
+	}
+	if body := string(d.Message().Body); !strings.HasPrefix(body, "a/") {
+		t.Fatalf("the first delivery is %q, want one of partition %d's (the only one with messages)", body, a)
+	}
+	ack(t, d)
+	publish(t, b, q, batch(keyB, "b")...)
+	// The rest of A's, 39, come before B's but for the read-ahead's
+	// reordering (at most what the consumer held when A ran dry).
+	const slack = 2 * prefetch
+	seen := map[string]bool{}
+	var order []string
+	bEarly := 0
+	for len(seen) < 2*each-1 {
+		d, err := next(t, ctx, c, q)
+		if err != nil {
+			t.Fatalf("%d of %d delivered (preferring partition %d of %d, the rest in partition %d): %v; so far: %v",
+				len(seen), 2*each-1, a, n, bp, err, order)
+		}
+		body := string(d.Message().Body)
+		if seen[body] {
+			t.Errorf("%q delivered twice", body)
+		}
+		seen[body] = true
+		order = append(order, body)
+		if len(order) <= each-1 && strings.HasPrefix(body, "b/") {
+			bEarly++
+		}
+		ack(t, d)
+	}
+	if bEarly > slack {
+		t.Fatalf("%d of partition %d's messages among the first %d taken after them, while preferred partition %d still had messages (want at most %d, the read-ahead's reordering): %v",
+			bEarly, bp, each-1, a, slack, order)
+	}
+	t.Logf("%d of the non-preferred partition's messages among the first %d taken; all %d taken", bEarly, each-1, len(seen))
 }

@@ -4,12 +4,16 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/trawlhq/trawl/broker"
 )
 
-var _ broker.Metadata = (*Broker)(nil)
+var (
+	_ broker.Metadata = (*Broker)(nil)
+	_ broker.Roster   = (*Broker)(nil)
+)
 
 // GetMeta returns the value of key in crawl, kept by the store.
 func (b *Broker) GetMeta(_ context.Context, crawl, key string) ([]byte, error) {
@@ -88,16 +92,30 @@ func (b *Broker) Leave(_ context.Context, crawl, id string) error {
 
 // Live counts the workers of crawl whose announcement has not expired.
 func (b *Broker) Live(_ context.Context, crawl string) (int, error) {
-	s := b.s
+	return len(b.s.live(crawl)), nil
+}
+
+// Members returns the ids of crawl's workers whose announcement has not
+// expired, sorted (broker.Roster).
+func (b *Broker) Members(_ context.Context, crawl string) ([]string, error) {
+	ids := b.s.live(crawl)
+	slices.Sort(ids)
+	return ids, nil
+}
+
+// live returns the ids of crawl's unexpired workers, and forgets the
+// expired ones.
+func (s *Store) live(crawl string) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now, n := s.now(), 0
+	now := s.now()
+	var ids []string
 	for id, until := range s.workers[crawl] {
 		if until > now {
-			n++
+			ids = append(ids, id)
 		} else {
 			delete(s.workers[crawl], id)
 		}
 	}
-	return n, nil
+	return ids
 }

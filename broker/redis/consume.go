@@ -49,7 +49,10 @@ const (
 // out the partitions' deliveries in turn, so that no partition waits for
 // another's backlog. A loop whose lease found none stands aside until it
 // leases again: a crawl whose hosts sit in one partition leases in the
-// batches of an unsplit queue.
+// batches of an unsplit queue. A consumer told to prefer some partitions
+// (Prefer) leases from the others only while none of its own is active:
+// their loops wait for room, as loops of a full read-ahead do, and cost
+// the server nothing meanwhile.
 type consumer struct {
 	b        *Broker
 	queue    string
@@ -61,6 +64,7 @@ type consumer struct {
 	reserved int         // read-ahead the loops are leasing
 	last     int         // the partition of the delivery Next returned last
 	active   []bool      // by partition: its last lease found messages
+	own      []bool      // by partition: preferred (Prefer); nil: all alike
 	next     int         // the partition whose turn to lease comes first
 	err      error       // a loop's last error, not yet returned by Next
 	closed   bool
@@ -428,6 +432,37 @@ func (c *consumer) loop(k *keys) {
 	}
 }
 
+var _ broker.PartitionPreferrer = (*consumer)(nil)
+
+// Prefer makes the consumer lease from the partitions of own, and from the
+// others only when none of own has messages (broker.PartitionPreferrer).
+// The loops waiting for room look again at once; a loop waiting on its
+// partition's token found it empty, and its lease when the token comes
+// follows the new preference.
+func (c *consumer) Prefer(own []int) {
+	var mask []bool
+	for _, p := range own {
+		if p < 0 || p >= len(c.ks) {
+			continue
+		}
+		if mask == nil {
+			mask = make([]bool, len(c.ks))
+		}
+		mask[p] = true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if slices.Equal(mask, c.own) {
+		return
+	}
+	c.own = mask
+	c.roomChanged()
+}
+
+// owns says whether partition p is one of the consumer's own: all are
+// when it prefers none. c.mu is held.
+func (c *consumer) owns(p int) bool { return c.own == nil || c.own[p] }
+
 // roomFor is how many deliveries the loop of partition k may lease now,
 // and reserves them. The read-ahead is refilled once it is down to half
 // (or empty), half a read-ahead at a time: a steady taker costs one lease
@@ -439,7 +474,10 @@ func (c *consumer) loop(k *keys) {
 // read-ahead (an even share each, 32 among 12 partitions, leased about 3
 // at a time: 0.21 lease calls a page, 4.8 commands a page in all for 12
 // hosts on 8 partitions), and no partition waits more than a turn of the
-// others. c.mu is held.
+// others. With a preference (Prefer) the turns are taken among the
+// consumer's own partitions, and a partition not its own leases nothing
+// while one of its own is active; once none is, the others take turns
+// likewise (work stealing). c.mu is held.
 func (c *consumer) roomFor(k *keys) int {
 	mine := 0
 	for _, d := range c.buf {
@@ -447,9 +485,16 @@ func (c *consumer) roomFor(k *keys) int {
 			mine++
 		}
 	}
+	own := c.owns(k.part)
 	others := false
 	for p, a := range c.active {
-		others = others || a && p != k.part
+		switch {
+		case !a || p == k.part:
+		case c.owns(p) == own:
+			others = true
+		case !own:
+			return 0 // one of its own partitions has messages
+		}
 	}
 	free := c.prefetch - len(c.buf) - c.reserved
 	half := (c.prefetch + 1) / 2
@@ -475,10 +520,12 @@ func (c *consumer) roomFor(k *keys) int {
 }
 
 // first is the partition whose turn it is to lease: the first from c.next
-// on that has messages, or is k (asking to lease). c.mu is held.
+// on that has messages and is as much the consumer's own as k is, or is k
+// (asking to lease). c.mu is held.
 func (c *consumer) first(k *keys) int {
+	own := c.owns(k.part)
 	for i := range len(c.ks) {
-		if p := (c.next + i) % len(c.ks); c.active[p] || p == k.part {
+		if p := (c.next + i) % len(c.ks); c.active[p] && c.owns(p) == own || p == k.part {
 			return p
 		}
 	}

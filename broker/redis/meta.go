@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -26,6 +27,8 @@ type Meta struct {
 var (
 	_ broker.Metadata = Meta{}
 	_ broker.Metadata = (*Broker)(nil)
+	_ broker.Roster   = Meta{}
+	_ broker.Roster   = (*Broker)(nil)
 )
 
 // NewMeta returns the metadata and presence of crawls on client.
@@ -93,6 +96,12 @@ local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 return redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')`)
 
+// membersScript returns the members of KEYS[1] that have not expired.
+var membersScript = goredis.NewScript(`
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+return redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf')`)
+
 // Announce records worker id in {crawl}:workers for ttl.
 func (m Meta) Announce(ctx context.Context, crawl, id string, ttl time.Duration) error {
 	key := redislayout.Workers(crawl)
@@ -119,6 +128,18 @@ func (m Meta) Live(ctx context.Context, crawl string) (int, error) {
 		return 0, fmt.Errorf("redis: count workers in %q: %w", key, err)
 	}
 	return n, nil
+}
+
+// Members returns the unexpired members of {crawl}:workers, sorted
+// (broker.Roster).
+func (m Meta) Members(ctx context.Context, crawl string) ([]string, error) {
+	key := redislayout.Workers(crawl)
+	ids, err := membersScript.Run(ctx, m.client, []string{key}).StringSlice()
+	if err != nil {
+		return nil, fmt.Errorf("redis: list workers in %q: %w", key, err)
+	}
+	slices.Sort(ids)
+	return ids, nil
 }
 
 // GetMeta implements broker.Metadata (see Meta).
@@ -149,6 +170,11 @@ func (b *Broker) Announce(ctx context.Context, crawl, id string, ttl time.Durati
 // Leave implements broker.Presence (see Meta).
 func (b *Broker) Leave(ctx context.Context, crawl, id string) error {
 	return NewMeta(b.client).Leave(ctx, crawl, id)
+}
+
+// Members implements broker.Roster (see Meta).
+func (b *Broker) Members(ctx context.Context, crawl string) ([]string, error) {
+	return NewMeta(b.client).Members(ctx, crawl)
 }
 
 // Live implements broker.Presence (see Meta).
