@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
@@ -71,8 +72,10 @@ type Page struct {
 // not such a file (a pipe) may keep a torn line when a Write fails.
 type JSONLines struct {
 	mu     sync.Mutex
-	enc    bytes.Buffer // a Write's lines, encoded
-	out    io.Writer    // what w writes to
+	lines  []byte        // a Write's lines, encoded
+	enc    *json.Encoder // into one: what appendPage does not encode itself
+	one    bytes.Buffer
+	out    io.Writer // what w writes to
 	w      *bufio.Writer
 	file   *sinkFile // nil for a writer we don't own
 	closer io.Closer // nil for a writer we don't own
@@ -82,7 +85,10 @@ type JSONLines struct {
 
 // NewJSONLines writes items to w; Close flushes but does not close w.
 func NewJSONLines(w io.Writer) *JSONLines {
-	return &JSONLines{w: bufio.NewWriterSize(w, 64<<10), out: w}
+	s := &JSONLines{w: bufio.NewWriterSize(w, 64<<10), out: w}
+	s.enc = json.NewEncoder(&s.one)
+	s.enc.SetEscapeHTML(false)
+	return s
 }
 
 // CreateJSONLines appends items to the file at path, creating it. A
@@ -127,15 +133,19 @@ func (s *JSONLines) Write(_ context.Context, items []any) error {
 	}
 	// Encoded first: an item that does not encode is the page's fault,
 	// and nothing of its batch is written.
-	s.enc.Reset()
-	enc := json.NewEncoder(&s.enc)
-	enc.SetEscapeHTML(false)
+	s.lines = s.lines[:0]
 	for _, it := range items {
-		if err := enc.Encode(it); err != nil {
+		if p, ok := it.(*Page); ok && p != nil && p.FetchedAt.Location() == time.UTC &&
+			p.FetchedAt.Year() >= 0 && p.FetchedAt.Year() <= 9999 {
+			s.lines = s.appendPage(s.lines, p)
+			continue
+		}
+		var err error
+		if s.lines, err = s.appendJSON(s.lines, it); err != nil {
 			return fmt.Errorf("jsonlines sink: encode: %w: %w", ErrBadItem, err)
 		}
 	}
-	if _, err := s.w.Write(s.enc.Bytes()); err != nil {
+	if _, err := s.w.Write(s.lines); err != nil {
 		return s.undo(fmt.Errorf("jsonlines sink: write: %w", err))
 	}
 	if err := s.w.Flush(); err != nil {
@@ -145,6 +155,85 @@ func (s *JSONLines) Write(_ context.Context, items []any) error {
 		s.file.commit()
 	}
 	return nil
+}
+
+// appendJSON appends v's line as encoding/json writes it (HTML
+// characters not escaped).
+func (s *JSONLines) appendJSON(b []byte, v any) ([]byte, error) {
+	s.one.Reset()
+	if err := s.enc.Encode(v); err != nil {
+		return b, err
+	}
+	return append(b, s.one.Bytes()...), nil
+}
+
+// appendPage appends p's line, the bytes appendJSON writes for it,
+// without reflection (encoding/json was about 4.5 µs of a worker's CPU a
+// page, BENCHMARKS.md, issue 26, session 14): what it does not write
+// itself (a string to escape, the maps) goes through appendJSON. p's
+// FetchedAt is in UTC, of a year 0 to 9999 (else it encodes as
+// encoding/json does, or fails as it does).
+func (s *JSONLines) appendPage(b []byte, p *Page) []byte {
+	b = append(b, `{"url":`...)
+	b = s.appendString(b, p.URL)
+	b = append(b, `,"status":`...)
+	b = strconv.AppendInt(b, int64(p.Status), 10)
+	if p.Title != "" {
+		b = append(b, `,"title":`...)
+		b = s.appendString(b, p.Title)
+	}
+	b = append(b, `,"depth":`...)
+	b = strconv.AppendInt(b, int64(p.Depth), 10)
+	if p.ContentType != "" {
+		b = append(b, `,"content_type":`...)
+		b = s.appendString(b, p.ContentType)
+	}
+	b = append(b, `,"length":`...)
+	b = strconv.AppendInt(b, int64(p.Length), 10)
+	b = append(b, `,"links":`...)
+	b = strconv.AppendInt(b, int64(p.Links), 10)
+	b = append(b, `,"fetched_at":"`...)
+	b = p.FetchedAt.AppendFormat(b, time.RFC3339Nano)
+	b = append(b, '"')
+	if p.Referrer != "" {
+		b = append(b, `,"referrer":`...)
+		b = s.appendString(b, p.Referrer)
+	}
+	if p.Error != "" {
+		b = append(b, `,"error":`...)
+		b = s.appendString(b, p.Error)
+	}
+	if len(p.Fields) > 0 {
+		b = append(b, `,"fields":`...)
+		b = s.appendValue(b, p.Fields)
+	}
+	if len(p.Meta) > 0 {
+		b = append(b, `,"meta":`...)
+		b = s.appendValue(b, p.Meta)
+	}
+	return append(b, "}\n"...)
+}
+
+// appendString appends str as a JSON string: as it is between quotes
+// when it has only printable ASCII but '"' and '\\' (what encoding/json
+// writes unescaped), else as encoding/json escapes it.
+func (s *JSONLines) appendString(b []byte, str string) []byte {
+	for i := 0; i < len(str); i++ {
+		if c := str[i]; c < 0x20 || c > 0x7f || c == '"' || c == '\\' {
+			return s.appendValue(b, str)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, str...)
+	return append(b, '"')
+}
+
+// appendValue appends v, a string or a map of strings (which always
+// encode), as encoding/json does, without its line's newline.
+func (s *JSONLines) appendValue(b []byte, v any) []byte {
+	n := len(b)
+	b, _ = s.appendJSON(b, v)
+	return b[:max(n, len(b)-1)]
 }
 
 // undo drops what the failed Write left: its buffered lines, the buffer's

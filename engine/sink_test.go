@@ -3,16 +3,20 @@ package engine
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/csv"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // fullDisk writes to w until it has taken room bytes, then fails as a
@@ -198,5 +202,84 @@ func TestCSVFullDisk(t *testing.T) {
 	}
 	if len(recs)-1 != n {
 		t.Errorf("%d records after the header, want %d", len(recs)-1, n)
+	}
+}
+
+// TestJSONLinesPageAsEncodingJSON: the lines JSONLines writes for Pages
+// (its own encoder, no reflection) are byte for byte encoding/json's
+// (HTML not escaped), for Pages with strings to escape (quotes,
+// backslashes, control characters, HTML, U+2028, invalid UTF-8, DEL),
+// empty and set optional fields, maps, and times in UTC, in other zones
+// and out of RFC 3339's years; items of other types, and a nil *Page,
+// are encoded as encoding/json does too.
+func TestJSONLinesPageAsEncodingJSON(t *testing.T) {
+	strs := []string{"", "https://127.0.0.1:8080/p/12?a=1&b=<2>", `say "hi"`, `back\slash`, "tab\tnew\nline\r\b\f\x01\x1f",
+		"héllo wörld", "line\u2028sep\u2029", "bad\xffutf8\xc3", "del\x7f", "<script>&amp;</script>", "plain title"}
+	rng := rand.New(rand.NewPCG(14, 14))
+	pick := func() string { return strs[rng.IntN(len(strs))] }
+	zones := []*time.Location{time.UTC, time.FixedZone("X", 5*3600+30*60), time.FixedZone("Y", -(23*3600 + 59*60))}
+	var items []any
+	for i := range 2000 {
+		p := &Page{URL: pick(), Status: rng.IntN(600) - 1, Title: pick(), Depth: rng.IntN(20), ContentType: pick(),
+			Length: rng.IntN(1 << 20), Links: rng.IntN(200), Referrer: pick(), Error: pick(),
+			FetchedAt: time.Unix(rng.Int64N(1<<33), rng.Int64N(1e9)).In(zones[rng.IntN(len(zones))])}
+		switch i % 4 {
+		case 1:
+			p.Meta, p.Fields = map[string]string{}, map[string][]string{}
+		case 2:
+			p.Meta = map[string]string{pick(): pick(), "b": pick(), "a": pick()}
+			p.Fields = map[string][]string{"z": {pick(), pick()}, pick(): nil, "y": {}}
+		case 3:
+			p.FetchedAt = time.Time{}
+		}
+		items = append(items, p)
+	}
+	items = append(items, (*Page)(nil), Page{URL: "a value"}, map[string]any{"x": 1}, "str", 12)
+	var want bytes.Buffer
+	enc := json.NewEncoder(&want)
+	enc.SetEscapeHTML(false)
+	for _, it := range items {
+		if err := enc.Encode(it); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got bytes.Buffer
+	s := NewJSONLines(&got)
+	for i := 0; i < len(items); i += 7 {
+		if err := s.Write(context.Background(), items[i:min(i+7, len(items))]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g, w := strings.Split(got.String(), "\n"), strings.Split(want.String(), "\n")
+	if len(g) != len(w) {
+		t.Fatalf("%d lines, want %d", len(g), len(w))
+	}
+	for i := range g {
+		if g[i] != w[i] {
+			t.Fatalf("line %d:\n got %s\nwant %s", i+1, g[i], w[i])
+		}
+	}
+
+	// A time encoding/json refuses (year 10000) is the page's fault, as before.
+	err := s.Write(context.Background(), []any{&Page{FetchedAt: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}})
+	if !errors.Is(err, ErrBadItem) {
+		t.Errorf("a page of year 10000: %v, want ErrBadItem", err)
+	}
+}
+
+// BenchmarkJSONLinesPages: a batch of 5 Pages as the default callback
+// makes them, written to a discarding writer.
+func BenchmarkJSONLinesPages(b *testing.B) {
+	s := NewJSONLines(io.Discard)
+	items := make([]any, 5)
+	for i := range items {
+		items[i] = &Page{URL: fmt.Sprintf("https://127.0.3.%d:8080/p/%d", i, 100+i), Status: 200, Title: "host 3 page 101",
+			Depth: 3, ContentType: "text/html; charset=utf-8", Length: 51234, Links: 93, FetchedAt: time.Now().UTC()}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := s.Write(context.Background(), items); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
