@@ -89,3 +89,50 @@ func TestHostWaitSaysWhy(t *testing.T) {
 		synctest.Wait()
 	})
 }
+
+// holderLimiter is a heldLimiter that says whether another worker holds
+// its hosts (HostHolders).
+type holderLimiter struct {
+	*heldLimiter
+	elsewhere bool
+}
+
+func (l *holderLimiter) HeldElsewhere(string) bool { return l.elsewhere }
+
+// TestHostWaitSaysWhoHolds: the line says another worker holds the host
+// only when the limiter says one does (HostHolders); else, and with a
+// limiter of this worker alone, it names a back-off. (A single Redis
+// worker with --delay 200ms said another worker held its host.)
+func TestHostWaitSaysWhoHolds(t *testing.T) {
+	const other, backoff = "another worker", "a back-off holds the host"
+	for _, tc := range []struct {
+		name      string
+		limiter   func(*heldLimiter) HostLimiter
+		elsewhere bool
+	}{
+		{"local", func(l *heldLimiter) HostLimiter { return l }, false},
+		{"shared, held here", func(l *heldLimiter) HostLimiter { return &holderLimiter{l, false} }, false},
+		{"shared, held elsewhere", func(l *heldLimiter) HostLimiter { return &holderLimiter{l, true} }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var logs syncbuf.Buffer
+				l := &heldLimiter{delay: 100 * time.Millisecond, let: make(chan struct{})}
+				w := &hostWaits{limiter: tc.limiter(l), perHost: 8, log: slog.New(slog.NewTextHandler(&logs, nil))}
+				go func() {
+					if _, err := w.acquire(t.Context(), "slow.example"); err != nil && t.Context().Err() == nil {
+						t.Errorf("acquire: %v", err)
+					}
+				}()
+				time.Sleep(hostWaitSays)
+				synctest.Wait()
+				said := logs.String()
+				if strings.Contains(said, other) != tc.elsewhere || strings.Contains(said, backoff) == tc.elsewhere {
+					t.Errorf("another worker holds the host: %v; the line says:\n%s", tc.elsewhere, said)
+				}
+				l.let <- struct{}{}
+				synctest.Wait()
+			})
+		})
+	}
+}

@@ -355,6 +355,8 @@ type leaseHost struct {
 	yield     bool        // wanted by another worker: start nothing, give the slots back as they free
 	changed   chan struct{}
 	waiters   int       // Acquire calls waiting on changed
+	turn      uint64    // the next Acquire call's turn
+	turns     []uint64  // the turns of the Acquire calls under way, first come first
 	active    int       // requests in progress here
 	next      time.Time // earliest next start here, while held
 	backoff   time.Time
@@ -553,7 +555,7 @@ func (l *HostLimiter) host(host string) *leaseHost {
 func (l *HostLimiter) sweep(now time.Time) {
 	for name, h := range l.hosts {
 		if h.slots == 0 && h.ask == nil && !h.releasing && !h.owed && h.active == 0 && h.waiters == 0 &&
-			len(h.ready) == 0 && !now.Before(h.retry) {
+			len(h.turns) == 0 && len(h.ready) == 0 && !now.Before(h.retry) {
 			delete(l.hosts, name)
 		}
 	}
@@ -563,11 +565,28 @@ func (l *HostLimiter) sweep(now time.Time) {
 // wake wakes h's waiting Acquire calls and returns its HostLeaser
 // callbacks, for the caller to call once l.mu is released. l.mu is held.
 func (h *leaseHost) wake() []func() {
-	close(h.changed)
-	h.changed = make(chan struct{})
+	h.stir()
 	r := h.ready
 	h.ready = nil
 	return r
+}
+
+// stir wakes h's waiting Acquire calls (not its HostLeaser callbacks).
+// l.mu is held.
+func (h *leaseHost) stir() {
+	close(h.changed)
+	h.changed = make(chan struct{})
+}
+
+// leave ends turn's Acquire call of h, and wakes the calls after it. l.mu
+// is held.
+func (h *leaseHost) leave(turn uint64) {
+	if i := slices.Index(h.turns, turn); i >= 0 {
+		h.turns = slices.Delete(h.turns, i, i+1)
+		if len(h.turns) > 0 {
+			h.stir()
+		}
+	}
 }
 
 func call(fs []func()) {
@@ -634,14 +653,31 @@ func (l *HostLimiter) send() {
 
 // Acquire waits until a request to host may start, or ctx ends: it takes
 // a slot of the host if this worker holds none free (waiting while
-// others hold them all), then the slot and the delay, in memory.
+// others hold them all), then the slot and the delay, in memory. Calls
+// for one host start in the order they came (first come, first served),
+// so that a page waits for its host's pace no longer than the pages
+// before it take: with the host's slots held here, at most --per-host
+// pages wait at once, and the last starts within --per-host delays.
 func (l *HostLimiter) Acquire(ctx context.Context, host string) (func(), error) {
+	l.mu.Lock()
+	h := l.host(host) // kept while it has turns: not swept
+	me := h.turn
+	h.turn++
+	h.turns = append(h.turns, me)
+	l.mu.Unlock()
+	started := false
+	defer func() {
+		if !started {
+			l.mu.Lock()
+			h.leave(me)
+			l.mu.Unlock()
+		}
+	}()
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
 		l.mu.Lock()
-		h := l.host(host)
 		now := time.Now()
 		var wait time.Duration = -1 // until changed
 		var ask *leaseAsk
@@ -653,10 +689,15 @@ func (l *HostLimiter) Acquire(ctx context.Context, host string) (func(), error) 
 			if h.backoff.After(gate) {
 				gate = h.backoff
 			}
+			if h.turns[0] != me {
+				break // an earlier call starts first, and wakes this one
+			}
 			if !now.Before(gate) {
 				h.active++
 				h.busy[h.active-1] = now
 				h.next = now.Add(l.hostDelay(h))
+				started = true
+				h.leave(me)
 				l.mu.Unlock()
 				var once sync.Once
 				return func() { once.Do(func() { l.release(h) }) }, nil
@@ -1193,7 +1234,17 @@ func (l *HostLimiter) SetDelay(host string, d time.Duration) {
 var (
 	_ engine.HostLimiter = (*HostLimiter)(nil)
 	_ engine.HostLeaser  = (*HostLimiter)(nil)
+	_ engine.HostHolders = (*HostLimiter)(nil)
 )
+
+// HeldElsewhere tells whether this worker's last ask for host's slots
+// found other workers holding some it wanted (see engine.HostHolders).
+func (l *HostLimiter) HeldElsewhere(host string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	h := l.hosts[host]
+	return h != nil && h.backoffN > 0
+}
 
 // Observe moves host's delay by a response's latency and status with
 // AutoThrottle (see engine.AutoThrottle.Next): in memory while this worker

@@ -750,3 +750,94 @@ func TestHostLimiterPurge(t *testing.T) {
 		t.Errorf("another crawl's robots.txt gone (ok=%v, err=%v)", ok, err)
 	}
 }
+
+// TestHostLimiterFirstComeFirstServed: the Acquire calls of a held host
+// with a delay start in the order they came, so none waits longer than
+// the calls before it take: 8 pages of a host at --delay 200ms wait 1.4s
+// at most, where pages woken together in any order waited past 3s (and
+// the worker said another worker held the host).
+func TestHostLimiterFirstComeFirstServed(t *testing.T) {
+	const host, pages = "paced.example", 8
+	client := integration.RedisClient(t)
+	l, err := redis.NewHostLimiter(redis.LimiterConfig{Client: client, Crawl: integration.Name(t), PerHost: pages,
+		Delay: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	first, err := l.Acquire(ctx, host) // the host held here, whole
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first()
+	var mu sync.Mutex
+	var order []int
+	var wg sync.WaitGroup
+	for i := range pages - 1 {
+		wg.Go(func() {
+			r, err := l.Acquire(ctx, host)
+			if err != nil {
+				t.Errorf("page %d: %v", i, err)
+				return
+			}
+			defer r()
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+		})
+		for redis.Waiting(l, host) < i+1 { // call i waits before call i+1 comes
+			if ctx.Err() != nil {
+				t.Fatalf("call %d never waited", i)
+			}
+			runtime.Gosched()
+		}
+	}
+	wg.Wait()
+	if !slices.IsSorted(order) {
+		t.Errorf("calls started in the order %v, want the order they came", order)
+	}
+}
+
+// TestHostLimiterHeldElsewhere: a worker whose ask for a host found
+// another worker holding it says so (engine.HostHolders), the holder
+// does not, nor does a worker that never asked.
+func TestHostLimiterHeldElsewhere(t *testing.T) {
+	const host = "held.example"
+	client := integration.RedisClient(t)
+	cfg := redis.LimiterConfig{Client: client, Crawl: integration.Name(t), PerHost: 2, Delay: 50 * time.Millisecond,
+		Poll: 5 * time.Millisecond}
+	var ls [3]*redis.HostLimiter
+	for i := range ls {
+		l, err := redis.NewHostLimiter(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		ls[i] = l
+	}
+	a, b, c := ls[0], ls[1], ls[2]
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	r, err := a.Acquire(ctx, host) // a holds the host whole to the end
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r()
+	short, cancelShort := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancelShort()
+	if r, err := b.Acquire(short, host); err == nil {
+		r()
+		t.Fatal("b started a request to a host a holds whole")
+	}
+	if !b.HeldElsewhere(host) {
+		t.Error("b, refused the host a holds, says no other worker holds it")
+	}
+	if a.HeldElsewhere(host) {
+		t.Error("a, the holder, says another worker holds the host")
+	}
+	if c.HeldElsewhere(host) {
+		t.Error("c, which never asked, says another worker holds the host")
+	}
+}

@@ -197,3 +197,38 @@ func TestRedisKill9FreesHostSlots(t *testing.T) {
 		t.Errorf("%d pages crawled, want all %d", d, pages)
 	}
 }
+
+// TestRedisOneWorkerDelayNoFalseHolder: a single Redis worker with
+// --delay 200ms whose pages of one host queue up behind the delay never
+// says that another worker holds the host: none does (session 13 saw
+// "another worker holds it (a shared limiter)" with one worker).
+func TestRedisOneWorkerDelayNoFalseHolder(t *testing.T) {
+	t.Parallel()
+	const pages = 30
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/robots.txt" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "text/html")
+		if r.URL.Path == "/p/0" {
+			for i := 1; i < pages; i++ {
+				fmt.Fprintf(w, `<a href="/p/%d">%d</a>`, i, i)
+			}
+		}
+	}))
+	defer srv.Close()
+	name := integration.Name(t)
+	args := redisArgs(t, name, "--per-host=8", "--delay=200ms")
+	mustRun(t, append([]string{"seed"}, append(args, srv.URL+"/p/0")...)...)
+	w := start(t, append([]string{"worker"}, args...)...)
+	if code := w.wait(t, 2*time.Minute); code != 0 {
+		t.Fatalf("worker exit %d:\n%s", code, w.stderr.String())
+	}
+	if d, _ := union(t, w); d != pages {
+		t.Errorf("%d pages crawled, want %d", d, pages)
+	}
+	if s := w.stderr.String(); strings.Contains(s, "another worker") {
+		t.Errorf("the only worker says another worker holds a host:\n%s", s)
+	}
+}
