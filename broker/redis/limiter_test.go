@@ -35,11 +35,7 @@ func TestHostLimiterAcrossWorkers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for w := range 3 {
-		l, err := redis.NewHostLimiter(redis.LimiterConfig{Client: client, Crawl: crawl, PerHost: 2, Delay: 50 * time.Millisecond, Poll: 5 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { l.Close() }) // its keeper outlives the last release by up to a tick
+		l := newLimiter(t, redis.LimiterConfig{Client: client, Crawl: crawl, PerHost: 2, Delay: 50 * time.Millisecond, Poll: 5 * time.Millisecond})
 		for range 2 {
 			wg.Go(func() {
 				for range 4 {
@@ -95,9 +91,8 @@ func TestHostLimiterAcrossWorkers(t *testing.T) {
 func TestHostLimiterBackoff(t *testing.T) {
 	client := integration.RedisClient(t)
 	crawl := integration.Name(t)
-	a, _ := redis.NewHostLimiter(redis.LimiterConfig{Client: client, Crawl: crawl})
-	b, _ := redis.NewHostLimiter(redis.LimiterConfig{Client: client, Crawl: crawl})
-	t.Cleanup(func() { a.Close(); b.Close() })
+	a := newLimiter(t, redis.LimiterConfig{Client: client, Crawl: crawl})
+	b := newLimiter(t, redis.LimiterConfig{Client: client, Crawl: crawl})
 	// Causal: b may start no sooner than until, however long a's call
 	// to Redis took (one that took 74ms on a loaded machine made an
 	// "elapsed since Backoff returned" of 226ms out of a 300ms back-off).
@@ -134,10 +129,7 @@ func TestHostLimiterDeadWorkerSlots(t *testing.T) {
 	client := integration.RedisClient(t)
 	crawl := integration.Name(t)
 	const ttl = time.Second
-	dead, err := redis.NewHostLimiter(redis.LimiterConfig{Client: client, Crawl: crawl, PerHost: 2, SlotTTL: ttl})
-	if err != nil {
-		t.Fatal(err)
-	}
+	dead := newLimiter(t, redis.LimiterConfig{Client: client, Crawl: crawl, PerHost: 2, SlotTTL: ttl})
 	for range 2 {
 		if _, err := dead.Acquire(t.Context(), "h.example"); err != nil {
 			t.Fatal(err)
@@ -145,8 +137,7 @@ func TestHostLimiterDeadWorkerSlots(t *testing.T) {
 	}
 	start := time.Now()
 	_ = dead.Close() // dies: no release, no renewal
-	live, _ := redis.NewHostLimiter(redis.LimiterConfig{Client: client, Crawl: crawl, PerHost: 2, SlotTTL: ttl, Poll: 10 * time.Millisecond})
-	t.Cleanup(func() { _ = live.Close() })
+	live := newLimiter(t, redis.LimiterConfig{Client: client, Crawl: crawl, PerHost: 2, SlotTTL: ttl, Poll: 10 * time.Millisecond})
 	ctx, cancel := context.WithTimeout(t.Context(), ttl+2*time.Second)
 	defer cancel()
 	release, err := live.Acquire(ctx, "h.example")
@@ -163,9 +154,8 @@ func TestHostLimiterRenewsSlots(t *testing.T) {
 	client := integration.RedisClient(t)
 	crawl := integration.Name(t)
 	const ttl = 600 * time.Millisecond
-	holder, _ := redis.NewHostLimiter(redis.LimiterConfig{Client: client, Crawl: crawl, PerHost: 1, SlotTTL: ttl})
-	other, _ := redis.NewHostLimiter(redis.LimiterConfig{Client: client, Crawl: crawl, PerHost: 1, SlotTTL: ttl, Poll: 10 * time.Millisecond})
-	t.Cleanup(func() { _ = holder.Close(); _ = other.Close() })
+	holder := newLimiter(t, redis.LimiterConfig{Client: client, Crawl: crawl, PerHost: 1, SlotTTL: ttl})
+	other := newLimiter(t, redis.LimiterConfig{Client: client, Crawl: crawl, PerHost: 1, SlotTTL: ttl, Poll: 10 * time.Millisecond})
 	release, err := holder.Acquire(t.Context(), "h.example")
 	if err != nil {
 		t.Fatal(err)
@@ -203,9 +193,8 @@ func TestHostLimiterReleaseAfterOutage(t *testing.T) {
 	t.Cleanup(func() { _ = cut.Close() })
 	client := integration.RedisClient(t)
 	crawl := integration.Name(t)
-	a, _ := redis.NewHostLimiter(redis.LimiterConfig{Client: cut, Crawl: crawl, PerHost: 2}) // default TTL: 30s
-	b, _ := redis.NewHostLimiter(redis.LimiterConfig{Client: client, Crawl: crawl, PerHost: 2, Poll: 10 * time.Millisecond})
-	t.Cleanup(func() { _ = a.Close(); _ = b.Close() })
+	a := newLimiter(t, redis.LimiterConfig{Client: cut, Crawl: crawl, PerHost: 2}) // default TTL: 30s
+	b := newLimiter(t, redis.LimiterConfig{Client: client, Crawl: crawl, PerHost: 2, Poll: 10 * time.Millisecond})
 	var releases []func()
 	for range 2 {
 		r, err := a.Acquire(t.Context(), "h.example")
@@ -313,12 +302,8 @@ func TestHostLimiterAutoThrottleShared(t *testing.T) {
 	defer cancel()
 	cfg := redis.LimiterConfig{Client: client, Crawl: crawl, Delay: 100 * time.Millisecond, Poll: 5 * time.Millisecond,
 		AutoThrottle: &engine.AutoThrottle{StartDelay: time.Second, MaxDelay: 10 * time.Second}}
-	a, err := redis.NewHostLimiter(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := redis.NewHostLimiter(cfg)
-	t.Cleanup(func() { a.Close(); b.Close() })
+	a := newLimiter(t, cfg)
+	b := newLimiter(t, cfg)
 	both := func(host string, want time.Duration) {
 		t.Helper()
 		for i, l := range []*redis.HostLimiter{a, b} {
@@ -409,11 +394,7 @@ func TestHostLimiterLeasedHostCostsNoRoundTrip(t *testing.T) {
 	hook := &countHook{n: map[string]int{}}
 	client.AddHook(hook)
 	crawl := integration.Name(t)
-	l, err := redis.NewHostLimiter(redis.LimiterConfig{Client: client, Crawl: crawl, PerHost: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
+	l := newLimiter(t, redis.LimiterConfig{Client: client, Crawl: crawl, PerHost: 1})
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	for i := range pages {
@@ -428,11 +409,7 @@ func TestHostLimiterLeasedHostCostsNoRoundTrip(t *testing.T) {
 	if n := hook.get("evalsha") + hook.get("eval"); n > 4 {
 		t.Errorf("%d script calls for %d pages of one host; want the lease taken once", n, pages)
 	}
-	other, err := redis.NewHostLimiter(redis.LimiterConfig{Client: integration.RedisClient(t), Crawl: crawl, PerHost: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { other.Close() })
+	other := newLimiter(t, redis.LimiterConfig{Client: integration.RedisClient(t), Crawl: crawl, PerHost: 1})
 	release, err := other.Acquire(ctx, "site.example")
 	if err != nil {
 		t.Fatalf("another worker could not take the host given back: %v", err)
@@ -448,9 +425,8 @@ func TestHostLimiterWantedHostYields(t *testing.T) {
 	crawl := integration.Name(t)
 	const ttl = 900 * time.Millisecond // renewed every 300ms
 	cfg := redis.LimiterConfig{Client: client, Crawl: crawl, PerHost: 1, SlotTTL: ttl, Poll: 5 * time.Millisecond}
-	a, _ := redis.NewHostLimiter(cfg)
-	b, _ := redis.NewHostLimiter(cfg)
-	t.Cleanup(func() { a.Close(); b.Close() })
+	a := newLimiter(t, cfg)
+	b := newLimiter(t, cfg)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	first, err := a.Acquire(ctx, "busy.example")
@@ -492,9 +468,8 @@ func TestHostLimiterHandOverKeepsDelay(t *testing.T) {
 	crawl := integration.Name(t)
 	const delay = time.Second // past leaseLinger (200ms) and the retries that follow it
 	cfg := redis.LimiterConfig{Client: client, Crawl: crawl, PerHost: 1, Delay: delay, Poll: 5 * time.Millisecond}
-	a, _ := redis.NewHostLimiter(cfg)
-	b, _ := redis.NewHostLimiter(cfg)
-	t.Cleanup(func() { a.Close(); b.Close() })
+	a := newLimiter(t, cfg)
+	b := newLimiter(t, cfg)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	// Causal: a's start is no sooner than asked, so b's, a delay after
@@ -609,12 +584,8 @@ func heldLimiter(t *testing.T, ctx context.Context, perHost int) (*redis.HostLim
 	client := integration.RedisClient(t)
 	hook := &holdHook{entered: make(chan struct{}), release: make(chan struct{})}
 	client.AddHook(hook)
-	l, err := redis.NewHostLimiter(redis.LimiterConfig{Client: client, Crawl: integration.Name(t), PerHost: perHost,
+	l := newLimiter(t, redis.LimiterConfig{Client: client, Crawl: integration.Name(t), PerHost: perHost,
 		Poll: time.Hour, SlotTTL: 10 * time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
 	warm, err := l.Acquire(ctx, "warm.example")
 	if err != nil {
 		t.Fatal(err)
@@ -698,12 +669,7 @@ func TestHostLimiterPurge(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	open := func(crawl string) *redis.HostLimiter {
-		l, err := redis.NewHostLimiter(redis.LimiterConfig{Client: client, Crawl: crawl, PerHost: 1, Delay: time.Minute})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { l.Close() })
-		return l
+		return newLimiter(t, redis.LimiterConfig{Client: client, Crawl: crawl, PerHost: 1, Delay: time.Minute})
 	}
 	l, o := open(crawl), open(other)
 	for _, l := range []*redis.HostLimiter{l, o} {
@@ -759,12 +725,8 @@ func TestHostLimiterPurge(t *testing.T) {
 func TestHostLimiterFirstComeFirstServed(t *testing.T) {
 	const host, pages = "paced.example", 8
 	client := integration.RedisClient(t)
-	l, err := redis.NewHostLimiter(redis.LimiterConfig{Client: client, Crawl: integration.Name(t), PerHost: pages,
+	l := newLimiter(t, redis.LimiterConfig{Client: client, Crawl: integration.Name(t), PerHost: pages,
 		Delay: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	first, err := l.Acquire(ctx, host) // the host held here, whole
@@ -810,12 +772,7 @@ func TestHostLimiterHeldElsewhere(t *testing.T) {
 		Poll: 5 * time.Millisecond}
 	var ls [3]*redis.HostLimiter
 	for i := range ls {
-		l, err := redis.NewHostLimiter(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { l.Close() })
-		ls[i] = l
+		ls[i] = newLimiter(t, cfg)
 	}
 	a, b, c := ls[0], ls[1], ls[2]
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
@@ -840,4 +797,16 @@ func TestHostLimiterHeldElsewhere(t *testing.T) {
 	if c.HeldElsewhere(host) {
 		t.Error("c, which never asked, says another worker holds the host")
 	}
+}
+
+// newLimiter returns a limiter of cfg, closed when the test ends (Close
+// is idempotent: a test may close it sooner); an error ends the test.
+func newLimiter(t *testing.T, cfg redis.LimiterConfig) *redis.HostLimiter {
+	t.Helper()
+	l, err := redis.NewHostLimiter(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
 }

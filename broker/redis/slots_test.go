@@ -27,9 +27,8 @@ func TestHostLimiterSlotsAcrossWorkers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	cfg := redis.LimiterConfig{Client: client, Crawl: crawl, PerHost: 2, Poll: 5 * time.Millisecond}
-	a, _ := redis.NewHostLimiter(cfg)
-	b, _ := redis.NewHostLimiter(cfg)
-	t.Cleanup(func() { a.Close(); b.Close() })
+	a := newLimiter(t, cfg)
+	b := newLimiter(t, cfg)
 	ra, err := a.Acquire(ctx, "big.example")
 	if err != nil {
 		t.Fatal(err)
@@ -111,9 +110,8 @@ func TestHostLimiterDelayedHostStaysWhole(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 			defer cancel()
 			cfg := redis.LimiterConfig{Client: client, Crawl: crawl, PerHost: 2, Delay: tc.delay, Poll: 5 * time.Millisecond}
-			a, _ := redis.NewHostLimiter(cfg)
-			b, _ := redis.NewHostLimiter(cfg)
-			t.Cleanup(func() { a.Close(); b.Close() })
+			a := newLimiter(t, cfg)
+			b := newLimiter(t, cfg)
 			const host = "slow.example"
 			if tc.setDelay {
 				// Both hold a slot (no delay known yet), as on a
@@ -178,11 +176,7 @@ func TestHostLimiterSlotCapAcrossWorkers(t *testing.T) {
 	for w := range workers {
 		// A short SlotTTL: renewals (every 300ms) find the want marks,
 		// so the host changes hands during the test.
-		l, err := redis.NewHostLimiter(redis.LimiterConfig{Client: client, Crawl: crawl, PerHost: 2, SlotTTL: 900 * time.Millisecond, Poll: 5 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { l.Close() })
+		l := newLimiter(t, redis.LimiterConfig{Client: client, Crawl: crawl, PerHost: 2, SlotTTL: 900 * time.Millisecond, Poll: 5 * time.Millisecond})
 		for range w%2 + 1 { // pages in progress at once
 			wg.Go(func() {
 				for range requests {
