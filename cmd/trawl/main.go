@@ -42,19 +42,32 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/trawlhq/trawl/engine"
+	"github.com/trawlhq/trawl/internal/gctune"
 )
 
-// gcPercent is the garbage collector's target unless GOGC is set: a
-// crawler allocates a page's body and links per page and keeps little, so
-// at Go's default of 100 the collector takes a third of a worker's CPU;
-// at 400 it takes a tenth, for a heap that may grow to five times what is
-// live instead of twice (a worker's live heap is some tens of MiB).
-const gcPercent = 400
+// startGC sets the garbage collector's policy unless the user set one:
+// a crawler allocates a page's body and links per page and keeps little,
+// so at Go's default of 100 the collector takes a third of a worker's
+// CPU, at 400 a tenth. trawl gives the heap 128 MiB of headroom over what
+// is live, within 100 and 400 percent (gctune.Default): 400 while the
+// live heap is 32 MiB or less, 100 once it is 128 MiB or more, so that
+// state kept per host grows the heap twice over, not five times. An
+// explicit GOGC is left as it is; with GOMEMLIMIT alone the percent is
+// 400, bounded by the user's limit (docs/deploy.md). It returns the tuner
+// to stop, nil when none runs.
+func startGC(lookupEnv func(string) (string, bool)) *gctune.Tuner {
+	if _, ok := lookupEnv("GOGC"); ok {
+		return nil
+	}
+	if _, ok := lookupEnv("GOMEMLIMIT"); ok {
+		debug.SetGCPercent(gctune.Default.Max)
+		return nil
+	}
+	return gctune.Start(gctune.Default)
+}
 
 func main() {
-	if _, ok := os.LookupEnv("GOGC"); !ok {
-		debug.SetGCPercent(gcPercent)
-	}
+	gc := startGC(os.LookupEnv)
 	// go-redis logs connection failures through a global logger; the
 	// command reports them itself, in one line.
 	goredis.SetLogger(quietRedis{})
@@ -63,6 +76,7 @@ func main() {
 	code := run(os.Args[1:], os.Stdout, os.Stderr)
 	stopMem()
 	stop()
+	gc.Stop()
 	os.Exit(code)
 }
 

@@ -8,11 +8,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
+	"runtime/metrics"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/trawlhq/trawl/internal/gctune"
 	"github.com/trawlhq/trawl/internal/syncbuf"
 	"github.com/trawlhq/trawl/internal/testsite"
 	"github.com/trawlhq/trawl/internal/testsite/sitetest"
@@ -336,6 +339,45 @@ func TestMemProfile(t *testing.T) {
 	startMemProfile("", time.Millisecond, &stderr)()
 	if stderr.Len() != 0 {
 		t.Errorf("no path: stderr %q, want nothing", stderr.String())
+	}
+}
+
+// TestStartGC: the collector's policy is trawl's (a tuner, starting at
+// 400 percent) unless the user set GOGC, which is left as it is, or
+// GOMEMLIMIT, under which the percent is 400 and nothing re-sets it.
+func TestStartGC(t *testing.T) {
+	gogc := func() int {
+		s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+		metrics.Read(s)
+		return int(s[0].Value.Uint64())
+	}
+	env := func(vars ...string) func(string) (string, bool) {
+		return func(k string) (string, bool) {
+			if i := slices.Index(vars, k); i >= 0 {
+				return vars[i+1], true
+			}
+			return "", false
+		}
+	}
+	defer debug.SetGCPercent(debug.SetGCPercent(123))
+
+	if tu := startGC(env("GOGC", "123")); tu != nil || gogc() != 123 {
+		t.Errorf("GOGC=123: tuner %v, percent %d; want none and 123", tu, gogc())
+	}
+	tu := startGC(env("GOMEMLIMIT", "1GiB"))
+	if tu != nil || gogc() != gctune.Default.Max {
+		t.Errorf("GOMEMLIMIT alone: tuner %v, percent %d; want none and %d", tu, gogc(), gctune.Default.Max)
+	}
+	tu.Stop() // a nil tuner stops as a no-op
+
+	debug.SetGCPercent(123)
+	tu = startGC(env("GOMAXPROCS", "2"))
+	if tu == nil || gogc() != gctune.Default.Max {
+		t.Errorf("no GOGC or GOMEMLIMIT: tuner %v, percent %d; want a tuner starting at %d", tu, gogc(), gctune.Default.Max)
+	}
+	tu.Stop()
+	if gogc() != 123 {
+		t.Errorf("after the tuner's Stop: percent %d, want 123 again", gogc())
 	}
 }
 
