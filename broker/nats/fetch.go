@@ -119,12 +119,18 @@ type pullRequest struct {
 // A request not ended after wait plus the broker's Timeout is stopped by
 // draining its subscription: the server forgets a request once its inbox
 // has no subscriber, and what it sent before that is still read.
+//
+// The answer comes on a channel of n plus a few (pullSlack): the server
+// sends a request at most n messages and one status that ends it.
+// (SubscribeSync's channel holds 64Ki messages: 512 KiB to allocate and
+// clear for every pull request, a take's several per partition.)
 func (b *Broker) pull(q *queue, cons, n int, wait time.Duration) ([]*natsgo.Msg, error) {
 	req, err := json.Marshal(pullRequest{Batch: n, Expires: wait, NoWait: wait == 0})
 	if err != nil {
 		return nil, err
 	}
-	sub, err := b.nc.SubscribeSync(b.nc.NewInbox())
+	answers := make(chan *natsgo.Msg, n+pullSlack)
+	sub, err := b.nc.ChanSubscribe(b.nc.NewInbox(), answers)
 	if err != nil {
 		return nil, err
 	}
@@ -134,43 +140,49 @@ func (b *Broker) pull(q *queue, cons, n int, wait time.Duration) ([]*natsgo.Msg,
 		return nil, err
 	}
 	var ms []*natsgo.Msg
-	deadline := time.Now().Add(wait + b.cfg.Timeout)
-	draining := false
+	timer := time.NewTimer(wait + b.cfg.Timeout)
+	defer timer.Stop()
+	var drained <-chan natsgo.SubStatus // closed (or sent to) once a drain ends
 	for len(ms) < n {
-		m, err := sub.NextMsg(max(time.Until(deadline), time.Millisecond))
-		switch {
-		case errors.Is(err, natsgo.ErrTimeout) && !draining:
+		var m *natsgo.Msg
+		select {
+		case m = <-answers:
+		case <-drained:
+			for {
+				select {
+				case m := <-answers: // sent before the drain: still read
+					if isMessage(m) {
+						ms = append(ms, m)
+					}
+				default:
+					return ms, nil // drained: nothing more comes
+				}
+			}
+		case <-timer.C:
+			if drained != nil {
+				b.log.Warn("a pull request did not drain; messages sent to it come back after their lease", "queue", q.queue)
+				return ms, natsgo.ErrTimeout
+			}
 			b.log.Warn("a pull request got no answer in time; stopping it", "queue", q.queue, "after", wait+b.cfg.Timeout)
+			drained = sub.StatusChanged(natsgo.SubscriptionClosed)
 			if err := sub.Drain(); err != nil {
 				return ms, fmt.Errorf("drain: %w", err)
 			}
-			draining = true
-			deadline = time.Now().Add(b.cfg.Timeout)
+			timer.Reset(b.cfg.Timeout)
 			continue
-		case draining && errors.Is(err, natsgo.ErrBadSubscription):
-			return ms, nil // drained: nothing more comes
-		case errors.Is(err, natsgo.ErrTimeout):
-			b.log.Warn("a pull request did not drain; messages sent to it come back after their lease", "queue", q.queue)
-			return ms, err
-		case err != nil:
-			return ms, err
 		}
-		status := m.Header.Get("Status")
-		if m.Reply != "" || status == "" {
-			// A message: its reply subject acknowledges it. (The
-			// server's statuses have none; a message's own Status
-			// header is its publisher's.)
+		if isMessage(m) {
 			ms = append(ms, m)
 			continue
 		}
-		switch status {
+		switch m.Header.Get("Status") {
 		case "100": // a heartbeat
 		case "404", "408": // no messages; the request expired
 			return ms, nil
 		case "503":
 			return ms, natsgo.ErrNoResponders
 		default:
-			err := fmt.Errorf("status %s: %s", status, m.Header.Get("Description"))
+			err := fmt.Errorf("status %s: %s", m.Header.Get("Status"), m.Header.Get("Description"))
 			if strings.Contains(strings.ToLower(m.Header.Get("Description")), "consumer deleted") {
 				err = fmt.Errorf("%w: %w", jetstream.ErrConsumerDeleted, err)
 			}
@@ -178,6 +190,20 @@ func (b *Broker) pull(q *queue, cons, n int, wait time.Duration) ([]*natsgo.Msg,
 		}
 	}
 	return ms, nil
+}
+
+// pullSlack is the room an answer's channel has beyond the messages asked
+// for: the server ends a request with one status at most, and a
+// heartbeat or two are room to spare. (A channel subscription whose
+// channel is full drops what comes: a message then comes back only after
+// its lease.)
+const pullSlack = 4
+
+// isMessage tells a message of a stream from the server's status of a
+// pull request: a message's reply subject acknowledges it. (The server's
+// statuses have none; a message's own Status header is its publisher's.)
+func isMessage(m *natsgo.Msg) bool {
+	return m.Reply != "" || m.Header.Get("Status") == ""
 }
 
 // meta is what trawl reads of a JetStream message's metadata.
@@ -213,31 +239,33 @@ func metadata(m *natsgo.Msg) (meta, error) {
 
 // take pulls what q has now, without waiting: up to limit messages, band by
 // band from the highest, after moving the delayed messages that are due
-// back to their bands. It returns the deliveries it got even with an
-// error (the error then says why it got no more).
+// back to their bands. held is what q's stream held a moment ago, by
+// subject (see holdings); bands that held nothing are skipped. floor is
+// the lowest band that held messages in any partition the caller takes
+// from. It returns the deliveries it got even with an error (the error
+// then says why it got no more).
 //
-// One stream info request tells which subjects hold messages; bands that
-// hold none are skipped. A band that holds some is asked with a "no wait"
-// pull request. The server may answer it with "no messages" for a message
-// it has stored and acknowledged to its publisher, because it tells its
-// consumers about new messages asynchronously, and a "no wait" request
-// trusts the consumer's count; taking from a lower band then would break
-// priority order. So, when such a request brings nothing, or fewer than
-// asked while a lower band holds messages, the band's consumer is asked how many of its messages are in flight, and then the
-// stream how many the band holds (in this order, so that an ack between
-// the two cannot look like a new message); if the band holds more, a pull
-// request that waits (up to oneShot) for that many collects them: a
-// waiting request reads the stream itself.
-func (b *Broker) take(q *queue, limit int) ([]*delivery, error) {
+// A band that holds messages is asked with a "no wait" pull request. The
+// server may answer it with "no messages" for a message it has stored and
+// acknowledged to its publisher, because it tells its consumers about new
+// messages asynchronously, and a "no wait" request trusts the consumer's
+// count; taking from a lower band then would break priority order. So,
+// when such a request brings fewer than asked while a lower band (floor)
+// holds messages, the band's consumer is asked how many of its messages
+// are in flight, and then the stream how many the band holds (in this
+// order, so that an ack between the two cannot look like a new message);
+// if the band holds more, a pull request that waits (up to oneShot) for
+// that many collects them: a waiting request reads the stream itself.
+// With no lower band held, nothing of lower priority is taken instead: a
+// message not yet told to the consumer is the next take's (or, if none
+// came, the wait's), and a band whose messages are all in flight, as a
+// crawl's mostly are, costs its "no wait" request only, not three round
+// trips.
+func (b *Broker) take(q *queue, held map[string]uint64, floor, limit int) ([]*delivery, error) {
 	// These requests are answered at once; they are not cut short by the
 	// caller, so that what they bring is not lost.
 	ctx, cancel := b.detached()
 	defer cancel()
-	info, err := q.stream.Info(ctx, jetstream.WithSubjectFilter(q.prefix+"*"))
-	if err != nil {
-		return nil, fmt.Errorf("stream info: %w", pullErr(err))
-	}
-	held := info.State.Subjects
 	var got []*delivery
 	if held[q.delay] > 0 {
 		if _, err := b.fetch(q, q.delayIdx(), delayBatch, 0, &got); err != nil {
@@ -245,8 +273,7 @@ func (b *Broker) take(q *queue, limit int) ([]*delivery, error) {
 		}
 	}
 	for band := len(q.bands) - 1; band >= 0 && len(got) < limit; band-- {
-		stored := held[q.bands[band]]
-		if stored == 0 {
+		if held[q.bands[band]] == 0 {
 			continue
 		}
 		asked := limit - len(got)
@@ -254,7 +281,7 @@ func (b *Broker) take(q *queue, limit int) ([]*delivery, error) {
 		if err != nil {
 			return got, err
 		}
-		if n == asked || (n > 0 && !heldBelow(q, held, band)) {
+		if n == asked || band <= floor {
 			continue
 		}
 		ci, err := q.cons[band].Info(ctx)
@@ -265,7 +292,7 @@ func (b *Broker) take(q *queue, limit int) ([]*delivery, error) {
 		if err != nil {
 			return got, fmt.Errorf("stream info: %w", pullErr(err))
 		}
-		stored = info.State.Subjects[q.bands[band]]
+		stored := info.State.Subjects[q.bands[band]]
 		if inFlight := uint64(max(ci.NumAckPending, 0)); stored > inFlight {
 			k := int(min(stored-inFlight, uint64(limit-len(got))))
 			if _, err := b.fetch(q, band, k, oneShot, &got); err != nil {
@@ -276,17 +303,48 @@ func (b *Broker) take(q *queue, limit int) ([]*delivery, error) {
 	return got, nil
 }
 
+// holdings asks q's stream how many messages each of its subjects holds
+// (one stream info request).
+func (b *Broker) holdings(q *queue) (map[string]uint64, error) {
+	ctx, cancel := b.detached()
+	defer cancel()
+	info, err := q.stream.Info(ctx, jetstream.WithSubjectFilter(q.prefix+"*"))
+	if err != nil {
+		return nil, fmt.Errorf("stream info: %w", pullErr(err))
+	}
+	return info.State.Subjects, nil
+}
+
 // takeAll is take on every partition qs, in turn from the one after the
 // partition the previous takeAll began with, each given an even share of
 // what is left of limit (a partition that has less leaves the rest to the
-// next ones): no partition waits for another's backlog. It returns the
-// deliveries it got, and with an error the partition that failed.
+// next ones): no partition waits for another's backlog. It first asks
+// every partition what it holds, so that each take knows the lowest band
+// held in any of them. It returns the deliveries it got, and with an
+// error the partition that failed.
 func (b *Broker) takeAll(qs []*queue, limit int) ([]*delivery, *queue, error) {
-	if len(qs) == 1 {
-		ds, err := b.take(qs[0], limit)
-		return ds, qs[0], err
+	start := 0
+	if len(qs) > 1 {
+		start = int(b.turn.Add(1) % uint64(len(qs)))
 	}
-	start := int(b.turn.Add(1) % uint64(len(qs)))
+	helds := make([]map[string]uint64, len(qs))
+	floor := -1 // below every band: none held
+	for i := range qs {
+		q := qs[(start+i)%len(qs)]
+		held, err := b.holdings(q)
+		if err != nil {
+			return nil, q, err
+		}
+		helds[i] = held
+		for band, subj := range q.bands {
+			if held[subj] > 0 {
+				if floor < 0 || band < floor {
+					floor = band
+				}
+				break
+			}
+		}
+	}
 	var got []*delivery
 	for i := range qs {
 		left := limit - len(got)
@@ -295,23 +353,13 @@ func (b *Broker) takeAll(qs []*queue, limit int) ([]*delivery, *queue, error) {
 		}
 		q := qs[(start+i)%len(qs)]
 		share := (left + len(qs) - i - 1) / (len(qs) - i)
-		ds, err := b.take(q, share)
+		ds, err := b.take(q, helds[i], floor, share)
 		got = append(got, ds...)
 		if err != nil {
 			return got, q, err
 		}
 	}
 	return got, nil, nil
-}
-
-// heldBelow tells whether a band of q below band holds messages.
-func heldBelow(q *queue, held map[string]uint64, band int) bool {
-	for _, subj := range q.bands[:band] {
-		if held[subj] > 0 {
-			return true
-		}
-	}
-	return false
 }
 
 // waitPull is one of wait's pull requests: on consumer cons of q, for up
@@ -322,13 +370,6 @@ type waitPull struct {
 	n    int
 	left int       // messages still to come on the request sent last
 	sent time.Time // when the request was sent last
-}
-
-// arrival is what wait's subscription brought: a message, or the error
-// that ended its reading.
-type arrival struct {
-	m   *natsgo.Msg
-	err error
 }
 
 // wait keeps a waiting pull request open on every band of every partition
@@ -371,10 +412,10 @@ func (b *Broker) wait(ctx context.Context, qs []*queue, batch int) ([]*delivery,
 			pulls = append(pulls, &waitPull{q: q, cons: i, n: n})
 		}
 	}
-	reconnected := b.nc.StatusChanged(natsgo.CONNECTED)
-	defer b.nc.RemoveStatusListener(reconnected)
+	status := b.nc.StatusChanged(natsgo.CONNECTED, natsgo.CLOSED)
+	defer b.nc.RemoveStatusListener(status)
 	for {
-		got, failedQ, failed, again := b.waitRound(ctx, pulls, index, reconnected)
+		got, failedQ, failed, again := b.waitRound(ctx, pulls, index, status)
 		switch {
 		case b.life.Err() != nil:
 			b.unclaim(got)
@@ -396,15 +437,28 @@ func (b *Broker) wait(ctx context.Context, qs []*queue, batch int) ([]*delivery,
 // own. It returns what came, or the error that stopped it and the
 // partition whose request failed, or again: the requests must be sent
 // anew (some went unanswered, the connection reconnected, a consumer's
-// leader changed).
+// leader changed). status brings the connection's reconnections and its
+// closing.
+//
+// The subscription's channel has room for every request's batch and its
+// end (pullSlack each), which is all a request can have outstanding: one
+// is sent again only once its batch or its end was read.
 func (b *Broker) waitRound(ctx context.Context, pulls []*waitPull, index map[string]int,
-	reconnected <-chan natsgo.Status) (got []*delivery, failedQ *queue, failed error, again bool) {
+	status <-chan natsgo.Status) (got []*delivery, failedQ *queue, failed error, again bool) {
 	inbox := b.nc.NewInbox()
-	sub, err := b.nc.SubscribeSync(inbox + ".*")
+	room := 0
+	for _, p := range pulls {
+		room += p.n + pullSlack
+	}
+	answers := make(chan *natsgo.Msg, room)
+	sub, err := b.nc.ChanSubscribe(inbox+".*", answers)
 	if err != nil {
 		return nil, pulls[0].q, fmt.Errorf("pull: %w", err), false
 	}
 	defer func() { _ = sub.Unsubscribe() }() // an error once drained
+	// closed: the subscription has ended (drained, or the connection
+	// closed); what came before is in answers.
+	closed := sub.StatusChanged(natsgo.SubscriptionClosed)
 	send := func(i int) error {
 		p := pulls[i]
 		req, err := json.Marshal(pullRequest{Batch: p.n, Expires: waitExpiry})
@@ -416,33 +470,9 @@ func (b *Broker) waitRound(ctx context.Context, pulls []*waitPull, index map[str
 		return b.nc.PublishRequest(subject, inbox+"."+strconv.Itoa(i), req)
 	}
 
-	// rctx ends the reader: after the drain, or if it does not finish.
-	rctx, stopReader := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopReader()
-	arrivals := make(chan arrival)
-	readerDone := make(chan struct{})
-	go func() {
-		defer close(readerDone)
-		for {
-			m, err := sub.NextMsgWithContext(rctx)
-			if rctx.Err() != nil {
-				return
-			}
-			select {
-			case arrivals <- arrival{m, err}:
-			case <-rctx.Done():
-				// Only once the drain timed out: the message comes
-				// back after its lease.
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-
 	done, closing := ctx.Done(), b.life.Done()
 	stopped := false
+	gone := false // the subscription could not be drained (the connection closed)
 	var drained <-chan time.Time
 	stop := func() {
 		if stopped {
@@ -452,13 +482,59 @@ func (b *Broker) waitRound(ctx context.Context, pulls []*waitPull, index map[str
 		done, closing = nil, nil
 		drained = time.After(b.cfg.Timeout)
 		if err := sub.Drain(); err != nil {
-			stopReader()
+			gone = true
 		}
 	}
 	fail := func(p *waitPull, err error) {
 		if !stopped {
 			failed, failedQ = fmt.Errorf("pull: %w", pullErr(err)), p.q
 			stop()
+		}
+	}
+	// handle takes one thing the subscription brought.
+	handle := func(m *natsgo.Msg) {
+		if !isMessage(m) {
+			// The server's status for the request that m's subject
+			// names.
+			i, err := strconv.Atoi(strings.TrimPrefix(m.Subject, inbox+"."))
+			if err != nil || i < 0 || i >= len(pulls) || stopped {
+				return
+			}
+			status, desc := m.Header.Get("Status"), m.Header.Get("Description")
+			switch {
+			case status == "100": // a heartbeat
+			case status == "404" || status == "408": // expired: renew it
+				if err := send(i); err != nil {
+					fail(pulls[i], err)
+				}
+			case status == "503":
+				fail(pulls[i], natsgo.ErrNoResponders)
+			case status == "409" && strings.Contains(strings.ToLower(desc), "leadership change"):
+				again = true
+				stop()
+			case strings.Contains(strings.ToLower(desc), "consumer deleted"):
+				fail(pulls[i], fmt.Errorf("%w: status %s: %s", jetstream.ErrConsumerDeleted, status, desc))
+			default:
+				fail(pulls[i], fmt.Errorf("status %s: %s", status, desc))
+			}
+			return
+		}
+		i, ok := index[ackStreamConsumer(m.Reply)]
+		if !ok {
+			b.log.Warn("a message came for none of a wait's pull requests; it comes back after its lease",
+				"queue", pulls[0].q.queue, "reply", m.Reply)
+			return
+		}
+		p := pulls[i]
+		p.left--
+		if d := b.accept(p.q, p.cons, m, time.Time{}); d != nil {
+			got = append(got, d)
+			stop()
+		}
+		if p.left == 0 && !stopped {
+			if err := send(i); err != nil {
+				fail(p, err)
+			}
 		}
 	}
 	for i := range pulls {
@@ -469,61 +545,15 @@ func (b *Broker) waitRound(ctx context.Context, pulls []*waitPull, index map[str
 	}
 	lost := time.NewTicker(waitExpiry / 2)
 	defer lost.Stop()
-	for {
+	for !gone {
 		select {
-		case <-readerDone:
+		case <-closed: // drained
+			for len(answers) > 0 {
+				handle(<-answers) // sent before the drain: still read
+			}
 			return got, failedQ, failed, again
-		case a := <-arrivals:
-			if a.err != nil {
-				fail(pulls[0], a.err) // the reader has ended (drained, if stopped)
-				continue
-			}
-			m := a.m
-			if status := m.Header.Get("Status"); m.Reply == "" && status != "" {
-				// The server's status for the request that m's subject
-				// names. (A message has a reply subject, which
-				// acknowledges it; its own Status header is its
-				// publisher's.)
-				i, err := strconv.Atoi(strings.TrimPrefix(m.Subject, inbox+"."))
-				if err != nil || i < 0 || i >= len(pulls) || stopped {
-					continue
-				}
-				desc := m.Header.Get("Description")
-				switch {
-				case status == "100": // a heartbeat
-				case status == "404" || status == "408": // expired: renew it
-					if err := send(i); err != nil {
-						fail(pulls[i], err)
-					}
-				case status == "503":
-					fail(pulls[i], natsgo.ErrNoResponders)
-				case status == "409" && strings.Contains(strings.ToLower(desc), "leadership change"):
-					again = true
-					stop()
-				case strings.Contains(strings.ToLower(desc), "consumer deleted"):
-					fail(pulls[i], fmt.Errorf("%w: status %s: %s", jetstream.ErrConsumerDeleted, status, desc))
-				default:
-					fail(pulls[i], fmt.Errorf("status %s: %s", status, desc))
-				}
-				continue
-			}
-			i, ok := index[ackStreamConsumer(m.Reply)]
-			if !ok {
-				b.log.Warn("a message came for none of a wait's pull requests; it comes back after its lease",
-					"queue", pulls[0].q.queue, "reply", m.Reply)
-				continue
-			}
-			p := pulls[i]
-			p.left--
-			if d := b.accept(p.q, p.cons, m, time.Time{}); d != nil {
-				got = append(got, d)
-				stop()
-			}
-			if p.left == 0 && !stopped {
-				if err := send(i); err != nil {
-					fail(p, err)
-				}
-			}
+		case m := <-answers:
+			handle(m)
 		case <-lost.C:
 			for _, p := range pulls {
 				if !stopped && time.Since(p.sent) > waitExpiry+b.cfg.Timeout {
@@ -533,8 +563,11 @@ func (b *Broker) waitRound(ctx context.Context, pulls []*waitPull, index map[str
 					stop()
 				}
 			}
-		case <-reconnected:
-			if !stopped {
+		case st := <-status:
+			switch {
+			case st == natsgo.CLOSED:
+				fail(pulls[0], natsgo.ErrConnectionClosed)
+			case !stopped: // reconnected
 				again = true
 				stop()
 			}
@@ -544,10 +577,10 @@ func (b *Broker) waitRound(ctx context.Context, pulls []*waitPull, index map[str
 			stop()
 		case <-drained:
 			b.log.Warn("pull requests did not drain; messages sent to them come back after their lease", "queue", pulls[0].q.queue)
-			stopReader()
-			drained = nil
+			return got, failedQ, failed, again
 		}
 	}
+	return got, failedQ, failed, again // the connection closed: what it brought is lost with it
 }
 
 // ackStreamConsumer is "<stream> <consumer>" of an acknowledgement
