@@ -3,11 +3,14 @@ package nats_test
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	natsgo "github.com/nats-io/nats.go"
 
 	"github.com/trawlhq/trawl/broker"
+	"github.com/trawlhq/trawl/broker/brokertest"
 	"github.com/trawlhq/trawl/broker/nats"
 	"github.com/trawlhq/trawl/internal/integration"
 )
@@ -150,4 +153,131 @@ func BenchmarkConsume(b *testing.B) {
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 		})
 	}
+}
+
+// BenchmarkConsumeWorkers is the path of four workers on one queue of 8
+// partitions (bench-web's nats4 mode runs --partitions 8): keyed messages
+// over 1,000 hosts are published in batches of 100, keeping a backlog of
+// at most 400, and taken by four consumers, each on a broker and a
+// connection of its own (prefetch 32), each holding up to 64 deliveries
+// unsettled (a worker's pages in flight) and acknowledging the oldest 32
+// with AckBatch when it holds 64. One op is one message. Besides time and
+// allocations it reports what the consumers' connections sent and
+// received per message (pull requests, info requests, acks and their
+// answers), and with "prefer" each consumer prefers two partitions of its
+// own (broker.PartitionPreferrer).
+func BenchmarkConsumeWorkers(b *testing.B) {
+	for _, prefer := range []bool{false, true} {
+		name := "all"
+		if prefer {
+			name = "prefer"
+		}
+		b.Run(name, func(b *testing.B) {
+			const workers, parts = 4, 8
+			url := integration.NATS(b)
+			conn := func() *natsgo.Conn {
+				nc, err := nats.Connect(b.Context(), url, nats.ConnectConfig{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(nc.Close)
+				return nc
+			}
+			cfg := nats.Config{Storage: nats.FileStorage, Partitions: parts, Lease: time.Minute}
+			pub := newBroker(b, conn(), cfg)
+			q := integration.Name(b) + ":bench"
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if err := pub.Publish(ctx, q, brokertest.Keyed(1, 1)...); err != nil { // create the streams
+				b.Fatal(err)
+			}
+			if err := drainOne(ctx, pub, q); err != nil {
+				b.Fatal(err)
+			}
+			type worker struct {
+				nc   *natsgo.Conn
+				cons broker.Consumer
+				br   *nats.Broker
+			}
+			ws := make([]worker, workers)
+			for i := range ws {
+				nc := conn()
+				br := newBroker(b, nc, cfg)
+				cons, err := br.Consume(ctx, q, 32)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer cons.Close()
+				if prefer {
+					cons.(broker.PartitionPreferrer).Prefer([]int{2 * i, 2*i + 1})
+				}
+				ws[i] = worker{nc, cons, br}
+			}
+			var taken atomic.Int64
+			msgs := brokertest.Keyed(100, 1000)
+			b.ReportAllocs()
+			before := make([]natsgo.Statistics, workers)
+			for i, w := range ws {
+				before[i] = w.nc.Stats()
+			}
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			for _, w := range ws {
+				wg.Go(func() {
+					var held []broker.Delivery
+					for taken.Load() < int64(b.N) {
+						d, err := w.cons.Next(ctx)
+						if err != nil {
+							break // ctx ended: every message came
+						}
+						taken.Add(1)
+						if held = append(held, d); len(held) == 64 {
+							if err := w.br.AckBatch(context.Background(), held[:32]...); err != nil {
+								b.Error(err)
+							}
+							held = append(held[:0], held[32:]...)
+						}
+					}
+					if err := w.br.AckBatch(context.Background(), held...); err != nil {
+						b.Error(err)
+					}
+				})
+			}
+			for published := 0; published < b.N; {
+				if int64(published)-taken.Load() > 300 {
+					time.Sleep(time.Millisecond)
+					continue
+				}
+				n := min(len(msgs), b.N-published)
+				if err := pub.Publish(ctx, q, msgs[:n]...); err != nil {
+					b.Fatal(err)
+				}
+				published += n
+			}
+			for taken.Load() < int64(b.N) {
+				time.Sleep(time.Millisecond)
+			}
+			cancel()
+			wg.Wait()
+			b.StopTimer()
+			var out, in uint64
+			for i, w := range ws {
+				s := w.nc.Stats()
+				out += s.OutMsgs - before[i].OutMsgs
+				in += s.InMsgs - before[i].InMsgs
+			}
+			b.ReportMetric(float64(out)/float64(b.N), "sent/msg")
+			b.ReportMetric(float64(in)/float64(b.N), "recv/msg")
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+		})
+	}
+}
+
+// drainOne receives and acknowledges one message of q.
+func drainOne(ctx context.Context, br *nats.Broker, q string) error {
+	ds, err := br.Receive(ctx, q, 1)
+	if err != nil {
+		return err
+	}
+	return ds[0].Ack(ctx)
 }

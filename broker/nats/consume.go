@@ -48,7 +48,9 @@ func (b *Broker) Consume(ctx context.Context, queue string, prefetch int) (broke
 // every partition in turn (see takeAll) and each wait on all of them, with
 // one read-ahead of prefetch for them all; Next takes from the highest
 // band read ahead, from the partitions in turn, so that no partition waits
-// for another's backlog.
+// for another's backlog. A consumer told to prefer some partitions
+// (Prefer) takes from those, and from the others only when its own came
+// back empty (work stealing); a wait, once all are empty, is on all.
 //
 // Read-ahead deliveries are leased (the server counts AckWait from its
 // sending): while buf is full the loop extends those past half their
@@ -72,6 +74,7 @@ type consumer struct {
 	buf   []*delivery // read ahead, not yet returned by Next; sorted
 	last  int         // the partition of the delivery Next returned last
 	ended bool        // run returned; buf given back
+	own   []int       // the partitions preferred (Prefer); nil: all alike
 }
 
 func poke(ch chan struct{}) {
@@ -100,7 +103,12 @@ func (c *consumer) run() {
 		}
 		var ds []*delivery
 		if err == nil {
-			ds, failed, err = b.takeAll(c.qs, c.prefetch-c.buffered())
+			own, others := c.split(c.qs)
+			room := c.prefetch - c.buffered()
+			ds, failed, err = b.takeAll(own, room)
+			if len(ds) == 0 && err == nil && len(others) > 0 {
+				ds, failed, err = b.takeAll(others, room)
+			}
 			if len(ds) == 0 && err == nil {
 				if c.buffered() > 0 {
 					dry = true
@@ -121,6 +129,42 @@ func (c *consumer) run() {
 			c.qs = nil // forgotten by after: open them again
 		}
 	}
+}
+
+var _ broker.PartitionPreferrer = (*consumer)(nil)
+
+// Prefer makes the consumer take from the partitions own (numbers from 0)
+// and from the others only when none of its own has messages: a worker
+// that prefers its share of the partitions fetches their hosts, and
+// another's only when it would idle otherwise. nil (or no partition of
+// the queue among own) makes all partitions alike again. It may be called
+// at any time, from any goroutine; the next take follows it.
+func (c *consumer) Prefer(own []int) {
+	c.mu.Lock()
+	c.own = slices.Clone(own)
+	c.mu.Unlock()
+}
+
+// split divides qs into the partitions the consumer prefers and the
+// others; all of qs are its own if it prefers none of them.
+func (c *consumer) split(qs []*queue) (own, others []*queue) {
+	c.mu.Lock()
+	pref := c.own
+	c.mu.Unlock()
+	if pref == nil {
+		return qs, nil
+	}
+	for _, q := range qs {
+		if slices.Contains(pref, q.part) {
+			own = append(own, q)
+		} else {
+			others = append(others, q)
+		}
+	}
+	if len(own) == 0 {
+		return qs, nil
+	}
+	return own, others
 }
 
 // known tells whether qs are still the broker's open partitions of their

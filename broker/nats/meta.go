@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -19,7 +21,10 @@ import (
 // as queue names are (see escape).
 const metaBucket = "trawl-meta"
 
-var _ broker.Metadata = (*Broker)(nil)
+var (
+	_ broker.Metadata = (*Broker)(nil)
+	_ broker.Roster   = (*Broker)(nil)
+)
 
 // kv returns the metadata bucket, created on first use.
 func (b *Broker) kv(ctx context.Context) (jetstream.KeyValue, error) {
@@ -161,29 +166,45 @@ func (b *Broker) Leave(ctx context.Context, crawl, id string) error {
 // Live counts the workers of crawl whose announcement has not expired,
 // and forgets the expired ones.
 func (b *Broker) Live(ctx context.Context, crawl string) (int, error) {
+	ids, err := b.Members(ctx, crawl)
+	return len(ids), err
+}
+
+// Members returns the ids of the workers of crawl whose announcement has
+// not expired, sorted, and forgets the expired ones. (An id too long for a
+// key, which its key keeps hashed, is returned as its key's token.)
+func (b *Broker) Members(ctx context.Context, crawl string) ([]string, error) {
 	kv, err := b.kv(ctx)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	ks, err := keys(ctx, kv, escape(crawl)+".w.")
+	prefix := escape(crawl) + ".w."
+	ks, err := keys(ctx, kv, prefix)
 	if err != nil {
-		return 0, fmt.Errorf("nats broker: list workers of %q: %w", crawl, err)
+		return nil, fmt.Errorf("nats broker: list workers of %q: %w", crawl, err)
 	}
-	now, n := time.Now().UnixMilli(), 0
+	now := time.Now().UnixMilli()
+	ids := []string{}
 	for _, k := range ks {
 		e, err := kv.Get(ctx, k)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			continue // withdrawn meanwhile
 		}
 		if err != nil {
-			return 0, fmt.Errorf("nats broker: read worker of %q: %w", crawl, err)
+			return nil, fmt.Errorf("nats broker: read worker of %q: %w", crawl, err)
 		}
 		until, err := strconv.ParseInt(string(e.Value()), 10, 64)
 		if err == nil && until > now {
-			n++
+			token := strings.TrimPrefix(k, prefix)
+			id, ok := unescape(token)
+			if !ok {
+				id = token
+			}
+			ids = append(ids, id)
 			continue
 		}
 		kv.Purge(ctx, k) // expired (or garbage): best effort
 	}
-	return n, nil
+	slices.Sort(ids)
+	return ids, nil
 }

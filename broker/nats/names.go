@@ -49,6 +49,30 @@ func escape(queue string) string {
 	return s
 }
 
+// unescape reverses escape; ok is false for what escape did not make, and
+// for a name it shortened with a hash.
+func unescape(token string) (s string, ok bool) {
+	var b strings.Builder
+	b.Grow(len(token))
+	for i := 0; i < len(token); i++ {
+		c := token[i]
+		if c != '_' {
+			b.WriteByte(c)
+			continue
+		}
+		if i+2 >= len(token) {
+			return "", false
+		}
+		v, err := strconv.ParseUint(token[i+1:i+3], 16, 8)
+		if err != nil || token[i+1:i+3] != strings.ToLower(token[i+1:i+3]) {
+			return "", false
+		}
+		b.WriteByte(byte(v))
+		i += 2
+	}
+	return b.String(), true
+}
+
 // names are the JetStream names of one queue, built here and nowhere else.
 // For the queue "books:requests" with five bands:
 //

@@ -68,3 +68,19 @@ func TestNames(t *testing.T) {
 		t.Errorf("queue books:requests_p2 has partition 2's stream %q", q.work)
 	}
 }
+
+// TestUnescape: unescape gives back what escape made, and refuses a name
+// escape shortened with a hash and what escape never makes.
+func TestUnescape(t *testing.T) {
+	for _, s := range []string{"", "w-1", "host.example-4242-ab12", "A_b:c d", "a\xdeadb", "é"} {
+		if got, ok := unescape(escape(s)); !ok || got != s {
+			t.Errorf("unescape(escape(%q)) = %q, %v", s, got, ok)
+		}
+	}
+	long := strings.Repeat("x.", 100)
+	for _, tok := range []string{escape(long), "a_", "a_4", "a_zz", "a_4A", "a_+1"} {
+		if got, ok := unescape(tok); ok {
+			t.Errorf("unescape(%q) = %q, true; want false", tok, got)
+		}
+	}
+}

@@ -1,0 +1,155 @@
+package nats_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/trawlhq/trawl/broker"
+	"github.com/trawlhq/trawl/broker/brokertest"
+	"github.com/trawlhq/trawl/broker/nats"
+	"github.com/trawlhq/trawl/internal/integration"
+)
+
+// inPartition returns n messages keyed to partition p of parts, with
+// bodies "<name>/<i>".
+func inPartition(t *testing.T, name string, p, parts, n int) []broker.Message {
+	t.Helper()
+	key := brokertest.KeyIn(t, p, parts)
+	msgs := make([]broker.Message, n)
+	for i := range msgs {
+		msgs[i] = broker.Message{Body: fmt.Appendf(nil, "%s/%d", name, i), Key: key}
+	}
+	return msgs
+}
+
+// TestConsumerPreferPartitions: a consumer of a queue of 4 partitions that
+// prefers two of them takes their messages before the others' while they
+// have some (but for what it read ahead before: at most its prefetch
+// twice), takes the others' once they are empty, and follows a new Prefer
+// at its next take, while Prefer is called from another goroutine
+// meanwhile (run with -race). A consumer that ignores Prefer takes the
+// partitions in turn: half of the first 40 would be the others'.
+func TestConsumerPreferPartitions(t *testing.T) {
+	e := embedded(t, "")
+	const parts, prefetch, each = 4, 4, 20
+	b := newBroker(t, e.Conn(), nats.Config{Partitions: parts})
+	q := integration.Name(t) + ":requests"
+	ctx := t.Context()
+	c := consume(t, b, q, prefetch)
+	c.(broker.PartitionPreferrer).Prefer([]int{1, 2})
+	var msgs []broker.Message
+	for p := range parts {
+		msgs = append(msgs, inPartition(t, fmt.Sprintf("p%d", p), p, parts, each)...)
+	}
+	if err := b.Publish(ctx, q, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	// Prefer called again and again, concurrently, with the same wish.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				c.(broker.PartitionPreferrer).Prefer([]int{2, 1, 7}) // 7: no such partition, ignored
+			}
+		}
+	})
+	take := func(n int) []string {
+		t.Helper()
+		var got []string
+		for range n {
+			d := next(t, c, 10*time.Second)
+			got = append(got, string(d.Message().Body))
+			if err := d.Ack(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return got
+	}
+	foreign := func(got []string, own ...string) int {
+		n := 0
+		for _, body := range got {
+			if !strings.HasPrefix(body, own[0]+"/") && (len(own) < 2 || !strings.HasPrefix(body, own[1]+"/")) {
+				n++
+			}
+		}
+		return n
+	}
+	first := take(2 * each)
+	close(stop)
+	wg.Wait()
+	if n := foreign(first, "p1", "p2"); n > 2*prefetch {
+		t.Fatalf("%d of the first %d deliveries from partitions other than the preferred 1 and 2 (want at most %d): %q",
+			n, 2*each, 2*prefetch, first)
+	}
+	seen := map[string]bool{}
+	for _, body := range append(first, take(parts*each-len(first))...) { // the others' too: stolen
+		if seen[body] {
+			t.Fatalf("%q delivered twice", body)
+		}
+		seen[body] = true
+	}
+
+	// A new preference, followed at the next take.
+	c.(broker.PartitionPreferrer).Prefer([]int{3})
+	msgs = append(inPartition(t, "q0", 0, parts, each), inPartition(t, "q3", 3, parts, each)...)
+	if err := b.Publish(ctx, q, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	first = take(each)
+	if n := foreign(first, "q3"); n > 2*prefetch {
+		t.Fatalf("after Prefer([3]), %d of the first %d deliveries from partition 0 (want at most %d): %q",
+			n, each, 2*prefetch, first)
+	}
+	take(each)
+}
+
+// TestConsumerSteals: a consumer whose preferred partition is empty takes
+// the others' backlog in batches of its read-ahead (it steals), not one
+// message per wait: taking 60 messages of partition 0 costs its connection
+// a few requests a message. (A consumer that only waited for the others'
+// messages sends a pull request per band and partition, 24, for each;
+// one that never took them would time out.)
+func TestConsumerSteals(t *testing.T) {
+	e := embedded(t, "")
+	const parts, prefetch, n = 4, 8, 60
+	b := newBroker(t, e.Conn(), nats.Config{Partitions: parts})
+	q := integration.Name(t) + ":requests"
+	ctx := t.Context()
+	if err := b.Publish(ctx, q, inPartition(t, "p0", 0, parts, n)...); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := e.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	w := newBroker(t, nc, nats.Config{Partitions: parts})
+	c := consume(t, w, q, prefetch)
+	c.(broker.PartitionPreferrer).Prefer([]int{3})
+	before := nc.Stats().OutMsgs
+	seen := map[string]bool{}
+	for range n {
+		d := next(t, c, 10*time.Second)
+		body := string(d.Message().Body)
+		if seen[body] {
+			t.Fatalf("%q delivered twice", body)
+		}
+		seen[body] = true
+		if err := d.Ack(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sent := nc.Stats().OutMsgs - before
+	t.Logf("%d messages sent for %d taken (acks included)", sent, n)
+	if sent > 5*n {
+		t.Fatalf("the consumer sent %d messages to take and acknowledge %d: it waited for each instead of stealing in batches", sent, n)
+	}
+}
