@@ -56,6 +56,9 @@ const (
 //
 // The cache forgets expired entries when it has doubled in size since its
 // last sweep, so it holds about twice the hosts asked about within one TTL.
+// A host costs its key and 24 bytes beside it in a map (about 100 bytes),
+// and more only for what its file says beyond "everything allowed": a
+// file with no Disallow line and no Crawl-delay keeps no parsed rules.
 //
 // With a shared store (RobotsStore: the crawl's Redis), a file fetched
 // by one worker is kept there for the TTL and read by the others, so a
@@ -69,22 +72,38 @@ type robotsCache struct {
 	agent   string      // product token matched against User-agent lines
 	ttl     time.Duration
 	now     func() time.Time
+	epoch   time.Time // answers expire at a duration since this
 	log     *slog.Logger
 
 	mu      sync.Mutex
-	entries map[string]*robotsEntry // key: scheme "://" host[:port]
+	known   map[string]robotsAnswer // key: scheme "://" host[:port]
+	pending map[string]*robotsFetch // the fetches under way, one per key
 	sweepAt int
 }
 
-type robotsEntry struct {
-	done     chan struct{} // closed when the fetch finished
-	group    *robotstxt.Group
-	sitemaps []string // the file's Sitemap: lines
-	failed   bool     // the fetching caller's context ended: callers try again
-	refused  error    // the address guard refused the host (wraps ErrLocalRefusal)
-	down     error    // unreachable (5xx, network error): disallow until expires
-	failures int      // consecutive fetches that found the file unreachable
-	expires  time.Time
+// robotsAnswer is what the cache knows of one host, kept by value: a
+// host whose every path is allowed costs no more than these 24 bytes
+// beside its key.
+type robotsAnswer struct {
+	rules    *robotsRules  // nil: everything allowed, no Crawl-delay, no sitemaps
+	expires  time.Duration // since the cache's epoch
+	failures int           // consecutive fetches that found the file unreachable
+}
+
+// robotsRules is what an answer says beyond "everything allowed".
+type robotsRules struct {
+	group    *robotstxt.Group // nil: every path allowed, no Crawl-delay
+	sitemaps []string         // the file's Sitemap: lines
+	refused  error            // the address guard refused the host (wraps ErrLocalRefusal)
+	down     error            // unreachable (5xx, network error): disallow until expires
+}
+
+// robotsFetch is a fetch of a host's robots.txt under way: the callers
+// who asked meanwhile wait for done.
+type robotsFetch struct {
+	done   chan struct{} // closed when the fetch finished
+	answer robotsAnswer  // set before done is closed
+	failed bool          // the fetching caller's context ended: callers try again
 }
 
 // RobotsStore keeps robots.txt files for every worker of a crawl: a
@@ -142,8 +161,10 @@ func newRobotsCache(f *httpFetcher, userAgent string, ttl time.Duration) *robots
 		agent:   agent,
 		ttl:     ttl,
 		now:     time.Now,
+		epoch:   time.Now(),
 		log:     f.log,
-		entries: make(map[string]*robotsEntry),
+		known:   make(map[string]robotsAnswer),
+		pending: make(map[string]*robotsFetch),
 		sweepAt: minSweep,
 	}
 }
@@ -167,30 +188,35 @@ func (r *robotsCache) check(ctx context.Context, u *url.URL) (allowed bool, craw
 	}
 	key := u.Scheme + "://" + strings.ToLower(u.Host)
 	for {
-		e, leader := r.entry(key)
-		if leader {
-			r.fill(ctx, e, u)
-		} else {
-			select {
-			case <-e.done:
-			case <-ctx.Done():
-				return false, 0, nil, fmt.Errorf("robots: wait for %s/robots.txt: %w", key, ctx.Err())
+		a, f, leader := r.lookup(key)
+		if f != nil {
+			if leader {
+				r.fill(ctx, f, key, u)
+			} else {
+				select {
+				case <-f.done:
+				case <-ctx.Done():
+					return false, 0, nil, fmt.Errorf("robots: wait for %s/robots.txt: %w", key, ctx.Err())
+				}
 			}
-		}
-		if e.failed {
-			if err := ctx.Err(); err != nil {
-				return false, 0, nil, fmt.Errorf("robots: fetch %s/robots.txt: %w", key, err)
+			if f.failed {
+				if err := ctx.Err(); err != nil {
+					return false, 0, nil, fmt.Errorf("robots: fetch %s/robots.txt: %w", key, err)
+				}
+				continue // the leader gave up; try again
 			}
-			continue // the leader gave up; try again
+			a = f.answer
 		}
-		if e.refused != nil {
-			return false, 0, nil, e.refused
-		}
-		if e.down != nil {
-			return false, 0, nil, &RobotsUnavailableError{Host: key, Until: e.expires, Cause: e.down}
-		}
-		if e.group == nil {
-			return true, 0, e.sitemaps, nil
+		rules := a.rules
+		switch {
+		case rules == nil:
+			return true, 0, nil, nil
+		case rules.refused != nil:
+			return false, 0, nil, rules.refused
+		case rules.down != nil:
+			return false, 0, nil, &RobotsUnavailableError{Host: key, Until: r.epoch.Add(a.expires), Cause: rules.down}
+		case rules.group == nil:
+			return true, 0, rules.sitemaps, nil
 		}
 		path := u.EscapedPath()
 		if path == "" {
@@ -199,43 +225,34 @@ func (r *robotsCache) check(ctx context.Context, u *url.URL) (allowed bool, craw
 		if u.RawQuery != "" {
 			path += "?" + u.RawQuery
 		}
-		return e.group.Test(path), min(max(e.group.CrawlDelay, 0), maxCrawlDelay), e.sitemaps, nil
+		return rules.group.Test(path), min(max(rules.group.CrawlDelay, 0), maxCrawlDelay), rules.sitemaps, nil
 	}
 }
 
-// entry returns the live entry for key, or a new one that the caller (the
-// leader) must fill.
-func (r *robotsCache) entry(key string) (e *robotsEntry, leader bool) {
+// lookup returns key's answer if it is live; else the fetch under way
+// for key, or a new one that the caller (the leader) must fill.
+func (r *robotsCache) lookup(key string) (a robotsAnswer, f *robotsFetch, leader bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	now := r.now()
-	failures := 0
-	if e := r.entries[key]; e != nil {
-		select {
-		case <-e.done:
-			if !e.failed && now.Before(e.expires) {
-				return e, false
-			}
-			failures = e.failures
-		default:
-			return e, false // being fetched
-		}
+	if f := r.pending[key]; f != nil {
+		return robotsAnswer{}, f, false
 	}
-	if len(r.entries) >= r.sweepAt {
-		for k, old := range r.entries {
-			select {
-			case <-old.done:
-				if old.failed || !now.Before(old.expires) {
-					delete(r.entries, k)
-				}
-			default:
+	now := r.now().Sub(r.epoch)
+	a, ok := r.known[key]
+	if ok && now < a.expires {
+		return a, nil, false
+	}
+	if len(r.known) >= r.sweepAt {
+		for k, old := range r.known {
+			if now >= old.expires {
+				delete(r.known, k)
 			}
 		}
-		r.sweepAt = max(minSweep, 2*len(r.entries))
+		r.sweepAt = max(minSweep, 2*len(r.known))
 	}
-	e = &robotsEntry{done: make(chan struct{}), failures: failures}
-	r.entries[key] = e
-	return e, true
+	f = &robotsFetch{done: make(chan struct{}), answer: robotsAnswer{failures: a.failures}}
+	r.pending[key] = f
+	return robotsAnswer{}, f, true
 }
 
 // forgetRefusals drops the cached refusals of the address guard, so that
@@ -243,50 +260,55 @@ func (r *robotsCache) entry(key string) (e *robotsEntry, leader bool) {
 func (r *robotsCache) forgetRefusals() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for k, e := range r.entries {
-		select {
-		case <-e.done:
-			if e.refused != nil {
-				delete(r.entries, k)
-			}
-		default:
+	for k, a := range r.known {
+		if a.rules != nil && a.rules.refused != nil {
+			delete(r.known, k)
 		}
 	}
 }
 
-// fill fetches the robots.txt for e, or reads it from the shared store,
-// and closes e.done.
-func (r *robotsCache) fill(ctx context.Context, e *robotsEntry, u *url.URL) {
+// fill fetches the robots.txt for f, or reads it from the shared store,
+// keeps the answer under key and closes f.done.
+func (r *robotsCache) fill(ctx context.Context, f *robotsFetch, key string, u *url.URL) {
 	group, sitemaps, ttl, err := r.load(ctx, u)
 	r.mu.Lock()
+	delete(r.pending, key)
+	a := f.answer
+	now := r.now().Sub(r.epoch)
 	switch {
 	case err != nil && ctx.Err() != nil:
-		e.failed = true
+		f.failed = true
 	case errors.Is(err, ErrLocalRefusal):
-		e.refused = err
-		e.expires = r.now().Add(robotsErrorTTL)
+		a.rules = &robotsRules{refused: err}
+		a.expires = now + robotsErrorTTL
 	case err != nil:
-		wait := robotsRetryMin << min(e.failures, 16)
+		wait := robotsRetryMin << min(a.failures, 16)
 		wait = min(wait, robotsRetryMax)
-		e.failures++
-		e.down = err
-		e.expires = r.now().Add(wait)
+		a.failures++
+		a.rules = &robotsRules{down: err}
+		a.expires = now + wait
 		lvl := slog.LevelInfo
 		if wait >= 16*time.Second { // a wait that is no longer short says why
 			lvl = slog.LevelWarn
 		}
 		r.log.Log(ctx, lvl, "robots.txt unreachable; host disallowed until it can be fetched",
-			"url", u.Scheme+"://"+u.Host+"/robots.txt", "retry_in", wait, "failures", e.failures, "error", err)
+			"url", u.Scheme+"://"+u.Host+"/robots.txt", "retry_in", wait, "failures", a.failures, "error", err)
 	default:
-		if e.failures > 0 {
+		if a.failures > 0 {
 			r.log.Info("robots.txt reachable again", "url", u.Scheme+"://"+u.Host+"/robots.txt")
 		}
-		e.failures = 0
-		e.group, e.sitemaps = group, sitemaps
-		e.expires = r.now().Add(ttl)
+		a.failures = 0
+		if group != nil || len(sitemaps) > 0 {
+			a.rules = &robotsRules{group: group, sitemaps: sitemaps}
+		}
+		a.expires = now + ttl
+	}
+	if !f.failed {
+		f.answer = a
+		r.known[key] = a
 	}
 	r.mu.Unlock()
-	close(e.done)
+	close(f.done)
 }
 
 // load returns what fetch does, from the shared store if it holds the
@@ -318,7 +340,9 @@ func (r *robotsCache) load(ctx context.Context, u *url.URL) (*robotstxt.Group, [
 }
 
 // parse returns the group of a robots.txt for r's agent (nil = allow
-// all) and its Sitemap: lines; an unparsable file allows everything.
+// all) and its Sitemap: lines; an unparsable file allows everything, and
+// so does one without a Disallow line or Crawl-delay, whose parsed group
+// is not kept.
 func (r *robotsCache) parse(file []byte, where string) (*robotstxt.Group, []string) {
 	if len(file) == 0 {
 		return nil, nil
@@ -328,7 +352,33 @@ func (r *robotsCache) parse(file []byte, where string) (*robotstxt.Group, []stri
 		r.log.Warn("robots.txt unparsable; allowing all", "url", where, "error", err)
 		return nil, nil
 	}
-	return data.FindGroup(r.agent), data.Sitemaps
+	group := data.FindGroup(r.agent)
+	if group.CrawlDelay == 0 && !disallows(file) {
+		group = nil
+	}
+	return group, data.Sitemaps
+}
+
+// disallows reports whether a robots.txt may disallow a path: whether a
+// line, its comment cut, holds "disallow" and anything but spaces and
+// colons beside it. Without such a line, only Allow rules remain, and a
+// path that no rule disallows is allowed (RFC 9309). It errs on the side
+// of yes ("User-agent: disallowbot" counts).
+func disallows(file []byte) bool {
+	for line := range bytes.Lines(bytes.ReplaceAll(file, []byte{'\r'}, []byte{'\n'})) {
+		if i := bytes.IndexByte(line, '#'); i >= 0 {
+			line = line[:i]
+		}
+		line = bytes.ToLower(line)
+		if !bytes.Contains(line, []byte("disallow")) {
+			continue
+		}
+		line = bytes.ReplaceAll(line, []byte("disallow"), nil)
+		if len(bytes.Fields(bytes.ReplaceAll(line, []byte{':'}, []byte{' '}))) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // errOffHost ends a robots.txt redirect chain that leaves the host.

@@ -1,0 +1,130 @@
+package engine
+
+import (
+	"fmt"
+	"net/url"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// liveGrowth returns how much the live heap grew while fill ran, in
+// bytes, measured after a collection on either side.
+func liveGrowth(fill func()) int64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	fill()
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	return int64(after.HeapAlloc) - int64(before.HeapAlloc)
+}
+
+// perHostHosts is how many hosts the per-host state tests hold: the
+// memory check's 10,000 (make bench-web).
+const perHostHosts = 10_000
+
+// perHostAddr is host i's address, as the memory check's site gives them.
+func perHostAddr(i int) string {
+	return fmt.Sprintf("127.0.%d.%d:%d", 1+i/250, 1+i%250, 20000+i%1000)
+}
+
+// TestRobotsBytesPerHost: the robots.txt cache holds 10,000 hosts whose
+// files allow everything (half "User-agent: *" / "Allow: /", as the
+// memory check's site serves, half none at all) in at most 128 bytes a
+// host, key included (107 with Go 1.26's maps). It held 339 when each
+// host had an entry of its own, a channel, and a parsed group of one
+// Allow rule.
+func TestRobotsBytesPerHost(t *testing.T) {
+	store := &mapRobots{files: make(map[string][]byte, perHostHosts)}
+	urls := make([]*url.URL, perHostHosts)
+	for i := range urls {
+		urls[i] = &url.URL{Scheme: "http", Host: perHostAddr(i), Path: "/"}
+		file := []byte("User-agent: *\nAllow: /\n")
+		if i%2 == 1 {
+			file = nil // no robots.txt (404), as the store keeps it
+		}
+		store.files["http://"+urls[i].Host] = file
+	}
+	r := newRobotsCache(trusting(t, FetchConfig{}), "trawl", 0)
+	r.shared = store
+	grown := liveGrowth(func() {
+		for _, u := range urls {
+			if ok, delay, err := r.Allowed(t.Context(), u); !ok || delay != 0 || err != nil {
+				t.Fatalf("%s: allowed %v, delay %v, %v; want allowed at once", u, ok, delay, err)
+			}
+		}
+	})
+	per := grown / perHostHosts
+	t.Logf("robots.txt cache: %d bytes a host over %d hosts", per, perHostHosts)
+	if per > 128 {
+		t.Errorf("robots.txt cache: %d bytes a host over %d hosts, want at most 128", per, perHostHosts)
+	}
+	runtime.KeepAlive(r)
+	runtime.KeepAlive(urls) // not freed while measured
+}
+
+// TestRobotsAllowAllKeepsNoRules: a file that cannot disallow a path
+// keeps no parsed rules, but its Sitemap: lines and Crawl-delay hold; a
+// Disallow line, however written, keeps the rules.
+func TestRobotsAllowAllKeepsNoRules(t *testing.T) {
+	r := newRobotsCache(trusting(t, FetchConfig{}), "trawl", 0)
+	for _, c := range []struct {
+		file      string
+		rules     bool
+		disallows string // a path the file disallows, if any
+	}{
+		{"User-agent: *\nAllow: /\n", false, ""},
+		{"User-agent: *\nDisallow:\n", false, ""},
+		{"User-agent: *\r\nDisallow: # nothing\r\nSitemap: http://h/s.xml\r\n", false, ""},
+		{"User-agent: *\nCrawl-delay: 2\n", true, ""},
+		{"User-agent: *\nDisallow: /private\n", true, "/private/1"},
+		{"User-agent: *\r\nDISALLOW:/x\r\n", true, "/x"},
+		{"user-agent: trawl\ndisallow /y\n", true, ""},    // no colon: kept, whatever the parser makes of it
+		{"User-agent: disallowbot\nAllow: /\n", true, ""}, // errs on the side of keeping
+	} {
+		group, sitemaps := r.parse([]byte(c.file), "test")
+		if (group != nil) != c.rules {
+			t.Errorf("%q: rules kept %v, want %v", c.file, group != nil, c.rules)
+		}
+		if c.disallows != "" && (group == nil || group.Test(c.disallows)) {
+			t.Errorf("%q: %s allowed, want disallowed", c.file, c.disallows)
+		}
+		if strings.Contains(c.file, "Sitemap") && len(sitemaps) != 1 {
+			t.Errorf("%q: sitemaps %q, want the one", c.file, sitemaps)
+		}
+	}
+}
+
+// TestGuardOffKeepsNoTrust: a guard that is off (AllowPrivate) keeps no
+// trusted hosts, the start URLs' hosts a crawl trusts (every one of them
+// in the memory check, whose 10,000 hosts are all start URLs): it kept
+// 62 bytes a host before. It trusts every host all the same.
+func TestGuardOffKeepsNoTrust(t *testing.T) {
+	addrs := make([]string, perHostHosts)
+	for i := range addrs {
+		addrs[i] = perHostAddr(i)
+	}
+	off, on := newGuard(true), newGuard(false)
+	grown := liveGrowth(func() {
+		for _, a := range addrs {
+			off.trust(a)
+		}
+	})
+	per := grown / perHostHosts
+	t.Logf("a guard that is off: %d bytes a trusted host", per)
+	if per > 4 {
+		t.Errorf("a guard that is off: %d bytes a trusted host, want none", per)
+	}
+	for _, a := range addrs[:10] {
+		on.trust(a)
+		if !off.trusts(a) || !off.exempt(a) || !on.trusts(a) || !on.exempt(a) {
+			t.Errorf("%s: trusted %v/%v, exempt %v/%v (off/on); want trusted and exempt", a, off.trusts(a), on.trusts(a), off.exempt(a), on.exempt(a))
+		}
+	}
+	if on.trusts(addrs[11]) || on.exempt(addrs[11]) {
+		t.Errorf("%s: trusted by a guard that is on without trust", addrs[11])
+	}
+	runtime.KeepAlive(off)
+	runtime.KeepAlive(addrs)
+}
