@@ -13,6 +13,7 @@ import (
 	redisbroker "github.com/trawlhq/trawl/broker/redis"
 	dedupredis "github.com/trawlhq/trawl/dedup/redis"
 	"github.com/trawlhq/trawl/engine"
+	"github.com/trawlhq/trawl/internal/redislayout"
 )
 
 // repartitionBatch is how many messages one step of a repartition moves.
@@ -83,7 +84,7 @@ func (d *Deployment) Repartition(ctx context.Context, m int) (Moved, error) {
 	}
 	out := Moved{From: s.Partitions, To: m}
 	q := engine.RequestsQueue(name)
-	tmp, tmpDead := q+"~repartition", q+"~repartition-dead"
+	tmp, tmpDead := redislayout.RepartitionQueues(q)
 	one, err := d.reopen(ctx, 1)
 	if err != nil {
 		return out, err

@@ -392,8 +392,9 @@ func waitRedis(ctx context.Context, url string) error {
 // CheckPartitionKeys checks that crawl's keys on c's server (SCAN, on
 // every primary of a Cluster) are those of its layout of n partitions
 // (redislayout.Match) and nothing of another count: no key under the tag
-// of a partition of another count, none outside the layout (the queues a
-// repartition moves through); under the crawl's own tag, of the keys a
+// of a partition of another count, none outside the layout, none of the
+// queues a repartition moves through (redislayout.RepartitionQueues);
+// under the crawl's own tag, of the keys a
 // count of one has and a count of n > 1 splits, only the filter's: set
 // shards holding at most marks members in all (the crawl's marks, see
 // engine.FilterMarks) and Bloom bitmaps (see dedup/redis.DropPartitions).
@@ -417,6 +418,8 @@ func CheckPartitionKeys(t testing.TB, c goredis.UniversalClient, crawl string, n
 				switch {
 				case !ok:
 					errs = append(errs, fmt.Sprintf("key %s is not of the crawl's layout", key))
+				case strings.HasPrefix(k.Part, "requests~repartition"):
+					errs = append(errs, fmt.Sprintf("key %s of a queue a repartition moves through remains", key))
 				case !k.Partitioned || tags[tag]:
 				case tag != crawl:
 					errs = append(errs, fmt.Sprintf("key %s is of a partition of another count than %d", key, n))

@@ -210,6 +210,15 @@ func PartitionPattern(crawl string) string {
 	return home[:len(home)-len("}:*")] + "#*}:*"
 }
 
+// RepartitionQueues returns the names of the two queues of one partition
+// that trawl repartition moves queue ("NAME:requests") through, beside
+// it: queue+"~repartition" (its requests) and queue+"~repartition-dead"
+// (its dead letters). A repartition that ends leaves them empty and
+// deletes them; one cut short leaves them holding what it was moving.
+func RepartitionQueues(queue string) (requests, dead string) {
+	return queue + "~repartition", queue + "~repartition-dead"
+}
+
 // Starts holds the keys of a crawl's start URLs.
 type Starts struct {
 	List string // {NAME}:start_urls: the list (or set) fed by trawl seed and rpush
@@ -311,6 +320,14 @@ var Keys = []Key{
 	{"requests:dead", true, []string{"list"}, "broker/redis.Broker", []string{"receiveScript", "nackScript", "rejectScript", "countScript", "requeueScript"}},
 	{"requests:notify", true, []string{"list"}, "broker/redis.Broker", []string{"receiveScript", "nackScript", "requeueScript", "claimPublishScript"}},
 	{"requests:seq", true, []string{"string"}, "broker/redis.Broker", []string{"requeueScript", "claimPublishScript"}},
+	// The queues trawl repartition moves NAME:requests through
+	// (RepartitionQueues; * is "" or "-dead"), of one partition each.
+	{repartitionPart, false, []string{"zset", "list"}, "deployment.Repartition (queues NAME:requests~repartition and ~repartition-dead, through broker/redis.Broker)", []string{"receiveScript", "nackScript", "rejectScript", "extendScript", "countScript", "requeueScript"}},
+	{repartitionPart + ":inflight", false, []string{"zset"}, "deployment.Repartition (through broker/redis.Broker)", []string{"receiveScript", "nackScript", "rejectScript", "extendScript", "countScript"}},
+	{repartitionPart + ":delayed", false, []string{"zset"}, "deployment.Repartition (through broker/redis.Broker)", []string{"receiveScript", "nackScript", "countScript"}},
+	{repartitionPart + ":dead", false, []string{"list"}, "deployment.Repartition (through broker/redis.Broker)", []string{"receiveScript", "nackScript", "rejectScript", "countScript", "requeueScript"}},
+	{repartitionPart + ":notify", false, []string{"list"}, "deployment.Repartition (through broker/redis.Broker)", []string{"receiveScript", "nackScript", "requeueScript"}},
+	{repartitionPart + ":seq", false, []string{"string"}, "deployment.Repartition (through broker/redis.Broker)", []string{"requeueScript"}},
 	{"start_urls", false, []string{"list", "set"}, "broker/redis.StartURLs", []string{"dropStartsScript", "returnStartsScript", "requeueStartsScript"}},
 	{"start_urls:dead", false, []string{"list"}, "broker/redis.StartURLs", []string{"requeueStartsScript"}},
 	{"items", false, []string{"list"}, "broker/redis.Items", nil},
@@ -325,6 +342,19 @@ var Keys = []Key{
 	{"dupefilter:meta", false, []string{"hash"}, "dedup/redis (Set and Bloom)", nil},
 	{"dupefilter:bloom:*", true, []string{"string"}, "dedup/redis.Bloom", []string{"claimPublishScript (broker/redis.ClaimPublish)"}},
 	{"dupefilter:*", true, []string{"set"}, "dedup/redis.Set (one shard, a hex number)", []string{"claimPublishScript (broker/redis.ClaimPublish)"}},
+}
+
+// repartitionPart is the part of the keys of the queues trawl
+// repartition moves through, "requests~repartition*": * is "" or "-dead"
+// (see RepartitionQueues).
+const repartitionPart = "requests~repartition*"
+
+// repartitionKey tells whether part, which matched pattern (an entry of
+// repartitionPart), is a key of one of the two queues of RepartitionQueues.
+func repartitionKey(part, pattern string) bool {
+	star := strings.TrimPrefix(part, strings.TrimSuffix(repartitionPart, "*"))
+	star, ok := strings.CutSuffix(star, strings.TrimPrefix(pattern, repartitionPart))
+	return ok && (star == "" || star == "-dead")
 }
 
 // Match returns the entry of Keys that key, a key of crawl, belongs to;
@@ -351,6 +381,9 @@ func Match(crawl, key string) (Key, bool) {
 		}
 		if k.Part == "dupefilter:*" && !isHex(strings.TrimPrefix(part, "dupefilter:")) {
 			continue // a shard's number is hex
+		}
+		if strings.HasPrefix(k.Part, repartitionPart) && !repartitionKey(part, k.Part) {
+			continue
 		}
 		return k, true
 	}

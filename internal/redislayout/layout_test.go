@@ -32,7 +32,13 @@ func TestKeys(t *testing.T) {
 // with the right entry, and that keys beside it are not.
 func TestMatch(t *testing.T) {
 	q, s, h, f := QueueKeys("c:requests"), StartKeys("c"), HostKeys("c", "h.example:80"), FilterKeys(FilterName("c"))
+	moving, dead := RepartitionQueues("c:requests")
+	rq, rd := QueueKeys(moving), QueueKeys(dead)
 	for key, part := range map[string]string{
+		rq.Ready: "requests~repartition*", rq.Inflight: "requests~repartition*:inflight", rq.Delayed: "requests~repartition*:delayed",
+		rq.Dead: "requests~repartition*:dead", rq.Notify: "requests~repartition*:notify", rq.Seq: "requests~repartition*:seq",
+		rd.Ready: "requests~repartition*", rd.Inflight: "requests~repartition*:inflight", rd.Dead: "requests~repartition*:dead",
+		rd.Seq:  "requests~repartition*:seq",
 		q.Ready: "requests", q.Inflight: "requests:inflight", q.Delayed: "requests:delayed",
 		q.Dead: "requests:dead", q.Notify: "requests:notify", q.Seq: "requests:seq",
 		s.List: "start_urls", s.Dead: "start_urls:dead",
@@ -49,6 +55,8 @@ func TestMatch(t *testing.T) {
 	for _, key := range []string{
 		"{c}:mine", "{c}", "{c}:dupefilter:zz", "{cc}:items", "{c}:items:x", "c:start_urls",
 		"{c}:requests:dead:x", "{d}:requests", "{c}:start_urls:taken", "{c}:start_urls:leased",
+		"{c}:requests~repartitionx", "{c}:requests~repartition-deadx:inflight", "{c}:requests~repartition:x",
+		"{c}:requests~repartition:dead:x", "{c}:requests~", "{c#5.1}:requests~repartition",
 	} {
 		if k, ok := Match("c", key); ok {
 			t.Errorf("Match(%q) = %q; want no entry", key, k.Part)

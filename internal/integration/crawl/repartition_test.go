@@ -3,13 +3,17 @@ package crawl_test
 import (
 	"encoding/json"
 	"fmt"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/trawlhq/trawl/broker"
+	redisbroker "github.com/trawlhq/trawl/broker/redis"
+	"github.com/trawlhq/trawl/engine"
 	"github.com/trawlhq/trawl/internal/integration"
 	"github.com/trawlhq/trawl/internal/redislayout"
+	"github.com/trawlhq/trawl/internal/syncbuf"
 	"github.com/trawlhq/trawl/internal/testsite"
 )
 
@@ -135,5 +139,63 @@ func testRepartition(t *testing.T, backend string) {
 	t.Logf("pages expected %d, fetched %d, item duplicates %d, pages fetched more than once %d", expected, distinct, dups, twice)
 	if distinct != expected || dups != 0 || twice != 0 {
 		t.Errorf("pages: %d of %d fetched, %d items twice, %d fetched more than once; want every page once", distinct, expected, dups, twice)
+	}
+}
+
+// TestRedisPurgeAfterCutShortRepartition: trawl purge after a trawl
+// repartition cut short (killed while it waits for a leased request to
+// come back, the crawl's requests in the queue it moves through) leaves
+// no key of the crawl: NAME:requests~repartition is in the crawl's layout
+// (it was not, and purge left it).
+func TestRedisPurgeAfterCutShortRepartition(t *testing.T) {
+	t.Parallel()
+	_, url := serveSite(t, testsite.Config{Pages: 200, Links: 5, Seed: 71, NoTraps: true})
+	name := integration.Name(t)
+	args := redisArgs(t, name)
+	mustRun(t, append([]string{"crawl"}, append(args, url, "--max-pages=3")...)...)
+	// A request leased and never given back, as a worker killed with
+	// kill -9 leaves one: the repartition waits for it to come back.
+	client := integration.RedisClient(t)
+	b, err := redisbroker.New(t.Context(), redisbroker.Config{Client: client, Lease: 10 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ds, err := b.Receive(t.Context(), engine.RequestsQueue(name), 1); err != nil || len(ds) != 1 {
+		t.Fatalf("lease a request: %d, %v; want one", len(ds), err)
+	}
+	var stderr syncbuf.Buffer
+	cmd := exec.Command(trawlBin, append([]string{"repartition", "--partitions", "2"}, args...)...)
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	for !strings.Contains(stderr.String(), "leased messages to come back") {
+		select {
+		case err := <-done:
+			t.Fatalf("trawl repartition exited (%v) before it waited for the leased request:\n%s", err, stderr.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	_ = cmd.Process.Kill()
+	<-done
+	moving, _ := redislayout.RepartitionQueues(engine.RequestsQueue(name))
+	if n, err := client.Exists(t.Context(), redislayout.QueueKeys(moving).Ready).Result(); err != nil || n != 1 {
+		t.Fatalf("the cut-short repartition left no %s (%d, %v): the test does not test", redislayout.QueueKeys(moving).Ready, n, err)
+	}
+	mustRun(t, append([]string{"purge"}, args...)...)
+	for _, pattern := range []string{redislayout.Pattern(name), redislayout.PartitionPattern(name)} {
+		var keys []string
+		iter := client.Scan(t.Context(), 0, pattern, 1000).Iterator()
+		for iter.Next(t.Context()) {
+			keys = append(keys, iter.Val())
+		}
+		if err := iter.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if len(keys) > 0 {
+			t.Errorf("trawl purge left %d keys of the crawl: %q", len(keys), keys)
+		}
 	}
 }
