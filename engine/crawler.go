@@ -105,6 +105,8 @@ type Crawler struct {
 	member membership // this worker's joining of the crawl (see joinCrawl)
 
 	waits hostWaits // says why pages wait long for their hosts' slots
+
+	aff affinity // this worker's share of the queue's partitions (see affinity)
 }
 
 // New returns a crawler over b and f, composed into a frontier (see
@@ -160,6 +162,7 @@ func newCrawler(fr frontier.Frontier, cc *compiled) (*Crawler, error) {
 		c.limiter = newPoliteness(politenessConfig{PerHost: cc.PerHost, Delay: cc.Delay, AutoThrottle: cc.AutoThrottle})
 	}
 	c.waits = hostWaits{limiter: c.limiter, perHost: cc.PerHost, log: c.log}
+	c.aff.log = c.log
 	return c, nil
 }
 
@@ -528,6 +531,7 @@ func (c *Crawler) consume(ctx context.Context, queue string) (broker.Consumer, e
 		cons, err := c.frontier.Broker().Consume(ctx, queue, prefetch)
 		if err == nil {
 			c.clocks.receives.ok()
+			c.aff.attach(cons, partitions(c.frontier.Broker()))
 			return cons, nil
 		}
 		if ctx.Err() != nil {

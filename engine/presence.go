@@ -35,12 +35,18 @@ const presenceJitter = PresenceTTL / 15
 // random presenceJitter and writing
 // the worker's record (see WorkerStatus) each time, and withdraws the
 // announcement when the worker stops, its record marked stopped.
+//
+// Where the presence is a broker.Roster, it also reads the crawl's live
+// workers after each announcement, and a few times sooner after the
+// worker starts (earlyLooks), and shares the queue's partitions out over
+// them (aff).
 type presence struct {
 	p     broker.Presence
 	crawl string
 	id    string
 	beat  func(ctx context.Context, stopped bool) // writes the worker's record
 	log   *slog.Logger
+	aff   *affinity // nil: no share of partitions
 }
 
 // presence returns this worker's presence in the crawl, or nil where the
@@ -52,8 +58,21 @@ func (c *Crawler) presence() *presence {
 	}
 	id := workerID()
 	hb := c.newHeartbeat(id)
-	return &presence{p: p, crawl: c.cfg.Name, id: id, log: c.log,
+	pr := &presence{p: p, crawl: c.cfg.Name, id: id, log: c.log,
 		beat: func(ctx context.Context, stopped bool) { c.beat(ctx, hb, stopped) }}
+	if _, ok := p.(broker.Roster); ok && partitions(c.frontier.Broker()) > 1 {
+		pr.aff = &c.aff
+	}
+	return pr
+}
+
+// partitions is the partition count of b's queues: 1 where they are not
+// split.
+func partitions(b broker.Broker) int {
+	if pb, ok := b.(broker.Partitioned); ok {
+		return max(pb.Partitions(), 1)
+	}
+	return 1
 }
 
 // workerID names this worker in the crawl's presence: host, process,
@@ -71,11 +90,18 @@ func workerID() string {
 func (p *presence) run(ctx context.Context, done <-chan struct{}) {
 	t := time.NewTimer(presenceEvery())
 	defer t.Stop()
+	var early *time.Timer // the next of earlyLooks, where the share is on
+	looks := 0            // earlyLooks done
+	if p.aff != nil {
+		early = time.NewTimer(earlyLooks[0])
+		defer early.Stop()
+	}
+	p.renew(ctx)
 	for {
-		if err := p.p.Announce(ctx, p.crawl, p.id, PresenceTTL); err != nil {
-			p.log.Warn("announcing this worker failed: trawl purge may not see it", "crawl", p.crawl, "err", err)
+		var soon <-chan time.Time
+		if early != nil && looks < len(earlyLooks) {
+			soon = early.C
 		}
-		p.beat(ctx, false)
 		select {
 		case <-done:
 			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
@@ -87,7 +113,31 @@ func (p *presence) run(ctx context.Context, done <-chan struct{}) {
 			return
 		case <-t.C:
 			t.Reset(presenceEvery())
+			p.renew(ctx)
+		case <-soon:
+			if looks++; looks < len(earlyLooks) {
+				early.Reset(earlyLooks[looks] - earlyLooks[looks-1])
+			}
+			p.look(ctx)
 		}
+	}
+}
+
+// renew announces the worker again, looks at the crawl's live workers
+// and writes the worker's record.
+func (p *presence) renew(ctx context.Context) {
+	if err := p.p.Announce(ctx, p.crawl, p.id, PresenceTTL); err != nil {
+		p.log.Warn("announcing this worker failed: trawl purge may not see it", "crawl", p.crawl, "err", err)
+	}
+	p.look(ctx)
+	p.beat(ctx, false)
+}
+
+// look shares the queue's partitions out over the crawl's live workers,
+// where the presence does (aff).
+func (p *presence) look(ctx context.Context) {
+	if p.aff != nil {
+		p.aff.look(ctx, p.p.(broker.Roster), p.crawl, p.id)
 	}
 }
 
