@@ -23,6 +23,18 @@ import (
 // Receive would.
 const renewAfter = 8 // lease/renewAfter
 
+// stealAfter is how long a consumer that prefers some partitions (see
+// Prefer) must have found none of them with messages, and its caller
+// waiting in Next on an empty read-ahead, before it leases from the other
+// partitions. A worker's own partitions run dry all through a crawl: it
+// leases what they hold as soon as it is published, into its workbench,
+// while its read-ahead has room, which it nearly always has. Stealing
+// whenever they are dry and there is room spread every one of a test's 48
+// hosts over two of its 3 workers (a third of the pages by the thief);
+// a caller waiting in Next has a slot free and nothing to fill it with,
+// and one that waited a second is idle, not between two pages.
+const stealAfter = time.Second
+
 // Backing off a consumer's connection after an error. At most a second:
 // a Redis Cluster's replica takes over a dead primary's slots within the
 // node timeout, and the consumer should follow it at once, not seconds
@@ -50,9 +62,9 @@ const (
 // another's backlog. A loop whose lease found none stands aside until it
 // leases again: a crawl whose hosts sit in one partition leases in the
 // batches of an unsplit queue. A consumer told to prefer some partitions
-// (Prefer) leases from the others only while none of its own is active:
-// their loops wait for room, as loops of a full read-ahead do, and cost
-// the server nothing meanwhile.
+// (Prefer) leases from the others only once none of its own has been
+// active for stealAfter: their loops wait meanwhile, as loops of a full
+// read-ahead do, and cost the server nothing.
 type consumer struct {
 	b        *Broker
 	queue    string
@@ -65,6 +77,8 @@ type consumer struct {
 	last     int         // the partition of the delivery Next returned last
 	active   []bool      // by partition: its last lease found messages
 	own      []bool      // by partition: preferred (Prefer); nil: all alike
+	dry      time.Time   // with a preference, since when none of own is active; zero while one is
+	hungry   time.Time   // since when a Next waits on an empty read-ahead; zero while none does
 	next     int         // the partition whose turn to lease comes first
 	err      error       // a loop's last error, not yet returned by Next
 	closed   bool
@@ -140,6 +154,9 @@ func signal(ch chan struct{}) {
 func (c *consumer) Next(ctx context.Context) (broker.Delivery, error) {
 	for {
 		if err := ctx.Err(); err != nil {
+			c.mu.Lock()
+			c.hungry = time.Time{} // nobody waits
+			c.mu.Unlock()
 			return nil, opErr("consume", c.queue, err)
 		}
 		c.mu.Lock()
@@ -149,6 +166,7 @@ func (c *consumer) Next(ctx context.Context) (broker.Delivery, error) {
 		}
 		if len(c.buf) > 0 {
 			d := c.pick()
+			c.hungry = time.Time{}
 			c.roomChanged()
 			c.mu.Unlock()
 			if c.fresh(ctx, d) {
@@ -160,6 +178,10 @@ func (c *consumer) Next(ctx context.Context) (broker.Delivery, error) {
 			c.err = nil
 			c.mu.Unlock()
 			return nil, err
+		}
+		if c.hungry.IsZero() && c.own != nil {
+			c.hungry = time.Now()
+			c.roomChanged() // loops held back from stealing look again
 		}
 		c.mu.Unlock()
 		select {
@@ -366,13 +388,14 @@ func (c *consumer) loop(k *keys) {
 		renew := c.renewAt(k)
 		due := !renew.IsZero() && !time.Now().Before(renew)
 		n := 0
+		var steal time.Time // when a loop held back from stealing looks again
 		if !due {
-			n = c.roomFor(k)
+			n, steal = c.roomFor(k)
 		}
 		room := c.room
 		c.mu.Unlock()
 		if n <= 0 && !due {
-			if !c.awaitRoom(room, renew) {
+			if !c.awaitRoom(room, earliest(renew, steal)) {
 				return
 			}
 			continue
@@ -401,6 +424,7 @@ func (c *consumer) loop(k *keys) {
 		c.buf = append(c.buf, ds...)
 		// A partition that failed asks again, as one that had none.
 		c.active[k.part] = err == nil && len(ds) > 0
+		c.noteDry()
 		if len(ds) < n {
 			c.roomChanged() // what it reserved and did not take is free again
 		}
@@ -456,7 +480,41 @@ func (c *consumer) Prefer(own []int) {
 		return
 	}
 	c.own = mask
+	c.dry = time.Time{}
+	c.noteDry()
 	c.roomChanged()
+}
+
+// noteDry keeps c.dry: when none of the partitions the consumer prefers
+// became active, zero while one is (and without a preference). c.mu is
+// held.
+func (c *consumer) noteDry() {
+	wet := c.own == nil
+	for p, a := range c.active {
+		wet = wet || a && c.own[p]
+	}
+	switch {
+	case wet:
+		c.dry = time.Time{}
+	case c.dry.IsZero():
+		c.dry = time.Now()
+	}
+}
+
+// later is the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// earliest is the earlier of a and b, ignoring a zero one.
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || !b.IsZero() && b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // owns says whether partition p is one of the consumer's own: all are
@@ -476,9 +534,10 @@ func (c *consumer) owns(p int) bool { return c.own == nil || c.own[p] }
 // hosts on 8 partitions), and no partition waits more than a turn of the
 // others. With a preference (Prefer) the turns are taken among the
 // consumer's own partitions, and a partition not its own leases nothing
-// while one of its own is active; once none is, the others take turns
-// likewise (work stealing). c.mu is held.
-func (c *consumer) roomFor(k *keys) int {
+// while one of its own is active, nor until none has been for stealAfter
+// (it returns when to look again); then the others take turns likewise
+// (work stealing). c.mu is held.
+func (c *consumer) roomFor(k *keys) (int, time.Time) {
 	mine := 0
 	for _, d := range c.buf {
 		if d.k == k {
@@ -493,7 +552,15 @@ func (c *consumer) roomFor(k *keys) int {
 		case c.owns(p) == own:
 			others = true
 		case !own:
-			return 0 // one of its own partitions has messages
+			return 0, time.Time{} // one of its own partitions has messages
+		}
+	}
+	if !own {
+		if c.hungry.IsZero() {
+			return 0, time.Time{} // its caller is not waiting: it looks again when one does
+		}
+		if at := later(c.dry, c.hungry).Add(stealAfter); time.Now().Before(at) {
+			return 0, at
 		}
 	}
 	free := c.prefetch - len(c.buf) - c.reserved
@@ -503,20 +570,20 @@ func (c *consumer) roomFor(k *keys) int {
 	case !others:
 		n = min(free, c.prefetch-mine)
 		if mine > 0 && n < half {
-			return 0
+			return 0, time.Time{}
 		}
 	case free >= half && c.first(k) == k.part:
 		n = half
 	}
 	if n <= 0 {
-		return 0
+		return 0, time.Time{}
 	}
 	c.reserved += n
 	if len(c.ks) > 1 {
 		c.next = (k.part + 1) % len(c.ks)
 		c.roomChanged() // the next partition's turn
 	}
-	return n
+	return n, time.Time{}
 }
 
 // first is the partition whose turn it is to lease: the first from c.next

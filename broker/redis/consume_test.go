@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
+	"sync"
 	"testing"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/trawlhq/trawl/broker"
+	"github.com/trawlhq/trawl/broker/brokertest"
 	"github.com/trawlhq/trawl/broker/redis"
 	"github.com/trawlhq/trawl/internal/integration"
 )
@@ -180,5 +183,93 @@ func TestConsumerReadAheadLease(t *testing.T) {
 	}
 	if n, err := a.Counts(ctx, q); err != nil || n != (broker.Counts{}) {
 		t.Errorf("counts after the acks: %+v, %v; want none", n, err)
+	}
+}
+
+// TestConsumersPreferTheirPartitions: two consumers of a queue of two
+// partitions, each preferring one, draining a backlog in both at once:
+// each takes its own partition's messages, and Prefer, called from other
+// goroutines all along (with the same shares, nil and numbers out of
+// range), races with nothing (run with -race); every message comes once.
+func TestConsumersPreferTheirPartitions(t *testing.T) {
+	c := integration.RedisClient(t)
+	b := newBroker(t, c, redis.Config{Partitions: 2, Lease: time.Minute})
+	q := integration.Name(t) + ":requests"
+	keys := [2]string{brokertest.KeyIn(t, 0, 2), brokertest.KeyIn(t, 1, 2)}
+	const each = 300
+	var msgs []broker.Message
+	for i := range each {
+		for p, k := range keys {
+			msgs = append(msgs, broker.Message{Body: fmt.Appendf(nil, "%d/%d", p, i), Key: k})
+		}
+	}
+	if err := b.Publish(t.Context(), q, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	var (
+		mu    sync.Mutex
+		seen  = map[string]int{}
+		taken [2][2]int // by consumer, by partition
+		wg    sync.WaitGroup
+	)
+	stop := make(chan struct{})
+	for w := range 2 {
+		cons, err := b.Consume(ctx, q, 8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cons.Close()
+		pp := cons.(broker.PartitionPreferrer)
+		pp.Prefer([]int{w})
+		wg.Go(func() { // Prefer from another goroutine, all along
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				pp.Prefer([]int{w, 7, -1})
+				runtime.Gosched()
+			}
+		})
+		wg.Go(func() {
+			for {
+				d, err := cons.Next(ctx)
+				if err != nil {
+					return
+				}
+				body := string(d.Message().Body)
+				mu.Lock()
+				seen[body]++
+				taken[w][body[0]-'0']++
+				done := len(seen) == len(msgs)
+				mu.Unlock()
+				if err := d.Ack(ctx); err != nil {
+					t.Errorf("Ack: %v", err)
+				}
+				if done {
+					cancel()
+				}
+			}
+		})
+	}
+	<-ctx.Done()
+	close(stop)
+	wg.Wait()
+	if len(seen) != len(msgs) {
+		t.Fatalf("%d of %d messages delivered in a minute", len(seen), len(msgs))
+	}
+	for body, n := range seen {
+		if n > 1 {
+			t.Errorf("%s delivered %d times", body, n)
+		}
+	}
+	t.Logf("taken by consumer and partition: %v", taken)
+	for w := range 2 {
+		if other := taken[w][1-w]; other > each/10 {
+			t.Errorf("consumer %d, preferring partition %d, took %d of the other's %d messages (all taken: %v); want at most %d", w, w, other, each, taken, each/10)
+		}
 	}
 }
