@@ -129,10 +129,15 @@ func PartitionOf(key string, n int) int {
 //
 // Prefer(own) makes the consumer lease from the partitions in own as it
 // leases from all now, and from the others only when none of its own has
-// messages (the last lease of each came back empty) and its read-ahead
-// has room: it steals work, so that no worker idles while any partition
-// has some, and the partitions of a worker that died are taken by the
-// others at once, without waiting for its announcement to expire. nil or
+// messages (the last lease of each came back empty), its read-ahead has
+// room, and that has lasted a moment while its caller waited in Next (a
+// second on Redis): it steals work, so that no worker idles while any
+// partition has some, and the partitions of a worker that died are taken
+// by the idle others at once, without waiting for its announcement to
+// expire. The moment matters: a worker's own partitions run dry all
+// through a crawl (it leases what they get as it comes, into its
+// workbench), and a consumer that stole whenever they were dry spread
+// every host of a 3-worker test crawl over two workers. nil or
 // empty own, the default, makes every partition alike; numbers outside
 // [0, Partitions) are ignored. It takes effect at the consumer's next
 // lease: what it holds is kept. Prefer may be called from any goroutine,

@@ -62,7 +62,8 @@
 // pages are 20–80 KB of HTML with 30–150 links, 5% to other hosts.
 //
 // For each mode (one worker on memory, the embedded default, redis, nats,
-// rabbitmq; 4 workers on redis and on nats with a Redis filter), -repeat
+// rabbitmq; 4 workers on redis and on nats with a Redis filter, both
+// with --partitions 8, which the workers share out: see README), -repeat
 // crawls (2), each on fresh broker servers, every host's home page a
 // start URL, each between two runs
 // of a bare loop of GETs over the same URLs (the webfetch command: every
