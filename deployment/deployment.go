@@ -291,18 +291,16 @@ func (d *Deployment) checkCrawl(ctx context.Context) error {
 // last delivery), other workers', and rejected start URLs. ok is false
 // when counting failed.
 func (d *Deployment) DeadLetterCount(ctx context.Context) (n int64, ok bool) {
-	return d.countQueues(ctx, func(c broker.Counts) int64 { return c.Dead })
+	c, ok := d.Backlog(ctx)
+	return c.Dead, ok
 }
 
-// Backlog counts the crawl's requests and start URLs waiting to be taken.
-// ok is false when counting failed.
-func (d *Deployment) Backlog(ctx context.Context) (n int64, ok bool) {
-	return d.countQueues(ctx, func(c broker.Counts) int64 { return c.Ready })
-}
-
-// countQueues adds up what of the counts of the crawl's requests and
-// start URLs, wherever each is kept.
-func (d *Deployment) countQueues(ctx context.Context, what func(broker.Counts) int64) (n int64, ok bool) {
+// Backlog counts the crawl's requests and start URLs where they are kept,
+// the counts of both queues added up: those not done yet are Ready (due
+// or, Delayed, waiting out a back-off) and InFlight (leased to workers:
+// read ahead, held back for their hosts, or in progress). ok is false
+// when counting failed.
+func (d *Deployment) Backlog(ctx context.Context) (n broker.Counts, ok bool) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	name := d.crawl.Name
@@ -314,9 +312,12 @@ func (d *Deployment) countQueues(ctx context.Context, what func(broker.Counts) i
 		counts, err := c.Counts(ctx, q)
 		if err != nil {
 			d.log.Debug("counting a queue failed", "queue", q, "err", err)
-			return 0, false
+			return broker.Counts{}, false
 		}
-		n += what(counts)
+		n.Ready += counts.Ready
+		n.InFlight += counts.InFlight
+		n.Dead += counts.Dead
+		n.Delayed += counts.Delayed
 	}
 	return n, true
 }

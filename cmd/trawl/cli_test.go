@@ -228,18 +228,20 @@ func TestSummaryLine(t *testing.T) {
 				t.Errorf("the engine's log should say %s like the summary; stderr:\n%s", want, r.stderr)
 			}
 			// Issue 27.10: pages/s, as the summary; "queued" is the
-			// backlog, which with the items written never exceeds the
-			// site (what this run enqueued would, past half the crawl).
-			progressRE := regexp.MustCompile(`(?m)^trawl: crawled \d+ pages? \(at [0-9.]+ pages/s\), (\d+) queued, (\d+) items?, \d+ errors?$`)
+			// backlog, of which the ready ones with the items written
+			// never exceed the site (what this run enqueued would, past
+			// half the crawl).
+			progressRE := regexp.MustCompile(`(?m)^trawl: crawled \d+ pages? \(at [0-9.]+ pages/s\), (\d+) queued \((\d+) ready\), (\d+) items?, \d+ errors?$`)
 			progress := progressRE.FindAllStringSubmatch(r.stderr, -1)
 			if len(extra) == 0 && len(progress) == 0 {
 				t.Errorf("no progress line; stderr:\n%s", r.stderr)
 			}
 			for _, p := range progress {
 				queued, _ := strconv.Atoi(p[1])
-				items, _ := strconv.Atoi(p[2])
-				if items+queued > site.Expected() {
-					t.Errorf("progress line %q: %d items written and %d queued, more than the site's %d pages: queued is not the backlog", p[0], items, queued, site.Expected())
+				ready, _ := strconv.Atoi(p[2])
+				items, _ := strconv.Atoi(p[3])
+				if items+ready > site.Expected() || ready > queued {
+					t.Errorf("progress line %q: %d items written and %d ready of %d queued, more than the site's %d pages or the queued: not the backlog", p[0], items, ready, queued, site.Expected())
 				}
 			}
 		})

@@ -18,6 +18,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/trawlhq/trawl/broker"
 	"github.com/trawlhq/trawl/deployment"
 	"github.com/trawlhq/trawl/engine"
 	"github.com/trawlhq/trawl/metrics"
@@ -117,12 +118,7 @@ func (o *options) crawl(ctx context.Context, args []string, seed bool, adopt []s
 	start := time.Now()
 	// scrapy-redis users push to NAME:start_urls; say where to push.
 	wg.Go(func() { b.WatchMisplacedStarts(side, o.stderr, 5*time.Second) })
-	queued := func(ctx context.Context) string {
-		if n, ok := b.Backlog(ctx); ok {
-			return strconv.FormatInt(n, 10)
-		}
-		return "?"
-	}
+	queued := func(ctx context.Context) (broker.Counts, bool) { return b.Backlog(ctx) }
 	if f, ok := stderrFile(o.stderr); ok && isTerminal(f) {
 		wg.Go(func() { progress(side, f, cfg.Stats, queued) })
 	} else if o.progressEvery > 0 {
@@ -230,7 +226,7 @@ func (o *options) serveMetrics(s *engine.Stats, b *deployment.Deployment) (*http
 // the feeder's look at the start URLs, which ticks on a grid started
 // with the crawl, every 30 s (an idle worker dialled a second pooled
 // connection each time; see engine's presenceJitter).
-func progressLines(ctx context.Context, w io.Writer, s *engine.Stats, queued func(context.Context) string, every time.Duration) {
+func progressLines(ctx context.Context, w io.Writer, s *engine.Stats, queued backlog, every time.Duration) {
 	t := time.NewTimer(every - rand.N(every/20+1))
 	defer t.Stop()
 	var last int64
@@ -243,8 +239,9 @@ func progressLines(ctx context.Context, w io.Writer, s *engine.Stats, queued fun
 			t.Reset(every - rand.N(every/20+1))
 		}
 		pages, now := s.Get(engine.StatResponses), time.Now()
-		fmt.Fprintf(w, "trawl: crawled %d %s (at %.1f pages/s), %s queued, %d %s, %d %s\n",
-			pages, plural(pages, "page"), float64(pages-last)/now.Sub(lastAt).Seconds(), queued(ctx),
+		n, ready := queuedText(ctx, queued)
+		fmt.Fprintf(w, "trawl: crawled %d %s (at %.1f pages/s), %s queued%s, %d %s, %d %s\n",
+			pages, plural(pages, "page"), float64(pages-last)/now.Sub(lastAt).Seconds(), n, ready,
 			s.Get(engine.StatItems), plural(s.Get(engine.StatItems), "item"), s.Get(engine.StatErrors), plural(s.Get(engine.StatErrors), "error"))
 		last, lastAt = pages, now
 	}
@@ -266,9 +263,26 @@ func isTerminal(f *os.File) bool {
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
+// backlog counts the crawl's requests and start URLs (Deployment.Backlog).
+type backlog func(context.Context) (broker.Counts, bool)
+
+// queuedText is what a progress line says of the crawl's backlog, from the
+// broker's counts, not this worker's: n, the requests and start URLs not
+// done yet (ready, delayed by a back-off, or leased to workers: read
+// ahead, held back for their hosts, in progress), "12", and ready, of
+// them those ready to be taken, " (3 ready)"; "?" and "" when counting
+// failed.
+func queuedText(ctx context.Context, queued backlog) (n, ready string) {
+	c, ok := queued(ctx)
+	if !ok {
+		return "?", ""
+	}
+	return strconv.FormatInt(c.Ready+c.InFlight, 10), fmt.Sprintf(" (%d ready)", c.Ready-c.Delayed)
+}
+
 // progress redraws one status line on a terminal every second; queued is
 // the crawl's backlog, not what this worker added to it.
-func progress(ctx context.Context, f *os.File, s *engine.Stats, queued func(context.Context) string) {
+func progress(ctx context.Context, f *os.File, s *engine.Stats, queued backlog) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	start := time.Now()
@@ -280,8 +294,9 @@ func progress(ctx context.Context, f *os.File, s *engine.Stats, queued func(cont
 		case <-t.C:
 		}
 		pages := s.Get(engine.StatResponses)
-		fmt.Fprintf(f, "\r\033[Kpages %d  items %d  queued %s  filtered %d  retries %d  errors %d  %.1f pages/s",
-			pages, s.Get(engine.StatItems), queued(ctx), s.Get(engine.StatFiltered),
+		n, ready := queuedText(ctx, queued)
+		fmt.Fprintf(f, "\r\033[Kpages %d  items %d  queued %s%s  filtered %d  retries %d  errors %d  %.1f pages/s",
+			pages, s.Get(engine.StatItems), n, ready, s.Get(engine.StatFiltered),
 			s.Get(engine.StatRetries), s.Get(engine.StatErrors), float64(pages)/time.Since(start).Seconds())
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/trawlhq/trawl/broker"
 	"github.com/trawlhq/trawl/engine"
 )
 
@@ -23,10 +24,10 @@ func TestProgressLinesJitter(t *testing.T) {
 		const every = 10 * time.Second
 		stats := engine.NewStats()
 		var at []time.Time
-		queued := func(context.Context) string {
+		queued := func(context.Context) (broker.Counts, bool) {
 			at = append(at, time.Now())
 			stats.Add(engine.StatResponses, 100) // 100 pages before the next line
-			return "0"
+			return broker.Counts{}, true
 		}
 		var out bytes.Buffer
 		ctx, cancel := context.WithCancel(context.Background())
@@ -55,4 +56,24 @@ func TestProgressLinesJitter(t *testing.T) {
 			t.Errorf("%d distinct gaps between %d lines: %v; want most lines apart by a gap of their own", len(gaps), len(at), gaps)
 		}
 	})
+}
+
+// TestProgressQueuedText: a progress line's backlog counts what is not
+// done, ready or not (a back-off's delayed, the workers' leased), and
+// says how much of it is ready; "?" when the broker could not count.
+func TestProgressQueuedText(t *testing.T) {
+	for _, tc := range []struct {
+		c        broker.Counts
+		ok       bool
+		n, ready string
+	}{
+		{broker.Counts{Ready: 5, Delayed: 2, InFlight: 7, Dead: 4}, true, "12", " (3 ready)"},
+		{broker.Counts{InFlight: 20}, true, "20", " (0 ready)"},
+		{broker.Counts{}, false, "?", ""},
+	} {
+		n, ready := queuedText(t.Context(), func(context.Context) (broker.Counts, bool) { return tc.c, tc.ok })
+		if n != tc.n || ready != tc.ready {
+			t.Errorf("%+v, %v: %q%q, want %q%q", tc.c, tc.ok, n, ready, tc.n, tc.ready)
+		}
+	}
 }

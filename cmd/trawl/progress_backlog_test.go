@@ -1,0 +1,67 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// TestProgressCountsLeased: the progress line's queued count is the
+// crawl's backlog as the broker counts it, not only what is ready there:
+// while the site holds its pages, the worker's requests in progress and
+// read ahead (leased) are queued, not ready. (The line counted the ready
+// ones only: 16 queued with 20 pages left; session 13 saw 0 with pages
+// read ahead.)
+func TestProgressCountsLeased(t *testing.T) {
+	t.Parallel()
+	const pages = 20
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/robots.txt" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "text/html")
+		if r.URL.Path == "/" {
+			for i := 1; i <= pages; i++ {
+				fmt.Fprintf(w, `<a href="/p/%d">%d</a>`, i, i)
+			}
+			return
+		}
+		select { // the other pages wait until the test has its line
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	_, stderr := startIn(t, ctx, t.TempDir(), "crawl", "--allow-private", "--concurrency", "2", "--per-host", "2",
+		"--progress-interval", "100ms", "--idle-timeout", "500ms", "--out", "items.jsonl", srv.URL+"/")
+	line := regexp.MustCompile(`(?m)^trawl: crawled (\d+) pages? \(at [0-9.]+ pages/s\), (\d+) queued(?: \((\d+) ready\))?, \d+ items?, \d+ errors?$`)
+	var got [][]string
+	until(t, ctx, "three progress lines after the first page", func() bool {
+		got = got[:0]
+		for _, m := range line.FindAllStringSubmatch(stderr.String(), -1) {
+			if m[1] != "0" {
+				got = append(got, m)
+			}
+		}
+		return len(got) >= 3
+	})
+	// The root page is done, its 20 links wait: 2 in progress, more
+	// read ahead (leased), the rest ready.
+	for _, m := range got {
+		n, _ := strconv.Atoi(m[2])
+		ready, _ := strconv.Atoi(m[3])
+		if n != pages || ready > pages-2 {
+			t.Errorf("progress line %q: want %d queued (none done), at most %d of them ready (2 in progress)", m[0], pages, pages-2)
+		}
+	}
+}
