@@ -38,7 +38,8 @@ func (p *partitioned) Publish(ctx context.Context, queue string, msgs ...broker.
 }
 
 // TestPartitionSettings: the partition count and key are stored with the
-// crawl; a worker whose broker has another count refuses to start; one
+// crawl; a worker whose broker has another count refuses to start, and
+// stores nothing; one
 // insisting on another count is refused even with OverrideSettings; one
 // that leaves them out adopts them; every request published carries its
 // partition key.
@@ -56,8 +57,12 @@ func TestPartitionSettings(t *testing.T) {
 	if err := c.Seed(ctx); !errors.Is(err, engine.ErrPartitions) {
 		t.Fatalf("Seed of 3 partitions on a broker of 1 = %v, want ErrPartitions", err)
 	}
-	if err := mb.PurgeMeta(ctx, "trawl"); err != nil {
-		t.Fatal(err)
+	// Refused, it stored nothing (it stored the 3 before it refused).
+	if raw, err := mb.GetMeta(ctx, "trawl", "settings"); !errors.Is(err, broker.ErrNotFound) {
+		t.Errorf("the refused worker left settings stored: %s (%v); want none", raw, err)
+		if err := mb.PurgeMeta(ctx, "trawl"); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	b := &partitioned{Broker: mb, n: 3}

@@ -370,6 +370,10 @@ type JoinConfig struct {
 	// Override replaces the crawl's settings by the worker's where they
 	// conflict, with a warning, instead of failing.
 	Override bool
+	// Check, if not nil, vets the settings the worker would crawl by
+	// before any is stored: its error is JoinSettings's, and nothing is
+	// stored (a refused worker leaves the crawl as it was).
+	Check func(Settings) error
 	// Logger receives the Info line listing the settings, and the
 	// warning of an override. nil = discard.
 	Logger *slog.Logger
@@ -390,6 +394,9 @@ func JoinSettings(ctx context.Context, m broker.Metadata, crawl string, own Sett
 	for range 3 {
 		raw, err := m.GetMeta(ctx, crawl, settingsKey)
 		if errors.Is(err, broker.ErrNotFound) {
+			if err := check(o, own); err != nil {
+				return Settings{}, err
+			}
 			enc, err := own.Encode()
 			if err != nil {
 				return Settings{}, err
@@ -420,6 +427,9 @@ func JoinSettings(ctx context.Context, m broker.Metadata, crawl string, own Sett
 		}); len(fixed) > 0 {
 			return Settings{}, &SettingsError{Crawl: crawl, Conflicts: fixed, Fixed: true}
 		}
+		if err := check(o, out); err != nil {
+			return Settings{}, err
+		}
 		for _, c := range conflicts {
 			log.Warn("overriding the crawl's setting", "crawl", crawl, "setting", c.Name, "stored", c.Stored, "given", c.Given)
 		}
@@ -436,6 +446,14 @@ func JoinSettings(ctx context.Context, m broker.Metadata, crawl string, own Sett
 		return out, nil
 	}
 	return Settings{}, fmt.Errorf("crawl %q: settings keep changing under this worker", crawl)
+}
+
+// check is o.Check of s, if any.
+func check(o JoinConfig, s Settings) error {
+	if o.Check == nil {
+		return nil
+	}
+	return o.Check(s)
 }
 
 // SetPartitions stores n as the partition count of crawl's settings in m
@@ -515,11 +533,9 @@ func (c *Crawler) joinCrawl(ctx context.Context) error {
 		}
 		s, err := JoinSettings(ctx, m, c.cfg.Name, SettingsOf(c.cfg.Config), JoinConfig{
 			Adopt: c.cfg.Adopt, Override: c.cfg.OverrideSettings, Logger: c.log,
+			Check: c.checkPartitions, // before they are stored: a refused worker stores nothing
 		})
 		if err != nil {
-			return false, err
-		}
-		if err := c.checkPartitions(s); err != nil {
 			return false, err
 		}
 		own := SettingsOf(c.cfg.Config)

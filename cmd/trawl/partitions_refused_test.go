@@ -1,0 +1,29 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestPartitionsRefusedStoresNothing: the embedded default (one queue)
+// refuses trawl crawl --partitions 2 and stores nothing: the same crawl
+// run again without the flag is not refused, and stores its own settings
+// (one partition). (The count was stored before the refusal, and refused
+// every run after it.)
+func TestPartitionsRefusedStoresNothing(t *testing.T) {
+	t.Parallel()
+	url := numberSite(t) + "/"
+	dir := t.TempDir()
+	refused := trawlIn(t, dir, time.Minute, "crawl", "--partitions", "2", "--allow-private", "--idle-timeout", "500ms", "--out", "a.jsonl", url)
+	if refused.code == 0 || !strings.Contains(refused.stderr, "partitions") {
+		t.Fatalf("crawl --partitions 2 on the embedded default: exit %d, want refused naming the partitions; stderr:\n%s", refused.code, refused.stderr)
+	}
+	again := trawlIn(t, dir, time.Minute, "crawl", "--allow-private", "--idle-timeout", "500ms", "--log-level", "info", "--out", "b.jsonl", url)
+	if again.code != 0 {
+		t.Fatalf("the crawl again without --partitions: exit %d, want 0; stderr:\n%s", again.code, again.stderr)
+	}
+	if !strings.Contains(again.stderr, "crawl settings stored with the crawl") || !strings.Contains(again.stderr, "partitions=1") {
+		t.Errorf("the crawl again without --partitions found settings stored (want its own stored, one partition); stderr:\n%s", again.stderr)
+	}
+}
