@@ -275,18 +275,17 @@ func (f *httpFetcher) do(ctx context.Context, r *Request, limit int64, truncate 
 		}
 		return err
 	}
-	req, err := f.request(ctx, r, u)
-	if err != nil {
-		return nil, err
-	}
 	// Every fetch claims its connection, so that one found spare is
 	// retired only if no fetch took it since (see poolConn).
 	spare, _ := parent.Value(spareConnKey{}).(func() bool)
 	fetch := f.fetches.Add(1)
 	var conn *poolConn
-	req = req.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+	req, err := f.request(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		GotConn: func(info httptrace.GotConnInfo) { conn = claim(info.Conn, fetch) },
-	}))
+	}), r, u)
+	if err != nil {
+		return nil, err
+	}
 	start := time.Now()
 	resp, err := f.client.Do(req)
 	if err != nil {
@@ -354,10 +353,20 @@ func (f *httpFetcher) request(ctx context.Context, r *Request, u *url.URL) (*htt
 	if len(r.Body) > 0 {
 		body = bytes.NewReader(r.Body)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
+	// u as it is, not printed and parsed again (the client reads a
+	// request's URL, never writes it): without an empty port, as
+	// NewRequest makes it.
+	req, err := http.NewRequestWithContext(ctx, method, "", body)
 	if err != nil {
 		return nil, fmt.Errorf("fetch %s: %w: %w", u, errBadURL, err)
 	}
+	req.URL = u
+	if i := strings.LastIndexByte(u.Host, ':'); i >= 0 && i == len(u.Host)-1 && i > strings.LastIndexByte(u.Host, ']') {
+		ru := *u
+		ru.Host = u.Host[:i]
+		req.URL = &ru
+	}
+	req.Host = req.URL.Host
 	req.Header = requestHeader(f.header, r.Header)
 	if req.Header.Get("User-Agent") == "" {
 		req.Header.Set("User-Agent", f.userAgent)

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"cmp"
 	"compress/gzip"
 	"context"
 	"crypto/tls"
@@ -726,5 +727,55 @@ func TestPoolConnRetire(t *testing.T) {
 	claim(c, 3)
 	if _, err := c.Write([]byte("GET")); !errors.Is(err, net.ErrClosed) {
 		t.Errorf("write after a claim of a retired connection: %v, want net.ErrClosed", err)
+	}
+}
+
+// TestFetchRequestAsNewRequest: the fetcher's request for a parsed URL
+// (not printed and parsed again) is what http.NewRequest makes of the
+// URL's string: the same URL, Host (an empty port dropped), method, body
+// and its length, GetBody; and the parsed URL itself is left as it was.
+func TestFetchRequestAsNewRequest(t *testing.T) {
+	f := newHTTPFetcher(FetchConfig{UserAgent: "ua", AllowPrivate: true})
+	defer f.Close()
+	for _, r := range []*Request{
+		{URL: "http://example.com/a/b?x=1&y=%2F"},
+		{URL: "http://example.com:/a"},
+		{URL: "https://[::1]:/x"},
+		{URL: "https://[::1]:8443/x?q"},
+		{URL: "http://127.0.0.1:8080/p%2Fq/r%20s?x=%zz#frag"},
+		{URL: "http://user:pw@example.com:8080/", Method: http.MethodPost, Body: []byte("a=1")},
+	} {
+		u, err := f.target(r)
+		if err != nil {
+			t.Fatalf("%s: %v", r.URL, err)
+		}
+		before := *u
+		got, err := f.request(context.Background(), r, u)
+		if err != nil {
+			t.Fatalf("%s: %v", r.URL, err)
+		}
+		var body io.Reader
+		if len(r.Body) > 0 {
+			body = bytes.NewReader(r.Body)
+		}
+		want, err := http.NewRequest(cmp.Or(r.Method, http.MethodGet), u.String(), body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if *u != before {
+			t.Errorf("%s: the parsed URL changed: %#v, was %#v", r.URL, *u, before)
+		}
+		gu, wu := *got.URL, *want.URL
+		if gu.User.String() == wu.User.String() {
+			gu.User, wu.User = nil, nil // the same, in other pointers
+		}
+		if gu != wu || got.Host != want.Host || got.Method != want.Method ||
+			got.ContentLength != want.ContentLength || (got.GetBody == nil) != (want.GetBody == nil) {
+			t.Errorf("%s: request %s %#v host %q length %d, want %s %#v host %q length %d", r.URL,
+				got.Method, *got.URL, got.Host, got.ContentLength, want.Method, *want.URL, want.Host, want.ContentLength)
+		}
+		if got.Header.Get("User-Agent") != "ua" {
+			t.Errorf("%s: User-Agent %q, want ua", r.URL, got.Header.Get("User-Agent"))
+		}
 	}
 }
