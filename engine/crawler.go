@@ -1363,16 +1363,17 @@ func (c *Crawler) enqueueAll(ctx context.Context, pages []links) error {
 	if err != nil {
 		return fmt.Errorf("engine: %w", err)
 	}
+	var enqueued, republished, filtered int64 // counted once a batch, not once a link
 	for i, ls := range kept {
 		for j, l := range ls {
 			switch outs[i][j] {
 			case frontier.Published:
-				c.stats.Inc(StatEnqueued)
+				enqueued++
 			case frontier.Republished:
-				c.stats.Inc(StatRepublished)
-				c.stats.Inc(StatEnqueued)
+				republished++
+				enqueued++
 			default:
-				c.stats.Inc(StatFiltered)
+				filtered++
 				c.releaseBudget(l.budgeted, l.lk.Host())
 			}
 			if l.seen != 0 && !expand[i].Links[j].Known {
@@ -1380,6 +1381,9 @@ func (c *Crawler) enqueueAll(ctx context.Context, pages []links) error {
 			}
 		}
 	}
+	c.stats.addSome(StatEnqueued, enqueued)
+	c.stats.addSome(StatRepublished, republished)
+	c.stats.addSome(StatFiltered, filtered)
 	return nil
 }
 

@@ -115,6 +115,14 @@ func (s *Stats) Add(name string, n int64) {
 	c.Add(n)
 }
 
+// addSome adds n to counter name unless n is 0 (a counter is created
+// only once something is counted).
+func (s *Stats) addSome(name string, n int64) {
+	if n != 0 {
+		s.Add(name, n)
+	}
+}
+
 // Inc adds one to counter name.
 func (s *Stats) Inc(name string) { s.Add(name, 1) }
 
