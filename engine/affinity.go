@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/trawlhq/trawl/broker"
@@ -48,6 +49,11 @@ type affinity struct {
 	workers int                       // live workers at the last update
 	warned  bool                      // fewer partitions than workers, said once
 	log     *slog.Logger
+
+	// changed counts the changes to a share of one partition or more:
+	// the receiver, seeing it move, gives back the deliveries it holds
+	// of the partitions no longer its own (see Crawler.shed).
+	changed atomic.Uint64
 }
 
 // attach makes cons, a consumer of a queue of parts partitions just
@@ -100,6 +106,9 @@ func (a *affinity) update(members []string, self string) {
 	}
 	a.own, a.workers = own, w
 	a.cons.Prefer(own)
+	if len(own) > 0 {
+		a.changed.Add(1)
+	}
 	switch {
 	case own == nil:
 		a.log.Info(fmt.Sprintf("this worker now prefers none of the %d partitions, taking from all: it is not among the crawl's %d live workers", a.parts, w),
@@ -111,6 +120,51 @@ func (a *affinity) update(members []string, self string) {
 		a.log.Info(fmt.Sprintf("this worker now prefers partitions %s of %d: %d workers", joinInts(own), a.parts, w),
 			"own", own, "partitions", a.parts, "workers", w)
 	}
+}
+
+// owned returns the partitions this worker prefers, by partition, and
+// their count; nil if it prefers none, or the share is off.
+func (a *affinity) owned() ([]bool, int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.cons == nil || len(a.own) == 0 {
+		return nil, a.parts
+	}
+	mask := make([]bool, a.parts)
+	for _, p := range a.own {
+		mask[p] = true
+	}
+	return mask, a.parts
+}
+
+// shed gives back the deliveries the workbench holds back whose hosts are
+// in partitions this worker no longer prefers (Release: their attempt is
+// not counted), so that the partitions' owners fetch them: a worker that
+// started a crawl alone leased the home pages of every host, and would
+// otherwise fetch them all, each host then by two workers. Pages in
+// progress stay.
+func (c *Crawler) shed(ctx context.Context, bench *workbench) {
+	own, parts := c.aff.owned()
+	if own == nil {
+		return
+	}
+	its := bench.shed(func(host string) bool {
+		return own[broker.PartitionOf(broker.PartitionKey(host, c.cfg.PartitionBy), parts)]
+	})
+	if len(its) == 0 {
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	failed := 0
+	for _, it := range its {
+		if err := it.d.Release(rctx); err != nil {
+			failed++ // it comes back when its lease runs out
+		}
+		c.leases.done(it.d)
+	}
+	c.log.Info(fmt.Sprintf("gave back %d pages held for hosts of the partitions now other workers'", len(its)),
+		"pages", len(its), "failed", failed)
 }
 
 // look reads the crawl's live workers from r and updates the share; a

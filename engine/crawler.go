@@ -367,9 +367,14 @@ func (c *Crawler) receive(ctx context.Context, sem chan struct{}, bench *workben
 	hunger := time.AfterFunc(time.Hour, signal) // one timer, reset per Next
 	hunger.Stop()
 	defer hunger.Stop()
+	shares := c.aff.changed.Load() // the share the workbench holds deliveries for
 	for {
 		if stop, err := c.gate(ctx, run, &cons, queue); stop {
 			return err
+		}
+		if n := c.aff.changed.Load(); n != shares {
+			shares = n
+			c.shed(ctx, bench)
 		}
 		select {
 		case sem <- struct{}{}:

@@ -256,6 +256,31 @@ func (w *workbench) drain() []*benchItem {
 	return its
 }
 
+// shed removes and returns the held-back deliveries of the hosts keep
+// says no to (hosts now another worker's, see affinity); their pages in
+// progress stay.
+func (w *workbench) shed(keep func(host string) bool) []*benchItem {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var its []*benchItem
+	for k, h := range w.hosts {
+		if len(h.queue) == 0 || k == "" || keep(k) {
+			continue
+		}
+		its = append(its, h.queue...)
+		w.held -= len(h.queue)
+		h.queue = nil
+		if h.index >= 0 {
+			w.ready.remove(h.index)
+		}
+		h.parked = false
+		if h.active == 0 {
+			delete(w.hosts, k)
+		}
+	}
+	return its
+}
+
 // before orders ready hosts by their pages in progress, fewest first, and
 // then by the arrival of their first held-back delivery: the frontier's
 // order, as far as the caps and the hosts' connections allow.

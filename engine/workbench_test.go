@@ -408,3 +408,43 @@ func TestWorkbenchSpare(t *testing.T) {
 		t.Error("a3 spare: the only page of its host in progress")
 	}
 }
+
+// TestWorkbenchShed: shed returns the held-back deliveries of the hosts
+// it is told not to keep, and only those; their pages in progress stay
+// counted, and what is kept is handed out as before.
+func TestWorkbenchShed(t *testing.T) {
+	w := newWorkbench(1, 100, nil)
+	item := func(host string) *benchItem { return &benchItem{host: host} }
+	a1, a2, b1, b2, c1 := item("a"), item("a"), item("b"), item("b"), item("c")
+	for _, it := range []*benchItem{a1, a2, b1, b2, c1} {
+		w.add(it)
+	}
+	if it := w.take(); it != a1 {
+		t.Fatalf("took %v first, want a's first", it)
+	}
+	shed := w.shed(func(host string) bool { return host == "b" })
+	if len(shed) != 2 || !slices.Contains(shed, a2) || !slices.Contains(shed, c1) {
+		t.Fatalf("shed %d, want a's second and c's", len(shed))
+	}
+	if w.hosts["a"] == nil || w.hosts["a"].active != 1 {
+		t.Error("a's page in progress is no longer counted")
+	}
+	if _, ok := w.hosts["c"]; ok {
+		t.Error("c's entry stays with nothing held or in progress")
+	}
+	var got []*benchItem
+	for it := w.take(); it != nil; it = w.take() {
+		got = append(got, it)
+	}
+	if len(got) != 1 || got[0] != b1 {
+		t.Errorf("took %d after the shed, want b's first alone (b at its cap of 1 then)", len(got))
+	}
+	w.done(a1)
+	w.done(b1)
+	if it := w.take(); it != b2 {
+		t.Errorf("took %v, want b's second", it)
+	}
+	if held := w.drain(); len(held) != 0 {
+		t.Errorf("drain returned %d, want none", len(held))
+	}
+}

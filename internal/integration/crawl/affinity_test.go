@@ -1,8 +1,10 @@
 package crawl_test
 
 import (
+	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,7 +27,7 @@ const (
 // loopback addresses from 127.0.1.1 up, as many in each of the 8
 // partitions, so that two workers have as much work each (the stealing
 // at the end is short), and returns them with their root URLs.
-func affinitySites(t *testing.T) ([]*testsite.Site, []string, int) {
+func affinitySites(t *testing.T, latency time.Duration) ([]*testsite.Site, []string, int) {
 	t.Helper()
 	var sites []*testsite.Site
 	var urls []string
@@ -42,7 +44,7 @@ func affinitySites(t *testing.T) ([]*testsite.Site, []string, int) {
 			per[p]++
 		}
 		site, u := serveOn(t, host,
-			testsite.Config{Pages: 40, Links: 6, Seed: 300, NoTraps: true, Latency: 30 * time.Millisecond})
+			testsite.Config{Pages: 40, Links: 6, Seed: 300, NoTraps: true, Latency: latency})
 		sites = append(sites, site)
 		urls = append(urls, u)
 		expected += site.Expected()
@@ -137,7 +139,7 @@ func stopAll(t *testing.T, ws ...*proc) {
 // partition, and none of the 48 hosts was fetched by one worker alone.
 func TestRedisHostAffinity(t *testing.T) {
 	t.Parallel()
-	sites, urls, expected := affinitySites(t)
+	sites, urls, expected := affinitySites(t, 30*time.Millisecond)
 	name := integration.Name(t)
 	ws := affinityWorkers(t, name, 2)
 	mustRun(t, append([]string{"seed"}, redisArgs(t, name, append([]string{"--partitions=8"}, urls...)...)...)...)
@@ -166,7 +168,7 @@ func TestRedisHostAffinity(t *testing.T) {
 // every page is fetched, only those in flight on the victim twice.
 func TestRedisHostAffinityKill9(t *testing.T) {
 	t.Parallel()
-	sites, urls, expected := affinitySites(t)
+	sites, urls, expected := affinitySites(t, 30*time.Millisecond)
 	name := integration.Name(t)
 	ws := affinityWorkers(t, name, 3)
 	mustRun(t, append([]string{"seed"}, redisArgs(t, name, append([]string{"--partitions=8"}, urls...)...)...)...)
@@ -186,9 +188,47 @@ func TestRedisHostAffinityKill9(t *testing.T) {
 	}
 	single, hosts := hostsByWorkers(t, ws)
 	t.Logf("%d of %d hosts fetched by one worker alone", single, hosts)
+	for i, s := range sites { // pages in flight on the victim are fetched again
+		if err := s.Verify(); err != nil {
+			for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+				if errors.Is(e, testsite.ErrMissed) {
+					t.Errorf("site %d: page missed: %v", i, e)
+				}
+			}
+		}
+	}
+}
+
+// TestRedisHostAffinityLateJoin: as bench-web runs several workers, one
+// worker starts the crawl alone and leases every host's home page, and a
+// second joins once the first has fetched some: the first gives back what
+// it holds back of the second's partitions once it sees it (Release,
+// where it still holds some then), and every page is still fetched once.
+// How many hosts one worker alone fetched is logged, not checked: it
+// depends on how far the first got before the second joined (12–33 of 48
+// in five runs on a loaded machine, 18 in one without the giving back).
+func TestRedisHostAffinityLateJoin(t *testing.T) {
+	t.Parallel()
+	sites, urls, expected := affinitySites(t, 100*time.Millisecond)
+	name := integration.Name(t)
+	mustRun(t, append([]string{"seed"}, redisArgs(t, name, append([]string{"--partitions=8"}, urls...)...)...)...)
+	args := append([]string{"worker"}, redisArgs(t, name, "--partitions=8", "--idle-timeout=0", "--per-host=2", "--lease=3s", "--log-level=info")...)
+	first := start(t, args...)
+	first.waitItems(t, 1, time.Minute)
+	second := start(t, args...)
+	ws := []*proc{first, second}
+	waitDistinct(t, expected, 3*time.Minute, ws...)
+	stopAll(t, ws...)
 	for i, s := range sites {
-		if err := s.Verify(); err != nil && dups == 0 {
+		if err := s.Verify(); err != nil {
 			t.Errorf("site %d: %v", i, err)
 		}
 	}
+	distinct, dups := union(t, ws...)
+	if distinct != expected || dups != 0 {
+		t.Errorf("items: %d distinct (want %d), %d duplicates (want 0)", distinct, expected, dups)
+	}
+	single, hosts := hostsByWorkers(t, ws)
+	t.Logf("%d of %d hosts fetched by one worker alone; items by worker: %d, %d; the first gave back: %v",
+		single, hosts, len(first.items(t)), len(second.items(t)), strings.Contains(first.stderr.String(), "gave back"))
 }
