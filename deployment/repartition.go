@@ -24,6 +24,10 @@ type Moved struct {
 	From, To int // the partition counts
 	Ready    int // queued requests (delayed ones included)
 	Dead     int // dead letters
+	// Unchanged says that the crawl had To partitions already, and no
+	// repartition cut short had left messages on their way: nothing was
+	// moved.
+	Unchanged bool
 }
 
 // Repartition moves the queued requests and dead letters of a stopped
@@ -88,6 +92,18 @@ func (d *Deployment) Repartition(ctx context.Context, m int) (Moved, error) {
 	one, err := d.reopen(ctx, 1)
 	if err != nil {
 		return out, err
+	}
+	if out.From == m {
+		// Nothing to move, unless a run to m was cut short after it
+		// stored m: then it finishes that run's move.
+		left, err := pending(ctx, one, tmp, tmpDead)
+		if err != nil {
+			return out, err
+		}
+		if left == 0 {
+			out.Unchanged = true
+			return out, d.endRepartition(ctx, one, out.From, m, tmp, tmpDead)
+		}
 	}
 	keep := func(m broker.Message) (broker.Message, error) { return m, nil }
 
@@ -192,38 +208,59 @@ func (d *Deployment) Repartition(ctx context.Context, m int) (Moved, error) {
 	if err != nil {
 		return out, err
 	}
-	// The queues it moved through are empty: drop them (on Redis, their
-	// id counters and wake-up tokens).
+	return out, d.endRepartition(ctx, one, out.From, m, tmp, tmpDead)
+}
+
+// pending counts the messages in queues of b (ready, leased, dead).
+func pending(ctx context.Context, b broker.Broker, queues ...string) (int64, error) {
+	var n int64
+	for _, q := range queues {
+		c, err := b.Counts(ctx, q)
+		if err != nil {
+			return 0, fmt.Errorf("repartition: count %s: %w", q, err)
+		}
+		n += c.Ready + c.InFlight + c.Dead
+	}
+	return n, nil
+}
+
+// endRepartition ends a repartition from from to m partitions whose
+// messages are all in their new partitions: it drops the queues of one
+// (of broker one) it moved through, empty, and on Redis the old
+// partitions' claims and any key of another count than m.
+func (d *Deployment) endRepartition(ctx context.Context, one broker.Broker, from, m int, transit ...string) error {
+	// On Redis, their id counters and wake-up tokens.
 	if dp, ok := one.(partitionDropper); ok {
-		for _, tq := range []string{tmp, tmpDead} {
+		for _, tq := range transit {
 			if err := dp.DropPartitions(ctx, tq, 0, 1); err != nil {
-				return out, err
+				return err
 			}
 		}
 	}
 	if d.claims == nil {
-		return out, nil
+		return nil
 	}
+	name := d.crawl.Name
 	marks, err := engine.FilterMarks(ctx, d.Metadata, name)
 	if err != nil {
-		return out, fmt.Errorf("repartition: %w", err)
+		return fmt.Errorf("repartition: %w", err)
 	}
-	if err := dedupredis.DropPartitions(ctx, d.claims, out.From, m, marks...); err != nil {
-		return out, fmt.Errorf("repartition: %w", err)
+	if err := dedupredis.DropPartitions(ctx, d.claims, from, m, marks...); err != nil {
+		return fmt.Errorf("repartition: %w", err)
 	}
 	// What a run cut short after the count was stored left (the run that
 	// finishes it sees the new count as the old), or a repartition made
 	// before they cleaned up: the claims in the filter's own keys, and
 	// every key of another count.
-	if out.From != 1 && m > 1 {
+	if from != 1 && m > 1 {
 		if err := dedupredis.DropPartitions(ctx, d.claims, 1, m, marks...); err != nil {
-			return out, fmt.Errorf("repartition: %w", err)
+			return fmt.Errorf("repartition: %w", err)
 		}
 	}
 	if _, err := redisbroker.PurgeOtherPartitions(ctx, d.redis, name, m); err != nil {
-		return out, fmt.Errorf("repartition: %w", err)
+		return fmt.Errorf("repartition: %w", err)
 	}
-	return out, nil
+	return nil
 }
 
 // partitionDropper is implemented by brokers that can delete what a queue

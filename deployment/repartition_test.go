@@ -13,6 +13,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/trawlhq/trawl/broker"
+	redisbroker "github.com/trawlhq/trawl/broker/redis"
 	"github.com/trawlhq/trawl/dedup"
 	dedupredis "github.com/trawlhq/trawl/dedup/redis"
 	"github.com/trawlhq/trawl/deployment"
@@ -238,7 +239,8 @@ func TestRepartitionDeadLetters(t *testing.T) {
 			// leaves, planted (the run that finishes it sees 2 as the
 			// old count): keys of a partition of 3 and of the one
 			// partition, claims in the filter's own keys. Run again
-			// with 2, it deletes them and loses nothing.
+			// with 2, it has nothing to move (none on its way), deletes
+			// them and loses nothing.
 			f := d2.Filter.(dedupredis.Claimer)
 			p3 := redislayout.Retired(q, 3, 2)[0] // a partition of 3 that 2 does not share
 			old3, old1 := redislayout.PartitionQueueKeys(q, p3, 3), redislayout.QueueKeys(q)
@@ -260,8 +262,11 @@ func TestRepartitionDeadLetters(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if m != (deployment.Moved{From: 2, To: 2, Ready: 1, Dead: dead}) {
-				t.Errorf("Repartition from 2 to 2 moved %+v, want 1 ready and %d dead", m, dead)
+			if m != (deployment.Moved{From: 2, To: 2, Unchanged: true}) {
+				t.Errorf("Repartition from 2 to 2 moved %+v, want nothing moved", m)
+			}
+			if n, err := d2.Broker.Counts(ctx, q); err != nil || n.Ready != 1 || n.Dead != dead {
+				t.Errorf("counts after the repartition from 2 to 2: %+v, %v; want 1 ready, %d dead", n, err, dead)
 			}
 			checkClaims(ctx, t, f, 2, fps, true)
 			checkClaims(ctx, t, f, 1, marks, true)
@@ -363,4 +368,81 @@ func receiveAll(ctx context.Context, b broker.Broker, q string, n int) ([]broker
 		out = append(out, ds...)
 	}
 	return out, nil
+}
+
+// TestRepartitionSameCount: a repartition to the crawl's own count moves
+// nothing (it moved every request out and back, "from 3 to 3"): the
+// queued requests stay where they are, none published again (each
+// partition's message id counter unchanged).
+func TestRepartitionSameCount(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	const n = 3
+	cfg := deployment.Config{Broker: "redis", Filter: "set", RedisURL: integration.Redis(t), Partitions: n}
+	name := integration.Name(t)
+	d, err := deployment.Open(ctx, cfg, engine.Config{Name: name, Partitions: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	cr, err := d.Crawler(engine.Config{Name: name, Partitions: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cr.Seed(ctx); err != nil { // stores the crawl's settings: 3 partitions
+		t.Fatal(err)
+	}
+	q := engine.RequestsQueue(name)
+	var msgs []broker.Message
+	for i := range 30 {
+		r := engine.Request{URL: fmt.Sprintf("http://h%d.example/%d", i%6, i)}
+		b, err := r.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs = append(msgs, broker.Message{Body: b, Key: fmt.Sprintf("h%d.example", i%6)})
+	}
+	if err := d.Broker.Publish(ctx, q, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	client := integration.RedisClient(t)
+	seqs := func() []string {
+		var out []string
+		for p := range n {
+			out = append(out, client.Get(ctx, redislayout.PartitionQueueKeys(q, p, n).Seq).Val())
+		}
+		return out
+	}
+	before := seqs()
+	m, err := d.Repartition(ctx, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m.Unchanged || m.Ready != 0 || m.Dead != 0 || m.From != n || m.To != n {
+		t.Errorf("Repartition to the crawl's own %d: %+v, want nothing moved, Unchanged", n, m)
+	}
+	if after := seqs(); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Errorf("the partitions' message id counters went from %v to %v: requests were published again", before, after)
+	}
+	if c, err := d.Broker.Counts(ctx, q); err != nil || c.Ready != int64(len(msgs)) {
+		t.Errorf("queued after: %+v, %v; want the %d requests", c, err, len(msgs))
+	}
+
+	// A request on its way, as a run to 3 cut short after it stored 3
+	// leaves one: run again with 3, it finishes the move.
+	one, err := redisbroker.New(ctx, redisbroker.Config{Client: client})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer one.Close()
+	moving, _ := redislayout.RepartitionQueues(q)
+	if err := one.Publish(ctx, moving, msgs[0]); err != nil {
+		t.Fatal(err)
+	}
+	if m, err = d.Repartition(ctx, n); err != nil || m.Unchanged || m.Ready != len(msgs)+1 {
+		t.Errorf("Repartition to 3 with a request on its way: %+v, %v; want all %d moved", m, err, len(msgs)+1)
+	}
+	if c, err := d.Broker.Counts(ctx, q); err != nil || c.Ready != int64(len(msgs)+1) {
+		t.Errorf("queued after the move finished: %+v, %v; want %d", c, err, len(msgs)+1)
+	}
 }

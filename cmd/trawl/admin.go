@@ -375,7 +375,8 @@ func newRepartitionCmd(o *options) *cobra.Command {
 domain, as the crawl's --partition-by), and store N as the crawl's partition
 count: workers started afterwards without --partitions adopt it. It refuses
 while workers of the crawl run. Nothing is lost if it is cut short: run it
-again with the same N to finish the move.
+again with the same N to finish the move. To the crawl's own count, with
+nothing left on its way, it has nothing to move, and says so.
 
 With --broker=redis the duplicate filter is partitioned too, and its entries
 (fingerprints, not URLs) cannot be moved by host: every new partition gets a
@@ -399,6 +400,10 @@ be given.`,
 			}
 			if err != nil {
 				return err
+			}
+			if m.Unchanged {
+				fmt.Fprintf(o.stdout, "crawl %s: already in %d %s: nothing to move\n", o.name, m.To, plural(int64(m.To), "partition"))
+				return nil
 			}
 			fmt.Fprintf(o.stdout, "crawl %s: %d queued %s and %d dead %s moved from %d to %d partitions\n",
 				o.name, m.Ready, plural(int64(m.Ready), "request"), m.Dead, plural(int64(m.Dead), "letter"), m.From, m.To)

@@ -199,3 +199,18 @@ func TestRedisPurgeAfterCutShortRepartition(t *testing.T) {
 		}
 	}
 }
+
+// TestRedisRepartitionSameCount: trawl repartition to the crawl's own
+// count says there is nothing to move, and exits 0 (it said "moved from
+// 2 to 2 partitions", having moved every request out and back).
+func TestRedisRepartitionSameCount(t *testing.T) {
+	t.Parallel()
+	_, url := serveSite(t, testsite.Config{Pages: 20, Links: 3, Seed: 72, NoTraps: true})
+	name := integration.Name(t)
+	args := redisArgs(t, name, "--partitions=2")
+	mustRun(t, append([]string{"seed"}, append(args, url)...)...)
+	code, out, stderr := runOut(t, append([]string{"repartition"}, args...)...)
+	if want := fmt.Sprintf("crawl %s: already in 2 partitions: nothing to move\n", name); code != 0 || out != want {
+		t.Errorf("repartition to the crawl's own count: exit %d, stdout %q, want 0 and %q; stderr:\n%s", code, out, want, stderr)
+	}
+}
