@@ -155,7 +155,7 @@ func newStatsCmd(o *options) *cobra.Command {
 func newPurgeCmd(o *options) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "purge",
-		Short: "Delete a crawl's frontier, filter, items and stats",
+		Short: "Delete a crawl's frontier, filter, items, stats and settings (refused while its workers run: --force)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			b, err := o.open(cmd.Context(), "purge")

@@ -252,14 +252,19 @@ func oneLine(s string) string { return strings.ReplaceAll(strings.TrimSpace(s), 
 // graceful stop answers with exit 0. SIGINT (Ctrl-C) interrupts: 130.
 var errTerminated = errors.New("stopped by SIGTERM")
 
-// stopping is what the first signal says for the command args run: a
-// command that crawls finishes its pages in flight; the others (the test
-// site that make demo stops, the dashboard) just stop.
+// stopping is what the first signal says for the command args run,
+// naming it: a command that crawls finishes its pages in flight; the
+// others (the test site that make demo stops after its crawl, the
+// dashboard) just stop.
 func stopping(root *cobra.Command, args []string) string {
-	if c, _, err := root.Find(args); err == nil && (c.Name() == "crawl" || c.Name() == "worker") {
-		return "trawl: stopping: finishing pages in flight (signal again to exit at once)"
+	c, _, err := root.Find(args)
+	if err != nil || c == root {
+		return "trawl: stopping (signal again to exit at once)"
 	}
-	return "trawl: stopping (signal again to exit at once)"
+	if c.Name() == "crawl" || c.Name() == "worker" {
+		return "trawl " + c.Name() + ": stopping: finishing pages in flight (signal again to exit at once)"
+	}
+	return "trawl " + c.Name() + ": stopping (signal again to exit at once)"
 }
 
 // signalContext ends its context on the first SIGINT or SIGTERM (its

@@ -381,20 +381,22 @@ func TestStartGC(t *testing.T) {
 	}
 }
 
-// TestStoppingSaysWhatStops: the first signal's line speaks of pages in
-// flight only for a command that crawls; make demo stops its test site
-// with SIGTERM, which said "finishing pages in flight" as its last line.
+// TestStoppingSaysWhatStops: the first signal's line names the command
+// that stops, and speaks of pages in flight only for one that crawls;
+// make demo stops its test site with SIGTERM, which said "finishing pages
+// in flight" as its last line, then "trawl: stopping", after the crawl
+// had ended.
 func TestStoppingSaysWhatStops(t *testing.T) {
 	t.Parallel()
 	root := newRoot(&options{stdout: os.Stdout, stderr: os.Stderr})
-	for _, args := range [][]string{{"crawl", "http://x/"}, {"--log-level", "info", "worker"}, {"worker", "--broker=redis"}} {
-		if got := stopping(root, args); !strings.Contains(got, "pages in flight") {
-			t.Errorf("trawl %s: first signal says %q, want pages in flight", strings.Join(args, " "), got)
+	for args, name := range map[string]string{"crawl http://x/": "crawl", "--log-level info worker": "worker", "worker --broker=redis": "worker"} {
+		if got := stopping(root, strings.Fields(args)); !strings.Contains(got, "pages in flight") || !strings.HasPrefix(got, "trawl "+name+": ") {
+			t.Errorf("trawl %s: first signal says %q, want trawl %s: and pages in flight", args, got, name)
 		}
 	}
-	for _, args := range [][]string{{"testsite", "--pages", "500"}, {"dashboard"}, {}, {"nosuch"}} {
-		if got := stopping(root, args); strings.Contains(got, "pages") || !strings.Contains(got, "signal again") {
-			t.Errorf("trawl %s: first signal says %q, want no pages and how to exit at once", strings.Join(args, " "), got)
+	for args, name := range map[string]string{"testsite --pages 500": "trawl testsite: ", "dashboard": "trawl dashboard: ", "": "trawl: ", "nosuch": "trawl: "} {
+		if got := stopping(root, strings.Fields(args)); strings.Contains(got, "pages") || !strings.Contains(got, "signal again") || !strings.HasPrefix(got, name) {
+			t.Errorf("trawl %s: first signal says %q, want %q, no pages and how to exit at once", args, got, name)
 		}
 	}
 }

@@ -114,7 +114,7 @@ func TestInterruptOnTerminal(t *testing.T) {
 	cmd.Wait()
 	<-copied
 	s := screen.String()
-	i := strings.Index(s, "trawl: stopping")
+	i := strings.Index(s, "trawl crawl: stopping")
 	if i < 0 {
 		t.Fatalf("no stop message:\n%q", s)
 	}
