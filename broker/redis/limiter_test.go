@@ -782,14 +782,20 @@ func TestHostLimiterHeldElsewhere(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r()
-	short, cancelShort := context.WithTimeout(ctx, 300*time.Millisecond)
-	defer cancelShort()
-	if r, err := b.Acquire(short, host); err == nil {
-		r()
-		t.Fatal("b started a request to a host a holds whole")
+	// b asks, and is refused (it asks again and again until it gives up).
+	asking, stopAsking := context.WithCancel(ctx)
+	defer stopAsking()
+	got := acquireAsync(asking, b, host)
+	for !b.HeldElsewhere(host) {
+		if ctx.Err() != nil {
+			t.Fatal("b, refused the host a holds, never said another worker holds it")
+		}
+		runtime.Gosched()
 	}
-	if !b.HeldElsewhere(host) {
-		t.Error("b, refused the host a holds, says no other worker holds it")
+	stopAsking()
+	if r := <-got; r.err == nil {
+		r.release()
+		t.Fatal("b started a request to a host a holds whole")
 	}
 	if a.HeldElsewhere(host) {
 		t.Error("a, the holder, says another worker holds the host")
