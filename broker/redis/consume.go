@@ -176,12 +176,15 @@ func (c *consumer) Next(ctx context.Context) (broker.Delivery, error) {
 		}
 		if err := c.err; err != nil {
 			c.err = nil
+			c.hungry = time.Time{}
 			c.mu.Unlock()
 			return nil, err
 		}
-		if c.hungry.IsZero() && c.own != nil {
+		if c.hungry.IsZero() {
 			c.hungry = time.Now()
-			c.roomChanged() // loops held back from stealing look again
+			if c.own != nil {
+				c.roomChanged() // loops held back from stealing look again
+			}
 		}
 		c.mu.Unlock()
 		select {

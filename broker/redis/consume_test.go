@@ -273,3 +273,40 @@ func TestConsumersPreferTheirPartitions(t *testing.T) {
 		}
 	}
 }
+
+// TestConsumerStealsForAWaitingNext: a consumer told to prefer partition 0
+// while its Next already waits (the engine's share comes once the worker
+// sees the others, with a Next pending) still takes what is published to
+// partition 1 alone, after the second it waits before stealing. (Before,
+// only a Next that began waiting after Prefer counted as waiting: this
+// one waited until partition 0 got a message.)
+func TestConsumerStealsForAWaitingNext(t *testing.T) {
+	c := integration.RedisClient(t)
+	b := newBroker(t, c, redis.Config{Partitions: 2, Lease: time.Minute})
+	q := integration.Name(t) + ":requests"
+	cons, err := b.Consume(t.Context(), q, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	got := make(chan error, 1)
+	started := make(chan struct{})
+	go func() {
+		close(started)
+		d, err := cons.Next(ctx)
+		if err == nil {
+			err = d.Ack(ctx)
+		}
+		got <- err
+	}()
+	<-started
+	cons.(broker.PartitionPreferrer).Prefer([]int{0})
+	if err := b.Publish(t.Context(), q, broker.Message{Body: []byte("p1"), Key: brokertest.KeyIn(t, 1, 2)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("Next, preferring partition 0, with a message in partition 1 alone: %v", err)
+	}
+}
