@@ -119,6 +119,25 @@ func waitDistinct(t *testing.T, n int, timeout time.Duration, ws ...*proc) {
 	}
 }
 
+// finish waits until ws fetched every page of sites (expected in all),
+// stops them, checks that each page was fetched once, and returns how
+// many hosts one worker alone fetched, of how many.
+func finish(t *testing.T, sites []*testsite.Site, expected int, ws ...*proc) (single, hosts int) {
+	t.Helper()
+	waitDistinct(t, expected, 3*time.Minute, ws...)
+	stopAll(t, ws...)
+	for i, s := range sites {
+		if err := s.Verify(); err != nil {
+			t.Errorf("site %d: %v", i, err)
+		}
+	}
+	distinct, dups := union(t, ws...)
+	if distinct != expected || dups != 0 {
+		t.Errorf("items: %d distinct (want %d), %d duplicates (want 0)", distinct, expected, dups)
+	}
+	return hostsByWorkers(t, ws)
+}
+
 // stopAll stops ws with SIGINT and waits for each to exit 130.
 func stopAll(t *testing.T, ws ...*proc) {
 	t.Helper()
@@ -145,18 +164,7 @@ func TestRedisHostAffinity(t *testing.T) {
 	name := integration.Name(t)
 	ws := affinityWorkers(t, name, 2)
 	mustRun(t, append([]string{"seed"}, redisArgs(t, name, append([]string{"--partitions=8"}, urls...)...)...)...)
-	waitDistinct(t, expected, 3*time.Minute, ws...)
-	stopAll(t, ws...)
-	for i, s := range sites {
-		if err := s.Verify(); err != nil {
-			t.Errorf("site %d: %v", i, err)
-		}
-	}
-	distinct, dups := union(t, ws...)
-	if distinct != expected || dups != 0 {
-		t.Errorf("items: %d distinct (want %d), %d duplicates (want 0)", distinct, expected, dups)
-	}
-	single, hosts := hostsByWorkers(t, ws)
+	single, hosts := finish(t, sites, expected, ws...)
 	t.Logf("%d of %d hosts fetched by one worker alone; items by worker: %d, %d",
 		single, hosts, len(ws[0].items(t)), len(ws[1].items(t)))
 	if hosts != affinityHosts || single*10 < hosts*9 {
@@ -220,18 +228,7 @@ func TestRedisHostAffinityLateJoin(t *testing.T) {
 	first.waitItems(t, 1, time.Minute)
 	second := start(t, args...)
 	ws := []*proc{first, second}
-	waitDistinct(t, expected, 3*time.Minute, ws...)
-	stopAll(t, ws...)
-	for i, s := range sites {
-		if err := s.Verify(); err != nil {
-			t.Errorf("site %d: %v", i, err)
-		}
-	}
-	distinct, dups := union(t, ws...)
-	if distinct != expected || dups != 0 {
-		t.Errorf("items: %d distinct (want %d), %d duplicates (want 0)", distinct, expected, dups)
-	}
-	single, hosts := hostsByWorkers(t, ws)
+	single, hosts := finish(t, sites, expected, ws...)
 	t.Logf("%d of %d hosts fetched by one worker alone; items by worker: %d, %d; the first gave back: %v",
 		single, hosts, len(first.items(t)), len(second.items(t)), strings.Contains(first.stderr.String(), "gave back"))
 }
