@@ -365,14 +365,24 @@ func (s *suite) testAckBatch(t *testing.T) {
 // before, each in its place. Extended every lease/4, the others stay
 // leased for two leases (no other Receive gets them) and are then
 // acknowledged. A stall of the test longer than the lease voids the
-// second part, as in testExtend.
+// trial, which is run again with a longer lease (see trials), as in
+// testExtend.
 func (s *suite) testExtendBatch(t *testing.T) {
-	b := s.one(t, s.short())
-	be, ok := b.(broker.BatchExtender)
-	if !ok {
+	if _, ok := s.one(t, s.setup()).(broker.BatchExtender); !ok {
 		t.Skip("broker does not implement broker.BatchExtender")
 	}
-	ctx, lease := t.Context(), s.c.Lease
+	s.trials(t, "ExtendBatch", func(lease time.Duration) time.Duration {
+		return s.extendBatchTrial(t, lease)
+	})
+}
+
+// extendBatchTrial is one trial of testExtendBatch with leases of lease: 0
+// when it passed, or the stall of the test, longer than nine tenths of the
+// lease, in which a lease was lost.
+func (s *suite) extendBatchTrial(t *testing.T, lease time.Duration) time.Duration {
+	b := s.one(t, Setup{Order: s.order, Lease: lease})
+	be := b.(broker.BatchExtender)
+	ctx := t.Context()
 	ql, qa, qb := queue(t, "lost"), queue(t, "a"), queue(t, "b")
 	p := s.c.Priorities[0]
 	if errs := be.ExtendBatch(ctx, lease); len(errs) != 0 {
@@ -380,24 +390,30 @@ func (s *suite) testExtendBatch(t *testing.T) {
 	}
 	publish(t, b, ql, msg("lost", p))
 	lost := receiveOne(t, b, ql, prompt)
-	ack(t, receiveOne(t, b, ql, s.leaseWait())) // lost's lease ran out: it came back
+	ack(t, receiveOne(t, b, ql, 4*lease+prompt)) // lost's lease ran out: it came back
 	publish(t, b, qa, msg("a0", p), msg("a1", p), msg("a2", p))
 	publish(t, b, qb, msg("b0", p), msg("b1", p))
 	renewed := time.Now() // the start of the call that last renewed the leases
 	ds := append(receive(t, b, qa, 3, 3, prompt), receive(t, b, qb, 2, 2, prompt)...)
+	// stalled is the stall that voids the trial when err is a lease lost
+	// longer than nine tenths of the lease after the last renewal, or 0.
+	stalled := func(err error) time.Duration {
+		if w := time.Since(renewed); errors.Is(err, broker.ErrLeaseLost) && w > lease-lease/10 {
+			settle(t, ds)
+			return w
+		}
+		return 0
+	}
 	settled := ds[1]
-	ack(t, settled)
+	if err := settled.Ack(ctx); err != nil {
+		if w := stalled(err); w > 0 {
+			return w
+		}
+		t.Fatalf("Ack %q (attempt %d) %v after receiving began: %v", settled.Message().Body, settled.Attempt(), time.Since(renewed), err)
+	}
 	live := []broker.Delivery{ds[0], ds[2], ds[3], ds[4]}
 	thief := receiveAsync(t, b, qa, 1, 2*lease+prompt)
 	batch := []broker.Delivery{ds[0], lost, ds[2], settled, ds[3], ds[4]}
-	stalled := func(err error) bool {
-		t.Helper()
-		if w := time.Since(renewed); errors.Is(err, broker.ErrLeaseLost) && w > lease-lease/10 {
-			t.Logf("the test was held up for %v, longer than the lease of %v: too loaded a machine to check that ExtendBatch keeps leases", w, lease)
-			return true
-		}
-		return false
-	}
 	tick := time.NewTicker(lease / 4)
 	defer tick.Stop()
 	for until := time.Now().Add(2 * lease); time.Now().Before(until); {
@@ -414,8 +430,8 @@ func (s *suite) testExtendBatch(t *testing.T) {
 				wantErr(t, "ExtendBatch: the delivery acknowledged before", errs[i], broker.ErrSettled)
 			default:
 				if errs[i] != nil {
-					if stalled(errs[i]) {
-						return
+					if w := stalled(errs[i]); w > 0 {
+						return w
 					}
 					t.Fatalf("ExtendBatch: delivery %q, %v after the last renewal: %v", d.Message().Body, time.Since(renewed), errs[i])
 				}
@@ -429,9 +445,9 @@ func (s *suite) testExtendBatch(t *testing.T) {
 			thief = nil
 			if len(r.ds) > 0 {
 				if w := r.at.Sub(renewed); w > lease {
-					t.Logf("the test was held up for %v, longer than the lease of %v: too loaded a machine to check that ExtendBatch keeps leases", w, lease)
 					settle(t, r.ds)
-					return
+					settle(t, ds)
+					return w
 				}
 				t.Fatalf("a delivery whose lease ExtendBatch extended every %v went to another Receive %v after the last renewal (lease %v)",
 					lease/4, r.at.Sub(renewed), lease)
@@ -443,8 +459,8 @@ func (s *suite) testExtendBatch(t *testing.T) {
 	}
 	for _, d := range live {
 		if err := d.Ack(ctx); err != nil {
-			if stalled(err) {
-				return
+			if w := stalled(err); w > 0 {
+				return w
 			}
 			t.Fatalf("Ack of %q after two leases kept by ExtendBatch: %v", d.Message().Body, err)
 		}
@@ -452,6 +468,7 @@ func (s *suite) testExtendBatch(t *testing.T) {
 	for _, q := range []string{ql, qa, qb} {
 		waitCounts(t, b, q, broker.Counts{})
 	}
+	return 0
 }
 
 func (s *suite) testNackRequeues(t *testing.T) {
