@@ -288,11 +288,11 @@ func (b *Broker) take(q *queue, held map[string]uint64, floor, limit int) ([]*de
 		if err != nil {
 			return got, fmt.Errorf("consumer info: %w", pullErr(err))
 		}
-		info, err := q.stream.Info(ctx, jetstream.WithSubjectFilter(q.bands[band]))
+		st, err := b.streamHeld(ctx, q.work, q.bands[band])
 		if err != nil {
 			return got, fmt.Errorf("stream info: %w", pullErr(err))
 		}
-		stored := info.State.Subjects[q.bands[band]]
+		stored := st.Subjects[q.bands[band]]
 		if inFlight := uint64(max(ci.NumAckPending, 0)); stored > inFlight {
 			k := int(min(stored-inFlight, uint64(limit-len(got))))
 			if _, err := b.fetch(q, band, k, oneShot, &got); err != nil {
@@ -308,11 +308,51 @@ func (b *Broker) take(q *queue, held map[string]uint64, floor, limit int) ([]*de
 func (b *Broker) holdings(q *queue) (map[string]uint64, error) {
 	ctx, cancel := b.detached()
 	defer cancel()
-	info, err := q.stream.Info(ctx, jetstream.WithSubjectFilter(q.prefix+"*"))
+	st, err := b.streamHeld(ctx, q.work, q.prefix+"*")
 	if err != nil {
 		return nil, fmt.Errorf("stream info: %w", pullErr(err))
 	}
-	return info.State.Subjects, nil
+	return st.Subjects, nil
+}
+
+// streamTally is what trawl reads of a stream's state.
+type streamTally struct {
+	Msgs     uint64            `json:"messages"`
+	Subjects map[string]uint64 `json:"subjects"` // of those the request's filter matched
+}
+
+// streamHeld asks stream for its state, with the messages each subject
+// that filter matches holds ("": none): one stream info request, of which
+// only the state is read (jetstream's Info decodes the configuration and
+// the cluster too, most of a take's and a count's CPU). A stream that does
+// not exist is jetstream.ErrStreamNotFound. (The server pages the subjects
+// beyond 100,000; a queue has at most MaxBands+1.)
+func (b *Broker) streamHeld(ctx context.Context, stream, filter string) (streamTally, error) {
+	var req []byte
+	if filter != "" {
+		var err error
+		if req, err = json.Marshal(map[string]string{"subjects_filter": filter}); err != nil {
+			return streamTally{}, err
+		}
+	}
+	m, err := b.nc.RequestWithContext(ctx, b.api+"STREAM.INFO."+stream, req)
+	if err != nil {
+		return streamTally{}, err
+	}
+	var resp struct {
+		Error *jetstream.APIError `json:"error"`
+		State streamTally         `json:"state"`
+	}
+	if err := json.Unmarshal(m.Data, &resp); err != nil {
+		return streamTally{}, fmt.Errorf("stream info of %s: %w", stream, err)
+	}
+	switch {
+	case resp.Error == nil:
+		return resp.State, nil
+	case resp.Error.ErrorCode == jetstream.JSErrCodeStreamNotFound:
+		return streamTally{}, jetstream.ErrStreamNotFound
+	}
+	return streamTally{}, resp.Error
 }
 
 // takeAll is take on every partition qs, in turn from the one after the

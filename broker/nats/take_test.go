@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/trawlhq/trawl/broker"
+	"github.com/trawlhq/trawl/broker/brokertest"
 	"github.com/trawlhq/trawl/broker/nats"
 	"github.com/trawlhq/trawl/internal/integration"
 )
@@ -119,5 +120,48 @@ func TestPullAllocations(t *testing.T) {
 	t.Logf("%d bytes allocated a wait", per)
 	if per > 128<<10 {
 		t.Fatalf("a Receive that waited allocated %d bytes, want under 128 KiB", per)
+	}
+}
+
+// TestCountsRequests: Counts asks the consumers of a partition's subjects
+// that hold messages only (a work-queue stream keeps a message until it
+// is acknowledged): a queue of 4 partitions with messages in one band,
+// half of them in flight, costs 3 requests a partition (the work stream,
+// that band's consumer, the dead-letter stream), not one per consumer
+// too (7 with five bands and the delay consumer), and counts the same.
+func TestCountsRequests(t *testing.T) {
+	e := embedded(t, "")
+	nc, err := e.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	const parts = 4
+	b := newBroker(t, nc, nats.Config{Partitions: parts})
+	q := integration.Name(t) + ":requests"
+	ctx := t.Context()
+	if err := b.Publish(ctx, q, brokertest.Keyed(40, 40)...); err != nil {
+		t.Fatal(err)
+	}
+	held, err := b.Receive(ctx, q, 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := nc.Stats().OutMsgs
+	c, err := b.Counts(ctx, q)
+	sent := nc.Stats().OutMsgs - before
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (broker.Counts{Ready: 40 - int64(len(held)), InFlight: int64(len(held))}); c != want {
+		t.Errorf("Counts = %+v, want %+v", c, want)
+	}
+	if sent > 3*parts {
+		t.Fatalf("Counts of %d partitions sent %d requests, want %d at most", parts, sent, 3*parts)
+	}
+	for _, d := range held {
+		if err := d.Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
