@@ -12,7 +12,7 @@
 // bytes while the live heap is small, and at Policy.Min percent (Go's
 // 100: twice the live heap) once that is more: after each collection it
 // sets the percent to 100·Floor/live, within [Min, Max]. This is the
-// "GOGC tuner" Uber described (2021): the saving of a large ratio for the
+// "GOGC tuner" Uber described: the saving of a large ratio for the
 // fixed working set, not a multiple of what grows.
 //
 // The live heap counted is the runtime's own: the heap marked live by
