@@ -46,21 +46,27 @@ func TestRobotsBytesPerHost(t *testing.T) {
 		}
 		store.files["http://"+urls[i].Host] = file
 	}
-	r := newRobotsCache(trusting(t, FetchConfig{}), "trawl", 0)
-	r.shared = store
-	grown := liveGrowth(func() {
-		for _, u := range urls {
-			if ok, delay, err := r.Allowed(t.Context(), u); !ok || delay != 0 || err != nil {
-				t.Fatalf("%s: allowed %v, delay %v, %v; want allowed at once", u, ok, delay, err)
+	f := trusting(t, FetchConfig{})
+	// The least of three fills, each into a new cache: what else the
+	// process allocates meanwhile can only add.
+	per := int64(1 << 62)
+	for range 3 {
+		r := newRobotsCache(f, "trawl", 0)
+		r.shared = store
+		grown := liveGrowth(func() {
+			for _, u := range urls {
+				if ok, delay, err := r.Allowed(t.Context(), u); !ok || delay != 0 || err != nil {
+					t.Fatalf("%s: allowed %v, delay %v, %v; want allowed at once", u, ok, delay, err)
+				}
 			}
-		}
-	})
-	per := grown / perHostHosts
+		})
+		per = min(per, grown/perHostHosts)
+		runtime.KeepAlive(r)
+	}
 	t.Logf("robots.txt cache: %d bytes a host over %d hosts", per, perHostHosts)
 	if per > 128 {
 		t.Errorf("robots.txt cache: %d bytes a host over %d hosts, want at most 128", per, perHostHosts)
 	}
-	runtime.KeepAlive(r)
 	runtime.KeepAlive(urls) // not freed while measured
 }
 
