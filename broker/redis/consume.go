@@ -462,7 +462,9 @@ func (c *consumer) loop(k *keys) {
 var _ broker.PartitionPreferrer = (*consumer)(nil)
 
 // Prefer makes the consumer lease from the partitions of own, and from the
-// others only when none of own has messages (broker.PartitionPreferrer).
+// others only once none of own has had messages, and a Next has waited on
+// an empty read-ahead, for stealAfter (broker.PartitionPreferrer); each
+// such wait lets the others lease once more.
 // The loops waiting for room look again at once; a loop waiting on its
 // partition's token found it empty, and its lease when the token comes
 // follows the new preference.
