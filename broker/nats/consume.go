@@ -2,6 +2,7 @@ package nats
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -28,7 +29,7 @@ func (b *Broker) Consume(ctx context.Context, queue string, prefetch int) (broke
 	}
 	c := &consumer{
 		b: b, queue: queue, qs: qs, prefetch: prefetch, last: -1,
-		avail: make(chan struct{}, 1), room: make(chan struct{}, 1), exited: make(chan struct{}),
+		avail: make(chan struct{}, 1), room: make(chan struct{}, 1), look: make(chan struct{}, 1), exited: make(chan struct{}),
 	}
 	c.ctx, c.cancel = context.WithCancel(b.life)
 	go c.run() // owned by c: Close (or the broker's Close) ends it and waits
@@ -50,7 +51,9 @@ func (b *Broker) Consume(ctx context.Context, queue string, prefetch int) (broke
 // band read ahead, from the partitions in turn, so that no partition waits
 // for another's backlog. A consumer told to prefer some partitions
 // (Prefer) takes from those, and from the others only when its own came
-// back empty (work stealing); a wait, once all are empty, is on all.
+// back empty and a Next has waited on an empty read-ahead for stealAfter
+// (work stealing); meanwhile it waits on its own, and once it may steal
+// and all are empty, on all.
 //
 // Read-ahead deliveries are leased (the server counts AckWait from its
 // sending): while buf is full the loop extends those past half their
@@ -67,6 +70,7 @@ type consumer struct {
 
 	avail chan struct{} // poked when buf gains deliveries
 	room  chan struct{} // poked when Next takes from buf
+	look  chan struct{} // poked when Prefer is called, or a Next starts waiting on an empty buf with a preference
 
 	qs []*queue // the partitions, owned by run; nil: to be opened again
 
@@ -75,7 +79,20 @@ type consumer struct {
 	last  int         // the partition of the delivery Next returned last
 	ended bool        // run returned; buf given back
 	own   []int       // the partitions preferred (Prefer); nil: all alike
+
+	hungry time.Time // since when a Next waits on an empty buf; zero while none does
+	dryOwn time.Time // since when takes of its own partitions come back empty; zero once one brought some
 }
+
+// stealAfter is how long a consumer that prefers some partitions (see
+// Prefer) must have found its own empty, and its caller waiting in Next
+// on an empty read-ahead, before it takes from the others. A worker's own
+// partitions run dry all through a crawl: it takes what they hold as soon
+// as it is published, while its read-ahead has room, which it nearly
+// always has; stealing whenever they are dry spreads hosts over workers
+// again. A caller that waited a second is idle, not between two pages.
+// (The Redis consumer waits as long.)
+const stealAfter = time.Second
 
 func poke(ch chan struct{}) {
 	select {
@@ -106,15 +123,19 @@ func (c *consumer) run() {
 			own, others := c.split(c.qs)
 			room := c.prefetch - c.buffered()
 			ds, failed, err = b.takeAll(own, room)
-			if len(ds) == 0 && err == nil && len(others) > 0 {
-				ds, failed, err = b.takeAll(others, room)
+			steal := time.Time{} // when it may steal, if it may not yet
+			if len(others) > 0 && err == nil {
+				if steal = c.dried(len(ds) == 0); steal.IsZero() {
+					ds, failed, err = b.takeAll(others, room)
+					own = c.qs // if all are empty, wait on all
+				}
 			}
 			if len(ds) == 0 && err == nil {
 				if c.buffered() > 0 {
 					dry = true
 					continue
 				}
-				ds, failed, err = b.wait(c.ctx, c.qs, 1)
+				ds, failed, err = c.wait(own, steal, len(others) > 0)
 			}
 		}
 		if len(ds) > 0 {
@@ -143,6 +164,7 @@ func (c *consumer) Prefer(own []int) {
 	c.mu.Lock()
 	c.own = slices.Clone(own)
 	c.mu.Unlock()
+	poke(c.look)
 }
 
 // split divides qs into the partitions the consumer prefers and the
@@ -165,6 +187,64 @@ func (c *consumer) split(qs []*queue) (own, others []*queue) {
 		return qs, nil
 	}
 	return own, others
+}
+
+// dried notes whether the last take of the consumer's own partitions came
+// back empty, and returns when it may steal from the others: zero if it
+// may now, far in the future while no Next waits on an empty read-ahead
+// (a Next that starts waiting pokes look).
+func (c *consumer) dried(empty bool) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	switch {
+	case !empty:
+		c.dryOwn = time.Time{}
+		return now.Add(stealAfter) // it took some: not now
+	case c.dryOwn.IsZero():
+		c.dryOwn = now
+	}
+	if c.hungry.IsZero() {
+		return now.Add(365 * 24 * time.Hour)
+	}
+	at := c.dryOwn
+	if c.hungry.After(at) {
+		at = c.hungry
+	}
+	if at = at.Add(stealAfter); now.Before(at) {
+		return at
+	}
+	return time.Time{}
+}
+
+// wait waits on partitions qs (see Broker.wait), cut short when look is
+// poked (Prefer was called, a Next started waiting) and, with a preference,
+// at steal, when the consumer may steal from the others, so that the loop
+// looks again; that is no error.
+func (c *consumer) wait(qs []*queue, steal time.Time, preferring bool) ([]*delivery, *queue, error) {
+	ctx, cancel := context.WithCancel(c.ctx)
+	defer cancel()
+	if preferring && !steal.IsZero() {
+		var stop context.CancelFunc
+		ctx, stop = context.WithDeadline(ctx, steal)
+		defer stop()
+	}
+	watched := make(chan struct{})
+	go func() { // owned by wait: ends with ctx, which it cancels on a poke
+		defer close(watched)
+		select {
+		case <-c.look:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	ds, failed, err := c.b.wait(ctx, qs, 1)
+	cancel()
+	<-watched
+	if err != nil && ctx.Err() != nil && c.ctx.Err() == nil && !errors.Is(err, broker.ErrClosed) {
+		err = nil // cut short: look again
+	}
+	return ds, failed, err
 }
 
 // known tells whether qs are still the broker's open partitions of their
@@ -322,6 +402,7 @@ func (c *consumer) Next(ctx context.Context) (broker.Delivery, error) {
 		}
 		if len(c.buf) > 0 {
 			d := c.pick()
+			c.hungry = time.Time{}
 			c.mu.Unlock()
 			poke(c.room)
 			if err := c.refresh(ctx, d); err != nil {
@@ -338,11 +419,20 @@ func (c *consumer) Next(ctx context.Context) (broker.Delivery, error) {
 			}
 			return ds[0], nil
 		}
+		if c.hungry.IsZero() {
+			c.hungry = time.Now()
+			if c.own != nil {
+				poke(c.look) // a loop held back from stealing looks again
+			}
+		}
 		c.mu.Unlock()
 		select {
 		case <-c.avail:
 		case <-c.exited:
 		case <-ctx.Done():
+			c.mu.Lock()
+			c.hungry = time.Time{} // nobody waits
+			c.mu.Unlock()
 		}
 	}
 }

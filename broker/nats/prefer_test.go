@@ -112,11 +112,13 @@ func TestConsumerPreferPartitions(t *testing.T) {
 }
 
 // TestConsumerSteals: a consumer whose preferred partition is empty takes
-// the others' backlog in batches of its read-ahead (it steals), not one
-// message per wait: taking 60 messages of partition 0 costs its connection
-// a few requests a message. (A consumer that only waited for the others'
-// messages sends a pull request per band and partition, 24, for each;
-// one that never took them would time out.)
+// the others' backlog in batches of its read-ahead (it steals, each time
+// its caller has waited a second on an empty read-ahead), not one message
+// per wait: taking 60 messages of partition 0 costs its connection a few
+// requests a message (about 5: each steal is a wait on its own partition
+// first). A consumer that only waited for the others' messages sent 1,586
+// (a pull request per band and partition, 24, for each); one that never
+// took them would time out.
 func TestConsumerSteals(t *testing.T) {
 	e := embedded(t, "")
 	const parts, prefetch, n = 4, 8, 60
@@ -149,7 +151,42 @@ func TestConsumerSteals(t *testing.T) {
 	}
 	sent := nc.Stats().OutMsgs - before
 	t.Logf("%d messages sent for %d taken (acks included)", sent, n)
-	if sent > 5*n {
+	if sent > 10*n {
 		t.Fatalf("the consumer sent %d messages to take and acknowledge %d: it waited for each instead of stealing in batches", sent, n)
 	}
+}
+
+// TestConsumerStealsWhenIdle: a consumer whose own partition is empty
+// takes another's messages only once a Next has waited a second on its
+// empty read-ahead (a worker between two pages is not idle; stealing at
+// once spreads hosts over workers again). A consumer that steals as soon
+// as its own partitions are empty returns the other's message at once.
+func TestConsumerStealsWhenIdle(t *testing.T) {
+	e := embedded(t, "")
+	const parts = 4
+	b := newBroker(t, e.Conn(), nats.Config{Partitions: parts})
+	q := integration.Name(t) + ":requests"
+	ctx := t.Context()
+	c := consume(t, b, q, 4)
+	c.(broker.PartitionPreferrer).Prefer([]int{2})
+	// One of its own: once it is taken, the loop takes with the preference.
+	if err := b.Publish(ctx, q, inPartition(t, "own", 2, parts, 1)...); err != nil {
+		t.Fatal(err)
+	}
+	if err := next(t, c, 10*time.Second).Ack(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Publish(ctx, q, inPartition(t, "other", 0, parts, 4)...); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	d := next(t, c, 10*time.Second)
+	took := time.Since(start)
+	if err := d.Ack(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if took < time.Second {
+		t.Fatalf("%q, of another partition, came after %v: the consumer stole before it was idle for a second", d.Message().Body, took)
+	}
+	t.Logf("%q, of another partition, came after %v", d.Message().Body, took)
 }
