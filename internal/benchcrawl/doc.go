@@ -85,7 +85,9 @@
 // the least time the largest host takes at -per-host), worker CPU per
 // page against the loops', the broker server's CPU per page, broker
 // requests per page (Redis: INFO commandstats, commands run by scripts
-// included), the worker's RSS, and URLs fetched twice; then one
+// included), the worker's RSS, and URLs fetched twice (a run that
+// fetched some says how: how many first requests its client cut, the
+// gaps to the next, the first few pages' requests); then one
 // --broker=memory crawl at -rss-hosts hosts (10,000) for the worker's
 // RSS per host. Each figure is printed beside issue 26's bar with PASS or
 // MISS. -trace DIR writes every request of each run to DIR, for a look at

@@ -210,3 +210,64 @@ func TestConnCounts(t *testing.T) {
 		t.Errorf("%v: want none closed by the site's idle timeout or busy", got)
 	}
 }
+
+// TestTallyTwiceWhy: a run that fetches a page twice says how: the first
+// request cut by its client (a timeout) and the second served, with the
+// gap between them; a page served twice says served. The count alone
+// could not tell a retry after an error from a delivery handed out twice.
+func TestTallyTwiceWhy(t *testing.T) {
+	s, err := serveWeb(webConfig{hosts: 1, pages: 3, maxHost: 3, median: 300 * time.Millisecond, slow: 300 * time.Millisecond, seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	get := func(u string, timeout time.Duration) error {
+		t.Helper()
+		client := &http.Client{Timeout: timeout}
+		resp, err := client.Get(u)
+		if err != nil {
+			return err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return resp.Body.Close()
+	}
+	// The site notes a request once its handler returns, in its own time
+	// (it sees a client go away later still).
+	noted := func(n int) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); s.window().Requests < n; {
+			if time.Now().After(deadline) {
+				t.Fatalf("the site noted %d requests within 10 s, want %d", s.window().Requests, n)
+			}
+			runtime.Gosched()
+		}
+	}
+	home := s.base[0] + "/"
+	if err := get(home, time.Millisecond); err == nil {
+		t.Fatal("a request with a timeout of 1 ms to a page of 300 ms latency succeeded")
+	}
+	noted(1)
+	for _, u := range []string{home, s.base[0] + "/p/1", s.base[0] + "/p/1"} {
+		if err := get(u, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	noted(4)
+	tl := s.tally()
+	if tl.twice != 2 {
+		t.Fatalf("tally: %d pages fetched twice, want 2", tl.twice)
+	}
+	for _, want := range []string{"of the 2 pages fetched twice, 1 first requests cut by the client, 1 served",
+		"host 0 page 0: ", " cut (conn ", "host 0 page 1: ", " served (conn ", " then "} {
+		if !strings.Contains(tl.why, want) {
+			t.Errorf("why: %q, want it to say %q", tl.why, want)
+		}
+	}
+	if err := tl.check(); err == nil || !strings.Contains(err.Error(), tl.why) {
+		t.Errorf("check: %v, want the account %q in it", err, tl.why)
+	}
+	s.reset()
+	if tl := s.tally(); tl.why != "" {
+		t.Errorf("after a reset: why %q, want none", tl.why)
+	}
+}

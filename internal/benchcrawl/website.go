@@ -71,6 +71,8 @@ type webSite struct {
 
 	trace   []traced // every request since the last reset, when tracing
 	tracing bool
+	seconds map[[2]int][]pageRequest // the requests of each page requested more than once, since the last reset (robots.txt aside)
+	firsts  map[[2]int]pageRequest   // the first request of each page, since the last reset
 
 	inFlight atomic.Int64 // requests in the site now
 	conns    connCounts
@@ -411,7 +413,7 @@ func (s *webSite) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case <-t.C:
 	case <-r.Context().Done():
 		t.Stop()
-		s.note(h, p, start, timed, connID(r))
+		s.note(h, p, attempt, start, timed, true, connID(r))
 		return
 	}
 	var body []byte
@@ -424,16 +426,104 @@ func (s *webSite) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	_, _ = w.Write(body)
-	s.note(h, p, start, timed, connID(r))
+	s.note(h, p, attempt, start, timed, false, connID(r))
 }
 
-// note records a request to host h that started at start and ends now;
-// timed: its times bound the run's window.
-func (s *webSite) note(h, p int, start time.Time, timed bool, conn int) {
+// pageRequest is one request of a page, for the account of the pages
+// fetched twice (twiceWhy).
+type pageRequest struct {
+	start, end time.Time
+	cut        bool // its client went away before the response was written
+	conn       int
+}
+
+// remember keeps r, request number attempt (0 for the first) of page p
+// of host h, if it may turn out to be fetched twice: the first of every
+// page, and every later one; s.mu held.
+func (s *webSite) remember(h, p, attempt int, r pageRequest) {
+	if p == s.size[h] {
+		return
+	}
+	k := [2]int{h, p}
+	if attempt == 0 {
+		if s.firsts == nil {
+			s.firsts = map[[2]int]pageRequest{}
+		}
+		s.firsts[k] = r
+		return
+	}
+	if s.seconds == nil {
+		s.seconds = map[[2]int][]pageRequest{}
+	}
+	s.seconds[k] = append(s.seconds[k], r)
+}
+
+// twiceWhy says how the pages fetched twice were requested: how many
+// first requests the client cut (a timeout, a connection it closed) or
+// were served, the gaps from a first request's end to the next one's
+// start, and the first few pages with their requests' times (seconds from
+// the window's start) and connections: what tells a page's retry after
+// an error (a cut first request, a short gap) from a lease that ran out
+// (a served first request, a gap near the lease) or a delivery handed
+// out twice (served, another connection, a short gap).
+func (s *webSite) twiceWhy(twice func(h, p int) bool) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var keys [][2]int
+	for k := range s.seconds {
+		if twice(k[0], k[1]) {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == 0 {
+		return ""
+	}
+	slices.SortFunc(keys, func(a, b [2]int) int { return s.firsts[a].start.Compare(s.firsts[b].start) })
+	cut := 0
+	var gaps []time.Duration
+	for _, k := range keys {
+		f := s.firsts[k]
+		if f.cut {
+			cut++
+		}
+		gaps = append(gaps, s.seconds[k][0].start.Sub(f.end))
+	}
+	slices.Sort(gaps)
+	var b strings.Builder
+	fmt.Fprintf(&b, "of the %d pages fetched twice, %d first requests cut by the client, %d served; gap from a first request's end to the next's start: min %v, median %v, max %v",
+		len(keys), cut, len(keys)-cut, gaps[0].Round(time.Millisecond), gaps[len(gaps)/2].Round(time.Millisecond), gaps[len(gaps)-1].Round(time.Millisecond))
+	at := func(t time.Time) string { return fmt.Sprintf("%.3fs", t.Sub(s.first).Seconds()) }
+	for i, k := range keys[:min(len(keys), 5)] {
+		sep := ";"
+		if i > 0 {
+			sep = ","
+		}
+		f := s.firsts[k]
+		how := "served"
+		if f.cut {
+			how = "cut"
+		}
+		fmt.Fprintf(&b, "%s host %d page %d: %s-%s %s (conn %d)", sep, k[0], k[1], at(f.start), at(f.end), how, f.conn)
+		for _, r := range s.seconds[k] {
+			how = "served"
+			if r.cut {
+				how = "cut"
+			}
+			fmt.Fprintf(&b, " then %s-%s %s (conn %d)", at(r.start), at(r.end), how, r.conn)
+		}
+	}
+	return b.String()
+}
+
+// note records request number attempt (0 for the first) to page p of
+// host h, that started at start and ends now; timed: its times bound the
+// run's window; cut: its client went away before the response.
+func (s *webSite) note(h, p, attempt int, start time.Time, timed, cut bool, conn int) {
 	end := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.n++
+	s.remember(h, p, attempt, pageRequest{start: start, end: end, cut: cut, conn: conn})
 	if s.tracing {
 		s.trace = append(s.trace, traced{h, p, start, end, timed, conn})
 	}
@@ -558,6 +648,7 @@ func (s *webSite) reset() {
 	s.mu.Lock()
 	s.first, s.last, s.n = time.Time{}, time.Time{}, 0
 	s.busy, s.samples, s.trace = 0, nil, nil
+	s.firsts, s.seconds = nil, nil
 	clear(s.perHost)
 	s.mu.Unlock()
 }
@@ -653,6 +744,7 @@ type tally struct {
 	robots  int // robots.txt files fetched more than once (two workers that find none stored at once)
 	missing int // URLs never fetched
 	other   int64
+	why     string // how the pages fetched twice were requested (see twiceWhy); "" if none was
 }
 
 // tally counts the pages and robots.txt files fetched twice and the URLs
@@ -677,6 +769,15 @@ func (s *webSite) tally() tally {
 		}
 	}
 	t.other = s.other.Load()
+	if t.twice > 0 {
+		t.why = s.twiceWhy(func(h, p int) bool {
+			allowed := 1
+			if s.hangs(h, p) {
+				allowed = 2
+			}
+			return int(s.count[h][p].Load()) > allowed
+		})
+	}
 	return t
 }
 
@@ -686,7 +787,11 @@ var errWebIncomplete = errors.New("incomplete")
 // check returns an error if t shows URLs missed or fetched twice.
 func (t tally) check() error {
 	if t.missing > 0 || t.twice > 0 {
-		return fmt.Errorf("%w: %d URLs never fetched, %d pages fetched twice, %d requests for no page", errWebIncomplete, t.missing, t.twice, t.other)
+		err := fmt.Errorf("%w: %d URLs never fetched, %d pages fetched twice, %d requests for no page", errWebIncomplete, t.missing, t.twice, t.other)
+		if t.why != "" {
+			err = fmt.Errorf("%w (%s)", err, t.why)
+		}
+		return err
 	}
 	return nil
 }
