@@ -1479,7 +1479,7 @@ func (c *Crawler) inScope(lk *linkscan.Link, str string, depth int, scope string
 // in ls to remember it once the expansion succeeded.
 func (c *Crawler) expansion(parent *Request, ls []link, seen *seenLinks) (frontier.Page, error) {
 	p := frontier.Page{Start: parent == nil, Links: make([]frontier.Link, len(ls))}
-	if parent != nil {
+	if _, markless := c.frontier.(frontier.Markless); parent != nil && !markless {
 		u, _ := url.Parse(parent.URL)
 		p.Parent = c.fp.Fingerprint(parent.Method, u, parent.Body, parent.Header)
 	}

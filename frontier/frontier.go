@@ -70,6 +70,17 @@ type Page struct {
 	Resolve func(i int) (Link, error)
 }
 
+// Markless is implemented by a frontier that keeps no marks, whose
+// Expand reads no Page.Parent (Memory, and redisfrontier's, which claim
+// and publish in one step): a caller may leave Parent unset, sparing the
+// parent's fingerprint. Compose keeps a page's dedup.ExpandedMark, of
+// its Parent, and does not implement it.
+type Markless interface {
+	Frontier
+	// Markless does nothing: it says what the type is.
+	Markless()
+}
+
 // Outcome is what Expand did with one link.
 type Outcome uint8
 

@@ -29,6 +29,8 @@ type Memory struct {
 	filter CheckingFilter
 }
 
+var _ Markless = (*Memory)(nil)
+
 // NewMemory returns the frontier over b and f, which nothing but it may
 // claim in or publish to. It does not own them: the caller closes them.
 func NewMemory(b broker.Broker, f CheckingFilter) *Memory {
@@ -37,6 +39,9 @@ func NewMemory(b broker.Broker, f CheckingFilter) *Memory {
 
 // Broker returns the broker beneath.
 func (m *Memory) Broker() broker.Broker { return m.broker }
+
+// Markless says that Expand reads no Page.Parent (see Markless).
+func (m *Memory) Markless() {}
 
 // String names the filter when it says what it is, else "".
 func (m *Memory) String() string {

@@ -27,7 +27,7 @@ type Frontier struct {
 }
 
 var (
-	_ frontier.Frontier   = (*Frontier)(nil)
+	_ frontier.Markless   = (*Frontier)(nil)
 	_ broker.Incarnations = (*Frontier)(nil)
 )
 
@@ -41,6 +41,9 @@ func New(b *redisbroker.Broker, f dedupredis.Claimer) *Frontier {
 
 // Broker returns the Redis broker beneath.
 func (fr *Frontier) Broker() broker.Broker { return fr.broker }
+
+// Markless says that Expand reads no Page.Parent (see frontier.Markless).
+func (fr *Frontier) Markless() {}
 
 // Filter returns the Redis filter beneath.
 func (fr *Frontier) Filter() dedup.Filter { return fr.filter }
