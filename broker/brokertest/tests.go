@@ -512,7 +512,23 @@ func (s *suite) testNackDelay(t *testing.T) {
 		t.Skipf("inconclusive: publishing and receiving took longer than the delay %v", delay)
 	}
 	ack(t, other)
-	waitCounts(t, b, q, broker.Counts{Ready: 1, Delayed: 1}) // a delayed message counts as ready, and as delayed
+	// A delayed message counts as ready, and as delayed, until its delay
+	// ends; a test held up past the delay may find it due already.
+	for deadline := time.Now().Add(prompt); ; poll(t, 10*time.Millisecond) {
+		got, err := b.Counts(t.Context(), q)
+		if err != nil {
+			t.Fatalf("Counts(%q): %v", q, err)
+		}
+		if got == (broker.Counts{Ready: 1, Delayed: 1}) {
+			break
+		}
+		if el := time.Since(start); el >= delay && got == (broker.Counts{Ready: 1}) {
+			t.Skipf("inconclusive: the test was held up %v, past the delay %v, before it counted the delayed message", el, delay)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Counts(%q) = %+v %v after Nack(%v), want %+v", q, got, time.Since(start), delay, broker.Counts{Ready: 1, Delayed: 1})
+		}
+	}
 	d = nil
 	if rest := delay/2 - time.Since(start); rest > 0 {
 		ctx, cancel := context.WithTimeout(t.Context(), rest)
@@ -940,6 +956,10 @@ func (s *suite) shareQueue(t *testing.T, bs []broker.Broker, q, what string, tak
 	const n = 200
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
+	// The publishers' own context: the takers' ends once they took all n,
+	// which may be before the last Publish has its confirmations.
+	pctx, pcancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer pcancel()
 	var (
 		mu    sync.Mutex
 		got   = map[string]int{}
@@ -954,7 +974,7 @@ func (s *suite) shareQueue(t *testing.T, bs []broker.Broker, q, what string, tak
 				for j := range msgs {
 					msgs[j] = msg(fmt.Sprintf("p%d-%03d", p, i+j), s.c.Priorities[(i+j)%len(s.c.Priorities)])
 				}
-				if err := bs[p].Publish(ctx, q, msgs...); err != nil {
+				if err := bs[p].Publish(pctx, q, msgs...); err != nil {
 					t.Errorf("publisher %d: Publish: %v", p, err)
 					return
 				}
