@@ -56,7 +56,11 @@ func TestProgressCountsLeased(t *testing.T) {
 		// A line may come after the root page counted and before its
 		// links reached the frontier (a starved machine: the writer's
 		// batch): wait until they are there, and read the last three.
-		return len(got) >= 3 && got[len(got)-1][2] == strconv.Itoa(pages)
+		if len(got) < 3 {
+			return false
+		}
+		n, _ := strconv.Atoi(got[len(got)-1][2])
+		return n >= pages
 	})
 	got = got[len(got)-3:]
 	// The root page is done, its 20 links wait: 2 in progress, more
@@ -64,8 +68,11 @@ func TestProgressCountsLeased(t *testing.T) {
 	for _, m := range got {
 		n, _ := strconv.Atoi(m[2])
 		ready, _ := strconv.Atoi(m[3])
-		if n != pages || ready > pages-2 {
-			t.Errorf("progress line %q: want %d queued (none done), at most %d of them ready (2 in progress)", m[0], pages, pages-2)
+		// 20 links, none done, and the root page until its
+		// acknowledgement lands; some of them leased (in progress or
+		// read ahead), so fewer ready than queued.
+		if n < pages || n > pages+1 || ready >= n {
+			t.Errorf("progress line %q: want %d queued (%d while the root page's acknowledgement is on its way), fewer of them ready (some in progress)", m[0], pages, pages+1)
 		}
 	}
 }
