@@ -18,7 +18,9 @@ import (
 // metadata, under "<crawl>.meta.<key>", and their workers'
 // announcements, under "<crawl>.w.<worker>" with the announcement's
 // expiry (Unix milliseconds) as the value; crawl, key and worker escaped
-// as queue names are (see escape).
+// as queue names are (see escape). A worker id too long for a key, which
+// escape cuts and completes with a hash, follows the expiry in the value,
+// after a space, so that Members returns it as it was announced.
 const metaBucket = "trawl-meta"
 
 var (
@@ -144,8 +146,11 @@ func (b *Broker) Announce(ctx context.Context, crawl, id string, ttl time.Durati
 	if err != nil {
 		return err
 	}
-	until := strconv.FormatInt(time.Now().Add(ttl).UnixMilli(), 10)
-	if _, err := kv.PutString(ctx, workerKey(crawl, id), until); err != nil {
+	value := strconv.FormatInt(time.Now().Add(ttl).UnixMilli(), 10)
+	if _, ok := unescape(escape(id)); !ok {
+		value += " " + id // the key keeps a hash of it
+	}
+	if _, err := kv.PutString(ctx, workerKey(crawl, id), value); err != nil {
 		return fmt.Errorf("nats broker: announce worker of %q: %w", crawl, err)
 	}
 	return nil
@@ -171,8 +176,7 @@ func (b *Broker) Live(ctx context.Context, crawl string) (int, error) {
 }
 
 // Members returns the ids of the workers of crawl whose announcement has
-// not expired, sorted, and forgets the expired ones. (An id too long for a
-// key, which its key keeps hashed, is returned as its key's token.)
+// not expired, sorted, and forgets the expired ones.
 func (b *Broker) Members(ctx context.Context, crawl string) ([]string, error) {
 	kv, err := b.kv(ctx)
 	if err != nil {
@@ -193,12 +197,15 @@ func (b *Broker) Members(ctx context.Context, crawl string) ([]string, error) {
 		if err != nil {
 			return nil, fmt.Errorf("nats broker: read worker of %q: %w", crawl, err)
 		}
-		until, err := strconv.ParseInt(string(e.Value()), 10, 64)
+		expiry, id, long := strings.Cut(string(e.Value()), " ")
+		until, err := strconv.ParseInt(expiry, 10, 64)
 		if err == nil && until > now {
-			token := strings.TrimPrefix(k, prefix)
-			id, ok := unescape(token)
-			if !ok {
-				id = token
+			if !long {
+				token := strings.TrimPrefix(k, prefix)
+				var ok bool
+				if id, ok = unescape(token); !ok {
+					id = token // a hashed key without its id: not trawl's
+				}
 			}
 			ids = append(ids, id)
 			continue
