@@ -131,19 +131,23 @@ func PartitionOf(key string, n int) int {
 // leases from all now, and from the others only when none of its own has
 // messages (the last lease of each came back empty), its read-ahead has
 // room, and that has lasted a moment while its caller waited in Next (a
-// second on Redis): it steals work, so that no worker idles while any
+// second on Redis and NATS): it steals work, so that no worker idles while any
 // partition has some, and the partitions of a worker that died are taken
 // by the idle others at once, without waiting for its announcement to
 // expire. The moment matters: a worker's own partitions run dry all
 // through a crawl (it leases what they get as it comes, into its
 // workbench), and a consumer that stole whenever they were dry spread
-// every host of a 3-worker test crawl over two workers. nil or
-// empty own, the default, makes every partition alike; numbers outside
-// [0, Partitions) are ignored. It takes effect at the consumer's next
-// lease: what it holds is kept. Prefer may be called from any goroutine,
-// concurrently with Next and itself. The engine calls it with a balanced
-// assignment of the partitions over the crawl's live workers (Roster).
-// Redis and NATS consumers are; RabbitMQ's, whose per-partition
+// every host of a 3-worker test crawl over two workers. nil own, the
+// default, makes every partition alike; numbers outside [0, Partitions)
+// are ignored. An own that is not nil but names none of the queue's
+// partitions (empty) makes the consumer a thief only: it has no
+// partition of its own, so it takes from the others only as it steals,
+// once its caller has waited in Next for the moment. It takes effect at
+// the consumer's next lease: what it holds is kept. Prefer may be called
+// from any goroutine, concurrently with Next and itself. The engine calls
+// it with a balanced assignment of the partitions over the crawl's live
+// workers (Roster): empty for a worker beyond the partitions' count (more
+// workers than partitions), nil for one not yet among them. Redis and NATS consumers are; RabbitMQ's, whose per-partition
 // subscriptions push under a fixed window, and the in-memory broker, which
 // keeps one queue, are not.
 type PartitionPreferrer interface {

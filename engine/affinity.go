@@ -33,7 +33,9 @@ var earlyLooks = []time.Duration{500 * time.Millisecond, 1500 * time.Millisecond
 // of the W live workers in the roster's sorted order: a balanced share
 // (8 partitions over 4 workers, 2 each), where hashing workers onto
 // partitions would leave one with none one time in ten. A worker not yet
-// in the roster prefers none, so takes from all. The consumer steals from
+// in the roster has no preference (nil), so takes from all; one beyond
+// the partitions' count (more workers than partitions) has none of its
+// own (empty), so takes only what it steals. The consumer steals from
 // the others' partitions once its own are empty, so that a worker's share
 // is a preference, not a fence: no worker idles while a partition has
 // work, and a dead worker's partitions are taken at once, before its
@@ -45,7 +47,7 @@ type affinity struct {
 	mu      sync.Mutex
 	cons    broker.PartitionPreferrer // the open consumer, if one that can prefer
 	parts   int                       // the queue's partitions (from attach)
-	own     []int                     // the partitions this worker prefers; nil: none
+	own     []int                     // the partitions this worker prefers, maybe none; nil: no preference
 	workers int                       // live workers at the last update
 	warned  bool                      // fewer partitions than workers, said once
 	log     *slog.Logger
@@ -106,12 +108,12 @@ func (a *affinity) update(members []string, self string) {
 	}
 	a.own, a.workers = own, w
 	a.cons.Prefer(own)
-	if len(own) > 0 {
+	if own != nil {
 		a.changed.Add(1)
 	}
 	switch {
 	case own == nil:
-		a.log.Info(fmt.Sprintf("this worker now prefers none of the %d partitions, taking from all: it is not among the crawl's %d live workers", a.parts, w),
+		a.log.Info(fmt.Sprintf("this worker now takes from all %d partitions alike: it is not among the crawl's %d live workers", a.parts, w),
 			"partitions", a.parts, "workers", w)
 	case len(own) == 0:
 		a.log.Info(fmt.Sprintf("this worker now prefers none of the %d partitions: %d workers; it takes what the others leave", a.parts, w),
@@ -122,12 +124,13 @@ func (a *affinity) update(members []string, self string) {
 	}
 }
 
-// owned returns the partitions this worker prefers, by partition, and
-// their count; nil if it prefers none, or the share is off.
+// owned returns the partitions this worker prefers, by partition (all
+// false if it has none of its own), and their count; nil if it has no
+// preference, or the share is off.
 func (a *affinity) owned() ([]bool, int) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.cons == nil || len(a.own) == 0 {
+	if a.cons == nil || a.own == nil {
 		return nil, a.parts
 	}
 	mask := make([]bool, a.parts)

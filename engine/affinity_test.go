@@ -17,8 +17,8 @@ import (
 
 // TestShare: the partitions are dealt over the sorted live workers in
 // turn, every partition to exactly one worker and each worker within one
-// of the others' count; a worker not in the list prefers none (nil), one
-// beyond the partitions' count owns none (empty).
+// of the others' count; a worker not in the list has no preference
+// (nil), one beyond the partitions' count owns none (empty).
 func TestShare(t *testing.T) {
 	for _, parts := range []int{2, 3, 8, 12, 256} {
 		for w := 1; w <= 9; w++ {
@@ -194,4 +194,34 @@ func TestPresenceLooksEarly(t *testing.T) {
 			t.Errorf("Prefer calls %v, want [[1 3]] once", got)
 		}
 	})
+}
+
+// TestAffinityNoneOwn: a worker beyond the partitions' count (the 4th of 4
+// over 2) is told an empty, not nil, list (none of its own: it only
+// steals), and its share counts as changed with none of the partitions
+// its own, so that it gives back what its workbench holds for the
+// others' (owned: all false, not nil, which would keep them all). One
+// dropped from the roster is told nil (no preference) and keeps what it
+// holds.
+func TestAffinityNoneOwn(t *testing.T) {
+	a := &affinity{log: slog.New(slog.DiscardHandler)}
+	cons := &preferrer{}
+	a.attach(cons, 2)
+	a.update([]string{"a", "b", "c", "d"}, "d")
+	if got := cons.got(); len(got) != 1 || got[0] == nil || len(got[0]) != 0 {
+		t.Fatalf("the 4th of 4 workers over 2 partitions: Prefer calls %#v, want one with an empty, not nil, list", got)
+	}
+	if n := a.changed.Load(); n != 1 {
+		t.Errorf("share changed %d times, want 1: the worker keeps what it holds for the others' partitions", n)
+	}
+	if own, parts := a.owned(); own == nil || parts != 2 || slices.Contains(own, true) {
+		t.Errorf("owned() = %v, %d; want [false false], 2 (none of its own: shed all it holds back)", own, parts)
+	}
+	a.update([]string{"a", "b"}, "d")
+	if got := cons.got(); len(got) != 2 || got[1] != nil {
+		t.Errorf("a worker dropped from the roster: Prefer calls %#v, want the last nil", got)
+	}
+	if own, _ := a.owned(); own != nil {
+		t.Errorf("owned() of a worker with no preference = %v, want nil (keeps what it holds)", own)
+	}
 }

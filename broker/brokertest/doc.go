@@ -30,7 +30,8 @@
 // from every partition, so that another partition's backlog starves none
 // (fair); a consumer that is a broker.PartitionPreferrer takes its
 // preferred partition's messages before another's, and the other's once
-// its own is empty (Prefer). KeyIn, Keyed and DrainWithFault serve a backend's own partition
+// its own is empty (Prefer), and one told to prefer none (an empty own)
+// takes only as it steals (PreferNone). KeyIn, Keyed and DrainWithFault serve a backend's own partition
 // tests (its layout, its leaders on a cluster).
 //
 // Counts, Purge, DeadLetters, Requeue and Extend are part of broker.Broker

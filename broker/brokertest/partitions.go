@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/trawlhq/trawl/broker"
 )
@@ -20,6 +21,7 @@ func (s *suite) partitionTests() []test {
 		{"Partitions/FairConsumer", s.fair(consumerTaker)},
 		{"Partitions/FairReceive", s.fair(receiveTaker)},
 		{"Partitions/Prefer", s.testPrefer},
+		{"Partitions/PreferNone", s.testPreferNone},
 	}
 }
 
@@ -298,4 +300,54 @@ func (s *suite) testPrefer(t *testing.T) {
 			bEarly, bp, each-1, a, slack, order)
 	}
 	t.Logf("%d of the non-preferred partition's messages among the first %d taken; all %d taken", bEarly, each-1, len(seen))
+}
+
+// stealMoment is the least a consumer that prefers none of the partitions
+// (Prefer with an empty own) must have waited in Next before it steals:
+// broker.PartitionPreferrer's "moment", a second on Redis and NATS; the
+// suite asks for half. A lower bound on a wait holds on a starved
+// machine.
+const stealMoment = 500 * time.Millisecond
+
+// testPreferNone: a consumer told to prefer an empty, not nil, list of
+// partitions (a worker beyond the partitions' count: more workers than
+// partitions) has none of its own, so it takes a message of any
+// partition only as it steals, once its Next has waited the moment
+// (stealMoment), and then takes all (it does steal). A consumer that reads
+// empty as nil, every partition alike, returns the message as soon as it
+// is leased, well within the moment.
+func (s *suite) testPreferNone(t *testing.T) {
+	b, n := s.partitioned(t)
+	q := queue(t)
+	c := consume(t, b, q, 4)
+	pp, ok := c.(broker.PartitionPreferrer)
+	if !ok {
+		t.Skipf("the consumer (%T) is not a broker.PartitionPreferrer", c)
+	}
+	pp.Prefer([]int{})
+	var msgs []broker.Message
+	for p := range n {
+		key := KeyIn(t, p, n)
+		msgs = append(msgs, broker.Message{Body: []byte(key), Key: key})
+	}
+	publish(t, b, q, msgs...)
+	ctx, cancel := context.WithTimeout(t.Context(), wakeWait)
+	defer cancel()
+	started := time.Now()
+	d, err := next(t, ctx, c, q)
+	if err != nil {
+		t.Fatalf("a consumer that prefers no partition did not steal a message of the %d partitions: %v", n, err)
+	}
+	if waited := time.Since(started); waited < stealMoment {
+		t.Fatalf("a consumer that prefers no partition (Prefer([]int{})) took %q after %v, want only as it steals, after waiting at least %v: it took from every partition alike, as with no preference (nil)",
+			d.Message().Body, waited.Round(time.Millisecond), stealMoment)
+	}
+	ack(t, d)
+	for range n - 1 {
+		d, err := next(t, ctx, c, q)
+		if err != nil {
+			t.Fatalf("a consumer that prefers no partition stole one message, not all %d: %v", n, err)
+		}
+		ack(t, d)
+	}
 }

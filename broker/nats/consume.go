@@ -78,7 +78,7 @@ type consumer struct {
 	buf   []*delivery // read ahead, not yet returned by Next; sorted
 	last  int         // the partition of the delivery Next returned last
 	ended bool        // run returned; buf given back
-	own   []int       // the partitions preferred (Prefer); nil: all alike
+	own   []int       // the partitions preferred (Prefer), maybe none; nil: all alike
 
 	hungry time.Time // since when a Next waits on an empty buf; zero while none does
 	dryOwn time.Time // since when takes of its own partitions come back empty; zero once one brought some
@@ -157,18 +157,23 @@ var _ broker.PartitionPreferrer = (*consumer)(nil)
 // Prefer makes the consumer take from the partitions own (numbers from 0)
 // and from the others only when none of its own has messages: a worker
 // that prefers its share of the partitions fetches their hosts, and
-// another's only when it would idle otherwise. nil (or no partition of
-// the queue among own) makes all partitions alike again. It may be called
+// another's only when it would idle otherwise. nil makes all partitions
+// alike again; an own not nil with no partition of the queue leaves the
+// consumer none of its own: it takes only as it steals. It may be called
 // at any time, from any goroutine; the next take follows it.
 func (c *consumer) Prefer(own []int) {
 	c.mu.Lock()
 	c.own = slices.Clone(own)
+	if own != nil && c.own == nil {
+		c.own = []int{} // none of its own, not all alike
+	}
 	c.mu.Unlock()
 	poke(c.look)
 }
 
 // split divides qs into the partitions the consumer prefers and the
-// others; all of qs are its own if it prefers none of them.
+// others; all of qs are its own if it has no preference, none if it
+// prefers none of them.
 func (c *consumer) split(qs []*queue) (own, others []*queue) {
 	c.mu.Lock()
 	pref := c.own
@@ -182,9 +187,6 @@ func (c *consumer) split(qs []*queue) (own, others []*queue) {
 		} else {
 			others = append(others, q)
 		}
-	}
-	if len(own) == 0 {
-		return qs, nil
 	}
 	return own, others
 }
@@ -238,7 +240,15 @@ func (c *consumer) wait(qs []*queue, steal time.Time, preferring bool) ([]*deliv
 		case <-ctx.Done():
 		}
 	}()
-	ds, failed, err := c.b.wait(ctx, qs, 1)
+	var ds []*delivery
+	var failed *queue
+	var err error
+	if len(qs) > 0 {
+		ds, failed, err = c.b.wait(ctx, qs, 1)
+	} else { // none of its own: until it may steal, or is poked
+		<-ctx.Done()
+		err = ctx.Err()
+	}
 	cancel()
 	<-watched
 	if err != nil && ctx.Err() != nil && c.ctx.Err() == nil && !errors.Is(err, broker.ErrClosed) {

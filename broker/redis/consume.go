@@ -76,7 +76,7 @@ type consumer struct {
 	reserved int         // read-ahead the loops are leasing
 	last     int         // the partition of the delivery Next returned last
 	active   []bool      // by partition: its last lease found messages
-	own      []bool      // by partition: preferred (Prefer); nil: all alike
+	own      []bool      // by partition: preferred (Prefer), maybe none; nil: all alike
 	dry      time.Time   // with a preference, since when none of own is active; zero while one is
 	hungry   time.Time   // since when a Next waits on an empty read-ahead; zero while none does
 	next     int         // the partition whose turn to lease comes first
@@ -464,20 +464,20 @@ var _ broker.PartitionPreferrer = (*consumer)(nil)
 // Prefer makes the consumer lease from the partitions of own, and from the
 // others only once none of own has had messages, and a Next has waited on
 // an empty read-ahead, for stealAfter (broker.PartitionPreferrer); each
-// such wait lets the others lease once more.
-// The loops waiting for room look again at once; a loop waiting on its
-// partition's token found it empty, and its lease when the token comes
-// follows the new preference.
+// such wait lets the others lease once more. An own not nil that names
+// none of the partitions leaves the consumer none of its own: it leases
+// only so. The loops waiting for room look again at once; a loop waiting
+// on its partition's token found it empty, and its lease when the token
+// comes follows the new preference.
 func (c *consumer) Prefer(own []int) {
-	var mask []bool
+	var mask []bool // nil: all alike
+	if own != nil {
+		mask = make([]bool, len(c.ks))
+	}
 	for _, p := range own {
-		if p < 0 || p >= len(c.ks) {
-			continue
+		if p >= 0 && p < len(c.ks) {
+			mask[p] = true
 		}
-		if mask == nil {
-			mask = make([]bool, len(c.ks))
-		}
-		mask[p] = true
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
