@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 )
 
 // liveGrowth returns how much the live heap grew while fill ran, in
@@ -133,4 +134,45 @@ func TestGuardOffKeepsNoTrust(t *testing.T) {
 	}
 	runtime.KeepAlive(off)
 	runtime.KeepAlive(addrs)
+}
+
+// TestPolitenessBytesPerHost: the local limiter forgets a host whose last
+// request ended and which holds nothing a new entry would not (the
+// default delay, no back-off, no AutoThrottle), as the memory check's
+// 10,000 hosts are crawled: it kept 295 bytes a host until the sweep, a
+// minute after, which a crawl of the check's length never reached. A
+// host that must be remembered (a --delay still running) keeps at most
+// 160 bytes, key included (127 with Go 1.26's maps), where it kept 295;
+// its key is its own, not the page URL the host was cut from.
+func TestPolitenessBytesPerHost(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		delay time.Duration
+		bound int64
+	}{
+		{"default delay", 0, 8},
+		{"--delay 1s", time.Second, 160},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := newPoliteness(politenessConfig{PerHost: 2, Delay: c.delay})
+			grown := liveGrowth(func() {
+				for i := range perHostHosts {
+					// The host as the engine passes it: cut from a page's URL.
+					u := fmt.Sprintf("http://%s/some/page/%d.html", perHostAddr(i), i)
+					host := u[len("http://") : strings.Index(u[len("http://"):], "/")+len("http://")]
+					release, err := p.Acquire(t.Context(), host)
+					if err != nil {
+						t.Fatal(err)
+					}
+					release()
+				}
+			})
+			per := grown / perHostHosts
+			t.Logf("politeness, %s: %d bytes a host over %d hosts (%d entries)", c.name, per, perHostHosts, len(p.hosts))
+			if per > c.bound {
+				t.Errorf("politeness, %s: %d bytes a host over %d hosts, want at most %d", c.name, per, perHostHosts, c.bound)
+			}
+			runtime.KeepAlive(p)
+		})
+	}
 }

@@ -1,10 +1,10 @@
 package engine
 
 import (
-	"container/list"
 	"context"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -77,12 +77,19 @@ const hostIdleGrace = time.Minute
 // Acquire blocks on a channel, and a host whose next start lies in the future
 // has one timer (time.AfterFunc), armed only while requests wait.
 //
-// Memory: a host's entry is forgotten once it has been idle for a minute
-// (nothing in flight or waiting, delay and back-off passed); idle entries are
-// swept when the table has doubled since the last sweep, so the table holds
-// at most about twice the hosts used within the last minute, plus 1024. A
-// forgotten host also forgets its SetDelay value, so callers set the delay
-// before each Acquire (the engine passes robots.txt's cached Crawl-delay).
+// Memory: a host's entry that holds nothing a new one would not (no
+// request in flight or waiting, its next start and back-off passed, the
+// default delay, no AutoThrottle) is forgotten as its last request ends:
+// a crawl of many hosts at the default delay keeps entries for the hosts
+// being fetched only (it kept 295 bytes for each host fetched within the
+// last minute, most of them never asked about again). Any other
+// entry is forgotten once it has been idle for a minute (nothing in
+// flight or waiting, delay and back-off passed); idle entries are swept
+// when the table has doubled since the last sweep, so the table holds at
+// most about twice the hosts used within the last minute, plus 1024, in
+// about 130 bytes each (key and map included). A forgotten host also forgets its
+// SetDelay value, so callers set the delay before each Acquire (the
+// engine passes robots.txt's cached Crawl-delay).
 //
 // With AutoThrottle, a host's adapted delay is kept in its entry, so a
 // host idle for a minute starts again from the start delay.
@@ -93,6 +100,7 @@ type politeness struct {
 	delay    time.Duration
 	throttle *AutoThrottle // nil = off; with defaults
 	now      func() time.Time
+	epoch    time.Time // what a hostState's times count from
 
 	mu      sync.Mutex
 	hosts   map[string]*hostState
@@ -101,23 +109,45 @@ type politeness struct {
 
 var _ HostLimiter = (*politeness)(nil)
 
+// hostState is a host's entry: 64 bytes, its times counted from the
+// politeness's epoch (see stamp), and what only waiting requests need
+// apart, in wait.
 type hostState struct {
-	active    int           // requests in flight
-	waiters   list.List     // of *hostWaiter, first come first served
+	wait      *hostQueue    // requests waiting and their timer; nil when none wait
 	delay     time.Duration // minimum time between starts
 	auto      time.Duration // AutoThrottle's adapted delay; 0 = not yet adapted
-	lastStart time.Time     // the last request start
-	nextStart time.Time     // earliest next start (last start + delay)
-	backoff   time.Time     // no start before this
-	idleSince time.Time     // when the entry last fell idle
-	timer     *time.Timer   // fires dispatch at timerAt; nil when unarmed
-	timerAt   time.Time
+	lastStart stamp         // the last request start (if started)
+	nextStart stamp         // earliest next start (last start + delay)
+	backoff   stamp         // no start before this
+	idleSince stamp         // when the entry last fell idle
+	active    int32         // requests in flight
+	started   bool          // lastStart is set
+}
+
+// stamp is a time as the nanoseconds since a politeness's epoch (its
+// monotonic clock, where the time has one): a third of a time.Time.
+type stamp int64
+
+// hostQueue is what a host's waiting requests need: themselves, first
+// come first served, and the timer that admits the first when its time
+// comes.
+type hostQueue struct {
+	waiters []*hostWaiter
+	timer   *time.Timer // fires dispatch at timerAt; nil when unarmed
+	timerAt stamp
 }
 
 type hostWaiter struct {
 	ready   chan struct{} // closed when granted
 	granted bool
-	elem    *list.Element
+}
+
+// waiting is how many requests wait for st's slot.
+func (st *hostState) waiting() int {
+	if st.wait == nil {
+		return 0
+	}
+	return len(st.wait.waiters)
 }
 
 const minSweep = 1024
@@ -137,6 +167,7 @@ func newPoliteness(o politenessConfig) *politeness {
 		hosts:   make(map[string]*hostState),
 		sweepAt: minSweep,
 	}
+	p.epoch = p.now()
 	if o.AutoThrottle != nil {
 		a := o.AutoThrottle.WithDefaults()
 		p.throttle = &a
@@ -187,31 +218,36 @@ func (p *politeness) Observe(host string, latency time.Duration, status int) {
 	defer p.mu.Unlock()
 	st := p.state(host)
 	st.auto = p.throttle.Next(p.hostDelay(st), st.delay, latency, status)
-	if !st.lastStart.IsZero() {
-		st.nextStart = st.lastStart.Add(p.hostDelay(st))
+	if st.started {
+		st.nextStart = st.lastStart + stamp(p.hostDelay(st))
 	}
-	now := p.now()
+	now := p.stamp(p.now())
 	p.dispatch(st, now)
-	p.markIdle(st, now)
+	p.markIdle(host, st, now)
 }
+
+// stamp returns t as a stamp of p.
+func (p *politeness) stamp(t time.Time) stamp { return stamp(t.Sub(p.epoch)) }
 
 // state returns host's entry, creating it. p.mu must be held.
 func (p *politeness) state(host string) *hostState {
 	st := p.hosts[host]
 	if st == nil {
 		if len(p.hosts) >= p.sweepAt {
-			p.sweep(p.now())
+			p.sweep(p.stamp(p.now()))
 		}
 		st = &hostState{delay: p.delay}
-		p.hosts[host] = st
+		// A key of its own: host may be part of a page's URL, which
+		// the entry would keep.
+		p.hosts[strings.Clone(host)] = st
 	}
 	return st
 }
 
 // sweep forgets entries idle for longer than hostIdleGrace. p.mu must be held.
-func (p *politeness) sweep(now time.Time) {
+func (p *politeness) sweep(now stamp) {
 	for h, st := range p.hosts {
-		if p.idle(st, now) && now.Sub(st.idleSince) >= hostIdleGrace {
+		if p.idle(st, now) && now-st.idleSince >= stamp(hostIdleGrace) {
 			delete(p.hosts, h)
 		}
 	}
@@ -219,26 +255,22 @@ func (p *politeness) sweep(now time.Time) {
 }
 
 // idle reports whether st holds nothing but a possible custom delay.
-func (p *politeness) idle(st *hostState, now time.Time) bool {
-	return st.active == 0 && st.waiters.Len() == 0 &&
-		!now.Before(st.nextStart) && !now.Before(st.backoff)
+func (p *politeness) idle(st *hostState, now stamp) bool {
+	return st.active == 0 && st.wait == nil && now >= st.nextStart && now >= st.backoff
 }
 
-// markIdle records when st fell idle, for the sweep. p.mu must be held.
-func (p *politeness) markIdle(st *hostState, now time.Time) {
-	if st.active == 0 && st.waiters.Len() == 0 {
-		st.idleSince = latest(now, st.nextStart, st.backoff)
+// markIdle records when st fell idle, for the sweep, and forgets host's
+// entry st at once if it holds nothing that a new entry would not: it is
+// idle, at the default delay, and not adapted by AutoThrottle (whose
+// delay lives in the entry). p.mu must be held.
+func (p *politeness) markIdle(host string, st *hostState, now stamp) {
+	if st.active != 0 || st.wait != nil {
+		return
 	}
-}
-
-func latest(ts ...time.Time) time.Time {
-	var m time.Time
-	for _, t := range ts {
-		if t.After(m) {
-			m = t
-		}
+	st.idleSince = max(now, st.nextStart, st.backoff)
+	if p.throttle == nil && st.delay == p.delay && p.idle(st, now) && p.hosts[host] == st {
+		delete(p.hosts, host)
 	}
-	return m
 }
 
 // Acquire waits until a request to host may start: fewer than PerHost
@@ -252,14 +284,17 @@ func (p *politeness) Acquire(ctx context.Context, host string) (func(), error) {
 	host = strings.ToLower(host)
 	p.mu.Lock()
 	st := p.state(host)
-	now := p.now()
-	if st.waiters.Len() == 0 && st.active < p.perHost && p.gate(st).Compare(now) <= 0 {
+	now := p.stamp(p.now())
+	if st.wait == nil && int(st.active) < p.perHost && p.gate(st) <= now {
 		p.start(st, now)
 		p.mu.Unlock()
 		return p.releaser(host, st), nil
 	}
 	w := &hostWaiter{ready: make(chan struct{})}
-	w.elem = st.waiters.PushBack(w)
+	if st.wait == nil {
+		st.wait = &hostQueue{}
+	}
+	st.wait.waiters = append(st.wait.waiters, w)
 	p.dispatch(st, now)
 	p.mu.Unlock()
 
@@ -275,69 +310,79 @@ func (p *politeness) Acquire(ctx context.Context, host string) (func(), error) {
 		p.releaser(host, st)()
 		return nil, ctx.Err()
 	}
-	st.waiters.Remove(w.elem)
-	now = p.now()
-	if st.waiters.Len() == 0 && st.timer != nil {
-		st.timer.Stop()
-		st.timer = nil
-	}
+	q := st.wait
+	q.waiters = slices.DeleteFunc(q.waiters, func(o *hostWaiter) bool { return o == w })
+	p.unqueue(st)
+	now = p.stamp(p.now())
 	p.dispatch(st, now) // a later waiter may now be first
-	p.markIdle(st, now)
+	p.markIdle(host, st, now)
 	p.mu.Unlock()
 	return nil, ctx.Err()
 }
 
-// gate is the earliest time the next request to st may start.
-func (p *politeness) gate(st *hostState) time.Time {
-	if st.backoff.After(st.nextStart) {
-		return st.backoff
+// unqueue drops st's wait, stopping its timer, once no request waits.
+// p.mu must be held.
+func (p *politeness) unqueue(st *hostState) {
+	if q := st.wait; q != nil && len(q.waiters) == 0 {
+		if q.timer != nil {
+			q.timer.Stop()
+		}
+		st.wait = nil
 	}
-	return st.nextStart
 }
 
+// gate is the earliest time the next request to st may start.
+func (p *politeness) gate(st *hostState) stamp { return max(st.backoff, st.nextStart) }
+
 // start records a request start. p.mu must be held.
-func (p *politeness) start(st *hostState, now time.Time) {
+func (p *politeness) start(st *hostState, now stamp) {
 	st.active++
-	st.lastStart = now
-	st.nextStart = now.Add(p.hostDelay(st))
+	st.lastStart, st.started = now, true
+	st.nextStart = now + stamp(p.hostDelay(st))
 }
 
 // dispatch admits waiting requests that may start now and arms the host's
 // timer for the next one that must wait for its time. Calling it when nothing
 // can be done is harmless. p.mu must be held.
-func (p *politeness) dispatch(st *hostState, now time.Time) {
-	for st.waiters.Len() > 0 && st.active < p.perHost {
+func (p *politeness) dispatch(st *hostState, now stamp) {
+	for st.wait != nil && int(st.active) < p.perHost {
 		gate := p.gate(st)
-		if gate.After(now) {
-			p.arm(st, gate)
+		if gate > now {
+			p.arm(st, gate, now)
 			return
 		}
-		w := st.waiters.Remove(st.waiters.Front()).(*hostWaiter)
+		q := st.wait
+		w := q.waiters[0]
+		q.waiters[0] = nil
+		q.waiters = q.waiters[1:]
+		p.unqueue(st)
 		w.granted = true
 		close(w.ready)
 		p.start(st, now)
 	}
 }
 
-// arm makes st's timer call dispatch at t. p.mu must be held.
-func (p *politeness) arm(st *hostState, t time.Time) {
-	if st.timer != nil && st.timerAt.Equal(t) {
+// arm makes st's timer call dispatch at t (now is now). st.wait must be
+// set and p.mu held.
+func (p *politeness) arm(st *hostState, t, now stamp) {
+	q := st.wait
+	if q.timer != nil && q.timerAt == t {
 		return
 	}
-	if st.timer != nil {
-		st.timer.Stop()
+	if q.timer != nil {
+		q.timer.Stop()
 	}
-	st.timerAt = t
+	q.timerAt = t
 	var tm *time.Timer
-	tm = time.AfterFunc(t.Sub(p.now()), func() {
+	tm = time.AfterFunc(time.Duration(t-now), func() {
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		if st.timer == tm {
-			st.timer = nil
+		if q.timer == tm {
+			q.timer = nil
 		}
-		p.dispatch(st, p.now())
+		p.dispatch(st, p.stamp(p.now()))
 	})
-	st.timer = tm
+	q.timer = tm
 }
 
 // releaser returns the release function of one granted slot on st.
@@ -350,9 +395,9 @@ func (p *politeness) releaser(host string, st *hostState) func() {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		st.active--
-		now := p.now()
+		now := p.stamp(p.now())
 		p.dispatch(st, now)
-		p.markIdle(st, now)
+		p.markIdle(host, st, now)
 	}
 }
 
@@ -364,12 +409,10 @@ func (p *politeness) Backoff(host string, until time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	st := p.state(host)
-	if until.After(st.backoff) {
-		st.backoff = until
-	}
-	now := p.now()
+	st.backoff = max(st.backoff, p.stamp(until))
+	now := p.stamp(p.now())
 	p.dispatch(st, now) // re-arms a waiting host's timer for the later time
-	p.markIdle(st, now)
+	p.markIdle(host, st, now)
 }
 
 // SetDelay sets host's minimum delay between request starts to d, or to the
@@ -381,7 +424,7 @@ func (p *politeness) SetDelay(host string, d time.Duration) {
 	defer p.mu.Unlock()
 	st := p.state(host)
 	st.delay = max(d, p.delay)
-	p.markIdle(st, p.now())
+	p.markIdle(host, st, p.stamp(p.now()))
 }
 
 // retryAfter parses a Retry-After header, given in seconds or as an HTTP

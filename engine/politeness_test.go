@@ -29,7 +29,7 @@ func (p *politeness) waiting(host string) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if st := p.hosts[host]; st != nil {
-		return st.waiters.Len()
+		return st.waiting()
 	}
 	return 0
 }
@@ -79,8 +79,8 @@ func TestPolitenessConcurrencyCap(t *testing.T) {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		for h, st := range p.hosts {
-			if st.active != 0 || st.waiters.Len() != 0 {
-				t.Errorf("%s left with %d active, %d waiting", h, st.active, st.waiters.Len())
+			if st.active != 0 || st.waiting() != 0 {
+				t.Errorf("%s left with %d active, %d waiting", h, st.active, st.waiting())
 			}
 		}
 	})
@@ -340,7 +340,7 @@ func TestPolitenessForgetsIdleHosts(t *testing.T) {
 	busy, _ := p.Acquire(context.Background(), "busy")
 	advance(time.Hour)
 	p.mu.Lock()
-	p.sweep(p.now())
+	p.sweep(p.stamp(p.now()))
 	_, kept := p.hosts["busy"]
 	p.mu.Unlock()
 	if !kept {
