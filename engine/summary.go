@@ -16,6 +16,7 @@ type Summary struct {
 	Items           int64            // items written (StatItems)
 	Errors          int64            // pages lost to errors (StatErrors)
 	ErrorKinds      map[string]int64 // Errors by kind (StatErrorKindPrefix)
+	Retries         int64            // retries scheduled (StatRetries)
 	DeadLetters     int64            // StatDeadLetters: this worker's; trawl shows the crawl's, as its broker counts them
 	Filtered        int64            // duplicates filtered (StatFiltered)
 	RobotsForbidden int64            // StatRobotsForbidden
@@ -28,7 +29,7 @@ type Summary struct {
 // Summarize builds a Summary from a Stats snapshot.
 func Summarize(snapshot map[string]int64, elapsed time.Duration) Summary {
 	s := Summary{
-		Pages: snapshot[StatResponses], Items: snapshot[StatItems], Errors: snapshot[StatErrors],
+		Pages: snapshot[StatResponses], Items: snapshot[StatItems], Errors: snapshot[StatErrors], Retries: snapshot[StatRetries],
 		DeadLetters: snapshot[StatDeadLetters], Filtered: snapshot[StatFiltered],
 		RobotsForbidden: snapshot[StatRobotsForbidden], StartURLs: snapshot[StatStartURLs],
 		Requests: snapshot[StatRequests], Elapsed: elapsed,
@@ -56,8 +57,8 @@ func (s Summary) Rate() float64 {
 }
 
 // String is the summary on one line, for example
-// "12 pages fetched, 11 items written, 1 error (fetch 1), 0 dead letters,
-// 40 duplicates filtered, 1.2s, 10.0 pages/s".
+// "12 pages fetched, 11 items written, 1 error (fetch 1), 3 retries,
+// 0 dead letters, 40 duplicates filtered, 1.2s, 10.0 pages/s".
 func (s Summary) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d %s fetched, %d %s written, %d %s", s.Pages, plural(s.Pages, "page"),
@@ -73,7 +74,11 @@ func (s Summary) String() string {
 		}
 		fmt.Fprintf(&b, " (%s)", strings.Join(kinds, ", "))
 	}
-	fmt.Fprintf(&b, ", %d dead %s, %d %s filtered, %s, %.1f pages/s",
+	retries := "retries"
+	if s.Retries == 1 {
+		retries = "retry"
+	}
+	fmt.Fprintf(&b, ", %d %s, %d dead %s, %d %s filtered, %s, %.1f pages/s", s.Retries, retries,
 		s.DeadLetters, plural(s.DeadLetters, "letter"), s.Filtered, plural(s.Filtered, "duplicate"),
 		s.Elapsed.Round(time.Millisecond), s.Rate())
 	return b.String()

@@ -20,14 +20,17 @@ func TestSummary(t *testing.T) {
 	s := engine.Summarize(map[string]int64{
 		engine.StatResponses: 10, engine.StatItems: 9, engine.StatErrors: 3,
 		engine.StatErrorKindPrefix + engine.ErrorFetch: 1, engine.StatErrorKindPrefix + engine.ErrorRetries: 2,
-		engine.StatDeadLetters: 2, engine.StatFiltered: 40, engine.StatStatusPrefix + "200": 9, engine.StatStatusPrefix + "404": 1,
+		engine.StatRetries: 4, engine.StatDeadLetters: 2, engine.StatFiltered: 40, engine.StatStatusPrefix + "200": 9, engine.StatStatusPrefix + "404": 1,
 	}, 2*time.Second)
-	want := "10 pages fetched, 9 items written, 3 errors (fetch 1, retries_exhausted 2), 2 dead letters, 40 duplicates filtered, 2s, 5.0 pages/s"
+	want := "10 pages fetched, 9 items written, 3 errors (fetch 1, retries_exhausted 2), 4 retries, 2 dead letters, 40 duplicates filtered, 2s, 5.0 pages/s"
 	if got := s.String(); got != want {
 		t.Errorf("summary\n got %q\nwant %q", got, want)
 	}
 	if s.Empty() != "" {
 		t.Errorf("a crawl with items is not empty: %q", s.Empty())
+	}
+	if got := engine.Summarize(map[string]int64{engine.StatRetries: 1}, time.Second).String(); !strings.Contains(got, ", 1 retry, ") {
+		t.Errorf("summary of one retry %q, want \"1 retry\"", got)
 	}
 	for _, c := range []struct {
 		stats map[string]int64

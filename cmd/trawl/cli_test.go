@@ -187,7 +187,7 @@ func lastLine(s string) string {
 	return s[strings.LastIndexByte(s, '\n')+1:]
 }
 
-var summaryRE = regexp.MustCompile(`^trawl: crawl done: (\d+) pages? fetched, (\d+) items? written, (\d+) errors?( \([^)]*\))?, (\d+) dead letters?, (\d+) duplicates? filtered, ([0-9]+h)?([0-9]+m)?[0-9.]+[mµn]?s, [0-9.]+ pages/s$`)
+var summaryRE = regexp.MustCompile(`^trawl: crawl done: (\d+) pages? fetched, (\d+) items? written, (\d+) errors?( \([^)]*\))?, \d+ retr(?:y|ies), (\d+) dead letters?, (\d+) duplicates? filtered, ([0-9]+h)?([0-9]+m)?[0-9.]+[mµn]?s, [0-9.]+ pages/s$`)
 
 // TestSummaryLine (9.3): every crawl ends with one summary line whose item
 // count is the number of lines written, with --max-pages too, and whose
