@@ -372,8 +372,10 @@ type JoinConfig struct {
 	Override bool
 	// Check, if not nil, vets the settings the worker would crawl by
 	// before any is stored: its error is JoinSettings's, and nothing is
-	// stored (a refused worker leaves the crawl as it was).
-	Check func(Settings) error
+	// stored (a refused worker leaves the crawl as it was). stored says
+	// whether they are the crawl's (merged with the worker's), or the
+	// worker's own for a crawl with none yet.
+	Check func(s Settings, stored bool) error
 	// Logger receives the Info line listing the settings, and the
 	// warning of an override. nil = discard.
 	Logger *slog.Logger
@@ -394,7 +396,7 @@ func JoinSettings(ctx context.Context, m broker.Metadata, crawl string, own Sett
 	for range 3 {
 		raw, err := m.GetMeta(ctx, crawl, settingsKey)
 		if errors.Is(err, broker.ErrNotFound) {
-			if err := check(o, own); err != nil {
+			if err := check(o, own, false); err != nil {
 				return Settings{}, err
 			}
 			enc, err := own.Encode()
@@ -427,7 +429,7 @@ func JoinSettings(ctx context.Context, m broker.Metadata, crawl string, own Sett
 		}); len(fixed) > 0 {
 			return Settings{}, &SettingsError{Crawl: crawl, Conflicts: fixed, Fixed: true}
 		}
-		if err := check(o, out); err != nil {
+		if err := check(o, out, true); err != nil {
 			return Settings{}, err
 		}
 		for _, c := range conflicts {
@@ -449,11 +451,11 @@ func JoinSettings(ctx context.Context, m broker.Metadata, crawl string, own Sett
 }
 
 // check is o.Check of s, if any.
-func check(o JoinConfig, s Settings) error {
+func check(o JoinConfig, s Settings, stored bool) error {
 	if o.Check == nil {
 		return nil
 	}
-	return o.Check(s)
+	return o.Check(s, stored)
 }
 
 // SetPartitions stores n as the partition count of crawl's settings in m
@@ -556,17 +558,23 @@ func (c *Crawler) joinCrawl(ctx context.Context) error {
 var ErrPartitions = errors.New("the broker's partitions are not the crawl's")
 
 // checkPartitions returns an error wrapping ErrPartitions unless the
-// broker splits its queues into the crawl's partitions.
-func (c *Crawler) checkPartitions(s Settings) error {
+// broker splits its queues into the partitions of s, the crawl's settings
+// (stored) or this worker's, for a crawl that has none yet.
+func (c *Crawler) checkPartitions(s Settings, stored bool) error {
 	n := 1
 	if p, ok := c.frontier.Broker().(broker.Partitioned); ok {
 		n = p.Partitions()
 	}
-	if n != s.Partitions {
-		return fmt.Errorf("crawl %q: %w: the crawl has %d, the broker %d (only --broker=nats, --broker=rabbitmq and --broker=redis split their queues, opened with the crawl's count; on another, start the crawl again without --partitions, with --flush or after trawl purge)",
-			c.cfg.Name, ErrPartitions, s.Partitions, n)
+	if n == s.Partitions {
+		return nil
 	}
-	return nil
+	const which = "only --broker=redis, --broker=nats and --broker=rabbitmq split their queues, opened with the crawl's count; the embedded default and --broker=memory keep one"
+	if !stored {
+		return fmt.Errorf("crawl %q: %w: given --partitions %d, the broker has %d (%s): run without --partitions",
+			c.cfg.Name, ErrPartitions, s.Partitions, n, which)
+	}
+	return fmt.Errorf("crawl %q: %w: the crawl has %d (stored with it), the broker %d (%s): start the crawl again without --partitions, with --flush or after trawl purge",
+		c.cfg.Name, ErrPartitions, s.Partitions, n, which)
 }
 
 // partitionKey is the partition key of a request to rawURL (see
