@@ -165,14 +165,18 @@ func BenchmarkConsume(b *testing.B) {
 // allocations it reports what the consumers' connections sent and
 // received per message (pull requests, info requests, acks and their
 // answers), and with "prefer" each consumer prefers two partitions of its
-// own (broker.PartitionPreferrer).
+// own (broker.PartitionPreferrer). "trickle" is "prefer" with the backlog
+// of a crawl whose workers keep up with its pages' links: 10 messages are
+// published, then none until all are taken, so that the consumers wait
+// between batches.
 func BenchmarkConsumeWorkers(b *testing.B) {
-	for _, prefer := range []bool{false, true} {
-		name := "all"
-		if prefer {
-			name = "prefer"
+	for _, mode := range []string{"all", "prefer", "trickle"} {
+		prefer := mode != "all"
+		backlog := int64(300)
+		if mode == "trickle" {
+			backlog = 0
 		}
-		b.Run(name, func(b *testing.B) {
+		b.Run(mode, func(b *testing.B) {
 			const workers, parts = 4, 8
 			url := integration.NATS(b)
 			conn := func() *natsgo.Conn {
@@ -215,6 +219,9 @@ func BenchmarkConsumeWorkers(b *testing.B) {
 			}
 			var taken atomic.Int64
 			msgs := brokertest.Keyed(100, 1000)
+			if backlog == 0 {
+				msgs = msgs[:10]
+			}
 			b.ReportAllocs()
 			before := make([]natsgo.Statistics, workers)
 			for i, w := range ws {
@@ -244,7 +251,7 @@ func BenchmarkConsumeWorkers(b *testing.B) {
 				})
 			}
 			for published := 0; published < b.N; {
-				if int64(published)-taken.Load() > 300 {
+				if int64(published)-taken.Load() > backlog {
 					time.Sleep(time.Millisecond)
 					continue
 				}

@@ -29,7 +29,8 @@ func (b *Broker) Consume(ctx context.Context, queue string, prefetch int) (broke
 	}
 	c := &consumer{
 		b: b, queue: queue, qs: qs, prefetch: prefetch, last: -1,
-		avail: make(chan struct{}, 1), room: make(chan struct{}, 1), look: make(chan struct{}, 1), exited: make(chan struct{}),
+		avail: make(chan struct{}, 1), room: make(chan struct{}, 1), look: make(chan struct{}, 1), hunger: make(chan struct{}, 1),
+		exited: make(chan struct{}),
 	}
 	c.ctx, c.cancel = context.WithCancel(b.life)
 	go c.run() // owned by c: Close (or the broker's Close) ends it and waits
@@ -68,9 +69,10 @@ type consumer struct {
 	closed   atomic.Bool
 	exited   chan struct{} // closed when run has returned (and given buf back)
 
-	avail chan struct{} // poked when buf gains deliveries
-	room  chan struct{} // poked when Next takes from buf
-	look  chan struct{} // poked when Prefer is called, or a Next starts waiting on an empty buf with a preference
+	avail  chan struct{} // poked when buf gains deliveries
+	room   chan struct{} // poked when Next takes from buf
+	look   chan struct{} // poked when Prefer is called
+	hunger chan struct{} // poked when a Next starts waiting on an empty buf with a preference
 
 	qs []*queue // the partitions, owned by run; nil: to be opened again
 
@@ -194,7 +196,7 @@ func (c *consumer) split(qs []*queue) (own, others []*queue) {
 // dried notes whether the last take of the consumer's own partitions came
 // back empty, and returns when it may steal from the others: zero if it
 // may now, far in the future while no Next waits on an empty read-ahead
-// (a Next that starts waiting pokes look).
+// (a Next that starts waiting pokes hunger).
 func (c *consumer) dried(empty bool) time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -206,38 +208,59 @@ func (c *consumer) dried(empty bool) time.Time {
 	case c.dryOwn.IsZero():
 		c.dryOwn = now
 	}
-	if c.hungry.IsZero() {
-		return now.Add(365 * 24 * time.Hour)
-	}
-	at := c.dryOwn
-	if c.hungry.After(at) {
-		at = c.hungry
-	}
-	if at = at.Add(stealAfter); now.Before(at) {
+	if at := c.stealAt(); now.Before(at) {
 		return at
 	}
 	return time.Time{}
 }
 
+// stealAt is when the consumer may steal, its own partitions having been
+// found empty since dryOwn: stealAfter after that and after a Next
+// started waiting, far in the future while none waits. c.mu is held.
+func (c *consumer) stealAt() time.Time {
+	if c.hungry.IsZero() {
+		return time.Now().Add(365 * 24 * time.Hour)
+	}
+	at := c.dryOwn
+	if c.hungry.After(at) {
+		at = c.hungry
+	}
+	return at.Add(stealAfter)
+}
+
 // wait waits on partitions qs (see Broker.wait), cut short when look is
-// poked (Prefer was called, a Next started waiting) and, with a preference,
-// at steal, when the consumer may steal from the others, so that the loop
-// looks again; that is no error.
+// poked (Prefer was called) and, with a preference, at steal, when the
+// consumer may steal from the others, so that the loop looks again; that
+// is no error. A Next that starts waiting meanwhile (hunger) moves steal
+// without cutting the wait: its pull requests are not sent again for it.
 func (c *consumer) wait(qs []*queue, steal time.Time, preferring bool) ([]*delivery, *queue, error) {
 	ctx, cancel := context.WithCancel(c.ctx)
 	defer cancel()
-	if preferring && !steal.IsZero() {
-		var stop context.CancelFunc
-		ctx, stop = context.WithDeadline(ctx, steal)
-		defer stop()
-	}
 	watched := make(chan struct{})
-	go func() { // owned by wait: ends with ctx, which it cancels on a poke
+	go func() { // owned by wait: ends with ctx, which it cancels on a poke or at steal
 		defer close(watched)
-		select {
-		case <-c.look:
-			cancel()
-		case <-ctx.Done():
+		timer := time.NewTimer(time.Until(steal))
+		defer timer.Stop()
+		if !preferring || steal.IsZero() {
+			timer.Stop()
+		}
+		for {
+			select {
+			case <-c.look:
+				cancel()
+			case <-timer.C:
+				cancel()
+			case <-c.hunger:
+				if preferring && !steal.IsZero() {
+					c.mu.Lock()
+					steal = c.stealAt()
+					c.mu.Unlock()
+					timer.Reset(time.Until(steal))
+				}
+				continue
+			case <-ctx.Done():
+			}
+			return
 		}
 	}()
 	var ds []*delivery
@@ -432,7 +455,7 @@ func (c *consumer) Next(ctx context.Context) (broker.Delivery, error) {
 		if c.hungry.IsZero() {
 			c.hungry = time.Now()
 			if c.own != nil {
-				poke(c.look) // a loop held back from stealing looks again
+				poke(c.hunger) // a loop held back from stealing may steal a stealAfter from now
 			}
 		}
 		c.mu.Unlock()

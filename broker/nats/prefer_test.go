@@ -190,3 +190,55 @@ func TestConsumerStealsWhenIdle(t *testing.T) {
 	}
 	t.Logf("%q, of another partition, came after %v", d.Message().Body, took)
 }
+
+// TestConsumerNextWaitsQuietly: a consumer with a preference whose
+// partitions are all empty sends nothing when a Next starts waiting on its
+// empty read-ahead: its waiting pull requests stay with the server, and
+// only the moment it may steal moves. One that cut its wait short for
+// each Next sent a stream info request and a pull request per band of its
+// partition again (7 a Next here: 210 for 30).
+func TestConsumerNextWaitsQuietly(t *testing.T) {
+	e := embedded(t, "")
+	const parts, nexts = 2, 30
+	nc, err := e.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	b := newBroker(t, nc, nats.Config{Partitions: parts})
+	q := integration.Name(t) + ":requests"
+	if err := b.Publish(t.Context(), q, inPartition(t, "own", 1, parts, 1)...); err != nil {
+		t.Fatal(err)
+	}
+	c := consume(t, b, q, 16)
+	c.(broker.PartitionPreferrer).Prefer([]int{1})
+	if err := next(t, c, 10*time.Second).Ack(t.Context()); err != nil { // taken with the preference
+		t.Fatal(err)
+	}
+	for trial := 1; ; trial++ {
+		before := nc.Stats().OutMsgs
+		void := false
+		for range nexts {
+			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
+			start := time.Now()
+			d, err := c.Next(ctx)
+			cancel()
+			if d != nil {
+				t.Fatalf("Next on empty partitions returned %q", d.Message().Body)
+			}
+			if err == nil || ctx.Err() == nil {
+				t.Fatalf("Next on empty partitions: %v, want its context's end", err)
+			}
+			void = void || time.Since(start) > 500*time.Millisecond // a steal may have come due
+		}
+		sent := nc.Stats().OutMsgs - before
+		t.Logf("trial %d: %d messages sent over %d Nexts that waited 20ms each", trial, sent, nexts)
+		switch {
+		case void && trial < 5:
+			continue // held up past half of stealAfter: try again
+		case sent >= nexts:
+			t.Fatalf("%d messages sent over %d Nexts that each waited 20ms on empty partitions: each Next sent the wait's pull requests again", sent, nexts)
+		}
+		return
+	}
+}
