@@ -65,11 +65,20 @@
 // rabbitmq; 4 workers on redis and on nats with a Redis filter, both
 // with --partitions 8, which the workers share out: see README), -repeat
 // crawls (2), each on fresh broker servers, every host's home page a
-// start URL, each between two runs
+// start URL (one worker: `trawl crawl`; 4 workers: `trawl seed`, then
+// four `trawl worker` started together, as README deploys them), each
+// between two runs
 // of a bare loop of GETs over the same URLs (the webfetch command: every
 // URL known in advance, -concurrency times the workers in all, -per-host
 // per host, the same timeout): loop, crawl, loop, crawl, loop, the loop
-// after one mode the loop before the next. The machine's load moves the
+// after one mode the loop before the next. For 4 workers each loop is
+// followed by a loop of the crawl's shape: four webfetch processes at
+// -concurrency each, each over the hosts host affinity gives one worker
+// (partition mod 4), so that the cap per host holds across them. The
+// CPU bar compares the workers' CPU, summed over four Go runtimes, with
+// one loop process; the second table compares it with the four loop
+// processes too, and the two loops' ratio is what four runtimes on the
+// machine's cores cost a page, apart from the crawler. The machine's load moves the
 // loop's pages/s twofold between runs of the bench, so each crawl is
 // compared with the mean of its two neighbouring loops, and a mode's row
 // is its median crawl, with the smallest and largest ratio. The site is

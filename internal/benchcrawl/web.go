@@ -7,14 +7,17 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/trawlhq/trawl/broker"
 	"github.com/trawlhq/trawl/broker/rabbitmq"
 )
 
@@ -40,6 +43,19 @@ var webModes = []webMode{
 	// partition's), as the README recommends.
 	{name: "--broker=redis, 4 workers, --partitions 8", key: "redis4", flags: []string{"--partitions", "8"}, server: "redis", workers: 4, bar: 0.85},
 	{name: "--broker=nats, 4 workers, --partitions 8 (Redis filter)", key: "nats4", flags: []string{"--partitions", "8"}, server: "nats", filter: true, workers: 4, bar: 0.85},
+}
+
+// partitions is the --partitions of m's crawls (1 without the flag).
+func (m webMode) partitions() int {
+	i := slices.Index(m.flags, "--partitions")
+	if i < 0 || i+1 >= len(m.flags) {
+		return 1
+	}
+	n, err := strconv.Atoi(m.flags[i+1])
+	if err != nil {
+		return 1
+	}
+	return n
 }
 
 // Bars of issue 26 beside the pages/s ratio.
@@ -70,11 +86,20 @@ type webFlags struct {
 // loopRun is one run of the fetch limit.
 type loopRun struct {
 	w     window
-	cpu   time.Duration // the loop process's, over its life
+	cpu   time.Duration // the loop processes', over their lives
 	twice int           // URLs it fetched twice (its retries of timeouts)
 	use   siteUse
 	conns connStats
 	load  string // /proc/loadavg when it started
+	procs int    // processes the loop ran in
+	// concurrency is each process's
+	concurrency int
+	// split is, for several workers, the loop of the crawl's shape run
+	// just after this one: one process per worker at a worker's
+	// concurrency, each over the hosts of that worker's partitions (nil:
+	// one worker, or it failed: splitErr).
+	split    *loopRun
+	splitErr error
 }
 
 func (l *loopRun) perPage() time.Duration { return l.cpu / time.Duration(max(1, l.w.Requests)) }
@@ -113,14 +138,7 @@ func (r *webRun) loops() []*loopRun {
 }
 
 // loopRate is the mean pages/s of the loops beside r's crawl.
-func (r *webRun) loopRate() float64 {
-	ls := r.loops()
-	sum := 0.0
-	for _, l := range ls {
-		sum += l.w.Rate()
-	}
-	return sum / float64(max(1, len(ls)))
-}
+func (r *webRun) loopRate() float64 { return meanRate(r.loops()) }
 
 func (r *webRun) ratio() float64 {
 	if r.loopRate() == 0 {
@@ -134,8 +152,31 @@ func (r *webRun) cpuPerPage() time.Duration {
 }
 
 // loopPerPage is the mean CPU per page of the loops beside r's crawl.
-func (r *webRun) loopPerPage() time.Duration {
-	ls := r.loops()
+func (r *webRun) loopPerPage() time.Duration { return meanPerPage(r.loops()) }
+
+// splitLoops are the loops of the crawl's shape beside r's crawl (see
+// loopRun.split): none for one worker.
+func (r *webRun) splitLoops() []*loopRun {
+	var ls []*loopRun
+	for _, l := range r.loops() {
+		if l.split != nil && l.split.w.Rate() > 0 {
+			ls = append(ls, l.split)
+		}
+	}
+	return ls
+}
+
+// meanRate is the mean pages/s of ls, 0 for none.
+func meanRate(ls []*loopRun) float64 {
+	sum := 0.0
+	for _, l := range ls {
+		sum += l.w.Rate()
+	}
+	return sum / float64(max(1, len(ls)))
+}
+
+// meanPerPage is the mean CPU per page of ls, 0 for none.
+func meanPerPage(ls []*loopRun) time.Duration {
 	var sum time.Duration
 	for _, l := range ls {
 		sum += l.perPage()
@@ -256,7 +297,7 @@ func webMain(ctx context.Context, args []string) error {
 		res := &webResult{mode: m}
 		results = append(results, res)
 		if prev == nil || prevWorkers != m.workers {
-			if prev, err = f.loop(ctx, site, m.workers); err != nil {
+			if prev, err = f.loop(ctx, site, m); err != nil {
 				res.runs = append(res.runs, &webRun{mode: m, err: err})
 				keep, prev = true, nil
 				continue
@@ -316,7 +357,7 @@ func (f *webFlags) runMode(ctx context.Context, site *webSite, res *webResult, p
 			logf("%s: %.0f pages/s; %.0f µs worker CPU per page; trawl says %s", m.name, r.crawl.Rate(), micros(r.cpuPerPage()), r.summary)
 			logf("%s: the site: %v; %v", m.name, r.use, r.conns)
 		}
-		next, err := f.loop(ctx, site, m.workers)
+		next, err := f.loop(ctx, site, m)
 		if err != nil {
 			r.err = errors.Join(r.err, err)
 			return nil
@@ -324,6 +365,10 @@ func (f *webFlags) runMode(ctx context.Context, site *webSite, res *webResult, p
 		r.after, prev = next, next
 		if r.err == nil {
 			logf("%s: %.2f of the loops before and after (%.0f and %.0f pages/s)", m.name, r.ratio(), r.before.w.Rate(), r.after.w.Rate())
+			if ls := r.splitLoops(); len(ls) > 0 {
+				logf("%s: %.2f of the %d-process loops' pages/s; worker CPU %.2f of theirs per page (%.2f of the one-process loops')",
+					m.name, r.crawl.Rate()/meanRate(ls), m.workers, float64(r.cpuPerPage())/float64(meanPerPage(ls)), float64(r.cpuPerPage())/float64(r.loopPerPage()))
+			}
 		}
 	}
 	return prev
@@ -377,37 +422,108 @@ func (f *webFlags) runDir(site *webSite, name string) (dir, ca string, err error
 	return dir, ca, site.writeCA(ca)
 }
 
-// loop runs the fetch limit at the workers' concurrency in all.
-func (f *webFlags) loop(ctx context.Context, site *webSite, workers int) (*loopRun, error) {
-	dir, ca, err := f.runDir(site, fmt.Sprintf("loop%d", workers))
-	if err != nil {
-		return nil, err
+// loop runs the fetch limit at m's workers' concurrency in all, in one
+// process; for several workers, then the loop of the crawl's shape
+// (splitLoop) as its split.
+func (f *webFlags) loop(ctx context.Context, site *webSite, m webMode) (*loopRun, error) {
+	name := fmt.Sprintf("loop%d", m.workers)
+	l, err := f.runLoop(ctx, site, name, [][]string{site.urls()}, f.concurrency*m.workers)
+	if err != nil || m.workers < 2 {
+		return l, err
 	}
-	list := filepath.Join(dir, "urls.txt")
-	if err := os.WriteFile(list, []byte(strings.Join(site.urls(), "\n")+"\n"), 0o644); err != nil {
+	if l.split, l.splitErr = f.splitLoop(ctx, site, m); l.splitErr != nil {
+		logf("%s: %v", name, l.splitErr)
+	}
+	return l, nil
+}
+
+// splitLoop runs the fetch limit in the crawl's shape: m.workers
+// processes at one worker's concurrency each, each over the hosts that
+// host affinity gives one worker (splitByHost), so that the cap per host
+// holds across them as it does across the workers. Beside the loop of
+// one process at the concurrency in all, it tells what running m.workers
+// Go runtimes on this machine costs a page, apart from the crawler.
+func (f *webFlags) splitLoop(ctx context.Context, site *webSite, m webMode) (*loopRun, error) {
+	return f.runLoop(ctx, site, fmt.Sprintf("loop%dx%d", m.workers, f.concurrency), splitByHost(site.urls(), m.workers, m.partitions()), f.concurrency)
+}
+
+// splitByHost splits urls into procs lists as host affinity splits a
+// crawl's hosts among procs workers: a URL's host is in partition
+// broker.PartitionOf of its partition key among parts, and partition p
+// is the worker's of index p mod procs. Every URL of a host is in one
+// list. With fewer partitions than procs, hosts are split into procs
+// partitions.
+func splitByHost(urls []string, procs, parts int) [][]string {
+	parts = max(parts, procs)
+	lists := make([][]string, procs)
+	for _, s := range urls {
+		host := s
+		if u, err := url.Parse(s); err == nil {
+			host = u.Host
+		}
+		i := broker.PartitionOf(broker.PartitionKey(host, broker.PartitionByHost), parts) % procs
+		lists[i] = append(lists[i], s)
+	}
+	return lists
+}
+
+// runLoop runs the fetch limit: a process for each of lists, each GETting
+// its URLs at concurrency, started together; the loop's window is the
+// site's, its CPU the processes' sum.
+func (f *webFlags) runLoop(ctx context.Context, site *webSite, name string, lists [][]string, concurrency int) (*loopRun, error) {
+	dir, ca, err := f.runDir(site, name)
+	if err != nil {
 		return nil, err
 	}
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	l := &loopRun{load: loadavg()}
+	var cmds []*exec.Cmd
+	sizes := make([]string, len(lists))
+	for i, urls := range lists {
+		list := filepath.Join(dir, fmt.Sprintf("urls-%d.txt", i))
+		if err := os.WriteFile(list, []byte(strings.Join(urls, "\n")+"\n"), 0o644); err != nil {
+			return nil, err
+		}
+		cmd := exec.CommandContext(ctx, self, "webfetch", "-urls", list, "-ca", ca,
+			"-concurrency", fmt.Sprint(concurrency), "-per-host", fmt.Sprint(f.perHost), "-timeout", f.timeout.String())
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		cmds, sizes[i] = append(cmds, cmd), fmt.Sprint(len(urls))
+	}
+	l := &loopRun{load: loadavg(), procs: len(cmds), concurrency: concurrency}
 	site.reset()
-	cmd := exec.CommandContext(ctx, self, "webfetch", "-urls", list, "-ca", ca,
-		"-concurrency", fmt.Sprint(f.concurrency*workers), "-per-host", fmt.Sprint(f.perHost), "-timeout", f.timeout.String())
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("the loop: %w", err)
+	var errs []error
+	for _, cmd := range cmds {
+		if err := cmd.Start(); err != nil {
+			errs = append(errs, err)
+			break
+		}
+	}
+	for _, cmd := range cmds {
+		if cmd.Process == nil {
+			continue
+		}
+		if err := cmd.Wait(); err != nil {
+			errs = append(errs, err)
+		}
+		l.cpu += cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("the loop %s: %w", name, err)
 	}
 	l.w, l.use, l.conns = site.window(), site.use(), site.conns.read()
-	f.saveTrace(site, fmt.Sprintf("loop%d", workers))
-	l.cpu = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	f.saveTrace(site, name)
 	t := site.tally()
 	if t.missing > 0 {
-		return nil, fmt.Errorf("the loop: %w", t.check())
+		return nil, fmt.Errorf("the loop %s: %w", name, t.check())
 	}
 	l.twice = t.twice
-	logf("the loop at %d: %.0f pages/s, %.0f µs CPU per page (load %s); the site: %v; %v", f.concurrency*workers, l.w.Rate(), micros(l.perPage()), l.load, l.use, l.conns)
+	shape := fmt.Sprint(concurrency)
+	if len(cmds) > 1 {
+		shape = fmt.Sprintf("%d processes × %d (URLs %s)", len(cmds), concurrency, strings.Join(sizes, ", "))
+	}
+	logf("the loop at %s: %.0f pages/s, %.0f µs CPU per page (load %s); the site: %v; %v", shape, l.w.Rate(), micros(l.perPage()), l.load, l.use, l.conns)
 	return l, nil
 }
 
@@ -426,9 +542,9 @@ func localFilter(m webMode, flags []string) bool {
 	return m.server == "" || slices.Contains(flags, "--dedup=local")
 }
 
-// crawl runs one crawl of m: `trawl crawl` with every host's home page as
-// a start URL and, for more workers, `trawl worker` processes started
-// once the site has answered its first request.
+// crawl runs one crawl of m with every host's home page as a start URL:
+// `trawl crawl` for one worker; for more, `trawl seed` and then the
+// workers, `trawl worker` each, started together.
 func (f *webFlags) crawl(ctx context.Context, site *webSite, m webMode, srv *server, flags []string, r *webRun) error {
 	ctx, cancel := context.WithTimeout(ctx, f.crawlLimit)
 	defer cancel()
@@ -459,9 +575,9 @@ func (f *webFlags) crawl(ctx context.Context, site *webSite, m webMode, srv *ser
 			return err
 		}
 	}
-	var broker *sampler
+	var serverCPU *sampler
 	if srv != nil {
-		broker = startSampler(srv.cpu, 100*time.Millisecond)
+		serverCPU = startSampler(srv.cpu, 100*time.Millisecond)
 	}
 	var (
 		cmds []*exec.Cmd
@@ -491,22 +607,32 @@ func (f *webFlags) crawl(ctx context.Context, site *webSite, m webMode, srv *ser
 		return nil
 	}
 	f.profiled++
-	crawlArgs := append(append([]string{"crawl", "--flush"}, common...), site.starts()...)
-	if err := start(0, crawlArgs...); err != nil {
-		return err
-	}
-	peak := watchRSS(cmds[0].Process.Pid)
 	var errs []error
 	if m.workers > 1 {
-		if err := site.waitFirst(ctx); err != nil {
-			errs = append(errs, err)
+		// As README's "Many machines" and docs/deploy.md deploy several
+		// workers: seed the crawl once, then start the workers together.
+		// (The bench once started `trawl crawl` and the other workers
+		// after its first request: that worker fetched home pages of the
+		// others' hosts alone for a while, most of the pages fetched by
+		// a worker not their host's.)
+		cpu, err := f.seed(ctx, dir, env, common, site.starts())
+		r.workerCPU += cpu
+		if err != nil {
+			return err
 		}
-		for i := 1; i < m.workers && len(errs) == 0; i++ {
+		for i := range m.workers {
 			if err := start(i, append([]string{"worker"}, common...)...); err != nil {
 				errs = append(errs, err)
+				break
 			}
 		}
+	} else if err := start(0, append(append([]string{"crawl", "--flush"}, common...), site.starts()...)...); err != nil {
+		return err
 	}
+	if len(cmds) == 0 {
+		return errors.Join(errs...)
+	}
+	peak := watchRSS(cmds[0].Process.Pid)
 	for i, cmd := range cmds {
 		if err := cmd.Wait(); err != nil {
 			errs = append(errs, fmt.Errorf("trawl worker %d: %w\n%s", i, err, tail(logs[i], 10)))
@@ -516,8 +642,8 @@ func (f *webFlags) crawl(ctx context.Context, site *webSite, m webMode, srv *ser
 	r.rss = peak()
 	r.summary = summaryLine(logs[0])
 	var samples []sample
-	if broker != nil {
-		samples = broker.stop()
+	if serverCPU != nil {
+		samples = serverCPU.stop()
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err
@@ -525,7 +651,7 @@ func (f *webFlags) crawl(ctx context.Context, site *webSite, m webMode, srv *ser
 	r.crawl, r.use, r.conns = site.window(), site.use(), site.conns.read()
 	f.saveTrace(site, m.key)
 	r.tally = site.tally()
-	if broker != nil {
+	if serverCPU != nil {
 		var err error
 		if r.brokerCPU, err = cpuOver(samples, r.crawl.First, r.crawl.Last); err != nil {
 			return fmt.Errorf("%s server's CPU: %w", srv.kind, err)
@@ -551,6 +677,29 @@ func (f *webFlags) crawl(ctx context.Context, site *webSite, m webMode, srv *ser
 		}
 	}
 	return r.tally.check()
+}
+
+// seed runs `trawl seed` of starts with the crawl's flags, as a
+// deployment of several workers does before it starts them, and returns
+// its CPU (the work of a `trawl crawl` that seeds, counted with the
+// workers').
+func (f *webFlags) seed(ctx context.Context, dir string, env, flags, starts []string) (time.Duration, error) {
+	sdir := filepath.Join(dir, "seed")
+	if err := os.MkdirAll(sdir, 0o755); err != nil {
+		return 0, err
+	}
+	args := append(append([]string{"seed", "--data-dir", sdir}, flags...), starts...)
+	cmd := exec.CommandContext(ctx, f.trawl, args...)
+	cmd.Dir, cmd.Env = sdir, env
+	out, err := cmd.CombinedOutput()
+	var cpu time.Duration
+	if cmd.ProcessState != nil {
+		cpu = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	}
+	if err != nil {
+		return cpu, fmt.Errorf("trawl seed: %w: %s", err, strings.TrimSpace(string(out)))
+	}
+	return cpu, nil
 }
 
 // watchRSS samples the RSS of process pid every 100 ms until peak is
@@ -604,6 +753,12 @@ func printWeb(w io.Writer, results []*webResult, big *webRun) {
 				if l.twice > 0 {
 					notes = append(notes, fmt.Sprintf("%s: a loop beside it fetched %d URLs twice (retries after its timeout)", r.mode.name, l.twice))
 				}
+				if l.split != nil && l.split.twice > 0 {
+					notes = append(notes, fmt.Sprintf("%s: a %d-process loop beside it fetched %d URLs twice (retries after its timeout)", r.mode.name, l.split.procs, l.split.twice))
+				}
+				if l.splitErr != nil {
+					notes = append(notes, fmt.Sprintf("%s: a loop of the crawl's shape beside it failed: %v", r.mode.name, l.splitErr))
+				}
 			}
 			twice = max(twice, r.tally.twice)
 		}
@@ -631,6 +786,7 @@ func printWeb(w io.Writer, results []*webResult, big *webRun) {
 			micros(r.cpuPerPage()), micros(r.loopPerPage()), cpuRatio, webCPUBar, pass(cpuRatio <= webCPUBar),
 			brokerCPU, per, cbar, cverdict, float64(r.rss)/(1<<20), twice, pass(twice == 0))
 	}
+	printSplit(w, results)
 	if big != nil {
 		i := slices.IndexFunc(results, func(r *webResult) bool { return r.mode.key == "memory" && r.median() != nil })
 		switch {
@@ -656,6 +812,39 @@ func printWeb(w io.Writer, results []*webResult, big *webRun) {
 		"Fetched twice: pages requested more than once in any of the mode's crawls, beyond the one retry of a page that hung past the timeout (robots.txt files in the notes). Worker RSS: the first worker's largest.")
 	for _, n := range notes {
 		fmt.Fprintf(w, "\n%s\n", n)
+	}
+}
+
+// printSplit prints, for the modes of several workers, their median
+// crawl against the loops of its shape (webRun.splitLoops): the CPU bar's
+// loop is one process at the concurrency in all, while the crawl's CPU is
+// the sum of one Go runtime per worker on the same cores; the loop of the
+// crawl's shape runs as many runtimes, so the ratio to it is the crawl's
+// code, and the two loops' ratio what the extra runtimes cost the machine.
+func printSplit(w io.Writer, results []*webResult) {
+	header := false
+	for _, res := range results {
+		r := res.median()
+		if r == nil || len(r.splitLoops()) == 0 {
+			continue
+		}
+		ls := r.splitLoops()
+		if !header {
+			header = true
+			fmt.Fprintln(w, "\nThe same crawls against a loop of their shape (the CPU bar above compares the workers' CPU, summed over their processes, with one loop process at the concurrency in all): "+
+				"the loop in one process per worker, each at one worker's concurrency over the hosts host affinity gives that worker (partition mod workers), run just after each loop above.")
+			fmt.Fprintln(w)
+			fmt.Fprintln(w, "| mode | split loop pages/s, before–after | crawl / split loop | split loop CPU µs/page | one-process loop CPU µs/page | split ÷ one-process loop CPU | | worker CPU µs/page | **CPU ÷ split loop** | CPU ÷ one-process loop (the bar's) |")
+			fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |")
+		}
+		var rates []string
+		for _, l := range ls {
+			rates = append(rates, fmt.Sprintf("%.0f", l.w.Rate()))
+		}
+		split, one, crawl := meanPerPage(ls), r.loopPerPage(), r.cpuPerPage()
+		fmt.Fprintf(w, "| %s, %d processes × %d | %s | %.2f | %.0f | %.0f | %.2f | | %.0f | **%.2f** | %.2f |\n",
+			r.mode.name, ls[0].procs, ls[0].concurrency, strings.Join(rates, "–"), r.crawl.Rate()/meanRate(ls),
+			micros(split), micros(one), float64(split)/float64(one), micros(crawl), float64(crawl)/float64(split), float64(crawl)/float64(one))
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -13,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/trawlhq/trawl/broker"
 )
 
 // TestZipfSizes: sizes fall with rank, each between 1 and the largest
@@ -269,5 +272,141 @@ func TestTallyTwiceWhy(t *testing.T) {
 	s.reset()
 	if tl := s.tally(); tl.why != "" {
 		t.Errorf("after a reset: why %q, want none", tl.why)
+	}
+}
+
+// TestSplitByHost: the loop of the crawl's shape gives each host to one
+// of its processes, as host affinity gives it to one worker (hosts of a
+// partition p together, in list p mod 4), so that the four processes,
+// each holding at most -per-host requests of a host at once, hold at
+// most -per-host of it together. A split by URL (the i-th URL to list i
+// mod 4) would hand a host's pages to several processes and let them
+// fetch it four times as fast as the crawl may.
+func TestSplitByHost(t *testing.T) {
+	const hosts, procs, parts, perHost = 200, 4, 8, 2
+	var urls []string
+	for h := range hosts {
+		for p := range 1 + h%7 {
+			urls = append(urls, fmt.Sprintf("https://127.0.%d.%d:4430/p/%d", h/250, 1+h%250, p))
+		}
+	}
+	lists := splitByHost(urls, procs, parts)
+	if len(lists) != procs {
+		t.Fatalf("%d lists, want %d", len(lists), procs)
+	}
+	in := map[string]int{}        // URL -> its list
+	hostIn := map[string]int{}    // host -> its list
+	partIn := map[int]int{}       // partition -> its list
+	hostsOf := make([]int, procs) // hosts in each list
+	for i, l := range lists {
+		for _, s := range l {
+			if j, ok := in[s]; ok {
+				t.Fatalf("%s in lists %d and %d", s, j, i)
+			}
+			in[s] = i
+			u, err := url.Parse(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if j, ok := hostIn[u.Host]; ok && j != i {
+				t.Fatalf("host %s in lists %d and %d", u.Host, j, i)
+			} else if !ok {
+				hostsOf[i]++
+			}
+			hostIn[u.Host] = i
+			p := broker.PartitionOf(broker.PartitionKey(u.Host, broker.PartitionByHost), parts)
+			if j, ok := partIn[p]; ok && j != i {
+				t.Fatalf("partition %d's hosts in lists %d and %d, want one list as one worker holds a partition", p, j, i)
+			}
+			partIn[p] = i
+		}
+	}
+	if len(in) != len(urls) {
+		t.Fatalf("%d URLs in the lists, want %d", len(in), len(urls))
+	}
+	if len(partIn) != parts {
+		t.Errorf("%d partitions among the lists, want %d", len(partIn), parts)
+	}
+	for i, n := range hostsOf {
+		if n < hosts/procs/2 {
+			t.Errorf("list %d has %d hosts of %d, want about a quarter", i, n, hosts)
+		}
+	}
+	// Each list's loop takes what it can without giving any slot back:
+	// per host, at most perHost of the four together.
+	taken := map[string]int{}
+	for i, l := range lists {
+		path := filepath.Join(t.TempDir(), fmt.Sprint("urls-", i))
+		if err := os.WriteFile(path, []byte(strings.Join(l, "\n")+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		q, err := readHostQueues(path, perHost)
+		if err != nil {
+			t.Fatal(err)
+		}
+		free := 0 // takes that do not wait
+		for _, h := range q.ready {
+			free += min(perHost, len(h.urls))
+		}
+		for range free {
+			_, s := q.take()
+			u, _ := url.Parse(s)
+			taken[u.Host]++
+		}
+	}
+	for h, n := range taken {
+		if n > perHost {
+			t.Errorf("host %s: %d requests at once across the loop's processes, want at most %d", h, n, perHost)
+		}
+	}
+	if len(taken) != hosts {
+		t.Errorf("%d hosts taken from, want %d", len(taken), hosts)
+	}
+	// Fewer partitions than processes (a crawl without --partitions):
+	// still each host in one list, and every list used.
+	for i, l := range splitByHost(urls, procs, 1) {
+		if len(l) == 0 {
+			t.Errorf("one partition: list %d empty", i)
+		}
+	}
+}
+
+// TestSplitReport: for 4 workers the report prints the crawl's CPU per
+// page against the loop of its shape beside the bar's (one loop process),
+// and the two loops' ratio, from the loops run beside the crawl; a mode
+// of one worker has no such row.
+func TestSplitReport(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	win := func(pages int) window { return window{First: t0, Last: t0.Add(time.Second), Requests: pages} }
+	// One loop process: 1,000 pages/s, 100 µs a page; four: 800 pages/s,
+	// 150 µs a page.
+	loop := func() *loopRun {
+		return &loopRun{w: win(1000), cpu: 100 * time.Millisecond, procs: 1, concurrency: 1024,
+			split: &loopRun{w: win(800), cpu: 120 * time.Millisecond, procs: 4, concurrency: 256}}
+	}
+	four := &webRun{mode: webModes[5], before: loop(), after: loop(), crawl: win(900), workerCPU: 270 * time.Millisecond}
+	one := &webRun{mode: webModes[2], before: &loopRun{w: win(1000), cpu: 100 * time.Millisecond}, crawl: win(900), workerCPU: 180 * time.Millisecond}
+	if got := len(four.splitLoops()); got != 2 {
+		t.Fatalf("%d loops of the crawl's shape beside the crawl, want 2", got)
+	}
+	if n := webModes[5].partitions(); n != 8 {
+		t.Errorf("%s: %d partitions, want 8", webModes[5].name, n)
+	}
+	var b strings.Builder
+	printWeb(&b, []*webResult{{mode: one.mode, runs: []*webRun{one}}, {mode: four.mode, runs: []*webRun{four}}}, nil)
+	out := b.String()
+	// 300 µs a page: 2.00 of the four loop processes' 150, 3.00 of the
+	// one's 100 (the bar's figure, unchanged); the loops' ratio 1.50;
+	// pages/s 900 / 800.
+	want := "| " + webModes[5].name + ", 4 processes × 256 | 800–800 | 1.12 | 150 | 100 | 1.50 | | 300 | **2.00** | 3.00 |"
+	if !strings.Contains(out, want) {
+		t.Errorf("report lacks the row\n%s\nin\n%s", want, out)
+	}
+	if !strings.Contains(out, "| 300 | 100 | **3.00** | ≤ 2.0 | MISS |") {
+		t.Errorf("report lost the bar's figure (300 µs a page against the one-process loop's 100):\n%s", out)
+	}
+	_, split, _ := strings.Cut(out, "against a loop of their shape")
+	if rows := strings.Count(split, "\n| --broker"); rows != 1 {
+		t.Errorf("%d rows against a loop of the crawl's shape, want 1 (none for one worker):\n%s", rows, out)
 	}
 }

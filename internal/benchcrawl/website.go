@@ -2,7 +2,6 @@ package main
 
 import (
 	"cmp"
-	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -794,20 +793,4 @@ func (t tally) check() error {
 		return err
 	}
 	return nil
-}
-
-// waitFirst waits until the site has seen a request, or ctx ends.
-func (s *webSite) waitFirst(ctx context.Context) error {
-	t := time.NewTicker(20 * time.Millisecond)
-	defer t.Stop()
-	for {
-		if s.window().Requests > 0 {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		}
-	}
 }
