@@ -431,12 +431,15 @@ func (p *crawlProc) close() {
 	p.log.Close()
 }
 
-// summaryLine is trawl's "crawl done" line from its stderr log.
+// summaryLine is trawl's "crawl done" (or a worker's "worker done") line
+// from its stderr log.
 func summaryLine(path string) string {
 	b, _ := os.ReadFile(path)
 	for line := range strings.Lines(string(b)) {
-		if _, rest, ok := strings.Cut(line, "trawl: crawl done: "); ok {
-			return strings.TrimSpace(rest)
+		for _, what := range []string{"crawl", "worker"} {
+			if _, rest, ok := strings.Cut(line, "trawl: "+what+" done: "); ok {
+				return strings.TrimSpace(rest)
+			}
 		}
 	}
 	return "(no summary line)"

@@ -410,3 +410,20 @@ func TestSplitReport(t *testing.T) {
 		t.Errorf("%d rows against a loop of the crawl's shape, want 1 (none for one worker):\n%s", rows, out)
 	}
 }
+
+// TestSummaryLine: the summary of a crawl's log, and of a worker's (the
+// 4-worker modes start workers only): a worker says "worker done".
+func TestSummaryLine(t *testing.T) {
+	for what, log := range map[string]string{
+		"crawl":  "time=x level=INFO msg=start\ntrawl: crawl done: 10 pages, 0 errors\n",
+		"worker": "trawl: worker done: 10 pages, 0 errors\ntrawl: no item: none\n",
+	} {
+		path := filepath.Join(t.TempDir(), "trawl.log")
+		if err := os.WriteFile(path, []byte(log), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if got := summaryLine(path); got != "10 pages, 0 errors" {
+			t.Errorf("%s log: summary %q, want %q", what, got, "10 pages, 0 errors")
+		}
+	}
+}
