@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -219,4 +221,58 @@ func newTakeProxy(t *testing.T, redisURL string) *takeProxy {
 		}
 	}()
 	return p
+}
+
+// TestRedisProgressCountsStarts: start URLs in {NAME}:start_urls, taken by
+// a worker, are in its progress line's queued count all along: a batch
+// taken stays in the list until it is in the frontier (StartURLs.Counts
+// counts it ready there), and then its requests are the frontier's
+// (leased: in progress, read ahead). Five start URLs of a site that holds
+// every page: the worker fetches two at once, and every progress line
+// says 5 queued, never fewer (the session 14 note suspected taken start
+// URLs were missing from it).
+func TestRedisProgressCountsStarts(t *testing.T) {
+	t.Parallel()
+	const starts = 5
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/robots.txt" {
+			http.NotFound(w, r)
+			return
+		}
+		select { // every page waits until the test has its lines
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	name := integration.Name(t)
+	var urls []string
+	for i := range starts {
+		urls = append(urls, fmt.Sprintf("%s/s/%d", srv.URL, i))
+	}
+	mustRun(t, append([]string{"seed"}, redisArgs(t, name, urls...)...)...)
+	w := start(t, append([]string{"worker"}, redisArgs(t, name, "--concurrency=2", "--per-host=2", "--progress-interval=100ms", "--idle-timeout=0")...)...)
+	line := regexp.MustCompile(`(?m)^trawl: crawled 0 pages \(at [0-9.]+ pages/s\), (\d+) queued \((\d+) ready\)`)
+	deadline := time.Now().Add(time.Minute)
+	var got [][]string
+	for len(got) < 5 {
+		if time.Now().After(deadline) {
+			t.Fatalf("fewer than 5 progress lines within a minute:\n%s", w.stderr.String())
+		}
+		select {
+		case err := <-w.done:
+			w.done <- err
+			t.Fatalf("the worker exited (%v):\n%s", err, w.stderr.String())
+		case <-time.After(100 * time.Millisecond):
+		}
+		got = line.FindAllStringSubmatch(w.stderr.String(), -1)
+	}
+	for _, m := range got {
+		if m[1] != strconv.Itoa(starts) {
+			t.Errorf("progress line %q: want %d queued (the start URLs, taken or not)", m[0], starts)
+		}
+	}
+	t.Logf("first and last progress lines: %q, %q", got[0][0], got[len(got)-1][0])
 }
