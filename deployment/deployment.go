@@ -25,6 +25,7 @@ import (
 	dedupredis "github.com/trawlhq/trawl/dedup/redis"
 	"github.com/trawlhq/trawl/engine"
 	"github.com/trawlhq/trawl/frontier"
+	"github.com/trawlhq/trawl/internal/redislayout"
 )
 
 // Config names a deployment: where a crawl's state lives. The zero value
@@ -493,7 +494,8 @@ func (d *Deployment) Close() error {
 	return errors.Join(errs...)
 }
 
-// Purge deletes the crawl's queues, filter, items, counters and settings.
+// Purge deletes the crawl's queues (those a repartition cut short left
+// on its way too), filter, items, counters and settings.
 // It refuses while workers of the crawl are running (a purge under them
 // restarts the crawl from its start URLs: every page fetched again),
 // unless force.
@@ -516,6 +518,17 @@ func (d *Deployment) Purge(ctx context.Context, force bool) error {
 	for _, q := range []string{engine.RequestsQueue(name), engine.StartQueue(name)} {
 		if err := d.Broker.Purge(ctx, q); err != nil {
 			return fmt.Errorf("purge %s: %w", q, err)
+		}
+	}
+	// What a repartition cut short left on its way, in the queues of one
+	// partition it moves through: a later repartition would move it into
+	// the crawl started again.
+	if dp, ok := d.Broker.(partitionDropper); ok {
+		moving, movingDead := redislayout.RepartitionQueues(engine.RequestsQueue(name))
+		for _, q := range []string{moving, movingDead} {
+			if err := dp.DropPartitions(ctx, q, 0, 1); err != nil {
+				return fmt.Errorf("purge %s: %w", q, err)
+			}
 		}
 	}
 	if err := d.Filter.Purge(ctx); err != nil {

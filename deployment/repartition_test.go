@@ -446,3 +446,81 @@ func TestRepartitionSameCount(t *testing.T) {
 		t.Errorf("queued after the move finished: %+v, %v; want %d", c, err, len(msgs)+1)
 	}
 }
+
+// TestPurgeAfterCutShortRepartition: what a repartition cut short leaves
+// on its way, requests and dead letters in the one-partition queues
+// NAME:requests~repartition and ~repartition-dead, is gone after a purge
+// (trawl purge: PurgeAll), on NATS and RabbitMQ (Redis:
+// TestRedisPurgeAfterCutShortRepartition in internal/integration/crawl),
+// cut short before the new count was stored (1) and after (2). They
+// stayed: a purge purged the crawl's own queues only, and a repartition
+// of a new crawl of that name moved the old crawl's requests into it.
+func TestPurgeAfterCutShortRepartition(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		cfg  func(t *testing.T) deployment.Config
+	}{
+		{"nats", func(t *testing.T) deployment.Config {
+			return deployment.Config{Broker: "nats", NATSURL: integration.NATS(t), Filter: "set", RedisURL: integration.Redis(t)}
+		}},
+		{"rabbitmq", func(t *testing.T) deployment.Config {
+			return deployment.Config{Broker: "rabbitmq", AMQPURL: integration.RabbitMQ(t), Filter: "set", RedisURL: integration.Redis(t)}
+		}},
+	} {
+		for _, stored := range []int{1, 2} {
+			t.Run(fmt.Sprintf("%s/%d", c.name, stored), func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+				defer cancel()
+				cfg := c.cfg(t)
+				name := integration.Name(t)
+				d, err := deployment.Open(ctx, cfg, engine.Config{Name: name})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer d.Close()
+				cr, err := d.Crawler(engine.Config{Name: name})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := cr.Seed(ctx); err != nil { // one partition
+					t.Fatal(err)
+				}
+				// A repartition cut short: requests on their way, and a
+				// dead letter, in queues of one partition.
+				moving, movingDead := redislayout.RepartitionQueues(engine.RequestsQueue(name))
+				var msgs []broker.Message
+				for i := range 3 {
+					r := engine.Request{URL: fmt.Sprintf("http://h%d.example/", i)}
+					b, err := r.MarshalBinary()
+					if err != nil {
+						t.Fatal(err)
+					}
+					msgs = append(msgs, broker.Message{Body: b})
+				}
+				if err := d.Broker.Publish(ctx, moving, msgs...); err != nil {
+					t.Fatal(err)
+				}
+				if err := d.Broker.Publish(ctx, movingDead, broker.Message{Body: []byte(`{"reason":"gone","body":"eA=="}`)}); err != nil {
+					t.Fatal(err)
+				}
+				if stored != 1 { // cut short after it stored the new count
+					if err := engine.SetPartitions(ctx, d.Metadata, name, stored); err != nil {
+						t.Fatal(err)
+					}
+					d.Close()
+					if d, err = deployment.Open(ctx, cfg, engine.Config{Name: name}); err != nil {
+						t.Fatal(err)
+					}
+					defer d.Close()
+					if p, ok := d.Broker.(broker.Partitioned); !ok || p.Partitions() != stored {
+						t.Fatalf("the deployment opened after the count was stored is not of %d partitions", stored)
+					}
+				}
+				if err := d.PurgeAll(ctx, false); err != nil {
+					t.Fatal(err)
+				}
+				checkTransitGone(ctx, t, cfg, name)
+			})
+		}
+	}
+}
