@@ -248,6 +248,8 @@ func (c *Crawler) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	keeperDone := make(chan struct{})
 	batch, _ := c.frontier.Broker().(broker.BatchExtender)
+	bench := newWorkbench(c.cfg.PerHost, readAheadFactor*c.cfg.Concurrency, c.limiter)
+	c.leases.lost = func(ds []broker.Delivery) { c.dropLost(bench, ds) }
 	wg.Go(func() { c.leases.keep(work, c.cfg.Lease, batch, keeperDone, c.log) })
 	if p := c.presence(); p != nil {
 		wg.Go(func() { p.run(work, keeperDone) })
@@ -258,7 +260,6 @@ func (c *Crawler) Run(ctx context.Context) error {
 	// would grow a fresh stack (fetching and scanning need some) each time.
 	sem := make(chan struct{}, c.cfg.Concurrency)
 	pages := make(chan *benchItem)
-	bench := newWorkbench(c.cfg.PerHost, readAheadFactor*c.cfg.Concurrency, c.limiter)
 	for range c.cfg.Concurrency {
 		wg.Go(func() {
 			for it := range pages {

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -25,6 +26,9 @@ type leaseKeeper struct {
 	taken map[broker.Delivery]struct{} // taken, not yet done
 	held  map[broker.Delivery]struct{} // with the writer, not yet released
 	n     atomic.Int64                 // taken plus held (a delivery both taken and held counts twice)
+	// lost, if set (before keep runs), is given the deliveries whose
+	// extension found their lease lost, after each round (see keep).
+	lost func([]broker.Delivery)
 }
 
 // add puts d in *m, made on first use; k.mu held.
@@ -79,14 +83,20 @@ const defaultLease = 30 * time.Second
 // in one call where the broker is a broker.BatchExtender (batch, nil if
 // not), else one call per delivery (extendAll). A delivery both taken
 // and held is extended once. A failed extension is logged, unless the
-// delivery was settled meanwhile (broker.ErrSettled).
+// delivery was settled meanwhile (broker.ErrSettled); those whose lease
+// is lost (broker.ErrLeaseLost: the broker gives them to another worker)
+// go to k.lost after the round, if it is set.
 func (k *leaseKeeper) keep(ctx context.Context, lease time.Duration, batch broker.BatchExtender, done <-chan struct{}, log *slog.Logger) {
 	if lease <= 0 {
 		lease = defaultLease
 	}
 	t := time.NewTicker(lease / 3)
 	defer t.Stop()
-	failed := func(err error) {
+	var lost []broker.Delivery // this round's, for k.lost
+	failed := func(d broker.Delivery, err error) {
+		if errors.Is(err, broker.ErrLeaseLost) && k.lost != nil {
+			lost = append(lost, d)
+		}
 		if !errors.Is(err, broker.ErrSettled) {
 			log.Warn("lease extension failed", "err", err)
 		}
@@ -112,14 +122,18 @@ func (k *leaseKeeper) keep(ctx context.Context, lease time.Duration, batch broke
 		if len(ds) == 0 {
 			continue
 		}
+		lost = lost[:0]
 		if batch == nil {
 			extendAll(ctx, ds, lease, failed)
-			continue
-		}
-		for _, err := range batch.ExtendBatch(ctx, lease, ds...) {
-			if err != nil {
-				failed(err)
+		} else {
+			for i, err := range batch.ExtendBatch(ctx, lease, ds...) {
+				if err != nil {
+					failed(ds[i], err)
+				}
 			}
+		}
+		if len(lost) > 0 {
+			k.lost(lost)
 		}
 	}
 }
@@ -133,7 +147,7 @@ const extendParallel = 32
 // extendAll extends every lease of ds by lease, extendParallel at a time,
 // and reports each failure to failed (from several goroutines, one at a
 // time).
-func extendAll(ctx context.Context, ds []broker.Delivery, lease time.Duration, failed func(error)) {
+func extendAll(ctx context.Context, ds []broker.Delivery, lease time.Duration, failed func(broker.Delivery, error)) {
 	var (
 		wg   sync.WaitGroup
 		mu   sync.Mutex
@@ -144,7 +158,7 @@ func extendAll(ctx context.Context, ds []broker.Delivery, lease time.Duration, f
 			for e := range next {
 				if err := e.Extend(ctx, lease); err != nil {
 					mu.Lock()
-					failed(err)
+					failed(e, err)
 					mu.Unlock()
 				}
 			}
@@ -155,4 +169,36 @@ func extendAll(ctx context.Context, ds []broker.Delivery, lease time.Duration, f
 	}
 	close(next)
 	wg.Wait()
+}
+
+// dropLost takes out of the workbench the deliveries held back there
+// whose lease the keeper found lost: the broker gives them to another
+// worker (or to this one again), and fetching them here as well would
+// fetch their pages twice. They are not settled: settling a lost
+// delivery could settle its next one.
+//
+// A server that restarted is no exception. Redis rolled back to a
+// snapshot has the message of a lease taken since back where the
+// snapshot found it: ready, or leased as it was then (given back when
+// that lease runs out), or, published since, not at all (its parent, whose
+// acknowledgement was rolled back or is withheld, see stateGen, is
+// processed again and publishes it again). The lease's record is gone,
+// so its extension, acknowledgement and nack all find it lost and
+// change nothing. Kept, such a page was fetched here and again from
+// the ready set. RabbitMQ requeues a closed channel's deliveries, and
+// JetStream delivers again what is not acknowledged within AckWait.
+func (c *Crawler) dropLost(bench *workbench, ds []broker.Delivery) {
+	lost := make(map[broker.Delivery]bool, len(ds))
+	for _, d := range ds {
+		lost[d] = true
+	}
+	its := bench.drop(func(d broker.Delivery) bool { return lost[d] })
+	for _, it := range its {
+		c.leases.done(it.d)
+	}
+	if len(its) > 0 {
+		c.log.Warn(fmt.Sprintf("%d pages held back lost their lease before they started (this worker was held up past its lease, or the broker's server restarted): "+
+			"dropped here, the broker hands them out again", len(its)),
+			"pages", len(its))
+	}
 }

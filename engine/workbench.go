@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 
@@ -277,6 +278,52 @@ func (w *workbench) shed(keep func(host string) bool) []*benchItem {
 		if h.active == 0 {
 			delete(w.hosts, k)
 		}
+	}
+	return its
+}
+
+// drop removes and returns the held-back deliveries that lost says are
+// lost (their lease ran out: the broker gives them to another worker,
+// and fetching them here would fetch their pages twice); pages in
+// progress stay. A drop wakes the receiver: one waiting for room on a
+// full workbench has it now, and no page ending may come to wake it
+// (after a Redis rollback every held-back delivery's lease was lost at
+// once, with no page in progress, and the receiver waited for good).
+func (w *workbench) drop(lost func(broker.Delivery) bool) []*benchItem {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var its []*benchItem
+	for k, h := range w.hosts {
+		n := len(h.queue)
+		h.queue = slices.DeleteFunc(h.queue, func(it *benchItem) bool {
+			if lost(it.d) {
+				its = append(its, it)
+				return true
+			}
+			return false
+		})
+		if len(h.queue) == n {
+			continue
+		}
+		w.held -= n - len(h.queue)
+		switch {
+		case len(h.queue) > 0:
+			if h.index >= 0 {
+				w.ready.fix(h.index) // its first delivery may have changed
+			}
+		default:
+			if h.index >= 0 {
+				w.ready.remove(h.index)
+			}
+			h.parked = false
+			if h.active == 0 {
+				delete(w.hosts, k)
+			}
+		}
+	}
+	if len(its) > 0 && w.wake != nil {
+		w.wake()
+		w.wake = nil
 	}
 	return its
 }

@@ -1,10 +1,13 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -262,7 +265,7 @@ func TestExtendAllInParallel(t *testing.T) {
 			ds[i] = slowExtender{extended: &n}
 		}
 		start := time.Now()
-		extendAll(t.Context(), ds, time.Minute, func(err error) { t.Error(err) })
+		extendAll(t.Context(), ds, time.Minute, func(_ broker.Delivery, err error) { t.Error(err) })
 		if took := time.Since(start); took > 2*time.Second {
 			t.Errorf("64 extensions of 1s each took %v, want at most 2s", took)
 		}
@@ -446,5 +449,114 @@ func TestWorkbenchShed(t *testing.T) {
 	}
 	if held := w.drain(); len(held) != 0 {
 		t.Errorf("drain returned %d, want none", len(held))
+	}
+}
+
+// TestWorkbenchDropsLostLeases: the deliveries held back whose lease the
+// keeper found lost leave the workbench (another worker gets them), in
+// whichever place of their host's queue; a page in progress stays, and
+// the host order holds for what is left. Each lost delivery is done with
+// the keeper once, and the keeper's round hands dropLost exactly the
+// deliveries whose lease is lost (not those settled meanwhile).
+func TestWorkbenchDropsLostLeases(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorkbench(1, 100, nil)
+		ds := make([]*leasedDelivery, 6)
+		its := make([]*benchItem, len(ds))
+		for i, host := range []string{"a", "a", "a", "b", "b", "c"} {
+			ds[i] = &leasedDelivery{}
+			its[i] = &benchItem{d: ds[i], host: host}
+		}
+		a1, a2, a3, b1, b2, c1 := its[0], its[1], its[2], its[3], its[4], its[5]
+		var logs bytes.Buffer
+		c := &Crawler{log: slog.New(slog.NewTextHandler(&logs, nil))}
+		k := &c.leases
+		for _, it := range its {
+			k.take(it.d)
+			w.add(it)
+		}
+		if it := w.take(); it != a1 {
+			t.Fatalf("took %v first, want a's first", it)
+		}
+		// a1 is in progress; a2 (a's next), b1 (b's first) and c1 (c's
+		// only) lose their leases, and a1 too; settled is reported settled.
+		b := &batchExtender{errs: map[broker.Delivery]error{
+			a1.d: fmt.Errorf("a1: %w", broker.ErrLeaseLost),
+			a2.d: fmt.Errorf("a2: %w", broker.ErrLeaseLost),
+			b1.d: fmt.Errorf("b1: %w", broker.ErrLeaseLost),
+			c1.d: fmt.Errorf("c1: %w", broker.ErrLeaseLost),
+			b2.d: fmt.Errorf("b2: %w", broker.ErrSettled),
+		}}
+		k.lost = func(lost []broker.Delivery) { c.dropLost(w, lost) }
+		done, stopped := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(stopped)
+			k.keep(context.Background(), 3*time.Second, b, done, slog.New(slog.DiscardHandler))
+		}()
+		time.Sleep(time.Second + time.Millisecond)
+		synctest.Wait()
+		close(done)
+		<-stopped
+		if n := k.inFlight(); n != 3 {
+			t.Errorf("the keeper holds %d after the drop, want 3 (a1 in progress, a3, b2)", n)
+		}
+		if !strings.Contains(logs.String(), "3 pages held back lost their lease") {
+			t.Errorf("no warning of the 3 pages dropped: %q", logs.String())
+		}
+		if _, ok := w.hosts["c"]; ok {
+			t.Error("c's entry stays with nothing held or in progress")
+		}
+		if w.hosts["a"] == nil || w.hosts["a"].active != 1 {
+			t.Fatal("a's page in progress is no longer counted")
+		}
+		var got []*benchItem
+		for it := w.take(); it != nil; it = w.take() {
+			got = append(got, it)
+		}
+		if len(got) != 1 || got[0] != b2 {
+			t.Fatalf("took %d after the drop, want b's second alone (a at its cap)", len(got))
+		}
+		w.done(a1)
+		if it := w.take(); it != a3 {
+			t.Errorf("took %v, want a's third", it)
+		}
+		if held := w.drain(); len(held) != 0 {
+			t.Errorf("drain returned %d, want none", len(held))
+		}
+	})
+}
+
+// TestWorkbenchDropWakesReceiver: a receiver waiting for room on a full
+// workbench is woken when the keeper drops lost deliveries from it. Its
+// wait ended only when a page ended or a parked host came back: after a
+// Redis rollback every held-back lease was lost at once, with no page in
+// progress, and the worker waited for good with its consumer's
+// read-ahead leased (TestRedisRolledBack hung with 582610d's drop,
+// "16 queued (0 ready)" for five minutes).
+func TestWorkbenchDropWakesReceiver(t *testing.T) {
+	w := newWorkbench(1, 2, nil)
+	a1 := &benchItem{d: &leasedDelivery{}, host: "a"}
+	w.add(a1)
+	w.add(&benchItem{d: &leasedDelivery{}, host: "a"})
+	w.add(&benchItem{d: &leasedDelivery{}, host: "a"})
+	if it := w.take(); it != a1 {
+		t.Fatalf("took %v, want a's first", it)
+	}
+	if !w.full() {
+		t.Fatal("the workbench is not full: nothing to test")
+	}
+	wait, wake := context.WithCancel(t.Context())
+	defer wake()
+	if !w.waitWith(wake) {
+		t.Fatal("waitWith says a held-back delivery may start (a is at its cap)")
+	}
+	if its := w.drop(func(d broker.Delivery) bool { return d != a1.d }); len(its) != 2 {
+		t.Fatalf("dropped %d, want the 2 held back", len(its))
+	}
+	if wait.Err() == nil {
+		t.Error("a drop that emptied a full workbench did not wake the receiver waiting for room: it waits for good")
+	}
+	if w.full() {
+		t.Error("the workbench is still full after the drop")
 	}
 }
