@@ -386,3 +386,43 @@ func listConsumers(t *testing.T, js jetstream.JetStream, stream string) []*jetst
 	}
 	return out
 }
+
+// TestConsumerHandsOutMostOfALease: a delivery that waited in the
+// read-ahead past a quarter of its lease comes out of Next extended, with
+// at least three quarters of a lease left (as from the Redis broker's
+// consumer). The engine's keeper extends what it holds every third of a
+// lease: handed out with half a lease left, as before, a delivery had a
+// sixth of one to spare before its first extension, and a worker held up
+// half a second at --lease 3s lost it and fetched its page anyway
+// (TestNATSThreeWorkers, 2 pages fetched twice under load). The wait
+// below ages the read-ahead's lease, the condition under test; a test
+// held up longer only makes the old code extend too.
+func TestConsumerHandsOutMostOfALease(t *testing.T) {
+	e := embedded(t, "")
+	conn := embeddedConn(e)
+	const lease = 4 * time.Second // the broker's margin: 0.4s
+	a := newBroker(t, conn(t), nats.Config{Lease: lease})
+	ctx := t.Context()
+	q := integration.Name(t) + ":requests"
+	if err := a.Publish(ctx, q, msg("m0", 0), msg("m1", 0)); err != nil {
+		t.Fatal(err)
+	}
+	c := consume(t, a, q, 4) // not full: the loop keeps no lease alive
+	first := next(t, c, 5*time.Second)
+	// m1 was read ahead with m0 (one pull): its lease is at least as old.
+	// Past a quarter of it (0.6s with the margin), before half (1.6s).
+	select {
+	case <-time.After(time.Second):
+	case <-ctx.Done():
+	}
+	asked := time.Now()
+	d := next(t, c, 5*time.Second)
+	if left, want := nats.LeaseLeft(d), lease*3/4-time.Since(asked); left < want {
+		t.Errorf("Next handed out a delivery with %v of its lease left, want at least %v (three quarters, less the time since Next was called)", left.Round(time.Millisecond), want.Round(time.Millisecond))
+	}
+	for _, d := range []broker.Delivery{first, d} {
+		if err := d.Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

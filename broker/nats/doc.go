@@ -52,7 +52,8 @@
 // longer than that margin settle a delivery the server has given away.
 // A consumer's read-ahead deliveries are leased from their pull too: while
 // its buffer is full it extends those past half their lease, and Next
-// extends one past half its lease before returning it.
+// extends one past a quarter of its lease before returning it: a
+// delivery comes out of Next with at least three quarters of a lease.
 //
 // Nack and Close give a message back by publishing a copy (to the end of
 // its band, or to the delay subject) and then acknowledging the delivery,
