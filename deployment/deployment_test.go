@@ -3,6 +3,7 @@ package deployment_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/trawlhq/trawl/deployment"
@@ -57,5 +58,30 @@ func TestOpenMemory(t *testing.T) {
 	}
 	if d.QueueName("m:requests") != "m:requests" {
 		t.Errorf("QueueName renamed a memory queue: %q", d.QueueName("m:requests"))
+	}
+}
+
+// TestOpenFilterRedisUnreachable: a shared broker's filter is in Redis by
+// default; when that Redis cannot be reached, the error says so, how to
+// name it and how to do without, not "--dedup=set" that the user never
+// gave (RabbitMQ opens the filter first: no server needed).
+func TestOpenFilterRedisUnreachable(t *testing.T) {
+	for _, c := range []struct {
+		filter string
+		want   []string
+	}{
+		{"", []string{"duplicate filter of --broker=rabbitmq is in Redis", "the default", "--redis-url", "--dedup=local", "127.0.0.1:1"}},
+		{"bloom", []string{"--dedup=bloom keeps the filter in Redis (--redis-url)", "127.0.0.1:1"}},
+	} {
+		cfg := deployment.Config{Broker: "rabbitmq", Filter: c.filter, RedisURL: "redis://127.0.0.1:1/0"}
+		_, err := deployment.Open(t.Context(), cfg, engine.Config{Name: "f"})
+		if err == nil {
+			t.Fatalf("Open(%+v) with no Redis: no error", cfg)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("Open(%+v) with no Redis: %q, want it to say %q", cfg, err, w)
+			}
+		}
 	}
 }

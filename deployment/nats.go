@@ -138,15 +138,11 @@ func (d *Deployment) sharedFilter(ctx context.Context) error {
 	}
 	client, err := d.redisClient(ctx)
 	if err != nil {
-		return fmt.Errorf("--dedup=%s keeps the filter in Redis: %w", d.filterOrSet(), err)
+		if d.cfg.Filter == "" { // not asked for: say why Redis, and how to do without
+			return fmt.Errorf("the duplicate filter of --broker=%s is in Redis (--dedup=set, the default; give --redis-url, or --dedup=local for a single worker): %w", d.cfg.Broker, err)
+		}
+		return fmt.Errorf("--dedup=%s keeps the filter in Redis (--redis-url): %w", d.cfg.Filter, err)
 	}
 	d.closes = append(d.closes, client.Close)
 	return d.redisExtras(ctx, client, false)
-}
-
-func (d *Deployment) filterOrSet() string {
-	if d.cfg.Filter == "" {
-		return "set"
-	}
-	return d.cfg.Filter
 }
