@@ -2,12 +2,14 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
@@ -18,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trawlhq/trawl/internal/syncbuf"
 	"github.com/trawlhq/trawl/internal/testsite"
 	"github.com/trawlhq/trawl/internal/testsite/sitetest"
 )
@@ -466,5 +469,38 @@ func TestReadmeFlags(t *testing.T) {
 				t.Errorf("%s %s is not in README.md", c, m[1])
 			}
 		}
+	}
+}
+
+// TestTestsiteSaysWhatItServes: trawl testsite prints its URL alone on
+// stdout (make demo reads it) and says on stderr what it serves and what
+// to do with it, instead of waiting silently.
+func TestTestsiteSaysWhatItServes(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, trawlBin, "testsite", "--pages", "7")
+	var stderr syncbuf.Buffer
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cancel(); cmd.Wait() }()
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		t.Fatalf("trawl testsite printed no URL: %v", err)
+	}
+	url := strings.TrimSpace(line)
+	if !strings.HasPrefix(url, "http://127.0.0.1:") || !strings.HasSuffix(url, "/") {
+		t.Fatalf("stdout's first line %q, want the site's URL alone", line)
+	}
+	want := "trawl testsite: serving 7 pages at " + url
+	until(t, ctx, "the testsite's line on stderr", func() bool { return strings.Contains(stderr.String(), "\n") })
+	if got := stderr.String(); !strings.HasPrefix(got, want) || !strings.Contains(got, "trawl crawl "+url) || !strings.Contains(got, url+"_testsite/verify") {
+		t.Errorf("stderr %q, want a line starting %q naming the command to crawl it and the verify URL", got, want)
 	}
 }

@@ -33,7 +33,9 @@ func newTestsiteCmd(o *options) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintln(o.stdout, url+"/")
+			fmt.Fprintln(o.stdout, url+"/") // alone on stdout, for scripts: url=$(trawl testsite &)
+			fmt.Fprintf(o.stderr, "trawl testsite: serving %d pages at %s/ until interrupted (Ctrl-C): crawl it with trawl crawl %s/, then GET %s/_testsite/verify says whether the crawl was correct\n",
+				opts.Pages, url, url, url)
 			if err := wait(); err != nil {
 				return err
 			}
