@@ -114,6 +114,6 @@ demo: build ## serve the test site and crawl it (no server needed)
 	  trap "kill $$pid" EXIT; \
 	  for i in $$(seq 50); do [ -s /tmp/trawl-demo-url ] && break; sleep 0.1; done; \
 	  url=$$(cat /tmp/trawl-demo-url); \
-	  bin/trawl crawl --flush --out demo.jsonl --idle-timeout 2s "$$url"; \
+	  bin/trawl crawl --name demo --flush --out demo.jsonl --idle-timeout 2s "$$url"; \
 	  echo "pages written: $$(wc -l < demo.jsonl) (demo.jsonl)"; \
 	  if command -v curl >/dev/null; then echo "the site says: $$(curl -s "$${url}_testsite/verify")"; fi
