@@ -71,6 +71,9 @@ type tracingBroker struct {
 	// and the rest of that publish with it (a message over NATS's max
 	// payload, say).
 	refuse string
+	// stall, while set, makes every lease extension a no-op that
+	// reports success: the worker held up, its leases running out.
+	stall atomic.Bool
 }
 
 // errRefused is the error of a publish that tracingBroker.refuse fails:
@@ -102,7 +105,7 @@ func (b *tracingBroker) Publish(ctx context.Context, queue string, msgs ...broke
 func (b *tracingBroker) Receive(ctx context.Context, queue string, max int) ([]broker.Delivery, error) {
 	ds, err := b.Broker.Receive(ctx, queue, max)
 	for i, d := range ds {
-		ds[i] = &tracedDelivery{Delivery: d, log: b.log}
+		ds[i] = &tracedDelivery{Delivery: d, log: b.log, stall: &b.stall}
 	}
 	return ds, err
 }
@@ -112,12 +115,13 @@ func (b *tracingBroker) Consume(ctx context.Context, queue string, prefetch int)
 	if err != nil {
 		return nil, err
 	}
-	return &tracedConsumer{Consumer: c, log: b.log}, nil
+	return &tracedConsumer{Consumer: c, log: b.log, stall: &b.stall}, nil
 }
 
 type tracedConsumer struct {
 	broker.Consumer
-	log *opLog
+	log   *opLog
+	stall *atomic.Bool
 }
 
 func (c *tracedConsumer) Next(ctx context.Context) (broker.Delivery, error) {
@@ -125,12 +129,20 @@ func (c *tracedConsumer) Next(ctx context.Context) (broker.Delivery, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &tracedDelivery{Delivery: d, log: c.log}, nil
+	return &tracedDelivery{Delivery: d, log: c.log, stall: c.stall}, nil
 }
 
 type tracedDelivery struct {
 	broker.Delivery
-	log *opLog
+	log   *opLog
+	stall *atomic.Bool // see tracingBroker.stall
+}
+
+func (d *tracedDelivery) Extend(ctx context.Context, lease time.Duration) error {
+	if d.stall.Load() {
+		return nil
+	}
+	return d.Delivery.Extend(ctx, lease)
 }
 
 func (d *tracedDelivery) path() string { return pathOf(d.Queue(), d.Message().Body) }
