@@ -61,6 +61,15 @@ func (o *options) crawl(ctx context.Context, args []string, seed bool, adopt []s
 		u, _ := url.Parse(s.URL)
 		trusted = append(trusted, engine.TrustedAddr(u)) // that port only
 	}
+	// Refused before anything is opened: the default mode would leave a
+	// store in ./.trawl/NAME, a crawl that trawl stats then finds.
+	local := o.broker == "" || o.broker == "memory"
+	if seed && len(starts) == 0 && local {
+		return usageError("crawl needs at least one start URL")
+	}
+	if !seed && local {
+		return usageError("worker needs a shared broker: --broker=redis, rabbitmq or nats")
+	}
 	b, err := o.open(ctx, "")
 	if err != nil {
 		return err
@@ -68,12 +77,6 @@ func (o *options) crawl(ctx context.Context, args []string, seed bool, adopt []s
 	defer b.Close()
 	if err := b.CheckStarts(ctx); err != nil {
 		return err
-	}
-	if seed && len(starts) == 0 && !b.Shared {
-		return usageError("crawl needs at least one start URL")
-	}
-	if !seed && !b.Shared {
-		return usageError("worker needs a shared broker: --broker=redis, rabbitmq or nats")
 	}
 	if o.flush {
 		if err := b.Purge(ctx, false); err != nil {

@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -397,6 +399,24 @@ func TestStoppingSaysWhatStops(t *testing.T) {
 	for args, name := range map[string]string{"testsite --pages 500": "trawl testsite: ", "dashboard": "trawl dashboard: ", "": "trawl: ", "nosuch": "trawl: "} {
 		if got := stopping(root, strings.Fields(args)); strings.Contains(got, "pages") || !strings.Contains(got, "signal again") || !strings.HasPrefix(got, name) {
 			t.Errorf("trawl %s: first signal says %q, want %q, no pages and how to exit at once", args, got, name)
+		}
+	}
+}
+
+// TestUsageErrorsLeaveNoStore: trawl crawl without a URL and trawl worker
+// without a shared broker are refused before anything is opened: they
+// left ./.trawl/trawl behind (an embedded store), a crawl that trawl stats
+// then found, instead of saying there is none.
+func TestUsageErrorsLeaveNoStore(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"crawl"}, {"worker"}} {
+		dir := t.TempDir()
+		r := trawlIn(t, dir, time.Minute, args...)
+		if r.code != 2 {
+			t.Errorf("trawl %v: exit %d, want 2; stderr:\n%s", args, r.code, r.stderr)
+		}
+		if _, err := os.Stat(filepath.Join(dir, ".trawl")); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("trawl %v, refused, left .trawl behind (%v)", args, err)
 		}
 	}
 }
