@@ -40,8 +40,8 @@ func newDashboardCmd(o *options) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "dashboard",
 		Short: "Serve a live web page of a crawl: workers, hosts, totals, queues, dead letters, settings, charts",
-		Long: "dashboard serves a page, and the JSON API behind it (/api/state, /api/history, POST /api/requeue), " +
-			"for the crawl the deployment flags name, as trawl stats reads it. It listens on loopback unless given a token.",
+		Long: "dashboard serves a page, and the JSON API behind it (/api/state, /api/history; POST /api/requeue, /api/pause, /api/resume), " +
+			"for the crawl the deployment flags name, as trawl stats reads it. It listens on --addr, loopback by default; any other address needs --token.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if token == "" {

@@ -132,7 +132,7 @@ func (o *options) addCrawlFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.sitemaps, "sitemaps", false, "also crawl the URLs the sitemaps of each start URL's host list (robots.txt Sitemap: lines and /sitemap.xml; indexes followed, gzip read), through scope and the filter like links")
 	fs.StringVar(&o.outFormat, "format", "", "items' format for a file or stdout: jsonl or csv (default: csv for an --out ending in .csv, else jsonl)")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", 3*time.Second, "exit once the crawl has been idle this long (0: serve forever)")
-	fs.BoolVar(&o.flush, "flush", false, "start clean: delete the crawl's frontier, filter and stats first (on Redis also its hosts' state and stored robots.txt files), and empty the --out file")
+	fs.BoolVar(&o.flush, "flush", false, "start clean: delete the crawl's frontier (its dead letters too), filter, stats and stored settings first (on Redis also its hosts' state and stored robots.txt files), and empty the --out file")
 	fs.BoolVar(&o.allowEmpty, "allow-empty", false, "exit 0 when a crawl wrote no item (by default it exits 1 and says why; a worker says why and exits 0)")
 	fs.DurationVar(&o.progressEvery, "progress-interval", 10*time.Second, "when stderr is not a terminal, log progress this often (0: never)")
 	fs.DurationVar(&o.lease, "lease", 30*time.Second, "how long a delivery stays with a worker before another may take it")
