@@ -56,8 +56,9 @@ const (
 //
 // The cache forgets expired entries when it has doubled in size since its
 // last sweep, so it holds about twice the hosts asked about within one TTL.
-// A host costs its key and 24 bytes beside it in a map (about 100 bytes),
-// and more only for what its file says beyond "everything allowed": a
+// A host costs its key (its host[:port], the scheme's map chosen) and 16
+// bytes beside it in a map (about 80 bytes), and more only for what its
+// file says beyond "everything allowed": a
 // file with no Disallow line and no Crawl-delay keeps no parsed rules.
 //
 // With a shared store (RobotsStore: the crawl's Redis), a file fetched
@@ -76,18 +77,25 @@ type robotsCache struct {
 	log     *slog.Logger
 
 	mu      sync.Mutex
-	known   map[string]robotsAnswer // key: scheme "://" host[:port]
-	pending map[string]*robotsFetch // the fetches under way, one per key
+	known   [2]map[string]robotsAnswer // by scheme (see schemeIndex); key: lower-case host[:port]
+	pending [2]map[string]*robotsFetch // the fetches under way, one per host
 	sweepAt int
 }
 
 // robotsAnswer is what the cache knows of one host, kept by value: a
-// host whose every path is allowed costs no more than these 24 bytes
+// host whose every path is allowed costs no more than these 16 bytes
 // beside its key.
 type robotsAnswer struct {
-	rules    *robotsRules  // nil: everything allowed, no Crawl-delay, no sitemaps
-	expires  time.Duration // since the cache's epoch
-	failures int           // consecutive fetches that found the file unreachable
+	rules   *robotsRules  // nil: everything allowed, no Crawl-delay, no sitemaps
+	expires time.Duration // since the cache's epoch
+}
+
+// failures is how many fetches in a row found a's file unreachable.
+func (a robotsAnswer) failures() int {
+	if a.rules == nil {
+		return 0
+	}
+	return a.rules.failures
 }
 
 // robotsRules is what an answer says beyond "everything allowed".
@@ -96,14 +104,25 @@ type robotsRules struct {
 	sitemaps []string         // the file's Sitemap: lines
 	refused  error            // the address guard refused the host (wraps ErrLocalRefusal)
 	down     error            // unreachable (5xx, network error): disallow until expires
+	failures int              // consecutive fetches that found the file unreachable
+}
+
+// schemeIndex is the index of scheme's maps in a robotsCache: a host's
+// key is its host[:port] alone, which costs no string built per page.
+func schemeIndex(scheme string) int {
+	if scheme == "https" {
+		return 1
+	}
+	return 0
 }
 
 // robotsFetch is a fetch of a host's robots.txt under way: the callers
 // who asked meanwhile wait for done.
 type robotsFetch struct {
-	done   chan struct{} // closed when the fetch finished
-	answer robotsAnswer  // set before done is closed
-	failed bool          // the fetching caller's context ended: callers try again
+	done     chan struct{} // closed when the fetch finished
+	answer   robotsAnswer  // set before done is closed
+	failures int           // the host's answer's before this fetch
+	failed   bool          // the fetching caller's context ended: callers try again
 }
 
 // RobotsStore keeps robots.txt files for every worker of a crawl: a
@@ -163,8 +182,8 @@ func newRobotsCache(f *httpFetcher, userAgent string, ttl time.Duration) *robots
 		now:     time.Now,
 		epoch:   time.Now(),
 		log:     f.log,
-		known:   make(map[string]robotsAnswer),
-		pending: make(map[string]*robotsFetch),
+		known:   [2]map[string]robotsAnswer{{}, {}},
+		pending: [2]map[string]*robotsFetch{{}, {}},
 		sweepAt: minSweep,
 	}
 }
@@ -186,22 +205,22 @@ func (r *robotsCache) check(ctx context.Context, u *url.URL) (allowed bool, craw
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return false, 0, nil, fmt.Errorf("robots: check %q: want an absolute http or https URL", u)
 	}
-	key := u.Scheme + "://" + strings.ToLower(u.Host)
+	s, host := schemeIndex(u.Scheme), strings.ToLower(u.Host)
 	for {
-		a, f, leader := r.lookup(key)
+		a, f, leader := r.lookup(s, host)
 		if f != nil {
 			if leader {
-				r.fill(ctx, f, key, u)
+				r.fill(ctx, f, s, host, u)
 			} else {
 				select {
 				case <-f.done:
 				case <-ctx.Done():
-					return false, 0, nil, fmt.Errorf("robots: wait for %s/robots.txt: %w", key, ctx.Err())
+					return false, 0, nil, fmt.Errorf("robots: wait for %s://%s/robots.txt: %w", u.Scheme, host, ctx.Err())
 				}
 			}
 			if f.failed {
 				if err := ctx.Err(); err != nil {
-					return false, 0, nil, fmt.Errorf("robots: fetch %s/robots.txt: %w", key, err)
+					return false, 0, nil, fmt.Errorf("robots: fetch %s://%s/robots.txt: %w", u.Scheme, host, err)
 				}
 				continue // the leader gave up; try again
 			}
@@ -214,7 +233,7 @@ func (r *robotsCache) check(ctx context.Context, u *url.URL) (allowed bool, craw
 		case rules.refused != nil:
 			return false, 0, nil, rules.refused
 		case rules.down != nil:
-			return false, 0, nil, &RobotsUnavailableError{Host: key, Until: r.epoch.Add(a.expires), Cause: rules.down}
+			return false, 0, nil, &RobotsUnavailableError{Host: u.Scheme + "://" + host, Until: r.epoch.Add(a.expires), Cause: rules.down}
 		case rules.group == nil:
 			return true, 0, rules.sitemaps, nil
 		}
@@ -229,29 +248,32 @@ func (r *robotsCache) check(ctx context.Context, u *url.URL) (allowed bool, craw
 	}
 }
 
-// lookup returns key's answer if it is live; else the fetch under way
-// for key, or a new one that the caller (the leader) must fill.
-func (r *robotsCache) lookup(key string) (a robotsAnswer, f *robotsFetch, leader bool) {
+// lookup returns host's answer (of scheme index s) if it is live; else
+// the fetch under way for it, or a new one that the caller (the leader)
+// must fill.
+func (r *robotsCache) lookup(s int, host string) (a robotsAnswer, f *robotsFetch, leader bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if f := r.pending[key]; f != nil {
+	if f := r.pending[s][host]; f != nil {
 		return robotsAnswer{}, f, false
 	}
 	now := r.now().Sub(r.epoch)
-	a, ok := r.known[key]
+	a, ok := r.known[s][host]
 	if ok && now < a.expires {
 		return a, nil, false
 	}
-	if len(r.known) >= r.sweepAt {
-		for k, old := range r.known {
-			if now >= old.expires {
-				delete(r.known, k)
+	if len(r.known[0])+len(r.known[1]) >= r.sweepAt {
+		for _, known := range r.known {
+			for k, old := range known {
+				if now >= old.expires {
+					delete(known, k)
+				}
 			}
 		}
-		r.sweepAt = max(minSweep, 2*len(r.known))
+		r.sweepAt = max(minSweep, 2*(len(r.known[0])+len(r.known[1])))
 	}
-	f = &robotsFetch{done: make(chan struct{}), answer: robotsAnswer{failures: a.failures}}
-	r.pending[key] = f
+	f = &robotsFetch{done: make(chan struct{}), failures: a.failures()}
+	r.pending[s][host] = f
 	return robotsAnswer{}, f, true
 }
 
@@ -260,44 +282,46 @@ func (r *robotsCache) lookup(key string) (a robotsAnswer, f *robotsFetch, leader
 func (r *robotsCache) forgetRefusals() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for k, a := range r.known {
-		if a.rules != nil && a.rules.refused != nil {
-			delete(r.known, k)
+	for _, known := range r.known {
+		for k, a := range known {
+			if a.rules != nil && a.rules.refused != nil {
+				delete(known, k)
+			}
 		}
 	}
 }
 
 // fill fetches the robots.txt for f, or reads it from the shared store,
-// keeps the answer under key and closes f.done.
-func (r *robotsCache) fill(ctx context.Context, f *robotsFetch, key string, u *url.URL) {
+// keeps the answer under host (of scheme index s) and closes f.done.
+func (r *robotsCache) fill(ctx context.Context, f *robotsFetch, s int, host string, u *url.URL) {
 	group, sitemaps, ttl, err := r.load(ctx, u)
 	r.mu.Lock()
-	delete(r.pending, key)
-	a := f.answer
+	delete(r.pending[s], host)
+	var a robotsAnswer
+	failures := f.failures
 	now := r.now().Sub(r.epoch)
 	switch {
 	case err != nil && ctx.Err() != nil:
 		f.failed = true
 	case errors.Is(err, ErrLocalRefusal):
-		a.rules = &robotsRules{refused: err}
+		a.rules = &robotsRules{refused: err, failures: failures}
 		a.expires = now + robotsErrorTTL
 	case err != nil:
-		wait := robotsRetryMin << min(a.failures, 16)
+		wait := robotsRetryMin << min(failures, 16)
 		wait = min(wait, robotsRetryMax)
-		a.failures++
-		a.rules = &robotsRules{down: err}
+		failures++
+		a.rules = &robotsRules{down: err, failures: failures}
 		a.expires = now + wait
 		lvl := slog.LevelInfo
 		if wait >= 16*time.Second { // a wait that is no longer short says why
 			lvl = slog.LevelWarn
 		}
 		r.log.Log(ctx, lvl, "robots.txt unreachable; host disallowed until it can be fetched",
-			"url", u.Scheme+"://"+u.Host+"/robots.txt", "retry_in", wait, "failures", a.failures, "error", err)
+			"url", u.Scheme+"://"+u.Host+"/robots.txt", "retry_in", wait, "failures", failures, "error", err)
 	default:
-		if a.failures > 0 {
+		if failures > 0 {
 			r.log.Info("robots.txt reachable again", "url", u.Scheme+"://"+u.Host+"/robots.txt")
 		}
-		a.failures = 0
 		if group != nil || len(sitemaps) > 0 {
 			a.rules = &robotsRules{group: group, sitemaps: sitemaps}
 		}
@@ -305,7 +329,8 @@ func (r *robotsCache) fill(ctx context.Context, f *robotsFetch, key string, u *u
 	}
 	if !f.failed {
 		f.answer = a
-		r.known[key] = a
+		// A key of its own: host may be part of a page's URL.
+		r.known[s][strings.Clone(host)] = a
 	}
 	r.mu.Unlock()
 	close(f.done)
