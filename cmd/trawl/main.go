@@ -30,6 +30,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"regexp"
 	"runtime/debug"
 	"runtime/metrics"
 	"runtime/pprof"
@@ -225,7 +226,30 @@ func hint(msg string, err error) string {
 	if errors.Is(err, engine.ErrSettingsConflict) {
 		return msg + "; a crawl's settings are stored when it is first seeded (trawl seed or trawl crawl): to start it again with new ones, run trawl crawl --flush with them (or trawl purge, then trawl seed with them)"
 	}
-	return connHint(msg, err)
+	return connHint(plainParse(msg), err)
+}
+
+// parseErr is strconv's text for a value that does not parse, as pflag,
+// the config file and TRAWL_* variables pass it on (flattened to text).
+var parseErr = regexp.MustCompile(`strconv\.Parse(Bool|Int|Uint|Float): parsing ("[^"]*"): (invalid syntax|value out of range)`)
+
+// plainParse says what a flag wants where msg has strconv's "strconv.ParseBool:
+// parsing "yes": invalid syntax": `want true or false, not "yes"`.
+func plainParse(msg string) string {
+	return parseErr.ReplaceAllStringFunc(msg, func(m string) string {
+		sub := parseErr.FindStringSubmatch(m)
+		if sub[3] == "value out of range" {
+			return sub[2] + " is out of range"
+		}
+		want := "a whole number"
+		switch sub[1] {
+		case "Bool":
+			want = "true or false"
+		case "Float":
+			want = "a number"
+		}
+		return "want " + want + ", not " + sub[2]
+	})
 }
 
 // redactWriter redacts the passwords of URLs written through it. Each

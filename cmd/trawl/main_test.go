@@ -163,6 +163,11 @@ func TestBadInput(t *testing.T) {
 		{"unknown broker", []string{"crawl", "--broker=kafka", "http://example.com/"}, 2, "--broker"},
 		{"bad duration", []string{"crawl", "--delay=soon", "http://example.com/"}, 2, "delay"},
 		{"unknown flag", []string{"crawl", "--nope", "http://example.com/"}, 2, "unknown flag"},
+		// strconv's "strconv.ParseBool: parsing \"yes\": invalid syntax"
+		// said in words.
+		{"not a boolean", []string{"crawl", "--allow-private=yes", "http://example.com/"}, 2, `invalid argument "yes" for "--allow-private" flag: want true or false, not "yes"`},
+		{"not a whole number", []string{"crawl", "--concurrency=x", "http://example.com/"}, 2, `invalid argument "x" for "--concurrency" flag: want a whole number, not "x"`},
+		{"not a number", []string{"crawl", "--bloom-fp-rate=low", "http://example.com/"}, 2, `want a number, not "low"`},
 		// --ignore-robots: an unreachable robots.txt defers the page
 		// for minutes (RFC 9309), which is not what this case tests.
 		{"unreachable site", []string{"crawl", "--idle-timeout=100ms", "--ignore-robots", "http://127.0.0.1:1/"}, 1, "no page could be fetched"},
