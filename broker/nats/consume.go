@@ -2,12 +2,13 @@ package nats
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	natsgo "github.com/nats-io/nats.go"
 
 	"github.com/trawlhq/trawl/broker"
 )
@@ -56,6 +57,17 @@ func (b *Broker) Consume(ctx context.Context, queue string, prefetch int) (broke
 // (work stealing); meanwhile it waits on its own, and once it may steal
 // and all are empty, on all.
 //
+// Standing requests: a wait's requests stay open with the server when it
+// returns, while the read-ahead has room for what they may bring (a
+// message a band and partition; at most half of prefetch), so that the
+// next wait sends only those that brought their message, not a pull
+// request per band and partition again. What they bring meanwhile is
+// read as the loop waits for room (waitRoom) and counted against the
+// read-ahead, which each take leaves room for; the requests are stopped
+// (drained) when the loop waits on other partitions (Prefer, stealing),
+// fails or ends. A consumer with less read-ahead stops them at the end of
+// every wait, as Receive does.
+//
 // Read-ahead deliveries are leased (the server counts AckWait from its
 // sending): while buf is full the loop extends those past half their
 // lease, and Next extends one past a quarter of its lease before
@@ -78,7 +90,8 @@ type consumer struct {
 	look   chan struct{} // poked when Prefer is called
 	hunger chan struct{} // poked when a Next starts waiting on an empty buf with a preference
 
-	qs []*queue // the partitions, owned by run; nil: to be opened again
+	qs    []*queue // the partitions, owned by run; nil: to be opened again
+	stand *waiting // the pull requests of the last wait, kept open (see consumer: standing requests); owned by run
 
 	mu    sync.Mutex
 	buf   []*delivery // read ahead, not yet returned by Next; sorted
@@ -127,17 +140,19 @@ func (c *consumer) run() {
 		var ds []*delivery
 		if err == nil {
 			own, others := c.split(c.qs)
-			room := c.prefetch - c.buffered()
-			ds, failed, err = b.takeAll(own, room)
+			room := c.prefetch - c.buffered() - c.pending()
+			if room > 0 {
+				ds, failed, err = b.takeAll(own, room)
+			}
 			steal := time.Time{} // when it may steal, if it may not yet
-			if len(others) > 0 && err == nil {
+			if len(others) > 0 && err == nil && room > 0 {
 				if steal = c.dried(len(ds) == 0); steal.IsZero() {
 					ds, failed, err = b.takeAll(others, room)
 					own = c.qs // if all are empty, wait on all
 				}
 			}
 			if len(ds) == 0 && err == nil {
-				if c.buffered() > 0 {
+				if c.buffered() > 0 || room <= 0 {
 					dry = true
 					continue
 				}
@@ -154,6 +169,7 @@ func (c *consumer) run() {
 		}
 		if c.qs != nil && !b.known(c.qs) {
 			c.qs = nil // forgotten by after: open them again
+			c.push(c.unstand())
 		}
 	}
 }
@@ -238,6 +254,11 @@ func (c *consumer) stealAt() time.Time {
 // is no error. A Next that starts waiting meanwhile (hunger) moves steal
 // without cutting the wait: its pull requests are not sent again for it.
 func (c *consumer) wait(qs []*queue, steal time.Time, preferring bool) ([]*delivery, *queue, error) {
+	if c.stand != nil && (c.stand.stopped || !c.stand.same(qs)) {
+		if ds := c.unstand(); len(ds) > 0 {
+			return ds, nil, nil // came before its requests were stopped
+		}
+	}
 	ctx, cancel := context.WithCancel(c.ctx)
 	defer cancel()
 	watched := make(chan struct{})
@@ -267,21 +288,53 @@ func (c *consumer) wait(qs []*queue, steal time.Time, preferring bool) ([]*deliv
 			return
 		}
 	}()
-	var ds []*delivery
-	var failed *queue
-	var err error
-	if len(qs) > 0 {
-		ds, failed, err = c.b.wait(ctx, qs, 1)
-	} else { // none of its own: until it may steal, or is poked
+	if len(qs) == 0 { // none of its own: until it may steal, or is poked
 		<-ctx.Done()
-		err = ctx.Err()
+		cancel()
+		<-watched
+		return nil, nil, nil
 	}
+	if c.stand == nil {
+		w, err := c.b.openWaiting(qs, 1)
+		if err != nil {
+			cancel()
+			<-watched
+			return nil, qs[0], err
+		}
+		c.stand = w
+	}
+	ds, failed, err, again := c.stand.wait(ctx, nil)
 	cancel()
 	<-watched
-	if err != nil && ctx.Err() != nil && c.ctx.Err() == nil && !errors.Is(err, broker.ErrClosed) {
-		err = nil // cut short: look again
+	if err != nil || again || c.stand.gone || c.stand.bands() > c.prefetch/2 {
+		// Stopped (a failure, a reconnection), or too many for the
+		// read-ahead to keep open (see consumer: standing requests).
+		ds = append(ds, c.unstand()...)
+	}
+	if c.ctx.Err() != nil {
+		return ds, nil, nil // the loop gives them back as it ends
 	}
 	return ds, failed, err
+}
+
+// pending is how many messages the consumer's open pull requests may
+// still bring (see consumer: standing requests).
+func (c *consumer) pending() int {
+	if c.stand == nil {
+		return 0
+	}
+	return c.stand.pending()
+}
+
+// unstand stops the pull requests kept open, if any, and returns the
+// deliveries they brought.
+func (c *consumer) unstand() []*delivery {
+	if c.stand == nil {
+		return nil
+	}
+	ds := c.stand.stop()
+	c.stand = nil
+	return ds
 }
 
 // known tells whether qs are still the broker's open partitions of their
@@ -322,24 +375,45 @@ func (c *consumer) push(ds []*delivery) {
 }
 
 // waitRoom waits until buf may be refilled: it is empty or, unless the
-// last take came back dry, half of prefetch is free. Meanwhile it keeps
-// the leases of buf alive. It returns false once the consumer ends.
+// last take came back dry, half of prefetch is free (of buf and of what
+// the open pull requests may bring). Meanwhile it keeps the leases of buf
+// alive, and takes what the open pull requests bring (a message come
+// makes the loop take again). It returns false once the consumer ends.
 func (c *consumer) waitRoom(dry bool) bool {
 	threshold := max(1, (c.prefetch+1)/2)
 	for {
+		var answers <-chan *natsgo.Msg
+		if w := c.stand; w != nil {
+			if ds := w.poll(); len(ds) > 0 {
+				c.push(ds)
+				dry = false
+			}
+			if w.stopped || w.gone {
+				c.push(c.unstand()) // failed: the next wait sends them anew
+			} else {
+				answers = w.answers
+			}
+		}
 		n := c.buffered()
-		if n == 0 || (!dry && c.prefetch-n >= threshold) {
+		if n == 0 || (!dry && c.prefetch-n-c.pending() >= threshold) {
 			return c.ctx.Err() == nil
 		}
 		t := time.NewTimer(c.b.cfg.Lease / 4)
 		select {
 		case <-c.room:
 			t.Stop()
+		case m := <-answers:
+			t.Stop()
+			c.stand.idle = time.Time{} // it comes now
+			c.stand.handle(m)
 		case <-t.C:
 			c.keepAlive()
 		case <-c.ctx.Done():
 			t.Stop()
 			return false
+		}
+		if c.stand != nil {
+			c.stand.idle = time.Now()
 		}
 	}
 }
@@ -423,8 +497,9 @@ func (c *consumer) refresh(ctx context.Context, d *delivery) error {
 
 // end gives back what the loop read ahead, once it stops.
 func (c *consumer) end() {
+	came := c.unstand()
 	c.mu.Lock()
-	ds := c.buf
+	ds := append(c.buf, came...)
 	c.buf, c.ended = nil, true
 	c.mu.Unlock()
 	c.b.unclaim(ds)

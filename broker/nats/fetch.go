@@ -402,12 +402,13 @@ func (b *Broker) takeAll(qs []*queue, limit int) ([]*delivery, *queue, error) {
 	return got, nil, nil
 }
 
-// waitPull is one of wait's pull requests: on consumer cons of q, for up
-// to n messages at a time.
+// waitPull is one of a waiting's pull requests: on consumer cons of q,
+// for up to n messages at a time.
 type waitPull struct {
 	q    *queue
 	cons int
 	n    int
+	open bool      // sent, and not yet ended or filled
 	left int       // messages still to come on the request sent last
 	sent time.Time // when the request was sent last
 }
@@ -421,41 +422,16 @@ type waitPull struct {
 // (possibly more than batch: the caller gives back what it does not
 // want). When ctx ends or the broker closes first, it gives back
 // (uncounted) what came and returns the reason. With an error it returns
-// the partition whose request failed.
-//
-// The requests share one subscription, on a wildcard inbox, each with a
-// reply subject of its own: they are published without waiting for an
-// answer, and stopping them is one drain, so that what a wait costs the
-// client (a subscription, its reader, the round trips of starting and
-// stopping) does not grow with bands × partitions. (nats.go's Messages
-// would be a subscription, a reader and heartbeat timers per band and
-// per partition, each drained on its own.) A request is sent again when
-// it expires (every waitExpiry) or has brought its batch; one left
-// unanswered past its expiry by Timeout (a restarted server forgets
-// waiting requests), a reconnection or a consumer's change of leader
-// starts the requests anew on a new subscription (see waitRound).
-//
-// Stopping drains the subscription: the server forgets a pull request as
-// soon as its inbox has no subscriber, and every message it sent before
-// that is still read. (Abandoning a request instead would let it take a
-// message for nobody, back only after its lease.)
+// the partition whose request failed. (A consumer keeps its requests
+// open from one wait to the next instead: see waiting.)
 func (b *Broker) wait(ctx context.Context, qs []*queue, batch int) ([]*delivery, *queue, error) {
-	var pulls []*waitPull
-	index := map[string]int{} // "<stream> <consumer>": its request in pulls
-	for _, q := range qs {
-		for i, name := range q.consumers {
-			n := batch
-			if i == q.delayIdx() {
-				n = delayBatch
-			}
-			index[q.work+" "+name] = len(pulls)
-			pulls = append(pulls, &waitPull{q: q, cons: i, n: n})
-		}
-	}
-	status := b.nc.StatusChanged(natsgo.CONNECTED, natsgo.CLOSED)
-	defer b.nc.RemoveStatusListener(status)
 	for {
-		got, failedQ, failed, again := b.waitRound(ctx, pulls, index, status)
+		w, err := b.openWaiting(qs, batch)
+		if err != nil {
+			return nil, qs[0], err
+		}
+		got, failedQ, failed, again := w.wait(ctx, nil)
+		got = append(got, w.stop()...)
 		switch {
 		case b.life.Err() != nil:
 			b.unclaim(got)
@@ -473,154 +449,301 @@ func (b *Broker) wait(ctx context.Context, qs []*queue, batch int) ([]*delivery,
 	}
 }
 
-// waitRound is one round of wait's requests, on a subscription of its
-// own. It returns what came, or the error that stopped it and the
-// partition whose request failed, or again: the requests must be sent
-// anew (some went unanswered, the connection reconnected, a consumer's
-// leader changed). status brings the connection's reconnections and its
-// closing.
+// waiting is a set of waiting pull requests, one on every band and delay
+// consumer of some partitions (for batch messages a band), that share one
+// subscription, on a wildcard inbox, each with a reply subject of its
+// own: they are published without waiting for an answer, and stopping
+// them is one drain, so that what a wait costs the client (a
+// subscription, its reader, the round trips of starting and stopping)
+// does not grow with bands × partitions. (nats.go's Messages would be a
+// subscription, a reader and heartbeat timers per band and per partition,
+// each drained on its own.)
 //
-// The subscription's channel has room for every request's batch and its
-// end (pullSlack each), which is all a request can have outstanding: one
-// is sent again only once its batch or its end was read.
-func (b *Broker) waitRound(ctx context.Context, pulls []*waitPull, index map[string]int,
-	status <-chan natsgo.Status) (got []*delivery, failedQ *queue, failed error, again bool) {
-	inbox := b.nc.NewInbox()
-	room := 0
-	for _, p := range pulls {
-		room += p.n + pullSlack
-	}
-	answers := make(chan *natsgo.Msg, room)
-	sub, err := b.nc.ChanSubscribe(inbox+".*", answers)
-	if err != nil {
-		return nil, pulls[0].q, fmt.Errorf("pull: %w", err), false
-	}
-	defer func() { _ = sub.Unsubscribe() }() // an error once drained
-	// closed: the subscription has ended (drained, or the connection
-	// closed); what came before is in answers.
-	closed := sub.StatusChanged(natsgo.SubscriptionClosed)
-	send := func(i int) error {
-		p := pulls[i]
-		req, err := json.Marshal(pullRequest{Batch: p.n, Expires: waitExpiry})
-		if err != nil {
-			return err
-		}
-		p.left, p.sent = p.n, time.Now()
-		subject := b.api + "CONSUMER.MSG.NEXT." + p.q.work + "." + p.q.consumers[p.cons]
-		return b.nc.PublishRequest(subject, inbox+"."+strconv.Itoa(i), req)
-	}
+// A request is sent when a wait begins unless it is still open with the
+// server: one that brought its batch is sent again at the next wait, not
+// at once, so that the messages the requests may still bring are never
+// more than pending says (a consumer counts them against its read-ahead).
+// A request is renewed when it expires (every waitExpiry); one left
+// unanswered past its expiry by Timeout (a restarted server forgets
+// waiting requests), a reconnection or a consumer's change of leader
+// make wait report again: the requests must be sent anew, on a new
+// subscription. Delayed messages are handled as they come, and the delay
+// consumer's request sent again once it brought its batch.
+//
+// Stopping drains the subscription: the server forgets a pull request as
+// soon as its inbox has no subscriber, and every message it sent before
+// that is still read. (Abandoning a request instead would let it take a
+// message for nobody, back only after its lease.)
+//
+// A waiting is used by one goroutine at a time.
+type waiting struct {
+	b       *Broker
+	qs      []*queue
+	pulls   []*waitPull
+	index   map[string]int // "<stream> <consumer>": its request in pulls
+	inbox   string
+	answers chan *natsgo.Msg
+	sub     *natsgo.Subscription
+	closed  <-chan natsgo.SubStatus // the subscription has ended (drained, or the connection closed)
+	status  chan natsgo.Status      // the connection's reconnections and its closing
 
-	done, closing := ctx.Done(), b.life.Done()
-	stopped := false
-	gone := false // the subscription could not be drained (the connection closed)
-	var drained <-chan time.Time
-	stop := func() {
-		if stopped {
+	// idle is when its owner last stopped reading answers (a wait
+	// returned): what it reads later came after that, at the latest
+	// (see handle); zero while a wait reads.
+	idle time.Time
+
+	got     []*delivery
+	failedQ *queue
+	failed  error
+	again   bool
+	stopped bool
+	gone    bool // the subscription could not be drained (the connection closed)
+	drained <-chan time.Time
+}
+
+// openWaiting makes the requests of a waiting on partitions qs, for batch
+// messages a band, on a new subscription; none is sent yet.
+func (b *Broker) openWaiting(qs []*queue, batch int) (*waiting, error) {
+	w := &waiting{b: b, qs: qs, index: map[string]int{}, inbox: b.nc.NewInbox()}
+	room := 0
+	for _, q := range qs {
+		for i, name := range q.consumers {
+			n := batch
+			if i == q.delayIdx() {
+				n = delayBatch
+			}
+			w.index[q.work+" "+name] = len(w.pulls)
+			w.pulls = append(w.pulls, &waitPull{q: q, cons: i, n: n})
+			room += n + pullSlack
+		}
+	}
+	// The channel has room for every request's batch and its end
+	// (pullSlack each), which is all a request can have outstanding: one
+	// is sent again only once its batch or its end was read.
+	w.answers = make(chan *natsgo.Msg, room)
+	sub, err := b.nc.ChanSubscribe(w.inbox+".*", w.answers)
+	if err != nil {
+		return nil, fmt.Errorf("pull: %w", err)
+	}
+	w.sub = sub
+	w.closed = sub.StatusChanged(natsgo.SubscriptionClosed)
+	w.status = b.nc.StatusChanged(natsgo.CONNECTED, natsgo.CLOSED)
+	return w, nil
+}
+
+// pending is how many band messages the open requests may still bring.
+func (w *waiting) pending() int {
+	n := 0
+	for _, p := range w.pulls {
+		if p.open && p.cons != p.q.delayIdx() {
+			n += p.left
+		}
+	}
+	return n
+}
+
+// bands is how many band requests w has.
+func (w *waiting) bands() int {
+	n := 0
+	for _, q := range w.qs {
+		n += len(q.bands)
+	}
+	return n
+}
+
+// same tells whether w waits on exactly the partitions qs.
+func (w *waiting) same(qs []*queue) bool {
+	return slices.Equal(w.qs, qs)
+}
+
+func (w *waiting) send(i int) error {
+	p := w.pulls[i]
+	req, err := json.Marshal(pullRequest{Batch: p.n, Expires: waitExpiry})
+	if err != nil {
+		return err
+	}
+	p.open, p.left, p.sent = true, p.n, time.Now()
+	subject := w.b.api + "CONSUMER.MSG.NEXT." + p.q.work + "." + p.q.consumers[p.cons]
+	return w.b.nc.PublishRequest(subject, w.inbox+"."+strconv.Itoa(i), req)
+}
+
+// stopping drains the subscription, once.
+func (w *waiting) stopping() {
+	if w.stopped {
+		return
+	}
+	w.stopped = true
+	w.drained = time.After(w.b.cfg.Timeout)
+	if err := w.sub.Drain(); err != nil {
+		w.gone = true
+	}
+}
+
+func (w *waiting) fail(p *waitPull, err error) {
+	if !w.stopped {
+		w.failed, w.failedQ = fmt.Errorf("pull: %w", pullErr(err)), p.q
+		w.stopping()
+	}
+}
+
+// handle takes one thing the subscription brought; a band message becomes
+// a delivery in w.got. One read while no wait was reading is leased from
+// when the last wait returned (it came after that): a message that waited
+// in the channel is not counted on for longer than the server leased it.
+func (w *waiting) handle(m *natsgo.Msg) {
+	if !isMessage(m) {
+		// The server's status for the request that m's subject names.
+		i, err := strconv.Atoi(strings.TrimPrefix(m.Subject, w.inbox+"."))
+		if err != nil || i < 0 || i >= len(w.pulls) || w.stopped {
 			return
 		}
-		stopped = true
-		done, closing = nil, nil
-		drained = time.After(b.cfg.Timeout)
-		if err := sub.Drain(); err != nil {
-			gone = true
-		}
-	}
-	fail := func(p *waitPull, err error) {
-		if !stopped {
-			failed, failedQ = fmt.Errorf("pull: %w", pullErr(err)), p.q
-			stop()
-		}
-	}
-	// handle takes one thing the subscription brought.
-	handle := func(m *natsgo.Msg) {
-		if !isMessage(m) {
-			// The server's status for the request that m's subject
-			// names.
-			i, err := strconv.Atoi(strings.TrimPrefix(m.Subject, inbox+"."))
-			if err != nil || i < 0 || i >= len(pulls) || stopped {
-				return
+		p := w.pulls[i]
+		status, desc := m.Header.Get("Status"), m.Header.Get("Description")
+		switch {
+		case status == "100": // a heartbeat
+		case status == "404" || status == "408": // expired: renew it
+			if err := w.send(i); err != nil {
+				w.fail(p, err)
 			}
-			status, desc := m.Header.Get("Status"), m.Header.Get("Description")
-			switch {
-			case status == "100": // a heartbeat
-			case status == "404" || status == "408": // expired: renew it
-				if err := send(i); err != nil {
-					fail(pulls[i], err)
-				}
-			case status == "503":
-				fail(pulls[i], natsgo.ErrNoResponders)
-			case status == "409" && strings.Contains(strings.ToLower(desc), "leadership change"):
-				again = true
-				stop()
-			case strings.Contains(strings.ToLower(desc), "consumer deleted"):
-				fail(pulls[i], fmt.Errorf("%w: status %s: %s", jetstream.ErrConsumerDeleted, status, desc))
-			default:
-				fail(pulls[i], fmt.Errorf("status %s: %s", status, desc))
-			}
-			return
+		case status == "503":
+			w.fail(p, natsgo.ErrNoResponders)
+		case status == "409" && strings.Contains(strings.ToLower(desc), "leadership change"):
+			w.again = true
+			w.stopping()
+		case strings.Contains(strings.ToLower(desc), "consumer deleted"):
+			w.fail(p, fmt.Errorf("%w: status %s: %s", jetstream.ErrConsumerDeleted, status, desc))
+		default:
+			w.fail(p, fmt.Errorf("status %s: %s", status, desc))
 		}
-		i, ok := index[ackStreamConsumer(m.Reply)]
-		if !ok {
-			b.log.Warn("a message came for none of a wait's pull requests; it comes back after its lease",
-				"queue", pulls[0].q.queue, "reply", m.Reply)
-			return
+		return
+	}
+	i, ok := w.index[ackStreamConsumer(m.Reply)]
+	if !ok {
+		w.b.log.Warn("a message came for none of a wait's pull requests; it comes back after its lease",
+			"queue", w.qs[0].queue, "reply", m.Reply)
+		return
+	}
+	p := w.pulls[i]
+	if p.left--; p.left <= 0 {
+		p.open = false
+	}
+	if d := w.b.accept(p.q, p.cons, m, w.idle); d != nil {
+		w.got = append(w.got, d)
+	}
+	if !p.open && p.cons == p.q.delayIdx() && !w.stopped {
+		if err := w.send(i); err != nil {
+			w.fail(p, err)
 		}
-		p := pulls[i]
-		p.left--
-		if d := b.accept(p.q, p.cons, m, time.Time{}); d != nil {
-			got = append(got, d)
-			stop()
+	}
+}
+
+// take returns what came and was handled, and forgets it.
+func (w *waiting) take() []*delivery {
+	got := w.got
+	w.got = nil
+	return got
+}
+
+// poll handles what the subscription brought, without waiting, and
+// returns the deliveries that came.
+func (w *waiting) poll() []*delivery {
+	for !w.gone {
+		select {
+		case m := <-w.answers:
+			w.handle(m)
+			continue
+		default:
 		}
-		if p.left == 0 && !stopped {
-			if err := send(i); err != nil {
-				fail(p, err)
+		break
+	}
+	return w.take()
+}
+
+// wait sends the requests not open, then waits until a band message
+// comes, ctx ends, the broker closes, cut is closed or sent to, or the
+// requests fail (failed, and the partition failedQ) or must be sent anew
+// (again); the last two stop it. It returns the deliveries that came.
+// The requests stay open otherwise: stop ends them.
+func (w *waiting) wait(ctx context.Context, cut <-chan struct{}) (got []*delivery, failedQ *queue, failed error, again bool) {
+	w.idle = time.Time{}
+	defer func() { w.idle = time.Now() }()
+	for i, p := range w.pulls {
+		if !p.open && !w.stopped {
+			if err := w.send(i); err != nil {
+				w.fail(p, err)
 			}
 		}
 	}
-	for i := range pulls {
-		if err := send(i); err != nil {
-			fail(pulls[i], err)
-			break
-		}
-	}
+	done, closing := ctx.Done(), w.b.life.Done()
 	lost := time.NewTicker(waitExpiry / 2)
 	defer lost.Stop()
-	for !gone {
+	for !w.gone {
+		if len(w.got) > 0 && !w.stopped {
+			return w.take(), nil, nil, false
+		}
 		select {
-		case <-closed: // drained
-			for len(answers) > 0 {
-				handle(<-answers) // sent before the drain: still read
+		case <-w.closed: // drained
+			for len(w.answers) > 0 {
+				w.handle(<-w.answers) // sent before the drain: still read
 			}
-			return got, failedQ, failed, again
-		case m := <-answers:
-			handle(m)
+			w.gone = true
+			return w.take(), w.failedQ, w.failed, w.again
+		case m := <-w.answers:
+			w.handle(m)
 		case <-lost.C:
-			for _, p := range pulls {
-				if !stopped && time.Since(p.sent) > waitExpiry+b.cfg.Timeout {
-					b.log.Warn("a pull request went unanswered past its expiry (the server restarted?); sending them again",
+			for _, p := range w.pulls {
+				if !w.stopped && p.open && time.Since(p.sent) > waitExpiry+w.b.cfg.Timeout {
+					w.b.log.Warn("a pull request went unanswered past its expiry (the server restarted?); sending them again",
 						"queue", p.q.queue, "stream", p.q.work)
-					again = true
-					stop()
+					w.again = true
+					w.stopping()
 				}
 			}
-		case st := <-status:
+		case st := <-w.status:
 			switch {
 			case st == natsgo.CLOSED:
-				fail(pulls[0], natsgo.ErrConnectionClosed)
-			case !stopped: // reconnected
-				again = true
-				stop()
+				w.fail(w.pulls[0], natsgo.ErrConnectionClosed)
+			case !w.stopped: // reconnected
+				w.again = true
+				w.stopping()
 			}
+		case <-cut:
+			return w.take(), nil, nil, false
 		case <-done:
-			stop()
+			return w.take(), nil, nil, false
 		case <-closing:
-			stop()
-		case <-drained:
-			b.log.Warn("pull requests did not drain; messages sent to them come back after their lease", "queue", pulls[0].q.queue)
-			return got, failedQ, failed, again
+			return w.take(), nil, nil, false
+		case <-w.drained:
+			w.b.log.Warn("pull requests did not drain; messages sent to them come back after their lease", "queue", w.qs[0].queue)
+			w.gone = true
+			return w.take(), w.failedQ, w.failed, w.again
 		}
 	}
-	return got, failedQ, failed, again // the connection closed: what it brought is lost with it
+	// The connection closed: what it brought is lost with it.
+	return w.take(), w.failedQ, w.failed, w.again
+}
+
+// stop ends the requests (a drain) and returns the deliveries they
+// brought, read to the drain's end.
+func (w *waiting) stop() []*delivery {
+	defer w.b.nc.RemoveStatusListener(w.status)
+	defer func() { _ = w.sub.Unsubscribe() }() // an error once drained
+	w.stopping()
+	for !w.gone {
+		select {
+		case <-w.closed:
+			for len(w.answers) > 0 {
+				w.handle(<-w.answers)
+			}
+			w.gone = true
+		case m := <-w.answers:
+			w.handle(m)
+		case <-w.drained:
+			w.b.log.Warn("pull requests did not drain; messages sent to them come back after their lease", "queue", w.qs[0].queue)
+			w.gone = true
+		}
+	}
+	return w.take()
 }
 
 // ackStreamConsumer is "<stream> <consumer>" of an acknowledgement

@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/trawlhq/trawl/broker"
 	"github.com/trawlhq/trawl/broker/brokertest"
 	"github.com/trawlhq/trawl/broker/nats"
@@ -240,5 +243,133 @@ func TestConsumerNextWaitsQuietly(t *testing.T) {
 			t.Fatalf("%d messages sent over %d Nexts that each waited 20ms on empty partitions: each Next sent the wait's pull requests again", sent, nexts)
 		}
 		return
+	}
+}
+
+// TestConsumerStandingRequests: a consumer with room in its read-ahead
+// keeps its wait's pull requests open with the server from one wait to the
+// next, so that a message published to an idle queue costs its
+// connection a few messages (the request that brought it sent again, a
+// take, the ack: 3.6 here), not a pull request per band and partition
+// and a subscription again (a consumer that stopped them at every wait
+// sent 7.6). And the requests it kept open while it stole from another
+// partition do not keep stealing: once it took the other's message and
+// waits on its own again, a new message of the other partition waits for
+// the next steal (a second of an idle Next).
+func TestConsumerStandingRequests(t *testing.T) {
+	e := embedded(t, "")
+	const parts, n = 2, 20
+	pub := newBroker(t, e.Conn(), nats.Config{Partitions: parts})
+	nc, err := e.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	b := newBroker(t, nc, nats.Config{Partitions: parts})
+	q := integration.Name(t) + ":requests"
+	ctx := t.Context()
+	if err := pub.Publish(ctx, q, inPartition(t, "first", 1, parts, 1)...); err != nil {
+		t.Fatal(err)
+	}
+	c := consume(t, b, q, 32)
+	c.(broker.PartitionPreferrer).Prefer([]int{1})
+	if err := next(t, c, 10*time.Second).Ack(ctx); err != nil {
+		t.Fatal(err)
+	}
+	before := nc.Stats().OutMsgs
+	for i := range n {
+		if err := pub.Publish(ctx, q, inPartition(t, fmt.Sprintf("own%d", i), 1, parts, 1)...); err != nil {
+			t.Fatal(err)
+		}
+		if err := next(t, c, 10*time.Second).Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sent := nc.Stats().OutMsgs - before
+	t.Logf("%d messages sent for %d published one at a time (acks included)", sent, n)
+	if sent > 5*n {
+		t.Fatalf("the consumer sent %d messages to take %d published one at a time: it sent its wait's pull requests again for each", sent, n)
+	}
+
+	// Idle for a second, it steals: it waits on both partitions, and the
+	// other's message comes through those requests. Then, once it took a
+	// message of its own and waits on its own partition again, a new
+	// message of the other partition waits for the next steal.
+	stole := make(chan broker.Delivery, 1)
+	go func() { // ends with the test's context at the latest
+		d, err := c.Next(ctx)
+		if err != nil {
+			t.Errorf("Next: %v", err)
+		}
+		stole <- d
+	}()
+	waitOn(t, nc, 0) // the consumer waits on partition 0 too
+	if err := pub.Publish(ctx, q, inPartition(t, "other", 0, parts, 1)...); err != nil {
+		t.Fatal(err)
+	}
+	if d := <-stole; d == nil {
+		t.FailNow()
+	} else if err := d.Ack(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.Publish(ctx, q, inPartition(t, "own", 1, parts, 1)...); err != nil {
+		t.Fatal(err)
+	}
+	if d := next(t, c, 10*time.Second); !strings.HasPrefix(string(d.Message().Body), "own/") {
+		t.Fatalf("got %q, want own/0", d.Message().Body)
+	} else if err := d.Ack(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.Publish(ctx, q, inPartition(t, "again", 0, parts, 1)...); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	d := next(t, c, 10*time.Second)
+	took := time.Since(start)
+	if err := d.Ack(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if took < time.Second {
+		t.Fatalf("%q, of another partition, came after %v: a pull request kept open from the steal took it", d.Message().Body, took)
+	}
+}
+
+// waitOn waits until a pull request waits on every band consumer of
+// partition p of the one queue of an embedded server (its work stream is
+// "TRAWL_Q_<token>" for partition 0, "TRAWL_Q_<token>_p<p>" for others).
+func waitOn(t *testing.T, nc *natsgo.Conn, p int) {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var stream string
+		names := js.StreamNames(t.Context())
+		for name := range names.Name() {
+			_, part, cut := strings.Cut(strings.TrimPrefix(name, "TRAWL_Q_"), "_p")
+			if strings.HasPrefix(name, "TRAWL_Q_") && (p == 0 && !cut || cut && part == fmt.Sprint(p)) {
+				stream = name
+			}
+		}
+		waiting := 0
+		infos := listConsumers(t, js, stream)
+		for _, info := range infos {
+			if info.NumWaiting > 0 {
+				waiting++
+			}
+		}
+		if waiting == len(infos) && waiting > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 30s, pull requests wait on %d of the %d consumers of %s", waiting, len(infos), stream)
+		}
+		select {
+		case <-time.After(20 * time.Millisecond):
+		case <-t.Context().Done():
+			t.Fatal(t.Context().Err())
+		}
 	}
 }
