@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -402,5 +403,36 @@ func TestHostsMerged(t *testing.T) {
 		if st.Hosts[i] != want[i] {
 			t.Errorf("host %d = %+v, want %+v", i, st.Hosts[i], want[i])
 		}
+	}
+}
+
+// stoppingSource is a HistoryStore whose reads fail with their context's
+// error once the dashboard is stopped, as a deployment opened per read does.
+type stoppingSource struct {
+	source
+	loads int
+}
+
+func (s *stoppingSource) LoadHistory(ctx context.Context, slot int) ([]byte, error) {
+	s.loads++
+	return nil, fmt.Errorf("embedded broker: %w", ctx.Err())
+}
+
+// TestLoadStopsQuietly: a dashboard stopped while it loads its saved
+// history stops loading, and warns of nothing: the reads it cut short did
+// not fail (a stopped default-mode dashboard warned once a slot, "server
+// not ready within 10s: context canceled").
+func TestLoadStopsQuietly(t *testing.T) {
+	var logged strings.Builder
+	src := &stoppingSource{}
+	d := New(src, Config{Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	d.load(ctx, time.Now())
+	if logged.Len() > 0 {
+		t.Errorf("a stopped load logged:\n%s", logged.String())
+	}
+	if src.loads > 1 {
+		t.Errorf("a stopped load read %d slots, want it to stop at the first", src.loads)
 	}
 }

@@ -119,6 +119,10 @@ func (d *Dashboard) load(ctx context.Context, now time.Time) {
 	var h []Point
 	for slot := range HistorySlots {
 		data, err := hs.LoadHistory(ctx, slot)
+		if ctx.Err() != nil {
+			// Stopped: what was cut short did not fail.
+			return
+		}
 		if errors.Is(err, ErrNoHistory) {
 			continue
 		}

@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	natsbroker "github.com/trawlhq/trawl/broker/nats"
 	"github.com/trawlhq/trawl/dashboard"
 	"github.com/trawlhq/trawl/internal/browsertest"
 	"github.com/trawlhq/trawl/internal/trawlbin"
@@ -146,4 +148,33 @@ func TestDashboardDefaultModeInBrowser(t *testing.T) {
 	browsertest.WaitFor(t, "the page to show trawl stats' item count", time.Minute, func() bool {
 		return browsertest.Number(t, tab, "t-items") == want
 	})
+}
+
+// TestDashboardWaitsPlainly: a default-mode dashboard whose data directory
+// another process holds waits for it, saying so in a plain line (stderr is
+// not a terminal: no carriage return, no erase code), and stops quietly.
+func TestDashboardWaitsPlainly(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if r := trawlIn(t, dir, time.Minute, "seed", "--name", "books", "https://example.com/"); r.code != 0 {
+		t.Fatalf("seed: exit %d: %s", r.code, r.stderr)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dash, stderr := startIn(t, ctx, dir, "dashboard", "--name", "books", "--addr", "127.0.0.1:0")
+	until(t, ctx, "the dashboard to start", func() bool { return strings.Contains(stderr.String(), "Ctrl-C stops it") })
+	var holder *natsbroker.Embedded
+	until(t, ctx, "the data directory free of the dashboard's reads", func() bool {
+		// The dashboard holds it while it reads it.
+		var err error
+		holder, err = natsbroker.StartEmbedded(ctx, natsbroker.EmbeddedConfig{Dir: filepath.Join(dir, ".trawl", "books", "nats")})
+		return err == nil
+	})
+	until(t, ctx, "the dashboard to say it waits", func() bool { return strings.Contains(stderr.String(), "waiting up to") })
+	holder.Shutdown()
+	dash.Process.Signal(os.Interrupt)
+	dash.Wait()
+	if got := stderr.String(); strings.ContainsAny(got, "\r\x1b") || strings.Contains(got, "level=WARN") {
+		t.Errorf("stderr not a terminal, want plain lines and no warning:\n%q", got)
+	}
 }
