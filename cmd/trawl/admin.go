@@ -412,6 +412,10 @@ be given.`,
 	}
 	o.addBackendFlags(cmd.Flags())
 	o.addHiddenCrawlFlags(cmd.Flags())
-	cmd.Flags().Lookup("partitions").Hidden = false
+	// --partitions is required here: the crawl flag's default and its
+	// words about other commands would mislead.
+	f := cmd.Flags().Lookup("partitions")
+	f.Hidden, f.DefValue = false, "0"
+	f.Usage = "move the crawl's queues into this many partitions, each a queue of the broker's own (required; workers started afterwards adopt it)"
 	return cmd
 }

@@ -409,6 +409,7 @@ func TestSmallGaps(t *testing.T) {
 			{"deadletter", []string{"--max", "--broker"}, []string{"--out", "--allow-private"}},
 			{"seed", []string{"--file", "--broker"}, []string{"--out", "--metrics-addr"}},
 			{"testsite", []string{"--pages", "--addr"}, []string{"--broker", "--name", "--out", "--concurrency"}},
+			{"repartition", []string{"--partitions", "--broker"}, []string{"--out", "--concurrency"}},
 		} {
 			r := trawl(t, time.Minute, c.cmd, "--help")
 			for _, f := range c.has {
@@ -421,6 +422,11 @@ func TestSmallGaps(t *testing.T) {
 					t.Errorf("%s --help lists %s, which it does not use", c.cmd, f)
 				}
 			}
+		}
+		// A flag a command refuses to run without has no default to show.
+		r := trawl(t, time.Minute, "repartition", "--help")
+		if line := regexp.MustCompile(`(?m)^ +--partitions .*$`).FindString(r.stdout); !strings.Contains(line, "required") || strings.Contains(line, "(default") {
+			t.Errorf("repartition --help: %q, want --partitions required, with no default", line)
 		}
 	})
 }

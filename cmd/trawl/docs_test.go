@@ -144,7 +144,7 @@ func settingsTable() string {
 		n := r.f.Name
 		def := r.f.DefValue
 		switch {
-		case def == "[]" || def == "":
+		case def == "[]" || def == "" || strings.Contains(r.f.Usage, "(required"):
 			def = ""
 		default:
 			def = "`" + def + "`"
