@@ -39,10 +39,10 @@ var SettingNames = []string{SettingAllowDomain, SettingAllowPrivate, SettingIncl
 	SettingMaxDepth, SettingExtract, SettingIgnoreRobots, SettingMaxLinks, SettingQueryValues, SettingHostPages,
 	SettingPartitions, SettingPartitionBy}
 
-// fixedSettings are the settings that OverrideSettings cannot change: the
+// FixedSettings are the settings that OverrideSettings cannot change: the
 // crawl's queued requests sit in the partitions they decide (trawl
 // repartition moves them).
-var fixedSettings = []string{SettingPartitions, SettingPartitionBy}
+var FixedSettings = []string{SettingPartitions, SettingPartitionBy}
 
 // SettingsVersion is the version of the encoding Settings.Encode writes.
 // DecodeSettings refuses a later one: a worker never crawls by settings
@@ -425,7 +425,7 @@ func JoinSettings(ctx context.Context, m broker.Metadata, crawl string, own Sett
 			return Settings{}, &SettingsError{Crawl: crawl, Conflicts: conflicts}
 		}
 		if fixed := slices.DeleteFunc(slices.Clone(conflicts), func(c SettingConflict) bool {
-			return !slices.Contains(fixedSettings, c.Name)
+			return !slices.Contains(FixedSettings, c.Name)
 		}); len(fixed) > 0 {
 			return Settings{}, &SettingsError{Crawl: crawl, Conflicts: fixed, Fixed: true}
 		}

@@ -28,11 +28,10 @@ func newSeedCmd(o *options) *cobra.Command {
 		Short: "Push start URLs into a crawl (also --file, one per line, - for stdin)",
 		Long: `Push start URLs into a crawl (also --file, one per line, - for stdin).
 
-The first seed of a crawl also stores its settings, the crawl flags below
-(scope, depth, include and exclude, extraction, robots, the address
-guard): every worker adopts them, and refuses to start with other values
-unless given --override-settings. To change them, purge the crawl and seed
-it again (on one machine: trawl crawl --flush with the new flags).`,
+` + wrap("The first seed of a crawl also stores its settings, the crawl flags below: "+settingFlags(true)+
+			". Every worker adopts them, and refuses to start with other values unless given --override-settings "+
+			"(which cannot change the partitions: trawl repartition moves a stopped crawl's queues). "+
+			"To change them, purge the crawl and seed it again (on one machine: trawl crawl --flush with the new flags).", 72),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			lines := args
 			if file != "" {
@@ -87,6 +86,26 @@ it again (on one machine: trawl crawl --flush with the new flags).`,
 		cmd.Flags().Lookup(n).Hidden = false
 	}
 	return cmd
+}
+
+// wrap breaks text into lines of at most width characters, at spaces.
+func wrap(text string, width int) string {
+	var b strings.Builder
+	n := 0
+	for i, w := range strings.Fields(text) {
+		switch {
+		case i == 0:
+		case n+1+len(w) > width:
+			b.WriteByte('\n')
+			n = 0
+		default:
+			b.WriteByte(' ')
+			n++
+		}
+		b.WriteString(w)
+		n += len(w)
+	}
+	return b.String()
 }
 
 func readLines(file string, stdin io.Reader) ([]string, error) {

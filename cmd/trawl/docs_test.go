@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/spf13/pflag"
+
+	"github.com/trawlhq/trawl/engine"
 )
 
 // settingsDoc is the file whose flag table TestSettingsDoc keeps current.
@@ -197,4 +199,32 @@ func TestSettingsDoc(t *testing.T) {
 			t.Errorf("flag --%s has no entry in scrapySettings (docs_test.go): say which Scrapy setting it replaces, or none", f.Name)
 		}
 	})
+}
+
+// TestDocsListTheSettings: where README.md and docs/deploy.md list the
+// settings stored with a crawl, they list each of engine.SettingNames
+// (deploy.md's list lacked --max-links, --partitions, --partition-by and
+// two more).
+func TestDocsListTheSettings(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ file, from, to string }{
+		{"../../README.md", "belong to the crawl, not to a", "stores them with"},
+		{"../../docs/deploy.md", "The crawl's settings (", ") are stored"},
+	} {
+		data, err := os.ReadFile(c.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, rest, ok1 := strings.Cut(string(data), c.from)
+		list, _, ok2 := strings.Cut(rest, c.to)
+		if !ok1 || !ok2 {
+			t.Errorf("%s: no list of the settings between %q and %q", c.file, c.from, c.to)
+			continue
+		}
+		for _, n := range engine.SettingNames {
+			if !strings.Contains(list, "`--"+n+"`") {
+				t.Errorf("%s's list of the crawl's settings lacks --%s:\n%s", c.file, n, list)
+			}
+		}
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -141,7 +142,7 @@ func (o *options) addCrawlFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.errorItems, "error-items", false, "also write an item for each page that fails for good (4xx, 5xx past the retries, unreachable): its status, error and referring page, to check a site for broken links")
 	fs.BoolVar(&o.allowPrivate, "allow-private", false, "allow private, loopback and link-local addresses")
 	fs.BoolVar(&o.ignoreRobot, "ignore-robots", false, "do not fetch or obey robots.txt")
-	fs.BoolVar(&o.overrideSettings, "override-settings", false, "replace the crawl's stored settings (--allow-domain, --allow-private, --include, --exclude, --max-depth, --extract, --ignore-robots, --max-links, --max-query-values, --max-pages-per-host) by the ones given here where they differ, instead of refusing to start; workers already running keep theirs")
+	fs.BoolVar(&o.overrideSettings, "override-settings", false, "replace the crawl's stored settings ("+settingFlags(false)+") by the ones given here where they differ, instead of refusing to start; workers already running keep theirs")
 	fs.StringVar(&o.userAgent, "user-agent", engine.DefaultUserAgent, "User-Agent header")
 	fs.BoolVar(&o.amqpRecreate, "amqp-recreate", false, "RabbitMQ: delete and redeclare a queue that exists with other arguments (loses its messages)")
 	fs.IntVar(&o.retryTimes, "retry-times", 3, "retries of a failed page (timeout, 5xx, 429, callback error) before it is dead-lettered")
@@ -278,6 +279,20 @@ func (o *options) open(ctx context.Context, admin string) (*deployment.Deploymen
 		return nil, &exitError{code: 2, err: err}
 	}
 	return d, err
+}
+
+// settingFlags lists the flags of the settings stored with a crawl
+// (engine.SettingNames), "--allow-domain, --allow-private, …"; those
+// that --override-settings cannot change (engine.FixedSettings) only if
+// fixed.
+func settingFlags(fixed bool) string {
+	var out []string
+	for _, n := range engine.SettingNames {
+		if fixed || !slices.Contains(engine.FixedSettings, n) {
+			out = append(out, "--"+n)
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
 // adopt names the crawl settings whose flags were not given: the worker

@@ -21,6 +21,15 @@ func TestSeedHelpSettings(t *testing.T) {
 			t.Errorf("seed --help lacks --%s, a setting it stores:\n%s", n, r.stdout)
 		}
 	}
+	// The text says which they are (it named a few in words, and not
+	// --partitions, --partition-by or --max-links).
+	text, _, _ := strings.Cut(r.stdout, "Usage:")
+	text = strings.Join(strings.Fields(text), " ")
+	for _, n := range engine.SettingNames {
+		if !strings.Contains(text, "--"+n+",") && !strings.Contains(text, "--"+n+".") {
+			t.Errorf("seed --help's text does not name --%s, a setting it stores:\n%s", n, text)
+		}
+	}
 	if !strings.Contains(r.stdout, "stores its settings") {
 		t.Errorf("seed --help does not say it stores the crawl's settings:\n%s", r.stdout)
 	}
