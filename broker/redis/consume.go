@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -84,6 +85,13 @@ type consumer struct {
 	closed   bool
 	unblock  map[*keys]func() // unblocks a loop's BLPOP while it runs one
 	room     chan struct{}    // closed (and replaced) when Next takes from buf
+	// gate is closed (and replaced) when the loops held back from
+	// stealing (see roomFor) may steal: stealTimer, at stealAt, or a
+	// new preference.
+	gate       chan struct{}
+	stealTimer *time.Timer  // armed by armSteal; nil until first armed
+	stealAt    time.Time    // when stealTimer fires; zero when not armed
+	wakes      atomic.Int64 // loop wake-ups by room or gate, for tests
 
 	more   chan struct{} // (cap 1) buf or err changed
 	done   chan struct{} // closed by Close
@@ -121,6 +129,7 @@ func (b *Broker) Consume(ctx context.Context, queue string, prefetch int) (broke
 		unblock:  map[*keys]func(){},
 		more:     make(chan struct{}, 1),
 		room:     make(chan struct{}),
+		gate:     make(chan struct{}),
 		done:     make(chan struct{}),
 		exited:   make(chan struct{}),
 	}
@@ -182,9 +191,7 @@ func (c *consumer) Next(ctx context.Context) (broker.Delivery, error) {
 		}
 		if c.hungry.IsZero() {
 			c.hungry = time.Now()
-			if c.own != nil {
-				c.roomChanged() // loops held back from stealing look again
-			}
+			c.armSteal()
 		}
 		c.mu.Unlock()
 		select {
@@ -251,6 +258,9 @@ func (c *consumer) Close() error {
 	}
 	c.closed = true
 	close(c.done)
+	if c.stealTimer != nil {
+		c.stealTimer.Stop()
+	}
 	c.mu.Unlock()
 
 	// An unblock can reach the server just before the BLPOP it is meant
@@ -391,14 +401,17 @@ func (c *consumer) loop(k *keys) {
 		renew := c.renewAt(k)
 		due := !renew.IsZero() && !time.Now().Before(renew)
 		n := 0
-		var steal time.Time // when a loop held back from stealing looks again
+		held := false // held back from stealing
 		if !due {
-			n, steal = c.roomFor(k)
+			n, held = c.roomFor(k)
 		}
 		room := c.room
+		if held {
+			room = c.gate
+		}
 		c.mu.Unlock()
 		if n <= 0 && !due {
-			if !c.awaitRoom(room, earliest(renew, steal)) {
+			if !c.awaitRoom(room, renew) {
 				return
 			}
 			continue
@@ -488,6 +501,7 @@ func (c *consumer) Prefer(own []int) {
 	c.dry = time.Time{}
 	c.noteDry()
 	c.roomChanged()
+	c.openGate()
 }
 
 // noteDry keeps c.dry: when none of the partitions the consumer prefers
@@ -503,20 +517,65 @@ func (c *consumer) noteDry() {
 		c.dry = time.Time{}
 	case c.dry.IsZero():
 		c.dry = time.Now()
+		c.armSteal()
 	}
+}
+
+// maySteal says whether the loops of the partitions the consumer does not
+// prefer may lease: none of its own has been active, and a Next has
+// waited on an empty read-ahead, for stealAfter. c.mu is held.
+func (c *consumer) maySteal() bool {
+	return !c.dry.IsZero() && !c.hungry.IsZero() && !time.Now().Before(later(c.dry, c.hungry).Add(stealAfter))
+}
+
+// armSteal has the gate opened when the loops held back from stealing
+// may steal, if they may soon: none of the consumer's own partitions is
+// active and a Next waits. One timer does it for all of them, where each
+// woke at every change of the read-ahead (a page taken, a lease, a Next
+// waiting: several times a page) to find it may not, and waited again on
+// a timer of its own. c.mu is held.
+func (c *consumer) armSteal() {
+	if c.own == nil || c.dry.IsZero() || c.hungry.IsZero() || c.closed {
+		return
+	}
+	at := later(c.dry, c.hungry).Add(stealAfter)
+	if !c.stealAt.IsZero() && !at.Before(c.stealAt) {
+		return // armed for then or sooner: stealDue arms it again if early
+	}
+	c.stealAt = at
+	if c.stealTimer == nil {
+		c.stealTimer = time.AfterFunc(time.Until(at), c.stealDue)
+		return
+	}
+	c.stealTimer.Reset(time.Until(at))
+}
+
+// stealDue is stealTimer's: it opens the gate if the loops held back may
+// steal now, and arms the timer again if they may later.
+func (c *consumer) stealDue() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stealAt = time.Time{}
+	if c.closed {
+		return
+	}
+	if c.maySteal() {
+		c.openGate()
+		return
+	}
+	c.armSteal()
+}
+
+// openGate wakes the loops held back from stealing, to look again. c.mu
+// is held.
+func (c *consumer) openGate() {
+	close(c.gate)
+	c.gate = make(chan struct{})
 }
 
 // later is the later of a and b.
 func later(a, b time.Time) time.Time {
 	if b.After(a) {
-		return b
-	}
-	return a
-}
-
-// earliest is the earlier of a and b, ignoring a zero one.
-func earliest(a, b time.Time) time.Time {
-	if a.IsZero() || !b.IsZero() && b.Before(a) {
 		return b
 	}
 	return a
@@ -540,9 +599,10 @@ func (c *consumer) owns(p int) bool { return c.own == nil || c.own[p] }
 // others. With a preference (Prefer) the turns are taken among the
 // consumer's own partitions, and a partition not its own leases nothing
 // while one of its own is active, nor until none has been for stealAfter
-// (it returns when to look again); then the others take turns likewise
-// (work stealing). c.mu is held.
-func (c *consumer) roomFor(k *keys) (int, time.Time) {
+// while a Next waits (it returns held: its loop waits for the gate, not
+// for room); then the others take turns likewise (work stealing). c.mu
+// is held.
+func (c *consumer) roomFor(k *keys) (n int, held bool) {
 	mine := 0
 	for _, d := range c.buf {
 		if d.k == k {
@@ -557,38 +617,32 @@ func (c *consumer) roomFor(k *keys) (int, time.Time) {
 		case c.owns(p) == own:
 			others = true
 		case !own:
-			return 0, time.Time{} // one of its own partitions has messages
+			return 0, true // one of its own partitions has messages
 		}
 	}
-	if !own {
-		if c.hungry.IsZero() {
-			return 0, time.Time{} // its caller is not waiting: it looks again when one does
-		}
-		if at := later(c.dry, c.hungry).Add(stealAfter); time.Now().Before(at) {
-			return 0, at
-		}
+	if !own && !c.maySteal() {
+		return 0, true
 	}
 	free := c.prefetch - len(c.buf) - c.reserved
 	half := (c.prefetch + 1) / 2
-	var n int
 	switch {
 	case !others:
 		n = min(free, c.prefetch-mine)
 		if mine > 0 && n < half {
-			return 0, time.Time{}
+			return 0, false
 		}
 	case free >= half && c.first(k) == k.part:
 		n = half
 	}
 	if n <= 0 {
-		return 0, time.Time{}
+		return 0, false
 	}
 	c.reserved += n
 	if len(c.ks) > 1 {
 		c.next = (k.part + 1) % len(c.ks)
 		c.roomChanged() // the next partition's turn
 	}
-	return n, time.Time{}
+	return n, false
 }
 
 // first is the partition whose turn it is to lease: the first from c.next
@@ -649,8 +703,9 @@ func (c *consumer) renewAt(k *keys) time.Time {
 	return at
 }
 
-// awaitRoom waits until Next takes from the read-ahead (room is closed),
-// or renew comes (never if zero); false on Close.
+// awaitRoom waits until room is closed (c.room: Next took from the
+// read-ahead; c.gate: the loop may steal), or renew comes (never if
+// zero); false on Close.
 func (c *consumer) awaitRoom(room chan struct{}, renew time.Time) bool {
 	var due <-chan time.Time
 	if !renew.IsZero() {
@@ -660,6 +715,7 @@ func (c *consumer) awaitRoom(room chan struct{}, renew time.Time) bool {
 	}
 	select {
 	case <-room:
+		c.wakes.Add(1)
 	case <-due:
 	case <-c.done:
 		return false

@@ -310,3 +310,49 @@ func TestConsumerStealsForAWaitingNext(t *testing.T) {
 		t.Fatalf("Next, preferring partition 0, with a message in partition 1 alone: %v", err)
 	}
 }
+
+// TestConsumerLoopsWakeForWork: a consumer of 8 partitions that prefers
+// one, whose Next waits for each message as a crawling worker's does,
+// wakes the loops of the partitions it does not prefer only to steal, not
+// at each change of its read-ahead: they woke at every page taken, every
+// lease, every Next that began to wait (about 28 wake-ups a message, at
+// 7 such loops), to find that they may not steal, and a worker of four
+// paid the Go scheduler's wake-ups for it on every page.
+func TestConsumerLoopsWakeForWork(t *testing.T) {
+	c := integration.RedisClient(t)
+	const parts, rounds = 8, 100
+	b := newBroker(t, c, redis.Config{Partitions: parts, Lease: time.Minute})
+	q := integration.Name(t) + ":requests"
+	cons, err := b.Consume(t.Context(), q, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	cons.(broker.PartitionPreferrer).Prefer([]int{0})
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	key := brokertest.KeyIn(t, 0, parts)
+	took := make(chan error)
+	go func() {
+		for range rounds {
+			d, err := cons.Next(ctx)
+			if err == nil {
+				err = d.Ack(ctx)
+			}
+			took <- err
+		}
+	}()
+	for i := range rounds {
+		if err := b.Publish(ctx, q, broker.Message{Body: fmt.Appendf(nil, "m%d", i), Key: key}); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-took; err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+	}
+	wakes := redis.LoopWakes(cons)
+	t.Logf("%d loop wake-ups for %d messages", wakes, rounds)
+	if wakes >= rounds {
+		t.Errorf("the consumer's loops woke %d times for %d messages of its own partition; want fewer than one a message", wakes, rounds)
+	}
+}

@@ -1,5 +1,7 @@
 package redis
 
+import "github.com/trawlhq/trawl/broker"
+
 // WaitingAsks is how many hosts' lease asks of l wait to be sent.
 func WaitingAsks(l *HostLimiter) int {
 	l.mu.Lock()
@@ -29,4 +31,11 @@ func FailedReleases(l *HostLimiter) int {
 		}
 	}
 	return n
+}
+
+// LoopWakes is how many times the loops of cons, a consumer of this
+// package, were woken to look at the read-ahead again (by room, or to
+// steal).
+func LoopWakes(cons broker.Consumer) int64 {
+	return cons.(*consumer).wakes.Load()
 }
