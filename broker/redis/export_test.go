@@ -39,3 +39,11 @@ func FailedReleases(l *HostLimiter) int {
 func LoopWakes(cons broker.Consumer) int64 {
 	return cons.(*consumer).wakes.Load()
 }
+
+// WaitingRobots is how many Robots calls of l wait for the reader's next
+// read.
+func WaitingRobots(l *HostLimiter) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.robots)
+}

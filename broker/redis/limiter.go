@@ -326,11 +326,13 @@ type HostLimiter struct {
 	mu       sync.Mutex
 	delays   map[string]time.Duration // per-host delays above cfg.Delay
 	hosts    map[string]*leaseHost
-	sweepAt  int          // sweep idle hosts when len(hosts) reaches this
-	asks     []*leaseHost // hosts whose slots are to be asked for
-	releases []*leaseHost // hosts whose slots are to be given back (some or all)
-	sending  bool         // the sender runs
-	running  bool         // the keeper runs
+	sweepAt  int           // sweep idle hosts when len(hosts) reaches this
+	asks     []*leaseHost  // hosts whose slots are to be asked for
+	releases []*leaseHost  // hosts whose slots are to be given back (some or all)
+	sending  bool          // the sender runs
+	robots   []*robotsRead // Robots calls waiting for the reader
+	reading  bool          // the robots.txt reader runs
+	running  bool          // the keeper runs
 	closed   bool
 	stop     chan struct{} // closed by Close
 	wg       sync.WaitGroup

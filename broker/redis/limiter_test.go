@@ -816,3 +816,117 @@ func newLimiter(t *testing.T, cfg redis.LimiterConfig) *redis.HostLimiter {
 	t.Cleanup(func() { l.Close() })
 	return l
 }
+
+// robotsHook, once armed, holds the first read of a robots.txt (GET or
+// MGET) until release is closed, and counts the reads and the dials.
+type robotsHook struct {
+	armed   atomic.Bool
+	reads   atomic.Int32
+	dials   atomic.Int32
+	entered chan struct{} // closed when the first read is held
+	release chan struct{}
+}
+
+func (h *robotsHook) DialHook(next goredis.DialHook) goredis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if h.armed.Load() {
+			h.dials.Add(1)
+		}
+		return next(ctx, network, addr)
+	}
+}
+
+func (h *robotsHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		if name := cmd.Name(); h.armed.Load() && (name == "get" || name == "mget") {
+			if h.reads.Add(1) == 1 {
+				close(h.entered)
+				<-h.release
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *robotsHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return next
+}
+
+// TestHostLimiterReadsRobotsTogether: the robots.txt files that a
+// worker's fetches ask for at once (a worker starting on new hosts) are
+// read together, in one MGET for those that came while a read was out,
+// on one pooled connection: one GET each took a connection each, and a
+// worker dialled 130-150 in its first second. Each call gets its own
+// host's file, or none.
+func TestHostLimiterReadsRobotsTogether(t *testing.T) {
+	const calls = 48
+	client := integration.RedisClient(t)
+	hook := &robotsHook{entered: make(chan struct{}), release: make(chan struct{})}
+	client.AddHook(hook)
+	l := newLimiter(t, redis.LimiterConfig{Client: client, Crawl: integration.Name(t), PerHost: 1})
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	site := func(i int) string { return fmt.Sprintf("https://h%d.example", i) }
+	for i := 0; i < calls; i += 2 { // every other site has a file
+		if err := l.StoreRobots(ctx, site(i), fmt.Appendf(nil, "User-agent: *\nDisallow: /%d\n", i), time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type answer struct {
+		file []byte
+		ok   bool
+		err  error
+	}
+	answers := make([]chan answer, calls)
+	read := func(i int) {
+		answers[i] = make(chan answer, 1)
+		go func() {
+			f, ok, err := l.Robots(ctx, site(i))
+			answers[i] <- answer{f, ok, err}
+		}()
+	}
+	hook.armed.Store(true)
+	read(0)
+	select {
+	case <-hook.entered:
+	case <-ctx.Done():
+		t.Fatal("the first Robots call never reached Redis")
+	}
+	for i := 1; i < calls; i++ {
+		read(i)
+	}
+	// The others wait for the held read, or (one GET each) were answered.
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		answered := 0
+		for _, a := range answers[1:] {
+			answered += len(a)
+		}
+		if redis.WaitingRobots(l)+answered == calls-1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d Robots calls queued or answered in 20s", redis.WaitingRobots(l)+answered, calls-1)
+		}
+		time.Sleep(5 * time.Millisecond) // polling an observable condition
+	}
+	close(hook.release)
+	for i, ch := range answers {
+		a := <-ch
+		want := i%2 == 0
+		switch {
+		case a.err != nil:
+			t.Errorf("Robots(%s): %v", site(i), a.err)
+		case a.ok != want:
+			t.Errorf("Robots(%s): ok=%v, want %v", site(i), a.ok, want)
+		case want && string(a.file) != fmt.Sprintf("User-agent: *\nDisallow: /%d\n", i):
+			t.Errorf("Robots(%s) = %q: another host's file", site(i), a.file)
+		}
+	}
+	t.Logf("%d Robots calls: %d reads, %d dials", calls, hook.reads.Load(), hook.dials.Load())
+	if n := hook.reads.Load(); n > 2 {
+		t.Errorf("%d Robots calls that came together took %d reads; want 2 (the first, then the rest together)", calls, n)
+	}
+	if n := hook.dials.Load(); n > 2 {
+		t.Errorf("%d Robots calls that came together dialled %d connections; want 2 at most", calls, n)
+	}
+}
