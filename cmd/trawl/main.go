@@ -229,13 +229,20 @@ func hint(msg string, err error) string {
 	return connHint(plainParse(msg), err)
 }
 
+// durationErr is time.ParseDuration's text for a value that does not
+// parse ("time: missing unit in duration \"5\"").
+var durationErr = regexp.MustCompile(`time: (?:invalid duration|missing unit in duration|unknown unit "[^"]*" in duration) ("[^"]*")`)
+
 // parseErr is strconv's text for a value that does not parse, as pflag,
 // the config file and TRAWL_* variables pass it on (flattened to text).
 var parseErr = regexp.MustCompile(`strconv\.Parse(Bool|Int|Uint|Float): parsing ("[^"]*"): (invalid syntax|value out of range)`)
 
 // plainParse says what a flag wants where msg has strconv's "strconv.ParseBool:
-// parsing "yes": invalid syntax": `want true or false, not "yes"`.
+// parsing "yes": invalid syntax": `want true or false, not "yes"`, or
+// time's "time: missing unit in duration "5"": `want a duration such as
+// 5s or 1m30s, not "5"`.
 func plainParse(msg string) string {
+	msg = durationErr.ReplaceAllString(msg, "want a duration such as 5s or 1m30s, not $1")
 	return parseErr.ReplaceAllStringFunc(msg, func(m string) string {
 		sub := parseErr.FindStringSubmatch(m)
 		if sub[3] == "value out of range" {

@@ -161,13 +161,16 @@ func TestBadInput(t *testing.T) {
 		{"json start url, unknown field", []string{"crawl", `{"url": "http://example.com/", "bogus": 1}`}, 2, `unknown field "bogus"`},
 		{"json start url, meta not a string", []string{"crawl", `{"url": "http://example.com/", "meta": {"a": 1}}`}, 2, "StartURL.meta of type string"},
 		{"unknown broker", []string{"crawl", "--broker=kafka", "http://example.com/"}, 2, "--broker"},
-		{"bad duration", []string{"crawl", "--delay=soon", "http://example.com/"}, 2, "delay"},
+		{"bad duration", []string{"crawl", "--delay=soon", "http://example.com/"}, 2, `"--delay" flag: want a duration such as 5s or 1m30s, not "soon"`},
 		{"unknown flag", []string{"crawl", "--nope", "http://example.com/"}, 2, "unknown flag"},
 		// strconv's "strconv.ParseBool: parsing \"yes\": invalid syntax"
 		// said in words.
 		{"not a boolean", []string{"crawl", "--allow-private=yes", "http://example.com/"}, 2, `invalid argument "yes" for "--allow-private" flag: want true or false, not "yes"`},
 		{"not a whole number", []string{"crawl", "--concurrency=x", "http://example.com/"}, 2, `invalid argument "x" for "--concurrency" flag: want a whole number, not "x"`},
 		{"not a number", []string{"crawl", "--bloom-fp-rate=low", "http://example.com/"}, 2, `want a number, not "low"`},
+		// time's "time: missing unit in duration \"5\"" said in words.
+		{"a duration without a unit", []string{"crawl", "--delay=5", "http://example.com/"}, 2, `invalid argument "5" for "--delay" flag: want a duration such as 5s or 1m30s, not "5"`},
+		{"a duration's unknown unit", []string{"crawl", "--lease=5q", "http://example.com/"}, 2, `want a duration such as 5s or 1m30s, not "5q"`},
 		// --ignore-robots: an unreachable robots.txt defers the page
 		// for minutes (RFC 9309), which is not what this case tests.
 		{"unreachable site", []string{"crawl", "--idle-timeout=100ms", "--ignore-robots", "http://127.0.0.1:1/"}, 1, "no page could be fetched"},
@@ -422,6 +425,30 @@ func TestUsageErrorsLeaveNoStore(t *testing.T) {
 		}
 		if _, err := os.Stat(filepath.Join(dir, ".trawl")); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("trawl %v, refused, left .trawl behind (%v)", args, err)
+		}
+	}
+}
+
+// TestBadDurationFromEnvAndConfig: a duration without its unit in a
+// TRAWL_* variable or the config file says what the setting wants, as on
+// the command line, not time's 'time: missing unit in duration "5"'.
+func TestBadDurationFromEnvAndConfig(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "trawl.toml")
+	if err := os.WriteFile(cfg, []byte("delay = 5\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		env, args []string
+		want      string
+	}{
+		{[]string{"TRAWL_DELAY=5"}, nil, `TRAWL_DELAY="5": want a duration such as 5s or 1m30s, not "5"`},
+		{nil, []string{"--config", cfg}, `key "delay": want a duration such as 5s or 1m30s, not "5"`},
+	} {
+		r := runTrawl(t, dir, c.env, time.Minute, append(append([]string{"crawl"}, c.args...), "http://example.com/")...)
+		if r.code == 0 || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("%v %v: exit %d, stderr %q; want %q", c.env, c.args, r.code, r.stderr, c.want)
 		}
 	}
 }
