@@ -61,7 +61,11 @@ func (b *Broker) Consume(ctx context.Context, queue string, prefetch int) (broke
 // returns, while the read-ahead has room for what they may bring (a
 // message a band and partition; at most half of prefetch), so that the
 // next wait sends only those that brought their message, not a pull
-// request per band and partition again. What they bring meanwhile is
+// request per band and partition again; and a take on those partitions
+// pulls from the bands whose requests brought a message (takeFired), not
+// from every band that a stream info finds holding messages (a crawl's
+// are mostly in flight), since the others' requests still wait: no band
+// the server could give from is missed. What they bring meanwhile is
 // read as the loop waits for room (waitRoom) and counted against the
 // read-ahead, which each take leaves room for; the requests are stopped
 // (drained) when the loop waits on other partitions (Prefer, stealing),
@@ -142,7 +146,11 @@ func (c *consumer) run() {
 			own, others := c.split(c.qs)
 			room := c.prefetch - c.buffered() - c.pending()
 			if room > 0 {
-				ds, failed, err = b.takeAll(own, room)
+				if w := c.stand; w != nil && !w.stopped && w.same(own) {
+					ds, failed, err = w.takeFired(room) // its requests tell which bands have messages
+				} else {
+					ds, failed, err = b.takeAll(own, room)
+				}
 			}
 			steal := time.Time{} // when it may steal, if it may not yet
 			if len(others) > 0 && err == nil && room > 0 {

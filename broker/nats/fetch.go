@@ -637,11 +637,50 @@ func (w *waiting) handle(m *natsgo.Msg) {
 	}
 }
 
-// take returns what came and was handled, and forgets it.
-func (w *waiting) take() []*delivery {
+// came returns what came and was handled, and forgets it.
+func (w *waiting) came() []*delivery {
 	got := w.got
 	w.got = nil
 	return got
+}
+
+// takeFired takes what the bands whose requests brought their message
+// since they were sent hold now, without waiting ("no wait" pull
+// requests): up to limit, highest band first, each band an even share of
+// what is left. The other bands have nothing the server could give: their
+// requests wait on them. A band that brought fewer than asked has no more,
+// and its request is sent again. So a take after a wait costs a pull
+// request a band that had messages, not a stream info a partition and a
+// pull request a band that holds some (in flight, as a crawl's mostly
+// are). With an error it returns the partition that failed.
+func (w *waiting) takeFired(limit int) ([]*delivery, *queue, error) {
+	var fired []int
+	for i, p := range w.pulls {
+		if !p.open && p.cons != p.q.delayIdx() {
+			fired = append(fired, i)
+		}
+	}
+	slices.SortStableFunc(fired, func(a, b int) int { return cmp.Compare(w.pulls[b].cons, w.pulls[a].cons) })
+	var got []*delivery
+	for k, i := range fired {
+		left := limit - len(got)
+		if left <= 0 || w.stopped {
+			break
+		}
+		p := w.pulls[i]
+		share := (left + len(fired) - k - 1) / (len(fired) - k)
+		n, err := w.b.fetch(p.q, p.cons, share, 0, &got)
+		if err != nil {
+			return got, p.q, err
+		}
+		if n < share {
+			if err := w.send(i); err != nil {
+				w.fail(p, err)
+				return got, p.q, w.failed
+			}
+		}
+	}
+	return got, nil, nil
 }
 
 // poll handles what the subscription brought, without waiting, and
@@ -656,7 +695,7 @@ func (w *waiting) poll() []*delivery {
 		}
 		break
 	}
-	return w.take()
+	return w.came()
 }
 
 // wait sends the requests not open, then waits until a band message
@@ -679,7 +718,7 @@ func (w *waiting) wait(ctx context.Context, cut <-chan struct{}) (got []*deliver
 	defer lost.Stop()
 	for !w.gone {
 		if len(w.got) > 0 && !w.stopped {
-			return w.take(), nil, nil, false
+			return w.came(), nil, nil, false
 		}
 		select {
 		case <-w.closed: // drained
@@ -687,7 +726,7 @@ func (w *waiting) wait(ctx context.Context, cut <-chan struct{}) (got []*deliver
 				w.handle(<-w.answers) // sent before the drain: still read
 			}
 			w.gone = true
-			return w.take(), w.failedQ, w.failed, w.again
+			return w.came(), w.failedQ, w.failed, w.again
 		case m := <-w.answers:
 			w.handle(m)
 		case <-lost.C:
@@ -708,19 +747,19 @@ func (w *waiting) wait(ctx context.Context, cut <-chan struct{}) (got []*deliver
 				w.stopping()
 			}
 		case <-cut:
-			return w.take(), nil, nil, false
+			return w.came(), nil, nil, false
 		case <-done:
-			return w.take(), nil, nil, false
+			return w.came(), nil, nil, false
 		case <-closing:
-			return w.take(), nil, nil, false
+			return w.came(), nil, nil, false
 		case <-w.drained:
 			w.b.log.Warn("pull requests did not drain; messages sent to them come back after their lease", "queue", w.qs[0].queue)
 			w.gone = true
-			return w.take(), w.failedQ, w.failed, w.again
+			return w.came(), w.failedQ, w.failed, w.again
 		}
 	}
 	// The connection closed: what it brought is lost with it.
-	return w.take(), w.failedQ, w.failed, w.again
+	return w.came(), w.failedQ, w.failed, w.again
 }
 
 // stop ends the requests (a drain) and returns the deliveries they
@@ -743,7 +782,7 @@ func (w *waiting) stop() []*delivery {
 			w.gone = true
 		}
 	}
-	return w.take()
+	return w.came()
 }
 
 // ackStreamConsumer is "<stream> <consumer>" of an acknowledgement

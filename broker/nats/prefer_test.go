@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -371,5 +372,51 @@ func waitOn(t *testing.T, nc *natsgo.Conn, p int) {
 		case <-t.Context().Done():
 			t.Fatal(t.Context().Err())
 		}
+	}
+}
+
+// TestConsumerTakesWhatItsRequestsTell: a consumer whose wait's pull
+// requests stay open takes, after a wait, from the bands whose requests
+// brought a message, without asking the streams what their bands hold:
+// 10 messages published one at a time cost no stream info request. One
+// that asked each partition's stream before each take sent 20 (two takes
+// a message) here.
+func TestConsumerTakesWhatItsRequestsTell(t *testing.T) {
+	e := embedded(t, "")
+	const parts, n = 2, 10
+	spy := e.Conn()
+	var infos atomic.Int64
+	sub, err := spy.Subscribe("$JS.API.STREAM.INFO.>", func(*natsgo.Msg) { infos.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := spy.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	pub := newBroker(t, e.Conn(), nats.Config{Partitions: parts})
+	b := newBroker(t, e.Conn(), nats.Config{Partitions: parts})
+	q := integration.Name(t) + ":requests"
+	ctx := t.Context()
+	c := consume(t, b, q, 32)
+	for i := range n + 1 {
+		if i == 1 { // the first was the consumer's first take and wait
+			if err := spy.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			infos.Store(0)
+		}
+		if err := pub.Publish(ctx, q, inPartition(t, fmt.Sprintf("m%d", i), i%parts, parts, 1)...); err != nil {
+			t.Fatal(err)
+		}
+		if err := next(t, c, 10*time.Second).Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := spy.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if got := infos.Load(); got > n/2 {
+		t.Fatalf("%d stream info requests for %d messages published one at a time: the consumer asked the streams before each take", got, n)
 	}
 }
