@@ -125,6 +125,25 @@ func TestAckerInterval(t *testing.T) {
 	})
 }
 
+// TestAckerIntervalFourWorkers: acknowledgements of one of four workers,
+// a page every 5ms (200 pages/s), 100 of them over 500ms, go in at most
+// 8 batches (at 20ms they took 25: a round trip each, four times as many
+// a page as for one worker).
+func TestAckerIntervalFourWorkers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var batches atomic.Int32
+		b := newBatcher(batchSize(256), ackInterval, func([]int) { batches.Add(1) })
+		for i := range 100 {
+			b.add(i)
+			time.Sleep(5 * time.Millisecond)
+		}
+		b.close()
+		if n := batches.Load(); n > 8 {
+			t.Errorf("100 acknowledgements 5ms apart went in %d batches, want at most 8", n)
+		}
+	})
+}
+
 // BenchmarkBatcher measures the CPU a value costs the batcher, fed as a
 // worker at 1,000 pages/s feeds its writer: 64 goroutines each adding a
 // value every 64ms, the flush doing nothing. The goroutines' own sleeps

@@ -49,10 +49,14 @@ const (
 	// ackInterval is the longest an acknowledgement waits for others. An
 	// acknowledgement batch costs a round trip whatever its size (a Redis
 	// pipeline, NATS's requests sent together): at 5ms a worker of 900
-	// pages/s acknowledged about 4 pages a batch, at 20ms about 18. A
-	// page's slot does not wait for it, and the acker holds at most
-	// batchSize deliveries whatever the interval.
-	ackInterval = 20 * time.Millisecond
+	// pages/s acknowledged about 4 pages a batch, at 20ms about 18, but
+	// each of four Redis workers (200-250 pages/s each) about 4 again, at
+	// 100ms about 20. A worker fast enough to fill a batch sooner sends it
+	// full (batchSize). A page's slot does not wait for it, and the acker
+	// holds at most batchSize deliveries whatever the interval; the
+	// deliveries it holds stay leased (the lease keeper extends them)
+	// until acknowledged.
+	ackInterval = 100 * time.Millisecond
 	// ackWorkers bounds the acknowledgements sent at once to a broker that
 	// acknowledges one delivery per call.
 	ackWorkers = 8
