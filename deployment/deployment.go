@@ -250,39 +250,90 @@ func Open(ctx context.Context, cfg Config, crawl engine.Config) (*Deployment, er
 // settings: there a crawl with empty queues cannot be told from none, and
 // every crawl is taken to exist.
 func (d *Deployment) checkCrawl(ctx context.Context) error {
+	ok, err := d.crawlExists(ctx)
+	if err != nil || ok {
+		return err
+	}
+	return fmt.Errorf("%s: %w %s on %s (check --name; a crawl exists once seeded)", d.cfg.Admin, ErrNoCrawl, d.crawl.Name, d.cfg.Broker)
+}
+
+// crawlExists reports whether the crawl exists on the shared broker, as
+// checkCrawl tells.
+func (d *Deployment) crawlExists(ctx context.Context) (bool, error) {
 	name := d.crawl.Name
 	if d.Metadata == nil {
-		return nil
+		return true, nil
 	}
 	switch _, err := engine.StoredSettings(ctx, d.Metadata, name); {
 	case err == nil:
-		return nil
+		return true, nil
 	case !errors.Is(err, broker.ErrNotFound):
-		return fmt.Errorf("crawl %q: read settings: %w", name, err)
+		return false, fmt.Errorf("crawl %q: read settings: %w", name, err)
 	}
 	if d.Stats != nil {
 		s, err := d.Stats.Load(ctx)
 		if err != nil {
-			return err
+			return false, err
 		}
 		for _, v := range s {
 			if v != 0 {
-				return nil
+				return true, nil
 			}
 		}
 	}
 	if d.Starts != nil {
 		if n, err := d.Starts.PendingStarts(ctx); err != nil || n > 0 {
-			return err
+			return n > 0, err
 		}
 	}
 	for _, q := range []string{engine.RequestsQueue(name), engine.StartQueue(name), engine.ItemsQueue(name)} {
 		n, err := d.Broker.Counts(ctx, q)
 		if err != nil || n.Ready+n.InFlight+n.Dead > 0 {
-			return err
+			return err == nil, err
 		}
 	}
-	return fmt.Errorf("%s: %w %s on %s (check --name; a crawl exists once seeded)", d.cfg.Admin, ErrNoCrawl, name, d.cfg.Broker)
+	return false, nil
+}
+
+// awaitEvery is how often AwaitCrawl looks for the crawl.
+const awaitEvery = 250 * time.Millisecond
+
+// AwaitCrawl returns once the crawl exists on the shared broker (as
+// checkCrawl tells): a worker joins a crawl that trawl seed or trawl
+// crawl began, and begins none itself (a worker given a mistyped --name
+// stored that crawl's settings and marks, and said "nothing to do"). It
+// waits for one up to wait, saying so on stderr, for workers started
+// with, or just before, the command that seeds; past wait, the error
+// wraps ErrNoCrawl. A worker that serves for ever (wait 0) is not kept
+// waiting: it begins the crawl as before, since workers started before
+// the seed join the crawl's roster from its first page only so; it says
+// so on stderr.
+func (d *Deployment) AwaitCrawl(ctx context.Context, wait time.Duration) error {
+	name := d.crawl.Name
+	t := time.NewTicker(awaitEvery)
+	defer t.Stop()
+	start := time.Now()
+	for said := false; ; said = true {
+		ok, err := d.crawlExists(ctx)
+		if err != nil || ok {
+			return err
+		}
+		if wait == 0 {
+			fmt.Fprintf(d.stderr(), "trawl: no crawl %s on %s yet: this worker (--idle-timeout 0) begins it with its flags' settings, and serves what is seeded (check --name)\n", name, d.cfg.Broker)
+			return nil
+		}
+		if time.Since(start) >= wait {
+			return fmt.Errorf("%w %s on %s (check --name): a worker joins a crawl that trawl seed or trawl crawl began; none did within --idle-timeout %v", ErrNoCrawl, name, d.cfg.Broker, wait)
+		}
+		if !said {
+			fmt.Fprintf(d.stderr(), "trawl: no crawl %s on %s yet: waiting up to --idle-timeout %v for trawl seed or trawl crawl to begin it (check --name)\n", name, d.cfg.Broker, wait)
+		}
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-t.C:
+		}
+	}
 }
 
 // DeadLetterCount counts the crawl's dead letters where they are kept:

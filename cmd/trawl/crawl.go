@@ -83,6 +83,13 @@ func (o *options) crawl(ctx context.Context, args []string, seed bool, adopt []s
 			return err
 		}
 	}
+	if len(starts) == 0 && !o.flush {
+		// Bringing no start URL, it joins a crawl; a mistyped --name
+		// would begin another (see AwaitCrawl for --idle-timeout 0).
+		if err := b.AwaitCrawl(ctx, o.idleTimeout); err != nil {
+			return err
+		}
+	}
 	sink, err := o.openSink(b)
 	if err != nil {
 		return err

@@ -83,6 +83,21 @@ func TestRedisUnknownCrawl(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustRun(t, append([]string{"stats"}, redisArgs(t, byHand)...)...)
+
+	// A worker started before the crawl is seeded waits for it, up to
+	// its --idle-timeout, saying why, then crawls it.
+	site, url := serveSite(t, testsite.Config{Pages: 30, Links: 4, Seed: 5, NoTraps: true})
+	early := integration.Name(t) + "-early"
+	w := start(t, append([]string{"worker"}, redisArgs(t, early, "--idle-timeout=2m")...)...)
+	w.waitStderr(t, "no crawl "+early+" on redis yet: waiting up to --idle-timeout 2m0s for trawl seed or trawl crawl to begin it", time.Minute)
+	mustRun(t, append([]string{"seed"}, redisArgs(t, early, url)...)...)
+	deadline := time.Now().Add(2 * time.Minute)
+	for len(w.items(t)) < site.Expected() && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond) // polling the items file
+	}
+	if err := site.Verify(); err != nil {
+		t.Errorf("the worker started before the seed: %v", err)
+	}
 }
 
 // TestNATSUnknownCrawl is TestRedisUnknownCrawl on NATS JetStream.
@@ -102,6 +117,14 @@ func TestRabbitMQUnknownCrawl(t *testing.T) {
 // on the deployment args, and take it once seeded.
 func unknownCrawl(t *testing.T, args func(name string, more ...string) []string, brokerName string) {
 	name := integration.Name(t)
+	// A worker of a crawl that does not exist says so, after waiting for
+	// it up to its --idle-timeout, and begins none: the commands below
+	// find no crawl (it stored settings and filter marks, and said
+	// "nothing to do").
+	code, _, stderr := runOut(t, append([]string{"worker", "--out", "/dev/null"}, args(name, "--idle-timeout=1s")...)...)
+	if want := "no crawl " + name + " on " + brokerName + " (check --name)"; code != 1 || !strings.Contains(stderr, want) || !strings.Contains(stderr, "up to --idle-timeout 1s") {
+		t.Errorf("worker of an unknown crawl: exit %d, want 1, a wait and %q; stderr:\n%s", code, want, stderr)
+	}
 	for _, cmd := range [][]string{{"stats"}, {"items"}, {"deadletter", "list"}, {"purge"}} {
 		code, out, stderr := runOut(t, append(cmd, args(name)...)...)
 		if want := "no crawl " + name + " on " + brokerName; code != 1 || !strings.Contains(stderr, want) {
