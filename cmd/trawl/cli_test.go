@@ -509,4 +509,10 @@ func TestTestsiteSaysWhatItServes(t *testing.T) {
 	if got := stderr.String(); !strings.HasPrefix(got, want) || !strings.Contains(got, "trawl crawl "+url) || !strings.Contains(got, url+"_testsite/verify") {
 		t.Errorf("stderr %q, want a line starting %q naming the command to crawl it and the verify URL", got, want)
 	}
+	// The errors and retries its traps cause in a correct crawl are
+	// explained, not left to look like the crawler's failures.
+	until(t, ctx, "the testsite's second line", func() bool { return strings.Count(stderr.String(), "\n") >= 2 })
+	if got := stderr.String(); !strings.Contains(got, "2 errors (body_too_large 2)") || !strings.Contains(got, "3 retries") {
+		t.Errorf("stderr %q, want the traps' errors and retries explained", got)
+	}
 }

@@ -36,6 +36,12 @@ func newTestsiteCmd(o *options) *cobra.Command {
 			fmt.Fprintln(o.stdout, url+"/") // alone on stdout, for scripts: url=$(trawl testsite &)
 			fmt.Fprintf(o.stderr, "trawl testsite: serving %d pages at %s/ until interrupted (Ctrl-C): crawl it with trawl crawl %s/, then GET %s/_testsite/verify says whether the crawl was correct\n",
 				opts.Pages, url, url, url)
+			if !opts.NoTraps {
+				// Its traps show in a correct crawl's summary: say so, lest
+				// they be taken for the crawler's failures.
+				fmt.Fprintln(o.stderr, "trawl testsite: its traps show in a correct crawl's summary: /huge (50 MiB) and /endless are bodies over the crawler's size cap, "+
+					"given up on as they would be on any site: 2 errors (body_too_large 2); 3 flaky pages answer 503 once: 3 retries (--no-traps leaves them out)")
+			}
 			if err := wait(); err != nil {
 				return err
 			}
