@@ -48,8 +48,10 @@
 // nothing, since JetStream would apply a late ack or nak to the message's
 // next delivery. The lease is counted from the sending of the pull request
 // where the server answers at once (a message that was ready), else from
-// the message's arrival, so that only there can a process held up for
-// longer than that margin settle a delivery the server has given away.
+// the message's arrival (or, for one that came to a consumer's request
+// kept open while its loop was busy, from when the loop stopped reading),
+// so that only there can a process held up for longer than that margin
+// settle a delivery the server has given away.
 // A consumer's read-ahead deliveries are leased from their pull too: while
 // its buffer is full it extends those past half their lease, and Next
 // extends one past a quarter of its lease before returning it: a
@@ -127,7 +129,15 @@
 // nak, in place), with requests renewed as they expire (every 30s) or
 // bring their batch; a reconnection, a consumer's new leader, or a request
 // left unanswered past its expiry (a restarted server forgets them) sends
-// them all again on a new subscription. An idle consumer
+// them all again on a new subscription. A consumer whose read-ahead has
+// room for what they may bring (one message a band and partition, at
+// most half of prefetch) keeps them open when a wait returns: the next
+// wait sends only those that brought their message, a take pulls from the
+// bands whose requests brought one (no stream info: the others' requests
+// still wait, so their bands have nothing the server could give), what
+// they bring meanwhile is read as the loop waits for room and counted
+// against the read-ahead, and they are drained when the loop waits on
+// other partitions, fails or ends. An idle consumer
 // therefore sends the server one pull request per band and per 30s
 // (twelve per 30s for a crawl's two queues with five bands), on the
 // connection it was given. Errors while the server is away are retried
