@@ -431,13 +431,15 @@ func (p *crawlProc) close() {
 	p.log.Close()
 }
 
-// summaryLine is trawl's "crawl done" (or a worker's "worker done") line
-// from its stderr log.
+// summaryLine is trawl's summary from its stderr log: the "crawl done"
+// line, or a worker's "worker done" or, for a worker stopped as a service
+// is, "worker stopped (SIGTERM)".
 func summaryLine(path string) string {
 	b, _ := os.ReadFile(path)
 	for line := range strings.Lines(string(b)) {
-		for _, what := range []string{"crawl", "worker"} {
-			if _, rest, ok := strings.Cut(line, "trawl: "+what+" done: "); ok {
+		for _, what := range []string{"crawl done: ", "worker done: ", "worker stopped (SIGTERM): "} {
+			if _, rest, ok := strings.Cut(line, "trawl: "+what); ok {
+				rest, _, _ = strings.Cut(rest, "; pages not done")
 				return strings.TrimSpace(rest)
 			}
 		}

@@ -65,9 +65,11 @@
 // rabbitmq; 4 workers on redis and on nats with a Redis filter, both
 // with --partitions 8, which the workers share out: see README), -repeat
 // crawls (2), each on fresh broker servers, every host's home page a
-// start URL (one worker: `trawl crawl`; 4 workers: `trawl seed`, then
-// four `trawl worker` started together, as README deploys them), each
-// between two runs
+// start URL (one worker: `trawl crawl`; 4 workers: four `trawl worker
+// --idle-timeout=0`, as docs/deploy.md runs them as services, then
+// `trawl seed` once each worker's log says it prefers its share of the
+// partitions among all four, and SIGTERM once the site has served every
+// URL), each between two runs
 // of a bare loop of GETs over the same URLs (the webfetch command: every
 // URL known in advance, -concurrency times the workers in all, -per-host
 // per host, the same timeout): loop, crawl, loop, crawl, loop, the loop

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -15,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/trawlhq/trawl/broker"
@@ -543,8 +545,9 @@ func localFilter(m webMode, flags []string) bool {
 }
 
 // crawl runs one crawl of m with every host's home page as a start URL:
-// `trawl crawl` for one worker; for more, `trawl seed` and then the
-// workers, `trawl worker` each, started together.
+// `trawl crawl` for one worker; for more, `trawl worker` processes that
+// serve until stopped, then `trawl seed` once they have shared out the
+// partitions.
 func (f *webFlags) crawl(ctx context.Context, site *webSite, m webMode, srv *server, flags []string, r *webRun) error {
 	ctx, cancel := context.WithTimeout(ctx, f.crawlLimit)
 	defer cancel()
@@ -557,7 +560,7 @@ func (f *webFlags) crawl(ctx context.Context, site *webSite, m webMode, srv *ser
 		idle = max(idle, rabbitmq.MinIdleTimeout)
 	}
 	common := append([]string{"--name", "bench", "--concurrency", fmt.Sprint(f.concurrency), "--per-host", fmt.Sprint(f.perHost),
-		"--timeout", f.timeout.String(), "--idle-timeout", idle.String(), "--progress-interval", "0", "--allow-private"}, flags...)
+		"--timeout", f.timeout.String(), "--progress-interval", "0", "--allow-private"}, flags...)
 	if f.bloomFP > 0 && localFilter(m, flags) {
 		common = append(common, "--bloom-fp-rate", fmt.Sprint(f.bloomFP))
 	}
@@ -609,30 +612,37 @@ func (f *webFlags) crawl(ctx context.Context, site *webSite, m webMode, srv *ser
 	f.profiled++
 	var errs []error
 	if m.workers > 1 {
-		// As README's "Many machines" and docs/deploy.md deploy several
-		// workers: seed the crawl once, then start the workers together.
-		// (The bench once started `trawl crawl` and the other workers
-		// after its first request: that worker fetched home pages of the
-		// others' hosts alone for a while, most of the pages fetched by
-		// a worker not their host's.)
-		cpu, err := f.seed(ctx, dir, env, common, site.starts())
-		r.workerCPU += cpu
-		if err != nil {
-			return err
-		}
+		// As docs/deploy.md runs workers as services: they serve
+		// (--idle-timeout=0) before the crawl is seeded and have shared
+		// out its partitions (host affinity) when `trawl seed` adds the
+		// start URLs; once the site has served every URL they are
+		// stopped with SIGTERM, as a service is (they finish what is in
+		// progress and exit 0). The bench once started `trawl crawl` and
+		// the others after its first request: that process leased home
+		// pages of every host alone for a while, each such host then
+		// fetched by two workers; workers started together after a seed
+		// do the same until each has read the roster.
 		for i := range m.workers {
-			if err := start(i, append([]string{"worker"}, common...)...); err != nil {
+			if err := start(i, append([]string{"worker", "--idle-timeout", "0"}, common...)...); err != nil {
 				errs = append(errs, err)
 				break
 			}
 		}
-	} else if err := start(0, append(append([]string{"crawl", "--flush"}, common...), site.starts()...)...); err != nil {
+	} else if err := start(0, append(append([]string{"crawl", "--flush", "--idle-timeout", idle.String()}, common...), site.starts()...)...); err != nil {
 		return err
 	}
 	if len(cmds) == 0 {
 		return errors.Join(errs...)
 	}
 	peak := watchRSS(cmds[0].Process.Pid)
+	if m.workers > 1 {
+		if len(errs) == 0 {
+			errs = append(errs, f.seedServed(ctx, site, dir, env, common, logs, r))
+		}
+		for _, cmd := range cmds {
+			_ = cmd.Process.Signal(syscall.SIGTERM) // one that exited already says why below
+		}
+	}
 	for i, cmd := range cmds {
 		if err := cmd.Wait(); err != nil {
 			errs = append(errs, fmt.Errorf("trawl worker %d: %w\n%s", i, err, tail(logs[i], 10)))
@@ -677,6 +687,67 @@ func (f *webFlags) crawl(ctx context.Context, site *webSite, m webMode, srv *ser
 		}
 	}
 	return r.tally.check()
+}
+
+// seedServed waits until the workers, whose logs are logs, have shared
+// out the crawl's partitions, seeds it (the seed's CPU counted in r's),
+// and waits until the site has served every URL.
+func (f *webFlags) seedServed(ctx context.Context, site *webSite, dir string, env, flags, logs []string, r *webRun) error {
+	if err := waitShares(ctx, logs); err != nil {
+		return err
+	}
+	cpu, err := f.seed(ctx, dir, env, flags, site.starts())
+	r.workerCPU += cpu
+	if err != nil {
+		return err
+	}
+	return site.waitServed(ctx, 3*f.timeout)
+}
+
+// shareLine starts what a worker logs when it prefers a share of the
+// partitions (engine/affinity.go), followed by "P, Q of N: W workers".
+const shareLine = "this worker now prefers partitions "
+
+// sharing returns how many of logs (the workers' stderr) last said the
+// worker prefers its share among len(logs) workers.
+func sharing(logs []string) int {
+	want := fmt.Sprintf(": %d workers", len(logs))
+	n := 0
+	for _, path := range logs {
+		b, _ := os.ReadFile(path)
+		i := bytes.LastIndex(b, []byte(shareLine))
+		if i < 0 {
+			continue
+		}
+		line, _, _ := bytes.Cut(b[i:], []byte("\n"))
+		if bytes.Contains(line, []byte(want)) {
+			n++
+		}
+	}
+	return n
+}
+
+// waitShares waits until every worker of logs says it prefers its share
+// of the partitions among them all (sharing), or ctx ends.
+func waitShares(ctx context.Context, logs []string) error {
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	begin, said := time.Now(), false
+	for {
+		n := sharing(logs)
+		if n == len(logs) {
+			return nil
+		}
+		if !said && time.Since(begin) > 5*time.Second {
+			said = true
+			logf("waiting for the %d workers to share out the partitions before seeding (%d say so in their logs so far)", len(logs), n)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the workers did not share out the partitions (%d of %d said so): %w", n, len(logs), ctx.Err())
+		case <-t.C:
+		}
+	}
 }
 
 // seed runs `trawl seed` of starts with the crawl's flags, as a

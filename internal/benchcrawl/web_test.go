@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -412,11 +414,13 @@ func TestSplitReport(t *testing.T) {
 }
 
 // TestSummaryLine: the summary of a crawl's log, and of a worker's (the
-// 4-worker modes start workers only): a worker says "worker done".
+// 4-worker modes start workers only): a worker says "worker done", or
+// "worker stopped (SIGTERM)" when stopped as bench-web stops them.
 func TestSummaryLine(t *testing.T) {
 	for what, log := range map[string]string{
-		"crawl":  "time=x level=INFO msg=start\ntrawl: crawl done: 10 pages, 0 errors\n",
-		"worker": "trawl: worker done: 10 pages, 0 errors\ntrawl: no item: none\n",
+		"crawl":   "time=x level=INFO msg=start\ntrawl: crawl done: 10 pages, 0 errors\n",
+		"worker":  "trawl: worker done: 10 pages, 0 errors\ntrawl: no item: none\n",
+		"stopped": "trawl: worker stopped (SIGTERM): 10 pages, 0 errors; pages not done are back in the queue\n",
 	} {
 		path := filepath.Join(t.TempDir(), "trawl.log")
 		if err := os.WriteFile(path, []byte(log), 0o644); err != nil {
@@ -425,5 +429,87 @@ func TestSummaryLine(t *testing.T) {
 		if got := summaryLine(path); got != "10 pages, 0 errors" {
 			t.Errorf("%s log: summary %q, want %q", what, got, "10 pages, 0 errors")
 		}
+	}
+}
+
+// TestSharing: bench-web seeds the 4-worker crawls once every worker's
+// log last said it prefers its share among them all; a worker that last
+// saw fewer workers, or logged no share yet, is not counted.
+func TestSharing(t *testing.T) {
+	dir := t.TempDir()
+	logs := make([]string, 3)
+	line := func(parts string, w int) string {
+		return fmt.Sprintf("time=x level=INFO msg=\"%s%s of 8: %d workers\" own=[]\n", shareLine, parts, w)
+	}
+	for i, text := range []string{
+		line("0, 1, 2, 3, 4, 5, 6, 7", 1) + line("0, 3, 6", 3), // settled
+		line("1, 4, 7", 3),    // settled
+		line("0, 2, 4, 6", 2), // saw two so far
+	} {
+		logs[i] = filepath.Join(dir, fmt.Sprint("w", i))
+		if err := os.WriteFile(logs[i], []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := sharing(logs); n != 2 {
+		t.Fatalf("%d workers sharing among 3, want 2 (the third last saw 2)", n)
+	}
+	if err := os.WriteFile(logs[2], []byte(line("0, 2, 4, 6", 2)+line("2, 5", 3)+"time=y level=INFO msg=other\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if n := sharing(logs); n != 3 {
+		t.Fatalf("%d workers sharing among 3 after the third saw them all, want 3", n)
+	}
+	if err := os.WriteFile(logs[0], []byte(line("0, 3, 6", 3)+line("0, 1, 2, 3, 4, 5, 6, 7", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if n := sharing(logs); n != 2 {
+		t.Fatalf("%d workers sharing after the first last saw itself alone, want 2", n)
+	}
+}
+
+// TestServed: the 4-worker crawls end when the site has served every
+// URL as often as a crawl asks (a hanging page twice) with nothing in
+// progress; a stall with URLs not served is an error, not a wait to the
+// crawl's limit.
+func TestServed(t *testing.T) {
+	s, err := serveWeb(webConfig{hosts: 2, pages: 4, maxHost: 2, seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	urls := s.urls()
+	left, _, _ := s.served()
+	if left != len(urls) {
+		t.Fatalf("%d URLs left before any request, want %d", left, len(urls))
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(s.ca)
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+	for _, u := range urls[1:] {
+		resp, err := client.Get(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	if left, _, n := s.served(); left != 1 || n != int64(len(urls)-1) {
+		t.Fatalf("served: %d left after %d requests, want 1 after %d", left, n, len(urls)-1)
+	}
+	err = s.waitServed(context.Background(), 200*time.Millisecond)
+	if !errors.Is(err, errWebIncomplete) {
+		t.Fatalf("waitServed with one URL never asked for: %v, want %v", err, errWebIncomplete)
+	}
+	resp, err := client.Get(urls[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if err := s.waitServed(context.Background(), time.Minute); err != nil {
+		t.Fatalf("waitServed after every URL: %v", err)
 	}
 }

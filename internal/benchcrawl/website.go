@@ -2,6 +2,7 @@ package main
 
 import (
 	"cmp"
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -793,4 +794,52 @@ func (t tally) check() error {
 		return err
 	}
 	return nil
+}
+
+// served returns the URLs of the site not yet served as often as a crawl
+// must ask for them (twice for a page whose first request hangs), the
+// requests in progress, and the requests so far: what tells the end of a
+// crawl by workers that serve on when the crawl is idle
+// (--idle-timeout=0), and a stall.
+func (s *webSite) served() (left int, inFlight, requests int64) {
+	requests = s.other.Load()
+	for h := range s.count {
+		for p := range s.count[h] {
+			n := int64(s.count[h][p].Load())
+			requests += n
+			want := int64(1)
+			if p < s.size[h] && s.hangs(h, p) {
+				want = 2
+			}
+			if n < want {
+				left++
+			}
+		}
+	}
+	return left, s.inFlight.Load(), requests
+}
+
+// waitServed waits until the site has served every URL and has no
+// request in progress (served), or ctx ends, or no request came for
+// stall with some URLs not served yet.
+func (s *webSite) waitServed(ctx context.Context, stall time.Duration) error {
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	last, since := int64(-1), time.Now()
+	for {
+		left, inFlight, n := s.served()
+		if left == 0 && inFlight == 0 {
+			return nil
+		}
+		if n != last || inFlight > 0 {
+			last, since = n, time.Now()
+		} else if time.Since(since) > stall {
+			return fmt.Errorf("%w: no request for %v with %d URLs not served as often as a crawl asks", errWebIncomplete, stall, left)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the site's last %d URLs: %w", left, ctx.Err())
+		case <-t.C:
+		}
+	}
 }
