@@ -621,9 +621,10 @@ func (f *webFlags) crawl(ctx context.Context, site *webSite, m webMode, srv *ser
 		// the others after its first request: that process leased home
 		// pages of every host alone for a while, each such host then
 		// fetched by two workers; workers started together after a seed
-		// do the same until each has read the roster.
+		// do the same until each has read the roster. (--log-level info
+		// for the share's line: a few lines a crawl.)
 		for i := range m.workers {
-			if err := start(i, append([]string{"worker", "--idle-timeout", "0"}, common...)...); err != nil {
+			if err := start(i, append([]string{"worker", "--idle-timeout", "0", "--log-level", "info"}, common...)...); err != nil {
 				errs = append(errs, err)
 				break
 			}
@@ -730,6 +731,10 @@ func sharing(logs []string) int {
 // waitShares waits until every worker of logs says it prefers its share
 // of the partitions among them all (sharing), or ctx ends.
 func waitShares(ctx context.Context, logs []string) error {
+	// A worker reads the roster 0.5, 1.5 and 3 s after it starts and at
+	// each announcement (every 4-5 s): a minute is ample.
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
 	begin, said := time.Now(), false
