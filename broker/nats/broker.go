@@ -653,11 +653,31 @@ func (b *Broker) admit(q *queue, cons int, m *natsgo.Msg, sent time.Time) *deliv
 	return d
 }
 
+// delayNakTolerance: a delayed message due within it goes back to its band
+// now rather than being nacked for the rest (which the server would
+// round up to its timer's tick anyway).
+const delayNakTolerance = time.Millisecond
+
+// maxDelayDeliveries bounds how often the delay consumer delivers one
+// delayed copy before it goes back to its band whatever its rest: a guard
+// against a server whose clock runs ahead of this machine's, which makes
+// every rest look longer than it is. A copy is delivered again before its
+// rest ends only when a delivery failed (see delayed), so this is never
+// reached otherwise; a skew lengthens a delay at most this many times.
+const maxDelayDeliveries = 8
+
 // delayed handles a message of the delay consumer: one whose delay has run
 // out goes back to its band; one still waiting is nacked for the rest of
 // its delay, measured from when it was stored (by the server's clock, read
-// with this machine's: a skew only shortens or lengthens the delay within
-// its length).
+// with this machine's: a skew shortens or lengthens the delay, see
+// maxDelayDeliveries).
+//
+// The rest is checked on every delivery, not only the first: the server
+// also delivers a copy again before its nack's delay ends, counting one
+// delivery more, when a delivery of it failed (sent to a pull request
+// whose subscriber had just gone: nats-server's didNotDeliver puts it
+// back for redelivery at once) or when a plain nak reached it. Moving
+// such a copy back would hand out the message early.
 func (b *Broker) delayed(q *queue, m *natsgo.Msg) {
 	ctx, cancel := b.detached()
 	defer cancel()
@@ -673,7 +693,7 @@ func (b *Broker) delayed(q *queue, m *natsgo.Msg) {
 	}
 	delay := time.Duration(headerInt(h, hdrDelay)) // within 0..MaxDelay
 	rest := min(delay-time.Since(meta.stored), delay)
-	if meta.delivered < 2 && rest > 0 {
+	if rest > delayNakTolerance && meta.delivered < maxDelayDeliveries {
 		// JetStream's NakWithDelay, confirmed by the server.
 		body := fmt.Appendf(nil, `-NAK {"delay":%d}`, int64(rest))
 		if err := b.ackReq(ctx, m, body); err != nil {

@@ -170,8 +170,10 @@
 //     again later than that, when it counts one attempt more. A consumer
 //     whose prefetch is at least Config.Bands never gives back that way.
 //   - Delays are measured from the nack by the server's timestamp and the
-//     clock of the worker that next handles the delayed message; clock
-//     skew shortens or lengthens a delay within its length. A Nack
+//     clock of the worker that next handles the delayed message, every
+//     time the server delivers it (a failed delivery makes the server
+//     deliver it again at once); clock skew shortens a delay, or
+//     lengthens it at most 8-fold. A Nack
 //     delay is cut to MaxDelay; a message read from the server whose
 //     trawl headers (Trawl-Delay, Trawl-Attempts, Trawl-Priority) are not
 //     numbers within bounds was not written by trawl and is dead-lettered
