@@ -43,9 +43,9 @@ func (b *Broker) Consume(ctx context.Context, queue string, prefetch int) (broke
 // same pull requests as Receive: "no wait" requests band by band while
 // the queue has messages (take), and, once it has none and buf is empty,
 // a waiting request on every band and the delay consumer (wait), renewed
-// by nats.go as they expire (every waitExpiry) with the server's
-// heartbeats in between. An idle consumer thus costs the server one pull
-// request per band and per waitExpiry, and no connection of its own.
+// by the broker as they expire (every waitExpiry; see waiting: no
+// heartbeats are asked for). An idle consumer thus costs the server one
+// pull request per band and per waitExpiry, and no connection of its own.
 //
 // A queue split into partitions is read the same way, each take over
 // every partition in turn (see takeAll) and each wait on all of them, with

@@ -18,8 +18,9 @@ import (
 )
 
 // waitExpiry is how long one waiting pull request stays with the server;
-// nats.go renews it when it runs out, and the server sends heartbeats
-// meanwhile (every half of it), so that a lost request is noticed.
+// the broker renews it when it runs out (see waiting), and one left
+// unanswered past it (a restarted server forgot it) is sent anew: no
+// heartbeats are asked for.
 const waitExpiry = 30 * time.Second
 
 // delayBatch is how many delayed messages one pull request takes.
