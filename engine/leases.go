@@ -93,12 +93,17 @@ func (k *leaseKeeper) keep(ctx context.Context, lease time.Duration, batch broke
 	t := time.NewTicker(lease / 3)
 	defer t.Stop()
 	var lost []broker.Delivery // this round's, for k.lost
+	var errs []error           // this round's failures, logged in one line after it
+	failures := 0
 	failed := func(d broker.Delivery, err error) {
 		if errors.Is(err, broker.ErrLeaseLost) && k.lost != nil {
 			lost = append(lost, d)
 		}
 		if !errors.Is(err, broker.ErrSettled) {
-			log.Warn("lease extension failed", "err", err)
+			failures++
+			if len(errs) < loggedFailures {
+				errs = append(errs, err)
+			}
 		}
 	}
 	var ds []broker.Delivery
@@ -122,7 +127,7 @@ func (k *leaseKeeper) keep(ctx context.Context, lease time.Duration, batch broke
 		if len(ds) == 0 {
 			continue
 		}
-		lost = lost[:0]
+		lost, errs, failures = lost[:0], errs[:0], 0
 		if batch == nil {
 			extendAll(ctx, ds, lease, failed)
 		} else {
@@ -132,11 +137,20 @@ func (k *leaseKeeper) keep(ctx context.Context, lease time.Duration, batch broke
 				}
 			}
 		}
+		if failures > 0 {
+			// One line a round, not one a delivery: a server that restarted
+			// fails every lease held at once (hundreds of lines).
+			log.Warn("lease extension failed", "failed", failures, "of", len(ds), "err", errors.Join(errs...))
+		}
 		if len(lost) > 0 {
 			k.lost(lost)
 		}
 	}
 }
+
+// loggedFailures is how many of a round's failed extensions the keeper's
+// one line a round quotes (it counts them all).
+const loggedFailures = 3
 
 // extendParallel is how many lease extensions keep has in flight at
 // once: a worker may hold thousands of deliveries (the workbench holds
