@@ -318,6 +318,9 @@ var errCrawlDone = errors.New("crawl done")
 // read-ahead back.
 func (c *Crawler) receive(ctx context.Context, sem chan struct{}, bench *workbench, dispatch func(*benchItem)) error {
 	queue := RequestsQueue(c.cfg.Name)
+	// A crawl paused before this worker started takes nothing from it:
+	// the feeder's ticks would read the pause too late.
+	c.pollPause(ctx)
 	// Start URLs first: a fresh crawl has nothing else.
 	took, err := c.feedStarts(ctx)
 	if err != nil {

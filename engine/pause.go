@@ -28,8 +28,8 @@ const (
 // keeps: a paused worker takes no new request, finishes the pages it has
 // in progress and keeps (with their leases) the deliveries it holds; its
 // consumer's read-ahead goes back to the queue. Workers see it within
-// a second while they hold pages, 5 seconds while idle, and go on after
-// resume.
+// a second while they hold pages, 5 seconds while idle (one that starts
+// on a paused crawl takes nothing), and go on after resume.
 func SetPaused(ctx context.Context, m broker.Metadata, crawl string, paused bool) error {
 	v := "0"
 	if paused {
@@ -62,7 +62,7 @@ type pauser struct {
 	parked  bool          // the receiver waits for resume
 	wake    func()        // ends the receiver's wait for a delivery, or nil
 
-	lastRead time.Time // the feeder's alone (pollPause)
+	lastRead time.Time // pollPause's: the receiver's before its feeder starts, then the feeder's alone
 }
 
 func (p *pauser) set(paused bool) (changed bool) {
@@ -135,9 +135,9 @@ func (p *pauser) isParked() bool {
 }
 
 // pollPause reads whether the crawl is paused, at most every pausePoll:
-// the feeder calls it on each of its ticks, so that the read adds no
-// connection of its own to an idle worker's. A failed read keeps the
-// last state.
+// the receiver calls it once before it takes anything, then the feeder
+// on each of its ticks, so that the read adds no connection of its own
+// to an idle worker's. A failed read keeps the last state.
 func (c *Crawler) pollPause(ctx context.Context) {
 	m := c.metadata()
 	every := pausePoll

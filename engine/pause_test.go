@@ -149,3 +149,39 @@ func awaitParked(ctx context.Context, t *testing.T, m broker.Metadata, done <-ch
 		}
 	}
 }
+
+// TestPausedBeforeStart: a worker that starts on a paused crawl sends
+// the site no request until it is resumed (it read the pause only at its
+// feeder's first tick, and fetched the 11 pages of a small crawl in the
+// 200 ms before it), then crawls it whole.
+func TestPausedBeforeStart(t *testing.T) {
+	site, url := sitetest.Serve(t, testsite.Config{Pages: 10, Links: 3, Seed: 4, NoTraps: true})
+	b, f := newBackends(t)
+	c, err := engine.New(b, f, engine.Config{Concurrency: 2, IdleTimeout: 300 * time.Millisecond, TrustedHosts: []string{"127.0.0.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := c.Seed(ctx, engine.StartURL{URL: url + "/"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := engine.SetPaused(ctx, b, "trawl", true); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	awaitParked(ctx, t, b, done)
+	if n := site.Summary().Requests; n != 0 {
+		t.Fatalf("a worker started on a paused crawl sent the site %d requests", n)
+	}
+	if err := engine.SetPaused(ctx, b, "trawl", false); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if err := site.Verify(); err != nil {
+		t.Errorf("after resume the site says the crawl was wrong:\n%v", err)
+	}
+}
