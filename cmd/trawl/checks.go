@@ -17,8 +17,8 @@ func (o *options) checkValues() []error {
 		// It names the data directory .trawl/NAME: ../x would be outside.
 		errs = append(errs, fmt.Errorf("--name %q: want a name without / or \\, not . or .. (it names the folder .trawl/NAME and the broker's keys)", o.name))
 	}
-	if _, _, err := header.Parse("User-Agent: " + o.userAgent); err != nil || o.userAgent != strings.TrimSpace(o.userAgent) {
-		errs = append(errs, fmt.Errorf("--user-agent %q: want one line of text, without control characters (CR, LF)", o.userAgent))
+	if _, _, err := header.Parse("User-Agent: " + o.userAgent); err != nil || o.userAgent == "" || o.userAgent != strings.TrimSpace(o.userAgent) {
+		errs = append(errs, fmt.Errorf("--user-agent %q: want one line of text, not empty, without control characters (CR, LF)", o.userAgent))
 	}
 	for _, d := range o.allowDomains {
 		if !validDomain(d) {

@@ -181,6 +181,14 @@ func TestBadInput(t *testing.T) {
 		{"negative pages", []string{"crawl", "--max-pages=-1", "http://example.com/"}, 2, "--max-pages must not be negative"},
 		{"negative retries", []string{"crawl", "--retry-times=-1", "http://example.com/"}, 2, "--retry-times -1: want 0 or more"},
 		{"zero back-off", []string{"crawl", "--retry-backoff=0", "http://example.com/"}, 2, "--retry-backoff 0s: want a positive duration"},
+		// A 0 the engine or the broker would take for its default (30s,
+		// 10,000 links, trawl's User-Agent, 16, 8) is refused, never
+		// reinterpreted.
+		{"zero lease", []string{"crawl", "--lease=0", "http://example.com/"}, 2, "--lease 0s: want a positive duration"},
+		{"zero links", []string{"crawl", "--max-links=0", "http://example.com/"}, 2, "--max-links 0: want 1 or more"},
+		{"empty user agent", []string{"crawl", "--user-agent=", "http://example.com/"}, 2, `--user-agent "": want one line of text, not empty`},
+		{"zero concurrency", []string{"crawl", "--concurrency=0", "http://example.com/"}, 2, "--concurrency 0: want 1 or more"},
+		{"zero per host", []string{"worker", "--broker=redis", "--per-host=0"}, 2, "--per-host 0: want 1 or more"},
 		{"negative failure timeout", []string{"crawl", "--failure-timeout=-1s", "http://example.com/"}, 2, "--failure-timeout -1s must not be negative"},
 		{"autothrottle target 0", []string{"crawl", "--autothrottle", "--autothrottle-target-concurrency=0", "http://example.com/"}, 2, "--autothrottle-target-concurrency 0: want a number above 0"},
 		{"nats replicas above 5", []string{"crawl", "--broker=nats", "--nats-replicas=7", "http://example.com/"}, 2, "--nats-replicas 7: want 1 to 5"},

@@ -175,17 +175,23 @@ func (o *options) setup() error {
 	if o.name == "" || strings.ContainsAny(o.name, " {}") {
 		errs = append(errs, fmt.Errorf("--name %q: want a non-empty name without spaces or braces", o.name))
 	}
-	if o.concurrency < 1 || o.perHost < 1 {
-		errs = append(errs, errors.New("--concurrency and --per-host must be at least 1"))
+	// 0 would be taken for the engine's default by each of these.
+	for _, l := range []struct {
+		flag string
+		v    int
+	}{{"--concurrency", o.concurrency}, {"--per-host", o.perHost}, {"--max-links", o.maxLinks}} {
+		if l.v < 1 {
+			errs = append(errs, fmt.Errorf("%s %d: want 1 or more", l.flag, l.v))
+		}
 	}
 	for _, l := range []struct {
 		flag string
 		v    int64
 	}{
 		{"--max-depth", int64(o.maxDepth)}, {"--max-pages", int64(o.maxPages)},
-		{"--max-links", int64(o.maxLinks)}, {"--max-query-values", int64(o.maxQueryValues)},
+		{"--max-query-values", int64(o.maxQueryValues)},
 		{"--max-pages-per-host", int64(o.maxPagesPerHost)},
-		{"--delay", int64(o.delay)}, {"--idle-timeout", int64(o.idleTimeout)}, {"--lease", int64(o.lease)},
+		{"--delay", int64(o.delay)}, {"--idle-timeout", int64(o.idleTimeout)},
 		{"--progress-interval", int64(o.progressEvery)},
 	} {
 		if l.v < 0 {
@@ -225,6 +231,9 @@ func (o *options) setup() error {
 	}
 	if o.failureTimeout < 0 {
 		errs = append(errs, fmt.Errorf("--failure-timeout %v must not be negative", o.failureTimeout))
+	}
+	if o.lease <= 0 { // 0 would be taken for the brokers' default, 30s
+		errs = append(errs, fmt.Errorf("--lease %v: want a positive duration", o.lease))
 	}
 	if o.retryBackoff <= 0 {
 		errs = append(errs, fmt.Errorf("--retry-backoff %v: want a positive duration", o.retryBackoff))
