@@ -246,6 +246,9 @@ trawl purge deletes them with the crawl.`,
 			default:
 				return usageError("deadletter %q: want list or requeue", args[0])
 			}
+			if max < 0 {
+				return usageError("--max %d: want 0 or more", max)
+			}
 			b, err := o.open(cmd.Context(), "deadletter")
 			if err != nil {
 				return err
@@ -253,6 +256,7 @@ trawl purge deletes them with the crawl.`,
 			defer b.Close()
 			ctx := cmd.Context()
 			total := 0
+			var more []string // lists cut at --max
 			queues := []string{engine.RequestsQueue(o.name), engine.StartQueue(o.name)}
 			for _, q := range queues {
 				// Start URLs outside the broker keep their own dead
@@ -264,9 +268,13 @@ trawl purge deletes them with the crawl.`,
 					if n <= 0 {
 						n = defaultListMax
 					}
-					ls, err := dl.DeadLetters(ctx, q, n)
+					ls, err := dl.DeadLetters(ctx, q, n+1) // one more tells whether there are more
 					if err != nil {
 						return err
+					}
+					if len(ls) > n {
+						ls = ls[:n]
+						more = append(more, fmt.Sprintf("trawl: %s holds more dead letters than the %d shown (--max N shows N)", b.QueueName(q), n))
 					}
 					for _, l := range ls {
 						what, why := describe(q, l)
@@ -286,6 +294,9 @@ trawl purge deletes them with the crawl.`,
 				fmt.Fprintf(o.stdout, "requeued %d dead %s\n", total, plural(int64(total), "letter"))
 			case total == 0:
 				fmt.Fprintf(o.stdout, "no dead letters in %s or %s\n", b.QueueName(queues[0]), b.QueueName(queues[1]))
+			}
+			for _, m := range more {
+				fmt.Fprintln(o.stderr, m)
 			}
 			return nil
 		},

@@ -100,6 +100,23 @@ func TestDeadLetterList(t *testing.T) {
 	if r.code != 0 || !(strings.HasPrefix(r.stdout, redacted) || strings.HasPrefix(r.stdout, stripped)) || strings.Contains(r.stdout+r.stderr, pw) {
 		t.Errorf("deadletter list: exit %d, stdout %q, want 0 and a line starting %q or %q, no password; stderr:\n%s", r.code, r.stdout, redacted, stripped, r.stderr)
 	}
+	// A list cut at --max says that there are more; a negative --max
+	// is refused (list took it for 100, requeue for every one).
+	if r := trawlIn(t, dir, time.Minute, "crawl", "--retry-times", "0", "--ignore-robots", "--idle-timeout", "300ms", srv.URL+"/b"); r.code != 1 {
+		t.Fatalf("crawl of a second page down: exit %d, want 1; stderr:\n%s", r.code, r.stderr)
+	}
+	r = trawlIn(t, dir, time.Minute, "deadletter", "list", "--max", "1")
+	if want := "trawl: trawl:requests holds more dead letters than the 1 shown (--max N shows N)\n"; r.code != 0 || strings.Count(r.stdout, "\n") != 1 || r.stderr != want {
+		t.Errorf("deadletter list --max 1 of 2: exit %d, stdout %q, stderr %q; want 0, one line, and stderr %q", r.code, r.stdout, r.stderr, want)
+	}
+	if r := trawlIn(t, dir, time.Minute, "deadletter", "list", "--max", "2"); r.code != 0 || strings.Count(r.stdout, "\n") != 2 || r.stderr != "" {
+		t.Errorf("deadletter list --max 2 of 2: exit %d, stdout %q, stderr %q; want 0, two lines, nothing on stderr", r.code, r.stdout, r.stderr)
+	}
+	for _, verb := range []string{"list", "requeue"} {
+		if r := trawlIn(t, dir, time.Minute, "deadletter", verb, "--max", "-1"); r.code != 2 || r.stderr != "trawl: --max -1: want 0 or more\n" {
+			t.Errorf("deadletter %s --max -1: exit %d, stderr %q; want 2 and a clear line", verb, r.code, r.stderr)
+		}
+	}
 	r = trawlIn(t, dir, time.Minute, "deadletter")
 	if r.code != 0 || !strings.Contains(r.stdout, "trawl deadletter list") || !strings.Contains(r.stdout, "trawl deadletter requeue") {
 		t.Errorf("deadletter alone: exit %d, want 0 and its subcommands; stdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
