@@ -601,6 +601,7 @@ func (c *Crawler) newFeeder(startsLeft bool) *feeder {
 		verify:     c.verifyState,
 		pollPause:  c.pollPause,
 		timeout:    c.cfg.IdleTimeout,
+		lease:      c.cfg.Lease,
 		log:        c.log,
 		startsLeft: startsLeft,
 	}
@@ -622,33 +623,36 @@ func (c *Crawler) watchState(ctx context.Context, deep bool) error {
 }
 
 // idle reports whether nothing is in flight here and nothing is queued or
-// in flight anywhere; when counting a queue fails, it reports the queue
-// and the error.
-func (c *Crawler) idle(ctx context.Context) (bool, string, error) {
+// in flight anywhere, and, when nothing is in flight here and nothing is
+// queued, how many requests are in flight (at other workers); when
+// counting a queue fails, it reports the queue and the error.
+func (c *Crawler) idle(ctx context.Context) (bool, int64, string, error) {
 	if c.leases.inFlight() > 0 {
-		return false, "", nil
+		return false, 0, "", nil
 	}
 	queues := []string{RequestsQueue(c.cfg.Name), StartQueue(c.cfg.Name)}
 	if c.cfg.Starts != nil {
 		queues = queues[:1]
 		n, err := c.cfg.Starts.PendingStarts(ctx)
 		if err != nil {
-			return false, StartQueue(c.cfg.Name), err
+			return false, 0, StartQueue(c.cfg.Name), err
 		}
 		if n > 0 {
-			return false, "", nil
+			return false, 0, "", nil
 		}
 	}
+	var inFlight int64
 	for _, q := range queues {
 		n, err := c.frontier.Broker().Counts(ctx, q)
 		if err != nil {
-			return false, q, err
+			return false, 0, q, err
 		}
-		if n.Ready > 0 || n.InFlight > 0 {
-			return false, "", nil
+		if n.Ready > 0 {
+			return false, 0, "", nil
 		}
+		inFlight += n.InFlight
 	}
-	return true, "", nil
+	return inFlight == 0, inFlight, "", nil
 }
 
 // takeStarts moves a batch of start URLs into the frontier.

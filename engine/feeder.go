@@ -19,13 +19,15 @@ type feeder struct {
 	// What the feeder asks of its crawler.
 	takeStarts func(context.Context) (int, error) // a batch of start URLs into the frontier (feedStarts)
 	busy       func() bool                        // deliveries in hand here
-	// idle reports whether nothing is queued or in flight anywhere; on a
-	// failure to count, the queue concerned and the error.
-	idle      func(context.Context) (bool, string, error)
+	// idle reports whether nothing is queued or in flight anywhere, and
+	// how many requests other workers hold when none is ready for this
+	// one; on a failure to count, the queue concerned and the error.
+	idle      func(context.Context) (bool, int64, string, error)
 	watch     func(ctx context.Context, deep bool) error // the crawl's loss, looked for at the servers when deep
 	verify    func(context.Context) error                // the crawl's state, before it is found done
 	pollPause func(context.Context)
 	timeout   time.Duration // Config.IdleTimeout; 0: never done
+	lease     time.Duration // Config.Lease, said by waitOthers
 	log       *slog.Logger
 
 	startsLeft  bool      // the last take took start URLs
@@ -33,6 +35,8 @@ type feeder struct {
 	idleSince   time.Time // zero: not idle
 	ticks       int
 	countWarned time.Time // when a failure to count was last said
+	othersSince time.Time // since when only other workers hold requests (zero: not so)
+	othersSaid  bool      // that wait was said
 }
 
 // run feeds until ctx ends, or until the crawl ends: it calls finish with
@@ -99,10 +103,11 @@ func (f *feeder) done(ctx context.Context) error {
 	if f.timeout == 0 {
 		return nil
 	}
-	idle, queue, err := f.idle(ctx)
+	idle, others, queue, err := f.idle(ctx)
 	if err != nil {
 		f.warnCounts(ctx, queue, err)
 	}
+	f.waitOthers(others)
 	switch {
 	case !idle:
 		f.idleSince = time.Time{}
@@ -119,6 +124,28 @@ func (f *feeder) done(ctx context.Context) error {
 	}
 	f.log.Info("crawl idle; done", "idle", f.timeout)
 	return errCrawlDone
+}
+
+// othersWait is how long a worker waits for requests other workers hold,
+// with none ready for it, before it says why it waits.
+const othersWait = 5 * time.Second
+
+// waitOthers says, once per wait longer than othersWait, that this
+// worker, which holds nothing, waits for the n requests other workers
+// hold (n > 0): the crawl is not done while they may come back, which
+// those of a worker that died do when their lease ends.
+func (f *feeder) waitOthers(n int64) {
+	switch {
+	case n == 0:
+		f.othersSince, f.othersSaid = time.Time{}, false
+	case f.othersSince.IsZero():
+		f.othersSince = time.Now()
+	case !f.othersSaid && time.Since(f.othersSince) >= othersWait:
+		f.othersSaid = true
+		f.log.Warn("waiting for requests other workers hold: the crawl is not done until they are settled, "+
+			"and a worker that stopped without giving them back holds them until their lease ends",
+			"in_flight", n, "lease", f.lease)
+	}
 }
 
 // countWarnEvery bounds the warnings of warnCounts.

@@ -20,6 +20,7 @@ type fakeFeeder struct {
 	takeErr  error
 	inFlight atomic.Bool
 	queued   bool
+	others   int64 // requests other workers hold
 	countErr error
 	lost     error
 	deep     int // deep looks at the state
@@ -40,11 +41,14 @@ func newFakeFeeder(timeout time.Duration) *fakeFeeder {
 			return n, ff.takeErr
 		},
 		busy: func() bool { return ff.inFlight.Load() },
-		idle: func(context.Context) (bool, string, error) {
+		idle: func(context.Context) (bool, int64, string, error) {
 			if ff.countErr != nil {
-				return false, "q", ff.countErr
+				return false, 0, "q", ff.countErr
 			}
-			return !ff.queued && !ff.inFlight.Load(), "", nil
+			if ff.others > 0 && !ff.queued && !ff.inFlight.Load() {
+				return false, ff.others, "", nil
+			}
+			return !ff.queued && !ff.inFlight.Load(), 0, "", nil
 		},
 		watch: func(_ context.Context, deep bool) error {
 			if deep {
