@@ -78,7 +78,10 @@
 // filter, the per-host limits (PerHost and Delay hold across them), the
 // counters (trawl stats shows them) and the crawl's stored settings, and
 // the brokers' delivery limits follow Crawl.MaxRetries. A program and
-// trawl worker with the same crawl name are workers of one crawl.
+// trawl worker with the same crawl name are workers of one crawl. Run(ctx)
+// joins a crawl that exists, as trawl worker does: it waits for a seed up
+// to Crawl.IdleTimeout, saying so on standard error, then returns an error
+// wrapping deployment.ErrNoCrawl, having begun no crawl of a mistyped name.
 //
 // Closures cannot travel through a broker, so the handlers are registered
 // under a name behind the scenes: a digest of their kinds and selectors in

@@ -2,6 +2,8 @@ package trawl_test
 
 import (
 	"context"
+	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
@@ -11,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trawlhq/trawl"
 	"github.com/trawlhq/trawl/deployment"
 	"github.com/trawlhq/trawl/engine"
 	"github.com/trawlhq/trawl/internal/integration"
@@ -119,5 +122,35 @@ func TestShopScrapeThreeProcessesOnRedis(t *testing.T) {
 	if shared[engine.StatItems] != int64(len(testsite.Products())) || shared[engine.StatResponses] != peak.pages {
 		t.Errorf("shared counters: %d pages, %d items; want the %d pages the site served, %d items",
 			shared[engine.StatResponses], shared[engine.StatItems], peak.pages, len(testsite.Products()))
+	}
+}
+
+// TestJoinNoCrawlOnRedis: Run given no start URL on a shared broker is a
+// worker joining a crawl, as trawl worker is: of a crawl that does not
+// exist (a mistyped Crawl.Name) it begins none, and returns an error
+// wrapping deployment.ErrNoCrawl once Crawl.IdleTimeout passed, having
+// stored no settings (it stored them, and returned nil).
+func TestJoinNoCrawlOnRedis(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs a Redis server")
+	}
+	url := integration.Redis(t)
+	name := integration.Name(t)
+	c := trawl.New(trawl.Config{
+		Deployment: deployment.Config{Broker: "redis", RedisURL: url, Stderr: io.Discard},
+		Crawl:      engine.Config{Name: name, IdleTimeout: 300 * time.Millisecond},
+		Output:     io.Discard,
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := c.Run(ctx); !errors.Is(err, deployment.ErrNoCrawl) {
+		t.Fatalf("run of a crawl that does not exist: %v, want deployment.ErrNoCrawl", err)
+	}
+	d, err := deployment.Open(ctx, deployment.Config{Broker: "redis", RedisURL: url, Admin: "stats"}, engine.Config{Name: name})
+	if err == nil {
+		d.Close()
+		t.Errorf("after the run, trawl stats finds crawl %s; want no crawl", name)
+	} else if !errors.Is(err, deployment.ErrNoCrawl) {
+		t.Errorf("stats after the run: %v, want deployment.ErrNoCrawl", err)
 	}
 }

@@ -345,7 +345,10 @@ var ErrNothingDone = errors.New("nothing done")
 // crawl finished, ctx.Err() when ctx ended first (the crawl resumes from a
 // persistent broker), engine.ErrNoPages when not a single page could be
 // fetched, ErrNothingDone when start URLs were given but no page answered
-// 2xx and no item was written (the reason said), or the configuration or
+// 2xx and no item was written (the reason said), an error wrapping
+// deployment.ErrNoCrawl when, given none, it found no crawl of
+// Crawl.Name on a shared broker within Crawl.IdleTimeout (as trawl worker,
+// it begins none: Config.Serve does), or the configuration or
 // start URL that is wrong. Without Crawl.Logger, warnings go to
 // slog.Default()'s handler (standard error unless the program set one).
 func (c *Crawler) Run(ctx context.Context, startURLs ...string) (err error) {
@@ -419,7 +422,7 @@ func (c *Crawler) Run(ctx context.Context, startURLs ...string) (err error) {
 	c.stats = cfg.Stats
 	c.mu.Unlock()
 
-	fr, purge, closeAll, err := c.open(ctx, &cfg)
+	fr, purge, closeAll, err := c.open(ctx, &cfg, len(starts) == 0 && !c.cfg.Flush)
 	if err != nil {
 		return err
 	}
@@ -500,8 +503,11 @@ func (c *Crawler) inMemory() bool {
 // what the configuration does not give, sets on cfg what the deployment
 // provides (start URLs, shared limits and counters, stored settings), and
 // returns functions that purge the crawl (nil with a Broker given) and
-// close what it opened.
-func (c *Crawler) open(ctx context.Context, cfg *engine.Config) (frontier.Frontier, func(context.Context) error, func() error, error) {
+// close what it opened. A run that joins a crawl (no start URL) on a
+// shared broker waits for the crawl to exist up to cfg.IdleTimeout, as
+// trawl worker does (deployment.AwaitCrawl): a mistyped Crawl.Name begins
+// no crawl.
+func (c *Crawler) open(ctx context.Context, cfg *engine.Config, join bool) (frontier.Frontier, func(context.Context) error, func() error, error) {
 	if c.cfg.Broker != nil {
 		return frontier.Compose(c.cfg.Broker, c.cfg.Filter, engine.ComposeConfig(*cfg)), nil, func() error { return nil }, nil
 	}
@@ -514,6 +520,11 @@ func (c *Crawler) open(ctx context.Context, cfg *engine.Config) (frontier.Fronti
 	d, err := deployment.Open(ctx, dc, *cfg)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("trawl: %w", err)
+	}
+	if join && cfg.IdleTimeout > 0 && dc.Broker != "" && dc.Broker != "memory" {
+		if err := d.AwaitCrawl(ctx, cfg.IdleTimeout); err != nil {
+			return nil, nil, nil, fmt.Errorf("trawl: %w", errors.Join(err, d.Close()))
+		}
 	}
 	d.Configure(cfg)
 	fr := d.Frontier
