@@ -33,24 +33,23 @@ func newSeedCmd(o *options) *cobra.Command {
 			"(which cannot change the partitions: trawl repartition moves a stopped crawl's queues). "+
 			"To change them, purge the crawl and seed it again (on one machine: trawl crawl --flush with the new flags).", 72),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			lines := args
-			if file != "" {
-				more, err := readLines(file, cmd.InOrStdin())
-				if err != nil {
-					return err
-				}
-				lines = append(lines, more...)
-			}
-			if len(lines) == 0 {
-				return usageError("seed needs URLs (arguments or --file)")
-			}
-			starts := make([]engine.StartURL, 0, len(lines))
-			for _, l := range lines {
-				s, err := parseStartURL(l)
+			starts := make([]engine.StartURL, 0, len(args))
+			for _, a := range args {
+				s, err := parseStartURL(a)
 				if err != nil {
 					return err
 				}
 				starts = append(starts, s)
+			}
+			if file != "" {
+				more, err := readStarts(file, cmd.InOrStdin())
+				if err != nil {
+					return err
+				}
+				starts = append(starts, more...)
+			}
+			if len(starts) == 0 {
+				return usageError("seed needs URLs (arguments or --file)")
 			}
 			b, err := o.open(cmd.Context(), "seed")
 			if err != nil {
@@ -108,23 +107,32 @@ func wrap(text string, width int) string {
 	return b.String()
 }
 
-func readLines(file string, stdin io.Reader) ([]string, error) {
+// readStarts reads the start URLs of file (- for stdin), one a line;
+// blank lines and lines starting with # are skipped. A line that is not
+// a start URL is a usage error naming its line.
+func readStarts(file string, stdin io.Reader) ([]engine.StartURL, error) {
 	r := stdin
 	if file != "-" {
 		f, err := os.Open(file)
 		if err != nil {
-			return nil, fmt.Errorf("--file: %w", err)
+			return nil, usageError("--file: %v", err)
 		}
 		defer f.Close()
 		r = f
 	}
-	var out []string
+	var out []engine.StartURL
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		if l := strings.TrimSpace(sc.Text()); l != "" && !strings.HasPrefix(l, "#") {
-			out = append(out, l)
+	for n := 1; sc.Scan(); n++ {
+		l := strings.TrimSpace(sc.Text())
+		if l == "" || strings.HasPrefix(l, "#") {
+			continue
 		}
+		s, err := parseStartURL(l)
+		if err != nil {
+			return nil, usageError("--file %s, line %d: %v", file, n, err)
+		}
+		out = append(out, s)
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("--file: %w", err)

@@ -202,7 +202,11 @@ func startURLError(arg string, err error) error {
 		return usageError("bad start URL %s: %v", shownURL(raw, false), perr)
 	}
 	msg := strings.TrimPrefix(err.Error(), engine.ErrBadPayload.Error()+": ")
-	return usageError("bad start URL %s: %s (%s)", strconv.Quote(u.Redacted()), hidePassword(msg, u), want)
+	shown := raw // as given: Redacted escapes it ("not a url" as not%20a%20url)
+	if u.User != nil {
+		shown = u.Redacted()
+	}
+	return usageError("bad start URL %s: %s (%s)", strconv.Quote(shown), hidePassword(msg, u), want)
 }
 
 // hidePassword replaces u's password in msg, whatever quotes or escapes

@@ -3,6 +3,8 @@ package main
 import (
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -129,5 +131,26 @@ func TestSeedSaysOne(t *testing.T) {
 	r := trawl(t, time.Minute, "seed", "http://127.0.0.1:1/")
 	if r.code != 0 || !strings.HasPrefix(r.stdout, "seeded 1 start URL into ") {
 		t.Errorf("seed of one URL: exit %d, stdout %q, want \"seeded 1 start URL into …\"; stderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// TestSeedFileBadLine: a line of seed --file that is not a start URL is
+// refused naming the file, its line and the text as given (it was shown
+// escaped, "not%20a%20url", which a search of the file does not find);
+// a file that cannot be opened is a usage error too (exit 2, not 1).
+func TestSeedFileBadLine(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "starts.txt")
+	if err := os.WriteFile(file, []byte("# start URLs\nhttp://127.0.0.1:1/\n\nnot a url\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := trawl(t, time.Minute, "seed", "--file", file)
+	want := "trawl: --file " + file + `, line 4: bad start URL "not a url": `
+	if r.code != 2 || !strings.HasPrefix(r.stderr, want) || strings.Count(r.stderr, "\n") != 1 {
+		t.Errorf("seed --file with a bad line 4: exit %d, stderr %q; want 2 and one line starting %q", r.code, r.stderr, want)
+	}
+	r = trawl(t, time.Minute, "seed", "--file", file+".missing")
+	if r.code != 2 || !strings.HasPrefix(r.stderr, "trawl: --file: open ") {
+		t.Errorf("seed --file of a missing file: exit %d, stderr %q; want 2 and the file named", r.code, r.stderr)
 	}
 }
