@@ -177,6 +177,9 @@ type Deployment struct {
 	// claims is the Redis broker's filter, partitioned with its queue
 	// (each partition's claims under its tag), or nil.
 	claims dedupredis.Claimer
+	// made deletes the Redis filter Open made for a crawl that had none,
+	// or is nil (see redisFilter).
+	made   func(context.Context) error
 	purges []func(context.Context) error
 	closes []func() error
 }
@@ -323,7 +326,14 @@ func (d *Deployment) AwaitCrawl(ctx context.Context, wait time.Duration) error {
 			return nil
 		}
 		if time.Since(start) >= wait {
-			return fmt.Errorf("%w %s on %s (check --name): a worker joins a crawl that trawl seed or trawl crawl began; none did within --idle-timeout %v", ErrNoCrawl, name, d.cfg.Broker, wait)
+			err := fmt.Errorf("%w %s on %s (check --name): a worker joins a crawl that trawl seed or trawl crawl began; none did within --idle-timeout %v", ErrNoCrawl, name, d.cfg.Broker, wait)
+			if d.made != nil {
+				// The filter Open made for it: nothing of the crawl stays.
+				if derr := d.made(ctx); derr != nil {
+					err = fmt.Errorf("%w; deleting the duplicate filter made for it: %w", err, derr)
+				}
+			}
+			return err
 		}
 		if !said {
 			fmt.Fprintf(d.stderr(), "trawl: no crawl %s on %s yet: waiting up to --idle-timeout %v for trawl seed or trawl crawl to begin it (check --name)\n", name, d.cfg.Broker, wait)

@@ -195,6 +195,9 @@ func (d *Deployment) redisExtras(ctx context.Context, client goredis.UniversalCl
 	if err != nil {
 		return err
 	}
+	if f == nil {
+		return d.volatileFilter() // a stand-in: the crawl has no filter
+	}
 	d.Filter = f
 	d.closes = append(d.closes, f.Close)
 	return nil
@@ -209,7 +212,12 @@ const redisBloomFPRate = 0.001
 // that a command joining a crawl needs neither its --dedup nor its Bloom
 // sizes; else the one --dedup names, set (default) or bloom. A --dedup,
 // --bloom-capacity or --bloom-fp-rate that the crawl's filter does not
-// match is an error.
+// match is an error. A command on a crawl that must exist (every
+// administration command but seed) makes none: nil, and redisExtras gives
+// it an empty one in memory (a mistyped --name left a filter's layout behind,
+// which refused a later seed of that name with another --dedup). A
+// filter made here is recorded (made) for a worker that finds no crawl
+// to join to delete (see AwaitCrawl).
 func (d *Deployment) redisFilter(ctx context.Context, client goredis.UniversalClient) (dedup.Filter, error) {
 	key := redislayout.FilterName(d.crawl.Name)
 	switch d.cfg.Filter {
@@ -226,11 +234,32 @@ func (d *Deployment) redisFilter(ctx context.Context, client goredis.UniversalCl
 	if !errors.Is(err, dedupredis.ErrNoFilter) {
 		return nil, err
 	}
-	capacity := cmp.Or(d.cfg.FilterCapacity, defaultFilterCapacity)
-	if d.cfg.Filter == "bloom" {
-		return dedupredis.NewBloom(ctx, dedupredis.BloomConfig{Client: client, Key: key, Capacity: capacity, FPRate: cmp.Or(d.cfg.FilterFPRate, redisBloomFPRate), Logger: d.crawl.Logger})
+	if d.cfg.Admin != "" && d.cfg.Admin != "seed" {
+		return nil, nil
 	}
-	return dedupredis.NewSet(ctx, dedupredis.SetConfig{Client: client, Key: key, Capacity: capacity, Logger: d.crawl.Logger})
+	capacity := cmp.Or(d.cfg.FilterCapacity, defaultFilterCapacity)
+	var made dedupredis.Claimer
+	if d.cfg.Filter == "bloom" {
+		made, err = dedupredis.NewBloom(ctx, dedupredis.BloomConfig{Client: client, Key: key, Capacity: capacity, FPRate: cmp.Or(d.cfg.FilterFPRate, redisBloomFPRate), Logger: d.crawl.Logger})
+	} else {
+		made, err = dedupredis.NewSet(ctx, dedupredis.SetConfig{Client: client, Key: key, Capacity: capacity, Logger: d.crawl.Logger})
+	}
+	if err != nil {
+		return nil, err
+	}
+	d.made = func(ctx context.Context) error {
+		var errs []error
+		if pb, ok := d.Broker.(broker.Partitioned); ok && d.claims != nil && pb.Partitions() > 1 {
+			// The Redis broker's filter is partitioned with its queue.
+			parts := pb.Partitions()
+			for p := range parts {
+				errs = append(errs, made.Partition(p, parts).Purge(ctx))
+			}
+		}
+		errs = append(errs, made.Purge(ctx), dedupredis.DropLayout(ctx, client, key))
+		return errors.Join(errs...)
+	}
+	return made, nil
 }
 
 // checkStoredFilter fails when --dedup, --bloom-capacity or

@@ -42,6 +42,17 @@ func claimLayout(ctx context.Context, c goredis.UniversalClient, keys redislayou
 	return get.Val(), nil
 }
 
+// DropLayout deletes the layout record of the filter under key, after
+// its Purge: what is left of a filter made for a crawl that turned out
+// not to exist, so that the key holds no filter again (Stored: ErrNoFilter).
+func DropLayout(ctx context.Context, c goredis.UniversalClient, key string) error {
+	meta := redislayout.FilterKeys(key).Meta
+	if err := c.Del(ctx, meta).Err(); err != nil {
+		return fmt.Errorf("redis dedup %q: delete layout %q: %w", key, meta, err)
+	}
+	return nil
+}
+
 // ErrNoFilter is wrapped by Stored when no filter is stored under its key.
 var ErrNoFilter = errors.New("redis dedup: no filter stored")
 
