@@ -192,10 +192,16 @@ func lastLine(s string) string {
 
 var summaryRE = regexp.MustCompile(`^trawl: crawl done: (\d+) pages? fetched, (\d+) items? written, (\d+) errors?( \([^)]*\))?, \d+ retr(?:y|ies), (\d+) dead letters?, (\d+) duplicates? filtered, ([0-9]+h)?([0-9]+m)?[0-9.]+[mµn]?s, [0-9.]+ pages/s$`)
 
+// limitRE is the summary of a crawl stopped at --max-pages with requests
+// queued: summaryRE's figures, then the backlog.
+var limitRE = regexp.MustCompile(`^trawl: crawl stopped at --max-pages (\d+): (\d+) pages? fetched, (\d+) items? written, (\d+) errors?( \([^)]*\))?, \d+ retr(?:y|ies), (\d+) dead letters?, (\d+) duplicates? filtered, ([0-9]+h)?([0-9]+m)?[0-9.]+[mµn]?s, [0-9.]+ pages/s; (\d+) requests? still queued \(the same command again fetches up to \d+ more\)$`)
+
 // TestSummaryLine (9.3): every crawl ends with one summary line whose item
 // count is the number of lines written, with --max-pages too, and whose
 // page count is the one the engine logs; with stderr not a terminal, a
-// progress line comes at a steady interval.
+// progress line comes at a steady interval. A crawl stopped by --max-pages
+// with requests queued says so, and how many (it said "crawl done").
+
 func TestSummaryLine(t *testing.T) {
 	t.Parallel()
 	site, url := sitetest.Serve(t, testsite.Config{Pages: 300, Links: 5, Seed: 3, Latency: 2 * time.Millisecond})
@@ -210,16 +216,26 @@ func TestSummaryLine(t *testing.T) {
 			}
 			var sum []string
 			for _, l := range strings.Split(r.stderr, "\n") {
-				if strings.HasPrefix(l, "trawl: crawl done") {
+				if strings.HasPrefix(l, "trawl: crawl done") || strings.HasPrefix(l, "trawl: crawl stopped") {
 					sum = append(sum, l)
 				}
 			}
 			if len(sum) != 1 {
 				t.Fatalf("%d summary lines, want 1; stderr:\n%s", len(sum), r.stderr)
 			}
-			m := summaryRE.FindStringSubmatch(sum[0])
+			re := summaryRE
+			if len(extra) > 0 {
+				re = limitRE
+			}
+			m := re.FindStringSubmatch(sum[0])
 			if m == nil {
-				t.Fatalf("summary %q does not match %v", sum[0], summaryRE)
+				t.Fatalf("summary %q does not match %v", sum[0], re)
+			}
+			if len(extra) > 0 {
+				if m[1] != "10" || m[len(m)-1] == "0" {
+					t.Errorf("--max-pages 10: summary %q; want the limit and the requests queued", sum[0])
+				}
+				m = m[1:] // the figures, as summaryRE's
 			}
 			if items, _ := strconv.Atoi(m[2]); items != lines(out) || items == 0 {
 				t.Errorf("summary says %d items, %d lines written: %s", items, lines(out), sum[0])

@@ -163,7 +163,13 @@ func (o *options) crawl(ctx context.Context, args []string, seed bool, adopt []s
 		fmt.Fprintf(o.stderr, "trawl: %s failed: %s\n", what, sum)
 		return b.StartsHint(runErr) // the start URLs' key changed type meanwhile
 	}
-	fmt.Fprintf(o.stderr, "trawl: %s done: %s\n", what, sum)
+	if n, ok := b.Backlog(ctx); o.maxPages > 0 && ok && n.Ready+n.InFlight > 0 {
+		// Not done: this worker fetched what --max-pages allows.
+		fmt.Fprintf(o.stderr, "trawl: %s stopped at --max-pages %d: %s; %d %s still queued (the same command again fetches up to %d more)\n",
+			what, o.maxPages, sum, n.Ready+n.InFlight, plural(n.Ready+n.InFlight, "request"), o.maxPages)
+	} else {
+		fmt.Fprintf(o.stderr, "trawl: %s done: %s\n", what, sum)
+	}
 	if n := sum.ErrorKinds[engine.ErrorForbiddenAddress]; n > 0 && !o.allowPrivate {
 		fmt.Fprintf(o.stderr, "trawl: %d %s refused: private, loopback or link-local address (--allow-private allows them)\n", n, plural(n, "page"))
 	}
