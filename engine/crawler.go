@@ -624,8 +624,9 @@ func (c *Crawler) watchState(ctx context.Context, deep bool) error {
 
 // idle reports whether nothing is in flight here and nothing is queued or
 // in flight anywhere, and, when nothing is in flight here and nothing is
-// queued, how many requests are in flight (at other workers); when
-// counting a queue fails, it reports the queue and the error.
+// queued, how many requests are in flight (at other workers; 0 while the
+// crawl is paused); when counting a queue fails, it reports the queue and
+// the error.
 func (c *Crawler) idle(ctx context.Context) (bool, int64, string, error) {
 	if c.leases.inFlight() > 0 {
 		return false, 0, "", nil
@@ -651,6 +652,9 @@ func (c *Crawler) idle(ctx context.Context) (bool, int64, string, error) {
 			return false, 0, "", nil
 		}
 		inFlight += n.InFlight
+	}
+	if c.pause.isPaused() {
+		return inFlight == 0, 0, "", nil // paused workers hold them, as said
 	}
 	return inFlight == 0, inFlight, "", nil
 }

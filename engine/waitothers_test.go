@@ -20,6 +20,19 @@ import (
 // not end (it waited in silence until the lease ended), then crawls the
 // site when the start URL comes back.
 func TestWaitForOthersSaysWhy(t *testing.T) {
+	for _, paused := range []bool{false, true} {
+		t.Run(map[bool]string{false: "running", true: "paused"}[paused], func(t *testing.T) {
+			t.Parallel()
+			waitForOthers(t, paused)
+		})
+	}
+}
+
+// waitForOthers runs TestWaitForOthersSaysWhy; paused: the crawl is
+// paused until the start URL's lease ended, and the worker, which says
+// that, does not say it waits for other workers (paused, they hold their
+// pages on purpose).
+func waitForOthers(t *testing.T, paused bool) {
 	site, url := sitetest.Serve(t, testsite.Config{Pages: 10, Links: 3, Seed: 4, NoTraps: true})
 	const lease = 7 * time.Second // past the 5 s after which the wait is said
 	b, err := memory.New(memory.Config{Lease: lease})
@@ -48,12 +61,18 @@ func TestWaitForOthersSaysWhy(t *testing.T) {
 	if ds, err := b.Receive(ctx, engine.StartQueue("trawl"), 1); err != nil || len(ds) != 1 {
 		t.Fatalf("taking the start URL: %d, %v", len(ds), err)
 	}
+	if paused {
+		if err := engine.SetPaused(ctx, b, "trawl", true); err != nil {
+			t.Fatal(err)
+		}
+		time.AfterFunc(lease+time.Second, func() { engine.SetPaused(context.Background(), b, "trawl", false) })
+	}
 	if err := c.Run(ctx); err != nil {
 		t.Fatalf("run: %v", err)
 	}
 	const said = "waiting for requests other workers hold"
-	if n := strings.Count(logs.String(), said); n != 1 {
-		t.Errorf("said %d times %q, want once; logs:\n%s", n, said, logs.String())
+	if n, want := strings.Count(logs.String(), said), map[bool]int{false: 1, true: 0}[paused]; n != want {
+		t.Errorf("said %d times %q, want %d; logs:\n%s", n, said, want, logs.String())
 	}
 	if err := site.Verify(); err != nil {
 		t.Errorf("the site says the crawl was wrong:\n%v", err)
