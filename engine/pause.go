@@ -154,7 +154,8 @@ func (c *Crawler) pollPause(ctx context.Context) {
 		c.log.Debug("reading whether the crawl is paused failed", "err", err)
 	case !c.pause.set(paused):
 	case paused:
-		c.log.Warn("the crawl is paused: taking no new request until it is resumed", "crawl", c.cfg.Name)
+		c.log.Warn("the crawl is paused: taking no new request until it is resumed", "crawl", c.cfg.Name,
+			"resume", "trawl dashboard's Resume button, its POST /api/resume, or engine.SetPaused")
 	default:
 		c.log.Warn("the crawl is resumed", "crawl", c.cfg.Name)
 	}

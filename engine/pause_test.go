@@ -2,6 +2,8 @@ package engine_test
 
 import (
 	"context"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -9,6 +11,7 @@ import (
 	"github.com/trawlhq/trawl/broker/memory"
 	"github.com/trawlhq/trawl/dedup/local"
 	"github.com/trawlhq/trawl/engine"
+	"github.com/trawlhq/trawl/internal/syncbuf"
 	"github.com/trawlhq/trawl/internal/testsite"
 	"github.com/trawlhq/trawl/internal/testsite/sitetest"
 )
@@ -157,7 +160,9 @@ func awaitParked(ctx context.Context, t *testing.T, m broker.Metadata, done <-ch
 func TestPausedBeforeStart(t *testing.T) {
 	site, url := sitetest.Serve(t, testsite.Config{Pages: 10, Links: 3, Seed: 4, NoTraps: true})
 	b, f := newBackends(t)
-	c, err := engine.New(b, f, engine.Config{Concurrency: 2, IdleTimeout: 300 * time.Millisecond, TrustedHosts: []string{"127.0.0.1"}})
+	var logs syncbuf.Buffer
+	c, err := engine.New(b, f, engine.Config{Concurrency: 2, IdleTimeout: 300 * time.Millisecond, TrustedHosts: []string{"127.0.0.1"},
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,6 +179,11 @@ func TestPausedBeforeStart(t *testing.T) {
 	awaitParked(ctx, t, b, done)
 	if n := site.Summary().Requests; n != 0 {
 		t.Fatalf("a worker started on a paused crawl sent the site %d requests", n)
+	}
+	// It says so, and how a crawl is resumed (a crawl paused from the
+	// dashboard and run again later said it was paused, not how to go on).
+	if l := logs.String(); !strings.Contains(l, "the crawl is paused") || !strings.Contains(l, "Resume button") {
+		t.Errorf("the worker's log does not say that the crawl is paused and how to resume it:\n%s", l)
 	}
 	if err := engine.SetPaused(ctx, b, "trawl", false); err != nil {
 		t.Fatal(err)
