@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -117,3 +118,21 @@ func FuzzUnmarshalRequest(f *testing.F) {
 }
 
 func mustMarshalF(r *Request) []byte { b, _ := r.MarshalBinary(); return b }
+
+// TestParseStartURLTypeErrors: a JSON start URL with a value of the wrong
+// type is refused naming the field and what it wants, in JSON's words
+// (it said "cannot unmarshal number into Go struct field StartURL.meta of
+// type string").
+func TestParseStartURLTypeErrors(t *testing.T) {
+	for in, want := range map[string]string{
+		`{"url": "http://a.example/", "meta": {"a": 1}}`:    `"meta" holds a number, want strings as its values`,
+		`{"url": "http://a.example/", "priority": "high"}`:  `"priority" is a string, want a whole number`,
+		`{"url": "http://a.example/", "headers": ["X: 1"]}`: `"headers" is an array, want an object of strings, {"name": "value"}`,
+		`{"url": 5}`: `"url" is a number, want a string`,
+	} {
+		_, err := ParseStartURL([]byte(in))
+		if err == nil || !errors.Is(err, ErrBadPayload) || !strings.HasSuffix(err.Error(), "start url json: "+want) {
+			t.Errorf("ParseStartURL(%s): %v; want ErrBadPayload ending %q", in, err, want)
+		}
+	}
+}

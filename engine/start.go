@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
+	"strings"
 
 	"github.com/trawlhq/trawl/broker"
 	"github.com/trawlhq/trawl/dedup"
@@ -43,7 +45,7 @@ func ParseStartURL(p []byte) (StartURL, error) {
 		dec := json.NewDecoder(bytes.NewReader(p))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&s); err != nil {
-			return StartURL{}, fmt.Errorf("%w: start url json: %v", ErrBadPayload, err)
+			return StartURL{}, fmt.Errorf("%w: start url json: %v", ErrBadPayload, jsonTypeError(err))
 		}
 	} else {
 		s.URL = string(p)
@@ -67,6 +69,31 @@ func ParseStartURL(p []byte) (StartURL, error) {
 			ErrBadPayload, len(s.URL), ErrURLTooLong, MaxURLLength)
 	}
 	return s, nil
+}
+
+// jsonTypeError words err, a StartURL's decoding error, for one who wrote
+// the JSON: a value of the wrong type names its field and what it wants
+// ("meta" holds a number, want strings as its values), not Go's types
+// ("cannot unmarshal number into Go struct field StartURL.meta of type
+// string"); other errors are err.
+func jsonTypeError(err error) error {
+	var te *json.UnmarshalTypeError
+	if !errors.As(err, &te) || te.Field == "" {
+		return err
+	}
+	article := "a"
+	if strings.ContainsRune("aeiou", rune(te.Value[0])) {
+		article = "an"
+	}
+	switch {
+	case te.Field == "priority":
+		return fmt.Errorf("%q is %s %s, want a whole number", te.Field, article, te.Value)
+	case te.Type.Kind() == reflect.Map: // meta, headers
+		return fmt.Errorf(`%q is %s %s, want an object of strings, {"name": "value"}`, te.Field, article, te.Value)
+	case te.Field == "meta" || te.Field == "headers": // one of their values
+		return fmt.Errorf("%q holds %s %s, want strings as its values", te.Field, article, te.Value)
+	}
+	return fmt.Errorf("%q is %s %s, want a string", te.Field, article, te.Value)
 }
 
 // Marshal encodes s as it is stored: the plain URL when it has no meta, no

@@ -159,7 +159,7 @@ func TestBadInput(t *testing.T) {
 		{"malformed url", []string{"crawl", "ht!tp://x y"}, 2, "bad start URL"},
 		{"relative url", []string{"crawl", "/just/a/path"}, 2, "bad start URL"},
 		{"json start url, unknown field", []string{"crawl", `{"url": "http://example.com/", "bogus": 1}`}, 2, `unknown field "bogus"`},
-		{"json start url, meta not a string", []string{"crawl", `{"url": "http://example.com/", "meta": {"a": 1}}`}, 2, "StartURL.meta of type string"},
+		{"json start url, meta not a string", []string{"crawl", `{"url": "http://example.com/", "meta": {"a": 1}}`}, 2, `start url json: "meta" holds a number, want strings as its values (JSON {"url": "http…", "meta": {"name": "value"}, "priority": N, "headers": {"Name": "value"}})`},
 		{"unknown broker", []string{"crawl", "--broker=kafka", "http://example.com/"}, 2, "--broker"},
 		{"bad duration", []string{"crawl", "--delay=soon", "http://example.com/"}, 2, `"--delay" flag: want a duration such as 5s or 1m30s, not "soon"`},
 		{"unknown flag", []string{"crawl", "--nope", "http://example.com/"}, 2, "unknown flag"},

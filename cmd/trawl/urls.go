@@ -186,9 +186,10 @@ func startURLText(arg string) string {
 // engine.ParseStartURL refused with err: it says why without printing the
 // URL's password, which err may quote when the URL does not parse.
 func startURLError(arg string, err error) error {
-	const want = "want an absolute http or https URL, or JSON {\"url\": ...}"
+	want := "want an absolute http or https URL, or JSON {\"url\": ...}"
 	raw := strings.TrimSpace(arg)
 	if strings.HasPrefix(raw, "{") {
+		want = `JSON {"url": "http…", "meta": {"name": "value"}, "priority": N, "headers": {"Name": "value"}}`
 		var v struct {
 			URL string `json:"url"`
 		}
