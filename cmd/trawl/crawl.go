@@ -161,6 +161,15 @@ func (o *options) crawl(ctx context.Context, args []string, seed bool, adopt []s
 		return &exitError{code: 130, err: errors.New("interrupted; run the same command again to resume")}
 	case runErr != nil:
 		fmt.Fprintf(o.stderr, "trawl: %s failed: %s\n", what, sum)
+		if runErr == engine.ErrNoPages && sum.DeadLetters > 0 {
+			// No fetch failed: what was taken was dead-lettered (start
+			// URLs that are not URLs), with its reason.
+			says := "say"
+			if sum.DeadLetters == 1 {
+				says = "says"
+			}
+			return fmt.Errorf("%w; the crawl's %d dead %s %s why: trawl deadletter list", runErr, sum.DeadLetters, plural(sum.DeadLetters, "letter"), says)
+		}
 		return b.StartsHint(runErr) // the start URLs' key changed type meanwhile
 	}
 	if n, ok := b.Backlog(ctx); o.maxPages > 0 && ok && n.Ready+n.InFlight > 0 {

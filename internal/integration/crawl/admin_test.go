@@ -40,6 +40,26 @@ func TestRedisDeadLetterStarts(t *testing.T) {
 	}
 }
 
+// TestRedisOnlyBadStarts: a worker whose only start URL is not one
+// fails saying where the reason is (it said "no page could be fetched",
+// and nothing of the dead letter).
+func TestRedisOnlyBadStarts(t *testing.T) {
+	t.Parallel()
+	name := integration.Name(t)
+	if err := integration.RedisClient(t).RPush(t.Context(), "{"+name+"}:start_urls", `{"url": "http://127.0.0.1:1/", "priority": "high"}`).Err(); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := runOut(t, append([]string{"worker", "--out", "/dev/null"}, redisArgs(t, name)...)...)
+	lines := strings.Split(strings.TrimSpace(stderr), "\n")
+	if want := "trawl: no page could be fetched; the crawl's 1 dead letter says why: trawl deadletter list"; code != 1 || lines[len(lines)-1] != want {
+		t.Errorf("worker of a bad start URL: exit %d, want 1 and the last line %q; stderr:\n%s", code, want, stderr)
+	}
+	code, out, _ := runOut(t, append([]string{"deadletter", "list"}, redisArgs(t, name)...)...)
+	if want := `"priority" is a string, want a whole number`; code != 0 || !strings.Contains(out, want) {
+		t.Errorf("deadletter list: exit %d, want 0 and the reason %q; stdout:\n%s", code, want, out)
+	}
+}
+
 // TestRedisWorkerSIGTERM (issue 27.4): a service worker (--idle-timeout=0)
 // stopped by SIGTERM, as systemd, Kubernetes and docker stop it, exits 0
 // after a graceful stop, and loses nothing: a worker started later
