@@ -461,13 +461,22 @@ func (b *Broker) replace(ctx context.Context, s *session, rc *rchan, queue strin
 	for _, i := range left {
 		unsent[i] = true
 	}
-	for i, r := range rs {
-		if unsent[i] {
-			_ = rc.nack(r.tag)
-		} else {
-			_ = rc.ack(r.tag)
+	// In one write; settled after it, since the last settlement of a
+	// closed Consumer's channel closes it, a round trip that must not wait
+	// behind the write.
+	tags := make([]uint64, len(rs))
+	_ = rc.wire.gather(func() error {
+		for i, r := range rs {
+			if unsent[i] {
+				_ = rc.ch.Nack(r.tag, false, true)
+			} else {
+				_ = rc.ch.Ack(r.tag, false)
+			}
+			tags[i] = r.tag
 		}
-	}
+		return nil
+	})
+	rc.settled(tags...)
 }
 
 // register makes a delivery of tag on rc, leased from now, or returns

@@ -181,7 +181,7 @@ func (c *consumer) subscribe(ctx context.Context) error {
 		if ch, err = s.conn.Channel(); err != nil {
 			err = fmt.Errorf("open channel: %w", err)
 		} else {
-			rc = newRchan(ch)
+			rc = newRchan(s, ch)
 		}
 	}
 	if err == nil {

@@ -192,6 +192,62 @@ func TestAckBatch(t *testing.T) {
 	expectNothing(t, other, q)
 }
 
+// TestBatchesInOneWrite: the commands of one Publish of many messages,
+// and of one AckBatch that cannot use a multiple ack (a delivery below
+// the batch stays held), reach the server in one write, not one write
+// each (amqp091 flushes after every command): a write(2) a command cost
+// bench-web's RabbitMQ worker its largest share of broker CPU, and the
+// server a wakeup a command. A tap in front of the server counts the
+// reads of the client's socket that carry them.
+func TestBatchesInOneWrite(t *testing.T) {
+	t.Parallel()
+	cfg := amqpOnly(t)
+	cfg.Lease = time.Minute
+	q := testQueue(t, cfg)
+	after, direct := q+"-after", cfg.URL
+	t.Cleanup(func() { (&queues{names: map[string]bool{after: true}}).deleteAll(t, direct) })
+	tap, tapped := newAMQPTap(t, cfg.URL)
+	cfg.URL = tapped
+	b := newBroker(t, cfg)
+	const n = 200
+	var msgs []broker.Message
+	for i := range n {
+		msgs = append(msgs, msg(fmt.Sprintf("https://example.com/page-%03d.html", i), 0))
+	}
+	// The first publish declares the queue: measure the second.
+	publish(t, b, q, msgs[:1]...)
+	sent0, reads0 := tap.commands(), tap.readsWith()
+	publish(t, b, q, msgs[1:]...)
+	sent, _ := since(sent0, tap.commands())
+	reads, _ := since(reads0, tap.readsWith())
+	// A presence report (a publish of its own) may come in between.
+	if extra := sent["basic.publish"] - (n - 1); extra < 0 || reads["basic.publish"] > 2+extra {
+		t.Errorf("%d publishes (%d of them the broker's presence reports) reached the server in %d reads, want at most %d: one write",
+			sent["basic.publish"], extra, reads["basic.publish"], 2+extra)
+	}
+
+	c := consume(t, b, q, n)
+	var ds []broker.Delivery
+	for range n {
+		ds = append(ds, next(t, c, 5*time.Second))
+	}
+	sent0, reads0 = tap.commands(), tap.readsWith()
+	if err := b.AckBatch(t.Context(), ds[1:]...); err != nil { // ds[0] held: no multiple ack
+		t.Fatalf("AckBatch: %v", err)
+	}
+	// The server answers nothing to acks: a publish sent after them and
+	// confirmed passed the tap after them.
+	publish(t, b, after, msg("after", 0))
+	sent, _ = since(sent0, tap.commands())
+	reads, _ = since(reads0, tap.readsWith())
+	if sent["basic.ack"] != n-1 || reads["basic.ack"] > 2 {
+		t.Errorf("AckBatch of %d deliveries above a held one: %d acks in %d reads, want %d in at most 2: one write",
+			n-1, sent["basic.ack"], reads["basic.ack"], n-1)
+	}
+	ackAll(t, ds[0])
+	waitCounts(t, b, q, broker.Counts{})
+}
+
 // expectNothing checks that q has nothing ready for a moment.
 func expectNothing(t *testing.T, b broker.Broker, q string) {
 	t.Helper()

@@ -39,6 +39,7 @@ const (
 type session struct {
 	b    *Broker
 	conn *amqp.Connection
+	wire *gatherConn   // the network connection under conn
 	dead chan struct{} // closed by the supervisor when conn has closed
 	boot string        // the server's incarnation (see learnBoot); "": unknown
 
@@ -55,16 +56,17 @@ type session struct {
 // delivery tags not yet settled at the server (for multiple acks, and to
 // close a Consumer's channel once its last delivery is settled).
 type rchan struct {
-	ch  *amqp.Channel
-	qos int // prefetch count set on ch
+	ch   *amqp.Channel
+	wire *gatherConn // its connection's
+	qos  int         // prefetch count set on ch
 
 	mu      sync.Mutex
 	open    map[uint64]struct{} // tags delivered on ch, not yet settled at the server
 	closing bool                // close ch once open is empty (its Consumer closed)
 }
 
-func newRchan(ch *amqp.Channel) *rchan {
-	return &rchan{ch: ch, open: map[uint64]struct{}{}}
+func newRchan(s *session, ch *amqp.Channel) *rchan {
+	return &rchan{ch: ch, wire: s.wire, open: map[uint64]struct{}{}}
 }
 
 // took records a delivery on rc.
@@ -106,7 +108,7 @@ func (rc *rchan) nack(tag uint64) error {
 // ackBatch acknowledges tags (of deliveries on rc) in as few frames as it
 // can: one ack with multiple=true for the longest run of them that
 // leaves no other unsettled tag of rc below its end, one frame per
-// remaining tag.
+// remaining tag; the frames go out in one write (see gatherConn).
 func (rc *rchan) ackBatch(tags []uint64) error {
 	slices.Sort(tags)
 	in := make(map[uint64]bool, len(tags))
@@ -126,17 +128,21 @@ func (rc *rchan) ackBatch(tags []uint64) error {
 	for run < len(tags) && tags[run] < bound {
 		run++
 	}
-	var err error
-	if run > 1 {
-		err = rc.ch.Ack(tags[run-1], true)
-	} else {
+	if run < 2 {
 		run = 0
 	}
-	for _, t := range tags[run:] {
-		if e := rc.ch.Ack(t, false); e != nil && err == nil {
-			err = e
+	err := rc.wire.gather(func() error {
+		var err error
+		if run > 0 {
+			err = rc.ch.Ack(tags[run-1], true)
 		}
-	}
+		for _, t := range tags[run:] {
+			if e := rc.ch.Ack(t, false); e != nil && err == nil {
+				err = e
+			}
+		}
+		return err
+	})
 	rc.settled(tags...)
 	return err
 }
@@ -186,6 +192,7 @@ func hostOf(url string) string {
 
 // dialURL opens a session on the node at url.
 func (b *Broker) dialURL(ctx context.Context, url string) (*session, <-chan *amqp.Error, error) {
+	var wire *gatherConn
 	props := amqp.NewConnectionProperties()
 	props.SetClientConnectionName(b.cfg.Name)
 	conn, err := amqp.DialConfig(url, amqp.Config{
@@ -204,14 +211,15 @@ func (b *Broker) dialURL(ctx context.Context, url string) (*session, <-chan *amq
 				_ = c.Close()
 				return nil, err
 			}
-			return c, nil
+			wire = &gatherConn{Conn: c}
+			return wire, nil
 		},
 	})
 	if err != nil {
 		return nil, nil, err
 	}
 	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
-	return &session{b: b, conn: conn, dead: make(chan struct{}), declared: map[string]bool{}}, closed, nil
+	return &session{b: b, conn: conn, wire: wire, dead: make(chan struct{}), declared: map[string]bool{}}, closed, nil
 }
 
 // broken tells whether s's connection is gone.
@@ -369,7 +377,7 @@ func (s *session) takeR() (*rchan, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open channel: %w", err)
 	}
-	return newRchan(ch), nil
+	return newRchan(s, ch), nil
 }
 
 // putR gives a receive channel back for other Receives.
@@ -401,9 +409,10 @@ type outgoing struct {
 	pub      amqp.Publishing
 }
 
-// send publishes msgs on s and waits until the server has confirmed
-// them. It returns the indices of the messages not confirmed (all of them
-// when the channel closed before they were sent) with the reason.
+// send publishes msgs on s, in one write (see gatherConn), and waits
+// until the server has confirmed them. It returns the indices of the
+// messages not confirmed (all of them when the channel closed before they
+// were sent) with the reason.
 func (s *session) send(ctx context.Context, msgs []outgoing) ([]int, error) {
 	all := func() []int {
 		idx := make([]int, len(msgs))
@@ -417,17 +426,21 @@ func (s *session) send(ctx context.Context, msgs []outgoing) ([]int, error) {
 		return all(), err
 	}
 	dcs := make([]*amqp.DeferredConfirmation, len(msgs))
-	var sendErr error
-	for i, m := range msgs {
-		if m.pub.Headers != nil && s.boot != "" {
-			m.pub.Headers[hBoot] = s.boot // stamped in this incarnation (see learnBoot)
+	sendErr := s.wire.gather(func() error {
+		for i, m := range msgs {
+			if m.pub.Headers != nil && s.boot != "" {
+				m.pub.Headers[hBoot] = s.boot // stamped in this incarnation (see learnBoot)
+			}
+			dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, m.exchange, m.queue, false, false, m.pub)
+			if err != nil {
+				return err
+			}
+			dcs[i] = dc
 		}
-		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, m.exchange, m.queue, false, false, m.pub)
-		if err != nil {
-			sendErr = fmt.Errorf("send: %w", err)
-			break
-		}
-		dcs[i] = dc
+		return nil
+	})
+	if sendErr != nil {
+		sendErr = fmt.Errorf("send: %w", sendErr)
 	}
 	var left []int
 	nacked := 0

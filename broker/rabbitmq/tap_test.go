@@ -28,6 +28,7 @@ type amqpTap struct {
 	conns []net.Conn // both ends of every connection, closed by close
 	dials int
 	sent  map[string]int // command name -> how many
+	reads map[string]int // command name -> reads of the client's socket that carried one
 
 	wg sync.WaitGroup
 }
@@ -45,7 +46,7 @@ func newAMQPTap(t *testing.T, amqpURL string) (*amqpTap, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tap := &amqpTap{ln: ln, target: u.Host, sent: map[string]int{}}
+	tap := &amqpTap{ln: ln, target: u.Host, sent: map[string]int{}, reads: map[string]int{}}
 	tap.wg.Add(1)
 	go tap.accept()
 	t.Cleanup(tap.close)
@@ -91,11 +92,16 @@ func (tap *amqpTap) forward(s, c net.Conn) {
 	for {
 		n, err := c.Read(buf)
 		if n > 0 {
+			in := map[string]bool{}
+			tap.mu.Lock()
 			for _, name := range frames.feed(buf[:n]) {
-				tap.mu.Lock()
 				tap.sent[name]++
-				tap.mu.Unlock()
+				in[name] = true
 			}
+			for name := range in {
+				tap.reads[name]++
+			}
+			tap.mu.Unlock()
 			if _, werr := s.Write(buf[:n]); werr != nil {
 				return
 			}
@@ -128,6 +134,15 @@ func (tap *amqpTap) commands() map[string]int {
 	tap.mu.Lock()
 	defer tap.mu.Unlock()
 	return maps.Clone(tap.sent)
+}
+
+// readsWith returns how many reads of the clients' sockets so far carried
+// (the end of) a command of each name: a client that sends n commands in
+// one write is read at once, one that writes each is read up to n times.
+func (tap *amqpTap) readsWith() map[string]int {
+	tap.mu.Lock()
+	defer tap.mu.Unlock()
+	return maps.Clone(tap.reads)
 }
 
 // since returns what was sent after the earlier snapshot, and its total.
