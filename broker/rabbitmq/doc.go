@@ -90,7 +90,10 @@
 // run of a batch's delivery tags below which no other delivery of the
 // channel is unsettled with one basic.ack (multiple=true), and the rest
 // one by one. An ack is a frame the server does not answer: a batch saves
-// frames and the server's work per frame, not round trips.
+// frames and the server's work per frame, not round trips. Its frames go
+// out in one write, as do the messages of one Publish (amqp091 flushes
+// after every command; the broker's connection holds the flushes until
+// the batch is written), rather than a write(2) and a TCP segment each.
 //
 // # Delivery, attempts and leases
 //

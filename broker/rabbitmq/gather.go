@@ -95,7 +95,9 @@ func (c *gatherConn) writeOut() error {
 }
 
 // gather runs f with the writes of the connection gathered, and returns
-// f's error or else that of the gathered write. A nil c runs f alone.
+// f's error or else that of the gathered write. A nil c runs f alone. f
+// must not wait for an answer of the server (a channel's close, a
+// declare): its request would wait behind the hold for ever.
 func (c *gatherConn) gather(f func() error) (err error) {
 	if c == nil {
 		return f()
