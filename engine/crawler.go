@@ -1154,7 +1154,7 @@ func (c *Crawler) retry(req *Request, prior int, why error, wait time.Duration) 
 		c.stats.Inc(StatRetriesExceeded)
 		c.fail(ErrorRetries, fmt.Errorf("%s: %w", Redact(req.URL), why))
 		c.log.Info("giving up", "url", Redact(req.URL), "attempt", prior+1, "reason", why)
-		return reject(fmt.Sprintf("retries exhausted after %d attempts: %v", prior+1, why))
+		return reject(fmt.Sprintf("retries exhausted after %d %s: %v", prior+1, plural(int64(prior+1), "attempt"), why))
 	}
 	c.stats.Inc(StatRetries)
 	delay := c.cfg.retryDelay(prior + 1)

@@ -102,6 +102,10 @@ func TestDeadLetterList(t *testing.T) {
 	if r.code != 0 || !(strings.HasPrefix(r.stdout, redacted) || strings.HasPrefix(r.stdout, stripped)) || strings.Contains(r.stdout+r.stderr, pw) {
 		t.Errorf("deadletter list: exit %d, stdout %q, want 0 and a line starting %q or %q, no password; stderr:\n%s", r.code, r.stdout, redacted, stripped, r.stderr)
 	}
+	// One attempt is one ("after 1 attempts").
+	if !strings.Contains(r.stdout, "\tretries exhausted after 1 attempt: ") {
+		t.Errorf("deadletter list: the reason of a page tried once should say \"after 1 attempt\"; stdout %q", r.stdout)
+	}
 	// A list cut at --max says that there are more; a negative --max
 	// is refused (list took it for 100, requeue for every one).
 	if r := trawlIn(t, dir, time.Minute, "crawl", "--retry-times", "0", "--ignore-robots", "--idle-timeout", "300ms", srv.URL+"/b"); r.code != 1 {
