@@ -592,3 +592,80 @@ func TestCleanTitle(t *testing.T) {
 		}
 	}
 }
+
+// webPage is a page shaped like bench-web's (internal/benchcrawl): 50 KB
+// of HTML with 90 links, 1 in 20 to another host, the rest by path on
+// the page's host, some of them twice, one with a character reference.
+func webPage() (*url.URL, []byte) {
+	var b strings.Builder
+	b.WriteString("<!DOCTYPE html>\n<html><head><title>host 7 page 12</title></head><body>\n<h1>host 7 page 12</h1>\n")
+	for i := range 90 {
+		switch {
+		case i%20 == 0:
+			fmt.Fprintf(&b, "<a href=\"https://127.0.0.%d:8443/p/%d\">a link</a>\n", 1+i/20, i)
+		case i == 7:
+			b.WriteString("<a href=\"/p/7?a=1&amp;b=2\">a link</a>\n")
+		default:
+			fmt.Fprintf(&b, "<a href=\"/p/%d\">a link</a>\n", i%70)
+		}
+	}
+	b.WriteString("<p>")
+	for b.Len() < 50<<10 {
+		b.WriteString("lorem ipsum dolor sit amet consectetur ")
+	}
+	b.WriteString("</p></body></html>\n")
+	base, _ := url.Parse("https://127.0.0.8:8443/p/12")
+	return base, []byte(b.String())
+}
+
+// TestExtractLimitedScratch: a page's scan and resolution reuse the
+// scratch of an earlier call (see scratch): ExtractLimited allocates
+// the links' strings and slice and the title, 4 allocations for
+// bench-web's page where it took 8, and a call after a page of many more
+// links, or of other links, returns what a first call does.
+func TestExtractLimitedScratch(t *testing.T) {
+	base, page := webPage()
+	_, want, _ := ExtractLimited(base, page, 0)
+	if len(want) != 73 {
+		t.Fatalf("%d links, want 73", len(want))
+	}
+	var many strings.Builder
+	for i := range 3000 {
+		fmt.Fprintf(&many, "<a href=\"/m/%d?x=%d&amp;y\">m</a>", i, i)
+	}
+	for _, other := range [][]byte{[]byte(many.String()), []byte(`<a href="/q?a&amp;b">q</a><base href="/d/"><a href="x">x</a>`), page} {
+		ExtractLimited(base, other, 0)
+		if _, got, _ := ExtractLimited(base, page, 0); !slices.Equal(linkURLs(got), linkURLs(want)) {
+			t.Fatalf("after another page: %q, want %q", linkURLs(got), linkURLs(want))
+		}
+	}
+	if raceEnabled {
+		t.Skip("the race detector drops some of a sync.Pool's Puts")
+	}
+	if n := testing.AllocsPerRun(100, func() { ExtractLimited(base, page, 0) }); n > 4 {
+		t.Errorf("ExtractLimited of bench-web's page: %v allocations, want at most 4", n)
+	}
+}
+
+func linkURLs(ls []Link) []string {
+	out := make([]string, len(ls))
+	for i := range ls {
+		out[i] = ls[i].URL
+	}
+	return out
+}
+
+// BenchmarkExtractLimitedWebPage measures ExtractLimited on a page shaped
+// like bench-web's (see webPage).
+func BenchmarkExtractLimitedWebPage(b *testing.B) {
+	base, page := webPage()
+	b.SetBytes(int64(len(page)))
+	b.ReportAllocs()
+	cpu := processCPU()
+	for b.Loop() {
+		ExtractLimited(base, page, 0)
+	}
+	if cpu > 0 {
+		b.ReportMetric(float64(processCPU()-cpu)/float64(b.N), "cpu-ns/op")
+	}
+}

@@ -228,11 +228,7 @@ func (s *linkScan) add(v span) {
 	}
 	if s.seen == nil {
 		if s.hrefs == nil {
-			// Room for one link per 512 bytes, growing past it: pages
-			// of tens of KB with some tens of links are common, and a
-			// guess of one per 100 bytes allocated 5 to 10 times what
-			// they use (bench-web's pages: 90 links in 50 KB).
-			s.hrefs = make([]hrefSpan, 0, min(len(s.body)/512+32, s.max))
+			s.hrefs = make([]hrefSpan, 0, hrefsGuess(s.body, s.max))
 		}
 		s.hrefs = append(s.hrefs, h)
 		if len(s.hrefs) == s.max {
@@ -247,6 +243,14 @@ func (s *linkScan) add(v span) {
 	s.seen[string(b)] = struct{}{}
 	s.hrefs = append(s.hrefs, h)
 	s.full = len(s.hrefs) >= s.max
+}
+
+// hrefsGuess is the room for hrefs a scan of body starts with: one link
+// per 512 bytes, growing past it. Pages of tens of KB with some tens of
+// links are common, and a guess of one per 100 bytes allocated 5 to 10
+// times what they use (bench-web's pages: 90 links in 50 KB).
+func hrefsGuess(body []byte, max int) int {
+	return min(len(body)/512+32, max)
 }
 
 // dedup removes duplicates from hrefs, keeping first-seen order, and starts

@@ -45,6 +45,7 @@ type resolver struct {
 	ents []linkEnt  // one per resolved href, duplicates included
 	slow []*url.URL // the links resolve returned
 	full []byte     // scratch: the merged path being resolved
+	set  []int32    // scratch: links' set of entries
 }
 
 // linkEnt is a resolved href: its String() is keys[start:end]. If slow >
@@ -62,11 +63,14 @@ type linkEnt struct {
 	dup              bool // the same link as an earlier entry
 }
 
-// newResolver returns a resolver for the hrefs s found, against base. (A
-// value, not a pointer: kept on the stack, its appends need no write
-// barriers.)
-func newResolver(base *url.URL, s *linkScan) resolver {
-	r := resolver{base: base, ents: make([]linkEnt, 0, len(s.hrefs))}
+// newResolver returns a resolver for the hrefs s found, against base,
+// whose scratch slices are sc's (see scratch). (A value, not a pointer:
+// kept on the stack, its appends need no write barriers.)
+func newResolver(base *url.URL, s *linkScan, sc *scratch) resolver {
+	r := resolver{base: base, ents: sc.ents[:0], set: sc.set, full: sc.full}
+	if cap(r.ents) < len(s.hrefs) {
+		r.ents = make([]linkEnt, 0, len(s.hrefs))
+	}
 	if base != nil && (base.Scheme == "http" || base.Scheme == "https") && base.Host != "" && base.Opaque == "" && base.User == nil {
 		p := base.EscapedPath()
 		prefix := (&url.URL{Scheme: base.Scheme, Host: base.Host}).String()
@@ -114,13 +118,21 @@ func (r *resolver) links() []Link {
 	keys := unsafe.String(unsafe.SliceData(r.keys), len(r.keys))
 
 	// Mark the duplicates, with an open-addressing set of entry indices
-	// (plus one; 0 is empty): it takes one pointer-free allocation where a
-	// map[string] takes several the garbage collector must scan.
+	// (plus one; 0 is empty): one pointer-free slice, the scratch's
+	// where it has room, where a map[string] takes several allocations
+	// the garbage collector must scan.
 	size := 1
 	for size < 2*len(r.ents) {
 		size <<= 1
 	}
-	set := make([]int32, size)
+	set := r.set[:0]
+	if cap(set) >= size {
+		set = set[:size]
+		clear(set)
+	} else {
+		set = make([]int32, size)
+	}
+	r.set = set
 	seed := maphash.MakeSeed()
 	kept := 0
 	for i := range r.ents {
