@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
+	"sync/atomic"
 
 	"golang.org/x/net/publicsuffix"
 
@@ -21,7 +22,34 @@ func newJar(o FetchConfig) http.CookieJar {
 		return o.Jar
 	}
 	jar, _ := cookiejar.New(&cookiejar.Options{PublicSuffixList: publicsuffix.List}) // never fails
-	return jar
+	return &lazyJar{jar: jar}
+}
+
+// lazyJar is a cookiejar.Jar that is asked for a request's cookies only
+// once it was given some: until then it has none to give, and a crawl of
+// sites that set no cookie does not pay the jar's lookup on every request
+// (the host's canonical form and its public suffix, under the jar's lock:
+// 1.5-2.5 us of a worker's CPU a page in bench-web's profiles,
+// BENCHMARKS.md, issue 26, session 16).
+type lazyJar struct {
+	jar  *cookiejar.Jar
+	some atomic.Bool // SetCookies was given a cookie
+}
+
+// SetCookies stores cookies as the jar does.
+func (j *lazyJar) SetCookies(u *url.URL, cookies []*http.Cookie) {
+	if len(cookies) > 0 {
+		j.some.Store(true)
+	}
+	j.jar.SetCookies(u, cookies)
+}
+
+// Cookies returns the jar's cookies for u: none before any was stored.
+func (j *lazyJar) Cookies(u *url.URL) []*http.Cookie {
+	if !j.some.Load() {
+		return nil
+	}
+	return j.jar.Cookies(u)
 }
 
 // proxyFunc is the proxy of an httpFetcher configured by o: o.Proxy for every
