@@ -289,7 +289,18 @@ func (d *Deployment) crawlExists(ctx context.Context) (bool, error) {
 			return n > 0, err
 		}
 	}
-	for _, q := range []string{engine.RequestsQueue(name), engine.StartQueue(name), engine.ItemsQueue(name)} {
+	// The broker's queues, not what is kept beside them under the same
+	// key (Redis's start URLs, counted above, and its item list): the
+	// broker counted those as one of its queues, and a start-URL list
+	// seeded between the two counts failed it with WRONGTYPE.
+	queues := []string{engine.RequestsQueue(name)}
+	if d.Starts == nil {
+		queues = append(queues, engine.StartQueue(name))
+	}
+	if !d.ItemsInList() {
+		queues = append(queues, engine.ItemsQueue(name))
+	}
+	for _, q := range queues {
 		n, err := d.Broker.Counts(ctx, q)
 		if err != nil || n.Ready+n.InFlight+n.Dead > 0 {
 			return err == nil, err
