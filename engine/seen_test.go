@@ -121,8 +121,12 @@ func TestSeenLinksSpareFilterCalls(t *testing.T) {
 	// The crawl's two marks (see state.go); the start URL and its
 	// publication mark; each page's expanded mark; /, /about and /p/1 …
 	// /p/30 claimed once each, and their publication marks. Without the
-	// memory each page would offer its three links (168 in all).
-	if got, most := cf.offered(), 2+2+(pages+3)+2*(pages+2); got > most {
+	// memory each page would offer its three links (168 in all). The
+	// memory is direct-mapped (see seenLinks) under a seed of its own
+	// each run: in about 1 run of 170 two of the 32 links share a slot
+	// (119 of 20,000 seeds), and the one pushed out may be offered once
+	// more (102 once in a -race -count=20 run), so two more are allowed.
+	if got, most := cf.offered(), 2+2+(pages+3)+2*(pages+2)+2; got > most {
 		t.Errorf("the filter was offered %d fingerprints, want at most %d: repeated links were fingerprinted and claimed again", got, most)
 	}
 }
